@@ -1,0 +1,148 @@
+"""Configuration as pydantic models, read from the YAML files in configs/.
+
+Every setting a run depends on lives here: the model zoo, the target chip, the compiler options
+(part of every cache key), the golden thresholds. Prefect builds its run form from these models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from opbyop.errors import ConfigError, UnknownModelError
+from opbyop.golden.compare import DtypeThreshold, Thresholds
+
+__all__ = ["AnalysisConfig", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
+           "ZooEntry", "config_dir", "load_yaml", "load_zoo", "load_thresholds"]
+
+
+def config_dir() -> Path:
+    """configs/ of this checkout, or OPBYOP_CONFIG_DIR."""
+    env = os.environ.get("OPBYOP_CONFIG_DIR")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "configs"
+
+
+def load_yaml(path: Path) -> Any:
+    if not path.exists():
+        raise ConfigError(f"configuration file {path} does not exist",
+                          "set OPBYOP_CONFIG_DIR to a directory holding models.yaml and thresholds.yaml")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}", "fix the YAML syntax at the line shown") from None
+
+
+class InputSpec(BaseModel):
+    """One example input: shape and dtype; integer inputs are drawn from [low, high)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    shape: list[int]
+    dtype: Literal["float32", "float64", "float16", "bfloat16", "int64", "int32", "bool"] = "float32"
+    low: int = 0
+    high: int = 2
+
+
+class ZooEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    frontend: Literal["torch", "jax", "stablehlo"]
+    factory: str | None = Field(None, description="package.module:callable")
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    path: str | None = Field(None, description="StableHLO file, relative to configs/")
+    inputs: list[InputSpec] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    description: str = ""
+
+    @field_validator("factory")
+    @classmethod
+    def _factory_form(cls, v: str | None) -> str | None:
+        if v is not None and ":" not in v:
+            raise ValueError("factory must look like package.module:callable")
+        return v
+
+
+class Zoo(BaseModel):
+    models: list[ZooEntry]
+
+    def names(self) -> list[str]:
+        return [m.name for m in self.models]
+
+    def get(self, name: str) -> ZooEntry:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise UnknownModelError(
+            f"unknown model '{name}'; the zoo has: {', '.join(self.names())}",
+            "pick one of those, pass a .mlir/.mlirbc file, or a package.module:factory",
+        )
+
+    def tagged(self, tag: str) -> list[ZooEntry]:
+        return [m for m in self.models if tag in m.tags]
+
+
+def load_zoo(path: Path | None = None) -> Zoo:
+    path = path or config_dir() / "models.yaml"
+    try:
+        return Zoo.model_validate(load_yaml(path))
+    except ValidationError as e:
+        raise ConfigError(f"{path} is not a valid model zoo:\n{e}", "fix the fields named above") from None
+
+
+def load_thresholds(path: Path | None = None) -> Thresholds:
+    path = path or config_dir() / "thresholds.yaml"
+    try:
+        return Thresholds.model_validate(load_yaml(path))
+    except ValidationError as e:
+        raise ConfigError(f"{path} holds invalid thresholds:\n{e}", "fix the fields named above") from None
+
+
+class CompilerOptions(BaseModel):
+    """tt-mlir options, passed to the plugin as compile options; part of every cache key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    optimization_level: int = Field(0, ge=0, le=2, description="tt-mlir optimizer level (>=1 runs op-model checks)")
+    math_fidelity: Literal["lofi", "hifi2", "hifi3", "hifi4"] | None = Field(
+        None, description="override the compute kernels' math fidelity")
+    fp32_dest_acc_en: bool | None = Field(None, description="accumulate in f32 in the destination register")
+    weight_dtype: Literal["bfp_bf8", "bfp_bf4"] | None = Field(
+        None, description="store parameters in block floating point (experimental_weight_dtype)")
+
+    def plugin_options(self) -> list[tuple[str, str]]:
+        """The plugin's own option names and string values."""
+        out: list[tuple[str, str]] = []
+        if self.optimization_level:
+            out.append(("optimization_level", str(self.optimization_level)))
+        if self.math_fidelity:
+            out.append(("math_fidelity", self.math_fidelity))
+        if self.fp32_dest_acc_en is not None:
+            out.append(("fp32_dest_acc_en", "true" if self.fp32_dest_acc_en else "false"))
+        if self.weight_dtype:
+            out.append(("experimental_weight_dtype", self.weight_dtype))
+        return out
+
+    def key(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class AnalysisConfig(BaseModel):
+    """Everything one analysis run depends on (the Prefect run form is built from this)."""
+
+    models: list[str] = Field(default_factory=lambda: ["mlp"],
+                              description="zoo names, .mlir/.mlirbc paths or package.module:factory")
+    chip: str = Field("p150", description="p150, n150, or a path to a .ttsys system descriptor")
+    compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+    thresholds: Thresholds | None = Field(None, description="golden thresholds; None: configs/thresholds.yaml")
+    seed: int = Field(0, description="seed for every op's inputs")
+    reuse_cached: bool = Field(True, description="reuse results of ops already analysed with the same "
+                                                 "signature, compiler version, chip and options")
+    whole_model: bool = Field(True, description="also compile and run each model whole")
+    op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")

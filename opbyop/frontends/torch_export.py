@@ -1,0 +1,157 @@
+"""torch.nn.Module -> StableHLO through torch-mlir, with every trap of facts/stack.md handled.
+
+- Weights and buffers become @main ARGUMENTS (a functional_call wrapper), as the real TT front ends
+  pass them; only small constants stay inline, and those inline as DenseElementsAttr (XLA refuses
+  dense_resource blobs).
+- Non-persistent buffers are made persistent first (torch-mlir misses them otherwise).
+- Every op's location is a named location `fw=torch.conv2d;module=layer1.0.conv1;aten=...` around
+  torch-mlir's file:line call-site chain: the framework op and module path are in the FX graph but
+  not in torch-mlir's locations.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from opbyop.errors import ExportError
+from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
+from opbyop.ir.provenance import encode_name
+from opbyop.records import TensorDesc
+
+_TORCH_TO_MLIR_DTYPE = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "ui8", torch.bool: "i1",
+}
+
+
+class _Functional(nn.Module):
+    """forward(*inputs, *weights) = model(*inputs) with the given weights: weights become arguments."""
+
+    def __init__(self, model: nn.Module, names: list[str], n_inputs: int):
+        super().__init__()
+        self.model = model
+        self.names = names
+        self.n_inputs = n_inputs
+
+    def forward(self, *args: torch.Tensor) -> Any:
+        inputs, weights = args[: self.n_inputs], args[self.n_inputs :]
+        return torch.func.functional_call(self.model, dict(zip(self.names, weights)), inputs)
+
+
+def _framework_op(node: Any) -> str | None:
+    torch_fn = node.meta.get("torch_fn")  # ('conv2d_1', 'builtin_function_or_method.conv2d')
+    if torch_fn:
+        return "torch." + torch_fn[1].rsplit(".", 1)[-1]
+    return None
+
+
+def _module_path(node: Any) -> str | None:
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return None
+    path = list(stack.values())[-1][0]  # ('model.layer1.0.conv1', <class>)
+    # Strip the functional wrapper's own attribute name.
+    for prefix in ("model.", "L['self'].model."):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return None if path == "model" else path
+
+
+def _importer(context: Any) -> Any:
+    """An FxImporter whose locations carry the framework op, module path and aten op."""
+    from torch_mlir import ir
+    from torch_mlir.extras import fx_importer as fxi
+
+    class ContextCache(fxi.ContextCache):
+        def get_node_location(self, node: Any) -> Any:
+            loc = super().get_node_location(node) or ir.Location.unknown(context=self._c)
+            if node.op != "call_function":
+                return loc
+            aten = node.meta.get("original_aten") or node.target
+            name = encode_name(_framework_op(node), _module_path(node), str(aten))
+            return ir.Location.name(name, childLoc=loc, context=self._c)
+
+    class Hooks(fxi.FxImporterHooks):
+        def resolve_literal(self, gni: Any, literal: Any, info: Any) -> Any:
+            # Inline tensor literals as DenseElementsAttr instead of dense_resource blobs.
+            if not isinstance(literal, torch.Tensor):
+                return None
+            array = literal.detach().cpu().contiguous().numpy()
+            attr = ir.DenseElementsAttr.get(array, type=fxi.create_mlir_tensor_type(literal))
+            op = ir.Operation.create("torch.vtensor.literal",
+                                     results=[gni._cc.tensor_to_vtensor_type(literal)],
+                                     attributes={"value": attr})
+            return op.result
+
+    importer = fxi.FxImporter(context=context, hooks=Hooks())
+    # torch-mlir builds locations in its ContextCache; there is no public hook for them.
+    importer._cc = ContextCache(importer._c, py_attr_tracker=importer._py_attr_tracker)
+    return importer
+
+
+def _tensor_desc(t: torch.Tensor) -> TensorDesc:
+    if t.dtype not in _TORCH_TO_MLIR_DTYPE:
+        raise ExportError(f"tensor dtype {t.dtype} is not supported", "cast the model's inputs or weights")
+    return TensorDesc(shape=tuple(t.shape), dtype=_TORCH_TO_MLIR_DTYPE[t.dtype])
+
+
+def _to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy().copy()
+
+
+def _flatten_outputs(out: Any) -> list[torch.Tensor]:
+    leaves = torch.utils._pytree.tree_leaves(out)
+    return [x for x in leaves if isinstance(x, torch.Tensor)]
+
+
+def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
+                 input_names: Sequence[str] | None = None) -> ModelGraph:
+    """Export `model(*inputs)` to StableHLO text with weights as @main arguments."""
+    from torch_mlir import fx, ir
+    from torch_mlir.dialects import torch as torch_d
+
+    start = time.perf_counter()
+    model = model.eval()
+    for sub in model.modules():  # trap 4: non-persistent buffers are missed by the exporter
+        sub._non_persistent_buffers_set.clear()
+    named = list(model.named_parameters()) + list(model.named_buffers())
+    names = [n for n, _ in named]
+    weights = [w.detach() for _, w in named]
+    inputs = list(inputs)
+    with torch.no_grad():
+        reference = _flatten_outputs(model(*inputs))
+
+    context = ir.Context()
+    torch_d.register_dialect(context)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            module = fx.export_and_import(_Functional(model, names, len(inputs)), *inputs, *weights,
+                                          output_type="stablehlo", fx_importer=_importer(context),
+                                          func_name="main")
+    except Exception as e:
+        raise ExportError(f"torch-mlir could not export {name}: {type(e).__name__}: {e}",
+                          "check the model exports with torch.export.export(model, inputs) first") from e
+    text = module.operation.get_asm(enable_debug_info=True)
+
+    input_names = list(input_names or [f"input{i}" for i in range(len(inputs))])
+    arguments = [Argument(n, ArgumentKind.INPUT, _tensor_desc(t)) for n, t in zip(input_names, inputs)]
+    arguments += [Argument(n, ArgumentKind.PARAMETER, _tensor_desc(w)) for n, w in zip(names, weights)]
+    return ModelGraph(
+        name=name, frontend="torch", module_text=text, arguments=arguments,
+        argument_values=[_to_numpy(t) for t in inputs + weights],
+        reference_outputs=[_to_numpy(t) for t in reference],
+        export_seconds=time.perf_counter() - start,
+    )

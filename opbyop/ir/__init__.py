@@ -1,0 +1,1 @@
+"""StableHLO modules: parse, normalise, split into single-op modules, sign, dedupe."""

@@ -1,0 +1,29 @@
+"""Occurrences across every model of a run -> unique ops, keeping the full many-to-many mapping."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from opbyop.records import Occurrence, OpRecord, UniqueOp
+
+
+def dedupe(records: Iterable[OpRecord]) -> list[UniqueOp]:
+    """Unique ops by signature, first-seen order; each keeps every (model, position) it came from."""
+    unique: dict[str, UniqueOp] = {}
+    for r in records:
+        if not r.ok:
+            continue
+        op = unique.get(r.signature)
+        if op is None:
+            unique[r.signature] = UniqueOp(
+                signature=r.signature, op_name=r.op_name, module_text=r.module_text or "",
+                attributes=r.attributes, inputs=r.inputs, outputs=r.outputs, operands=r.operands,
+                provenance=r.provenance, occurrences=[Occurrence(model=r.model, position=r.position)])
+        else:
+            op.occurrences.append(Occurrence(model=r.model, position=r.position))
+    return list(unique.values())
+
+
+def counts_by_model(op: UniqueOp) -> dict[str, int]:
+    return dict(Counter(o.model for o in op.occurrences))

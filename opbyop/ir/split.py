@@ -1,0 +1,221 @@
+"""Split a model's @main into standalone single-op modules, one record per op occurrence.
+
+Each op becomes `func.func @main(<its non-constant operands>) -> <its results>`:
+- an operand computed only from constants (constant, iota and ops over them) stays a constant: its
+  producing chain is cloned into the module, so the compiler sees what it sees in the model (XLA
+  and tt-mlir both assume e.g. a reduce's init value is a constant);
+- values an op's regions use from outside (while / case bodies) become extra arguments;
+- an op that cannot be extracted becomes a record with `split_error`; the others carry on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func
+from pydantic import BaseModel
+
+from opbyop.ir.attributes import op_attributes
+from opbyop.ir.context import make_context
+from opbyop.ir.normalize import (
+    body_ops,
+    check_static_shapes,
+    inline_calls,
+    main_func,
+    remap_operands,
+    replace_arith_constants,
+)
+from opbyop.ir.parse import parse_module
+from opbyop.ir.provenance import provenance_of
+from opbyop.records import OperandDesc, OperandKind, OpRecord, TensorDesc, ValueRef
+
+# Ops whose value is fixed at compile time although they are not constants themselves, when all
+# their operands are. Random and opaque ops are excluded: folding them would change the program.
+_NOT_FOLDABLE = {"stablehlo.rng", "stablehlo.rng_bit_generator", "stablehlo.custom_call",
+                 "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.recv", "stablehlo.send"}
+
+
+class SplitResult(BaseModel):
+    model: str
+    arguments: list[TensorDesc]  # of the model's @main
+    outputs: list[ValueRef]  # what the model's @main returns
+    ops: list[OpRecord]
+    arith_constants_rewritten: int = 0
+    calls_inlined: int = 0
+
+    @property
+    def failed(self) -> list[OpRecord]:
+        return [r for r in self.ops if not r.ok]
+
+
+def tensor_desc(t: ir.Type) -> TensorDesc:
+    if isinstance(t, ir.RankedTensorType):
+        return TensorDesc(shape=tuple(t.shape), dtype=str(t.element_type))
+    return TensorDesc(shape=(), dtype=str(t))  # tokens, tuples: described by their type
+
+
+def canonical_text(module: ir.Module) -> str:
+    """The module without locations; SSA names are renumbered by the printer."""
+    return module.operation.get_asm(enable_debug_info=False)
+
+
+def signature_of(canonical: str) -> str:
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def split_module(source: str | bytes, model: str, ctx: ir.Context | None = None) -> SplitResult:
+    """Parse, normalise and split one model's module. Raises ModuleError for unusable modules."""
+    ctx = ctx or make_context()
+    with ctx, ir.Location.unknown(ctx):
+        module = parse_module(source, ctx, model)
+        rewritten = replace_arith_constants(module)
+        main = main_func(module, model)
+        inlined = inline_calls(module, main)
+        check_static_shapes(main, model)
+        splitter = _Splitter(main, model)
+        records = [splitter.record(i) for i in range(len(splitter.ops))]
+        terminator = [op.operation for op in main.regions[0].blocks[0].operations][-1]
+        outputs = [splitter.ref(v) for v in terminator.operands]
+        arguments = [tensor_desc(a.type) for a in main.regions[0].blocks[0].arguments]
+    return SplitResult(model=model, arguments=arguments, outputs=outputs, ops=records,
+                       arith_constants_rewritten=rewritten, calls_inlined=inlined)
+
+
+class _Splitter:
+    def __init__(self, main: ir.Operation, model: str):
+        self.model = model
+        self.ops = body_ops(main)
+        self.arg_index = {a: i for i, a in enumerate(main.regions[0].blocks[0].arguments)}
+        self.producer: dict[ir.Value, tuple[int, int]] = {}
+        for i, op in enumerate(self.ops):
+            for j, r in enumerate(op.results):
+                self.producer[r] = (i, j)
+        self._descs: dict[ir.Type, TensorDesc] = {}  # MLIR types are uniqued: describe each once
+        self.foldable: list[bool] = []
+        for i in range(len(self.ops)):  # in program order: producers are decided first
+            self.foldable.append(self._is_foldable(i))
+
+    def desc(self, t: ir.Type) -> TensorDesc:
+        found = self._descs.get(t)
+        if found is None:
+            found = self._descs[t] = tensor_desc(t)
+        return found
+
+    def ref(self, value: ir.Value) -> ValueRef:
+        if value in self.arg_index:
+            return ValueRef(model_argument=self.arg_index[value])
+        position, result = self.producer[value]
+        return ValueRef(position=position, result=result)
+
+    def _is_foldable(self, i: int) -> bool:
+        op = self.ops[i]
+        if op.name in _NOT_FOLDABLE:
+            return False
+        for v in list(op.operands) + _captured(op):
+            if v in self.arg_index or v not in self.producer:
+                return False
+            if not self.foldable[self.producer[v][0]]:
+                return False
+        return True
+
+    def _constant_chain(self, values: list[ir.Value]) -> list[int]:
+        """Positions of every op needed to compute `values` from constants, in program order."""
+        needed: set[int] = set()
+        stack = [self.producer[v][0] for v in values]
+        while stack:
+            p = stack.pop()
+            if p in needed:
+                continue
+            needed.add(p)
+            op = self.ops[p]
+            stack.extend(self.producer[v][0] for v in list(op.operands) + _captured(op))
+        return sorted(needed)
+
+    def record(self, i: int) -> OpRecord:
+        op = self.ops[i]
+        base = OpRecord(model=self.model, position=i, op_name=op.name, provenance=provenance_of(op),
+                        outputs=[self.desc(r.type) for r in op.results])
+        try:
+            return self._extract(i, base)
+        except Exception as e:  # one op that cannot be extracted never stops the others
+            return base.model_copy(update={"split_error": f"{type(e).__name__}: {e}"})
+
+    def _extract(self, i: int, base: OpRecord) -> OpRecord:
+        op = self.ops[i]
+        own = list(op.operands)
+        captured = _captured(op)
+        arguments: list[ir.Value] = []  # distinct non-constant values, in first-use order
+        constants: list[ir.Value] = []
+        operands: list[OperandDesc] = []
+        for index, v in enumerate(own + captured):
+            kind = OperandKind.CAPTURED if index >= len(own) else OperandKind.ARGUMENT
+            desc = self.desc(v.type)
+            if v in self.producer and self.foldable[self.producer[v][0]]:
+                constants.append(v)
+                operands.append(OperandDesc(index=index, kind=OperandKind.CONSTANT, tensor=desc))
+                continue
+            if v not in arguments:
+                arguments.append(v)
+            operands.append(OperandDesc(index=index, kind=kind, tensor=desc,
+                                        argument=arguments.index(v)))
+
+        module = ir.Module.create(op.location)
+        with ir.InsertionPoint(module.body), op.location:
+            fn = func.FuncOp("main", ([v.type for v in arguments], [r.type for r in op.results]))
+            entry = fn.add_entry_block()
+            mapping: dict[ir.Value, ir.Value] = dict(zip(arguments, entry.arguments))
+            with ir.InsertionPoint(entry):
+                for p in self._constant_chain(constants):
+                    self._clone_into(self.ops[p], mapping)
+                clone = self._clone_into(op, mapping)
+                func.ReturnOp(list(clone.results))
+        if not module.operation.verify():
+            raise ValueError("the extracted module does not verify")
+        canonical = canonical_text(module)
+        return base.model_copy(update={
+            "signature": signature_of(canonical),
+            "attributes": op_attributes(op),
+            "operands": operands,
+            "inputs": [self.desc(v.type) for v in arguments],
+            "input_sources": [self.ref(v) for v in arguments],
+            "module_text": module.operation.get_asm(enable_debug_info=True),
+        })
+
+    @staticmethod
+    def _clone_into(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> ir.Operation:
+        clone = op.clone()
+        remap_operands(clone, mapping)
+        for old, new in zip(op.results, clone.results):
+            mapping[old] = new
+        return clone
+
+
+def _captured(op: ir.Operation) -> list[ir.Value]:
+    """Values used inside op's regions but defined outside op, in first-use order."""
+    if len(op.regions) == 0:
+        return []
+    inner_values: set = set()
+
+    def collect(o: ir.Operation) -> ir.WalkResult:
+        for region in o.regions:
+            for block in region.blocks:
+                inner_values.update(block.arguments)
+                for nested in block.operations:
+                    inner_values.update(nested.results)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(collect)
+    found: list[ir.Value] = []
+
+    def uses(o: ir.Operation) -> ir.WalkResult:
+        for v in o.operands:
+            if v not in inner_values and v not in found:
+                found.append(v)
+        return ir.WalkResult.ADVANCE
+
+    for region in op.regions:
+        for block in region.blocks:
+            for nested in block.operations:
+                nested.operation.walk(uses)
+    return found

@@ -1,0 +1,278 @@
+"""The records every part of opbyop produces and consumes.
+
+One vocabulary from the splitter to the SQL tables: an op occurrence (where an op came from), a
+unique op (what gets compiled), and an op result (how far it got, why it stopped, what it costs).
+A result always carries the depth reached AND the stage that failed AND the message.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> datetime:
+    """Current time; a function (never a default evaluated once at import: peers' defect 1)."""
+    return datetime.now(timezone.utc)
+
+
+class Stage(str, Enum):
+    """How deep an op got, in pipeline order."""
+
+    SPLIT = "SPLIT"
+    STABLEHLO = "STABLEHLO"
+    TTIR = "TTIR"
+    TTNN = "TTNN"
+    FLATBUFFER = "FLATBUFFER"
+    DEVICE_RUN = "DEVICE_RUN"
+    GOLDEN = "GOLDEN"
+
+    @property
+    def rank(self) -> int:
+        return _STAGE_RANK[self]
+
+    def next(self) -> Stage | None:
+        order = list(Stage)
+        i = order.index(self)
+        return order[i + 1] if i + 1 < len(order) else None
+
+
+_STAGE_RANK = {s: i for i, s in enumerate(Stage)}
+COMPILE_STAGES = (Stage.STABLEHLO, Stage.TTIR, Stage.TTNN, Stage.FLATBUFFER)
+
+
+class Status(str, Enum):
+    SUCCESS = "success"
+    COMPILE_FAILED = "compile_failed"
+    RUN_FAILED = "run_failed"
+    GOLDEN_FAILED = "golden_failed"
+    CRASHED = "crashed"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+
+
+class TensorDesc(BaseModel):
+    """A tensor's shape and element type (MLIR spelling: f32, bf16, i64, i1 ...)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    def __str__(self) -> str:
+        return "x".join(str(d) for d in self.shape) + ("x" if self.shape else "") + self.dtype
+
+
+class SourceFrame(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    line: int
+    col: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+class Provenance(BaseModel):
+    """Where an op came from in the framework: the only link back from IR to the user's model."""
+
+    framework_op: str | None = None  # e.g. torch.conv2d
+    module_path: str | None = None  # e.g. layer1.0.conv1
+    aten_op: str | None = None  # e.g. aten.convolution.default
+    source: SourceFrame | None = None  # the innermost frame in the user's own code
+    stack: list[SourceFrame] = Field(default_factory=list)  # innermost first
+    location: str = ""  # the MLIR location, verbatim
+
+
+class OperandKind(str, Enum):
+    ARGUMENT = "argument"  # fed through an argument of the single-op module
+    CONSTANT = "constant"  # produced by constants in the model: kept inside the module
+    CAPTURED = "captured"  # used inside the op's regions from outside: an extra argument
+
+
+class OperandDesc(BaseModel):
+    index: int  # operand index in the op (captured values follow the op's own operands)
+    kind: OperandKind
+    tensor: TensorDesc
+    argument: int | None = None  # which argument of the single-op module feeds it
+
+
+class ValueRef(BaseModel):
+    """A value of a model's @main: an argument of @main, or result `result` of the op at `position`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    position: int | None = None
+    result: int = 0
+    model_argument: int | None = None
+
+
+class OpRecord(BaseModel):
+    """One occurrence of one op in one model, wrapped in its own module."""
+
+    model: str
+    position: int  # index among @main's ops, program order (after inlining calls)
+    op_name: str  # e.g. stablehlo.convolution
+    signature: str = ""  # sha256 of the canonical module text; empty when the split failed
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    operands: list[OperandDesc] = Field(default_factory=list)
+    inputs: list[TensorDesc] = Field(default_factory=list)  # the single-op module's arguments
+    input_sources: list[ValueRef] = Field(default_factory=list)  # where each argument comes from
+    outputs: list[TensorDesc] = Field(default_factory=list)
+    provenance: Provenance = Field(default_factory=Provenance)
+    module_text: str | None = None  # with locations; None when the split failed
+    split_error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.split_error is None
+
+
+class Occurrence(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model: str
+    position: int
+
+
+class UniqueOp(BaseModel):
+    """An op to analyse once, with every place it came from (never one model's name only)."""
+
+    signature: str
+    op_name: str
+    module_text: str
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    inputs: list[TensorDesc]
+    outputs: list[TensorDesc]
+    operands: list[OperandDesc] = Field(default_factory=list)
+    provenance: Provenance  # of the first occurrence
+    occurrences: list[Occurrence]
+
+    @property
+    def models(self) -> list[str]:
+        return sorted({o.model for o in self.occurrences})
+
+
+class CompileOutcome(BaseModel):
+    """What tt-mlir did with one module."""
+
+    reached: Stage | None = None  # deepest compile stage whose output exists
+    failed_stage: Stage | None = None
+    message: str | None = None  # the compiler's words, verbatim
+    diagnostics: list[str] = Field(default_factory=list)  # the compiler's 'error:' lines, with locations
+    stage_seconds: dict[Stage, float] = Field(default_factory=dict)
+    seconds: float = 0.0
+    artifacts: dict[str, str] = Field(default_factory=dict)  # kind (ttir, ttnn, flatbuffer ...) -> sha256
+
+    @property
+    def ok(self) -> bool:
+        return self.reached is Stage.FLATBUFFER and self.failed_stage is None
+
+
+class OpPlacement(BaseModel):
+    """The op model chosen for one TTNN compute op (grid, blocks, cost) and how it was chosen."""
+
+    ttnn_op: str
+    grid: tuple[int, int]
+    block_tiles: tuple[int, int]
+    buffer_factor: int
+    l1_bytes_per_core: int
+    cycles: int
+    candidates: int
+    legal: int
+    rejected: dict[str, int] = Field(default_factory=dict)  # failure reason -> count
+    fixed_by_compiler: bool = False
+
+
+class DeviceRun(BaseModel):
+    """One simulated run of a compiled TTNN program."""
+
+    ttnn_ops: int = 0
+    not_simulated: list[str] = Field(default_factory=list)
+    cycles: int = 0
+    peak_l1_bytes: int = 0  # per core
+    peak_dram_bytes: int = 0
+    placements: list[OpPlacement] = Field(default_factory=list)
+    seconds: float = 0.0
+    message: str | None = None
+
+
+class GoldenComparison(BaseModel):
+    pcc: float | None
+    max_abs_error: float
+    max_rel_error: float
+    allclose: bool
+    passed: bool
+    pcc_threshold: float
+    seconds: float = 0.0
+
+
+class OpResult(BaseModel):
+    """One unique op's attempt in one run."""
+
+    signature: str
+    op_name: str
+    status: Status
+    depth: Stage  # deepest stage completed
+    failed_stage: Stage | None = None  # None only on success / skip
+    message: str | None = None
+    compile: CompileOutcome | None = None
+    device: DeviceRun | None = None
+    golden: GoldenComparison | None = None
+    started_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime = Field(default_factory=utcnow)
+    worker: str | None = None
+    reused_from: str | None = None  # run id whose result was reused (cache hit)
+
+    @property
+    def seconds(self) -> float:
+        return (self.ended_at - self.started_at).total_seconds()
+
+
+class WholeModelResult(BaseModel):
+    """The whole module compiled at once and run stitched on the device: the other view."""
+
+    status: Status
+    depth: Stage
+    failed_stage: Stage | None = None
+    message: str | None = None
+    compile: CompileOutcome | None = None
+    device: DeviceRun | None = None
+    pcc: float | None = None  # device output against the framework's own eager output
+    max_abs_error: float | None = None
+    iterations: int = 0
+    seconds: float = 0.0
+
+
+class ModelSummary(BaseModel):
+    """One model in one run."""
+
+    model: str
+    frontend: str
+    ops_total: int
+    ops_unique: int
+    split_failures: int = 0
+    export_seconds: float = 0.0
+    error: str | None = None  # the model could not be loaded, exported or split at all
+    whole: WholeModelResult | None = None
+
+
+class RunInfo(BaseModel):
+    """One analysis run: what was analysed, with what, and how it ended."""
+
+    run_id: str
+    started_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+    status: str = "running"  # running | completed | failed
+    models: list[str] = Field(default_factory=list)
+    chip: str = ""
+    system_desc_sha256: str = ""
+    plugin_version: str = ""
+    opbyop_version: str = ""
+    git_sha: str = ""
+    options_key: str = ""
+    config: dict[str, Any] = Field(default_factory=dict)  # the AnalysisConfig, as JSON

@@ -1,0 +1,83 @@
+"""The child process of a worker: compiler, XLA:CPU and device kept warm, one request at a time.
+
+Started by opbyop.worker.process.OpWorker; talks JSON over two inherited pipe descriptors, so the
+compiler's own chatter on stdout/stderr (sent to a log file) can never corrupt the protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request
+
+# Tests only: "abort:<signature prefix>" or "hang:<signature prefix>", ';'-separated.
+FAULT_ENV = "OPBYOP_FAULT_INJECT"
+
+
+def _inject_fault(signature: str) -> None:
+    for rule in filter(None, os.environ.get(FAULT_ENV, "").split(";")):
+        action, _, prefix = rule.partition(":")
+        if prefix and signature.startswith(prefix):
+            if action == "abort":
+                os.abort()
+            if action == "hang":
+                time.sleep(10**6)
+
+
+def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:
+    from opbyop.jaxenv import prepare_jax
+
+    prepare_jax(system_desc)
+    from opbyop.analysis import OpAnalyzer, describe_exception
+    from opbyop.artifacts import ArtifactStore
+    from opbyop.compiler.plugin import TTCompiler
+    from opbyop.compiler.system_desc import plugin_version
+    from opbyop.device.simulator import DeviceSimulator
+    from opbyop.golden.xla_cpu import XlaCpu
+
+    scratch = workspace / "scratch" / f"child-{os.getpid()}"
+    analyzer = OpAnalyzer(TTCompiler(), XlaCpu(), DeviceSimulator(), ArtifactStore(workspace / "artifacts"), scratch)
+    conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
+    while True:
+        try:
+            raw = conn_in.recv_bytes()
+        except EOFError:
+            break
+        request = MESSAGE.validate_json(raw)
+        assert isinstance(request, Request)
+
+        def progress(stage: str, request_id: str = request.id) -> None:
+            conn_out.send_bytes(Progress(id=request_id, stage=stage).model_dump_json().encode())
+
+        try:
+            _inject_fault(request.op.signature)
+            result = analyzer.analyze(request.op, request.settings, request.id, progress)
+            reply: Reply | Failure = Reply(id=request.id, result=result)
+        except Exception as e:
+            reply = Failure(id=request.id, error=describe_exception(e))
+        shutil.rmtree(scratch / request.id, ignore_errors=True)
+        conn_out.send_bytes(reply.model_dump_json().encode())
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--in-fd", type=int, required=True)
+    parser.add_argument("--out-fd", type=int, required=True)
+    parser.add_argument("--system-desc", type=Path, required=True)
+    parser.add_argument("--workspace", type=Path, required=True)
+    parser.add_argument("--chip", required=True)
+    args = parser.parse_args(argv)
+    serve(Connection(args.in_fd, writable=False), Connection(args.out_fd, readable=False),
+          args.system_desc, args.workspace, args.chip)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

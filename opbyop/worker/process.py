@@ -1,0 +1,190 @@
+"""OpWorker: one long-lived child process, replaced whenever an op kills or hangs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from opbyop.compiler.stages import failed_after, read_dumps
+from opbyop.records import OpResult, Stage, Status, UniqueOp, utcnow
+from opbyop.worker.protocol import MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request
+
+
+class WorkerStartError(RuntimeError):
+    pass
+
+
+_STAGE_OF_STEP = {"compile": None, "device_run": Stage.DEVICE_RUN, "golden": Stage.GOLDEN}
+
+
+class OpWorker:
+    """Analyse ops in a child process that keeps compiler, XLA:CPU and device warm.
+
+    `analyze` always returns an OpResult: a child that dies becomes `crashed`, one that exceeds the
+    time limit becomes `timeout`, both at the stage the child was in; the child is then replaced.
+    """
+
+    def __init__(self, system_desc: Path, workspace: Path, chip: str = "", name: str = "worker",
+                 env: dict[str, str] | None = None, start_timeout: float = 600.0):
+        self.system_desc = Path(system_desc)
+        self.workspace = Path(workspace)
+        self.chip = chip or self.system_desc.stem
+        self.name = name
+        self.env = env
+        self.start_timeout = start_timeout
+        self.log_path = self.workspace / "logs" / f"{name}.log"
+        self._proc: subprocess.Popen | None = None
+        self._to_child: Connection | None = None
+        self._from_child: Connection | None = None
+        self.ready: Ready | None = None
+        self.restarts = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> Ready:
+        if self._proc is not None and self._proc.poll() is None and self.ready is not None:
+            return self.ready
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        req_r, req_w = os.pipe()
+        rep_r, rep_w = os.pipe()
+        log = open(self.log_path, "ab")
+        cmd = [sys.executable, "-m", "opbyop.worker.child", "--in-fd", str(req_r), "--out-fd", str(rep_w),
+               "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip]
+        env = {**os.environ, **(self.env or {})}
+        self._proc = subprocess.Popen(cmd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
+                                      stdout=log, stderr=log, env=env)
+        log.close()
+        os.close(req_r)
+        os.close(rep_w)
+        self._to_child = Connection(req_w, readable=False)
+        self._from_child = Connection(rep_r, writable=False)
+        message = self._receive(self.start_timeout)
+        if not isinstance(message, Ready):
+            tail = self._log_tail()
+            self.close()
+            raise WorkerStartError(f"worker {self.name} did not start: {message!r}\n{tail}")
+        self.ready = message
+        return message
+
+    def close(self) -> None:
+        for conn in (self._to_child, self._from_child):
+            if conn is not None:
+                conn.close()
+        self._to_child = self._from_child = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        self.ready = None
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self.close()
+
+    def __enter__(self) -> OpWorker:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    # -- requests --------------------------------------------------------------------------
+    def analyze(self, op: UniqueOp, settings: AnalysisSettings, timeout: float = 120.0) -> OpResult:
+        self.start()
+        request = Request(id=f"{op.signature[:12]}-{uuid.uuid4().hex[:12]}", op=op, settings=settings)
+        started = utcnow()
+        log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        assert self._to_child is not None
+        self._to_child.send_bytes(request.model_dump_json().encode())
+        step = "compile"
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            message = self._receive(max(0.0, remaining)) if remaining > 0 else None
+            if message is None:  # hung: timeout
+                self.kill()
+                self.restarts += 1
+                return self._lost(op, request, started, step, Status.TIMEOUT,
+                                  f"no result within {timeout:.0f} s during {step}", log_offset)
+            if isinstance(message, EOFError):  # died: crash
+                returncode = self._proc.wait() if self._proc is not None else None
+                self.close()
+                self.restarts += 1
+                return self._lost(op, request, started, step, Status.CRASHED,
+                                  f"worker process died ({_describe_exit(returncode)}) during {step}", log_offset)
+            if getattr(message, "id", None) != request.id:
+                self.kill()  # a stale or foreign message: never credit it to this op
+                raise RuntimeError(f"worker {self.name} answered {message!r} to request {request.id}")
+            if isinstance(message, Progress):
+                step = message.stage
+                continue
+            if isinstance(message, Reply):
+                message.result.worker = self.name
+                return message.result
+            if isinstance(message, Failure):
+                raise RuntimeError(f"worker {self.name} failed on {op.signature[:12]}: {message.error}")
+
+    def _receive(self, timeout: float) -> object:
+        """The next message, None on timeout, an EOFError instance when the child is gone."""
+        assert self._from_child is not None
+        try:
+            if not self._from_child.poll(timeout):
+                return None
+            return MESSAGE.validate_json(self._from_child.recv_bytes())
+        except (EOFError, OSError) as e:
+            return EOFError(str(e))
+
+    def _lost(self, op: UniqueOp, request: Request, started: object, step: str, status: Status,
+              what: str, log_offset: int) -> OpResult:
+        """The record of an op whose child died or hung, at the stage it was in."""
+        if step == "compile":
+            export_dir = self.workspace / "scratch" / f"child-{self._last_pid}" / request.id
+            reached = read_dumps(export_dir, 0.0).reached if export_dir.exists() else None
+            depth, failed = reached or Stage.SPLIT, failed_after(reached)
+        else:
+            failed = _STAGE_OF_STEP[step]
+            depth = Stage.FLATBUFFER if failed is Stage.DEVICE_RUN else Stage.DEVICE_RUN
+        tail = self._log_tail(log_offset)
+        message = what + (f"; last output: {tail}" if tail else "")
+        return OpResult(signature=op.signature, op_name=op.op_name, status=status, depth=depth,
+                        failed_stage=failed, message=message, started_at=started, ended_at=utcnow(),
+                        worker=self.name)
+
+    @property
+    def _last_pid(self) -> int | None:
+        return self.ready.pid if self.ready is not None else None
+
+    def _log_tail(self, offset: int = 0, lines: int = 6) -> str:
+        if not self.log_path.exists():
+            return ""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+        wanted = [line for line in text.splitlines() if line.strip() and not line.startswith(" ")]
+        return " | ".join(wanted[-lines:])
+
+
+def _describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "exit status unknown"
+    if returncode < 0:
+        try:
+            return f"signal {-returncode} {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit status {returncode}"

@@ -1,0 +1,57 @@
+"""Messages between a worker (parent) and its child process, as JSON over a pipe."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from opbyop.config import CompilerOptions
+from opbyop.golden.compare import Thresholds
+from opbyop.records import OpResult, UniqueOp
+
+
+class AnalysisSettings(BaseModel):
+    options: CompilerOptions = Field(default_factory=CompilerOptions)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    seed: int = 0
+    run_device: bool = True
+    run_golden: bool = True
+
+
+class Request(BaseModel):
+    kind: Literal["request"] = "request"
+    id: str
+    op: UniqueOp
+    settings: AnalysisSettings
+
+
+class Ready(BaseModel):
+    kind: Literal["ready"] = "ready"
+    pid: int
+    chip: str
+    plugin_version: str
+
+
+class Progress(BaseModel):
+    kind: Literal["progress"] = "progress"
+    id: str
+    stage: Literal["compile", "device_run", "golden"]
+
+
+class Reply(BaseModel):
+    kind: Literal["reply"] = "reply"
+    id: str
+    result: OpResult
+
+
+class Failure(BaseModel):
+    """The child could not handle a request (a bug in opbyop, not in the op): reported, not hidden."""
+
+    kind: Literal["failure"] = "failure"
+    id: str
+    error: str
+
+
+Message = Annotated[Union[Ready, Progress, Reply, Failure], Field(discriminator="kind")]
+MESSAGE = TypeAdapter(Message)
