@@ -1,0 +1,151 @@
+"""Execute one function of a TTNN program on the simulated device, op by op.
+
+Values live in DeviceTensors (values already in their storage format, a buffer in DRAM or L1).
+Every op's result is stored in the format its layout names (bf16 rounding, block floating point,
+si32 ...), allocated where its layout says, and freed when the program deallocates it. Const-eval
+functions run once per set of inputs and are cached on the device, as the runtime does.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from opbyop.device.formats import store
+from opbyop.device.kernels import KERNELS, Call
+from opbyop.device.kernels.base import NotSimulated
+from opbyop.device.memory import OutOfMemory
+from opbyop.device.placement import PlacementError, Policy, place
+from opbyop.device.program import Function, Op, Program, TensorType
+from opbyop.records import DeviceRun, OpPlacement
+
+if TYPE_CHECKING:
+    from opbyop.device.runtime import Device, DeviceTensor
+
+# Ops the executor handles itself (no numerical kernel).
+CONTROL_OPS = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached"}
+
+
+class SimulationError(Exception):
+    """A run failure: names the op and the reason; carries what was measured until then."""
+
+    def __init__(self, message: str, run: DeviceRun | None = None):
+        super().__init__(message)
+        self.run = run or DeviceRun(message=message)
+        self.run.message = message
+
+
+def unsupported_ops(program: Program) -> list[str]:
+    """TTNN ops in the program that the simulator does not implement, sorted, each once."""
+    return sorted({op.name for op in _all_ops(program) if op.name not in KERNELS and op.name not in CONTROL_OPS})
+
+
+def _all_ops(program: Program) -> list[Op]:
+    return [op for f in program.functions.values() for op in f.ops]
+
+
+@dataclass
+class RunStats:
+    ttnn_ops: int = 0
+    cycles: int = 0
+    placements: list[OpPlacement] = field(default_factory=list)
+
+
+class Executor:
+    def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES):
+        self.device = device
+        self.program = program
+        self.policy = policy
+        self.stats = RunStats()
+
+    def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
+        from opbyop.device.runtime import DeviceTensor
+
+        env: dict[int, DeviceTensor | None] = dict(zip(function.arguments, args))
+        owned: set[int] = set()  # tensors this call holds a reference on
+        for t in args:
+            t.refs += 1
+            owned.add(id(t))
+        try:
+            for op in function.ops:
+                self._step(op, env, owned)
+            outputs = [env[v] for v in function.returns]
+        except (OutOfMemory, NotSimulated, PlacementError) as e:
+            raise SimulationError(str(e) if not isinstance(e, NotSimulated) else f"not simulated: {e}") from None
+        for t in outputs:
+            if t is not None and id(t) not in owned:
+                t.refs += 1  # an argument returned as is: the caller gets its own reference
+        for t in {id(t): t for t in env.values() if t is not None}.values():
+            if id(t) in owned and t not in outputs:
+                self.device.release(t)
+        return [t for t in outputs if t is not None]
+
+    # -- one op ----------------------------------------------------------------------------
+    def _step(self, op: Op, env: dict, owned: set[int]) -> None:
+        if op.name == "ttnn.get_device":
+            env[op.results[0]] = None
+            return
+        if op.name == "ttnn.deallocate":
+            tensor = env.get(op.operands[0])
+            if tensor is not None and (id(tensor) in owned or op.attrs.get("force")):
+                owned.discard(id(tensor))
+                self.device.release(tensor, force=bool(op.attrs.get("force")))
+            return
+        if op.name == "ttcore.load_cached":
+            results = self._const_eval(op, [env[v] for v in op.operands])
+            for v, t in zip(op.results, results):
+                env[v] = t
+                owned.add(id(t))
+            return
+        kernel = KERNELS.get(op.name)
+        if kernel is None:
+            raise NotSimulated(op.name)
+        inputs = [env.get(v) for v in op.operands]
+        started = time.perf_counter()
+        values = kernel(Call(op=op, inputs=[t.values if t is not None else None for t in inputs],
+                             out_types=op.result_types))
+        self.stats.ttnn_ops += 1
+        placement = place(op, self.device.spec, self.policy)
+        if placement is not None:
+            self.stats.placements.append(placement)
+            self.stats.cycles += placement.cycles
+        for v, value, t in zip(op.results, values, op.result_types):
+            tensor = self._materialise(value, t, f"{op.name} ({_short(op.location)})")
+            env[v] = tensor
+            owned.add(id(tensor))
+        self.device.host_seconds += time.perf_counter() - started
+
+    def _materialise(self, value: np.ndarray, t: TensorType | None, name: str) -> DeviceTensor:
+        from opbyop.device.runtime import DeviceTensor, host_layout
+
+        if t is None:
+            raise NotSimulated(f"{name}: result without a tensor type")
+        layout = t.layout or host_layout(t.dtype)
+        stored = store(np.asarray(value).reshape(t.shape), layout.dtype)
+        buffer = self.device.memory.allocate(layout, t.shape, name)
+        return DeviceTensor(values=stored, dtype=t.dtype, layout=layout, device=self.device, buffer=buffer, name=name)
+
+    def _const_eval(self, op: Op, args: list[DeviceTensor | None]) -> list[DeviceTensor]:
+        callee = op.attrs["callee"].lstrip("@")
+        key = (id(self.program), callee, tuple(id(a) for a in args))
+        cached = self.device.const_cache.get(key)
+        if cached is None:
+            cached = self.run(self.program.functions[callee], [a for a in args if a is not None])
+            self.device.const_cache[key] = cached  # the cache holds a reference on each result
+        for t in cached:
+            t.refs += 1
+        return cached
+
+
+def _short(location: str) -> str:
+    return location if len(location) <= 80 else location[:77] + "..."
+
+
+def run_stats(executor: Executor, seconds: float) -> DeviceRun:
+    memory = executor.device.memory
+    return DeviceRun(ttnn_ops=executor.stats.ttnn_ops, cycles=executor.stats.cycles,
+                     peak_l1_bytes=memory.peak_l1_per_core, peak_dram_bytes=memory.peak_dram,
+                     placements=executor.stats.placements, seconds=seconds)

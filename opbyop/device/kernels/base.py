@@ -1,0 +1,60 @@
+"""What a kernel sees."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from opbyop.device.program import Op, TensorType
+
+
+class NotSimulated(Exception):
+    """The executor has no implementation for this op (or this variant of it)."""
+
+
+@dataclass
+class Call:
+    op: Op
+    inputs: list[np.ndarray | None]  # None for non-tensor operands (the device)
+    out_types: list[TensorType | None]
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        return self.op.attrs
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.op.attrs.get(name, default)
+
+    @property
+    def tensors(self) -> list[np.ndarray]:
+        return [x for x in self.inputs if x is not None]
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        t = self.out_types[0]
+        assert t is not None
+        return t.shape
+
+    @property
+    def fidelity(self) -> tuple[str, bool]:
+        """(math fidelity, fp32 accumulation) from the op's compute config; tt-mlir's defaults otherwise."""
+        config = self.attr("compute_config") or {}
+        if not isinstance(config, dict):
+            config = {}
+        return str(config.get("math_fidelity", "hifi4")), bool(config.get("fp32_dest_acc_en", True))
+
+
+def shape_attr(value: Any) -> tuple[int, ...]:
+    """`#ttnn.shape<4x128>` arrives as '4x128', a bare 1, or a list."""
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    if isinstance(value, int):
+        return (value,)
+    text = str(value).strip()
+    return tuple(int(d) for d in text.split("x") if d) if text else ()
+
+
+def as_float(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float32) if np.asarray(x).dtype != np.float32 else np.asarray(x)

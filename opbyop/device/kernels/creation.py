@@ -1,0 +1,32 @@
+"""Ops that create tensors on the device."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from opbyop.device.kernels.base import Call
+from opbyop.device.program import dense_values
+
+
+def _full(value: float | None) -> Callable[[Call], list]:
+    def kernel(call: Call) -> list:
+        fill = call.attr("fill_value", 0.0) if value is None else value
+        return [np.full(call.out_shape, fill, dtype=np.float64)]
+    return kernel
+
+
+def _arange(call: Call) -> list:
+    start, end, step = (int(call.attr(k, d)) for k, d in (("start", 0), ("end", 0), ("step", 1)))
+    return [np.arange(start, end, step).reshape(call.out_shape)]
+
+
+def _constant(call: Call) -> list:
+    return [dense_values(call.op.raw["value"]).reshape(call.out_shape)]
+
+
+KERNELS: dict[str, Callable[[Call], list]] = {
+    "ttnn.full": _full(None), "ttnn.zeros": _full(0.0), "ttnn.ones": _full(1.0), "ttnn.empty": _full(0.0),
+    "ttnn.arange": _arange, "ttnn.constant": _constant,
+}

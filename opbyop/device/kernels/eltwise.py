@@ -1,0 +1,126 @@
+"""Element-wise TTNN ops (SFPU/FPU math in f32; the executor rounds to the result's format)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from scipy import special
+
+from opbyop.device.kernels.base import Call, NotSimulated
+
+_Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
+_Unary = Callable[[np.ndarray], np.ndarray]
+
+
+def _float_or_int(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    return x if x.dtype.kind in "iub" else x.astype(np.float32)
+
+
+def _binary(fn: _Binary) -> Callable[[Call], list]:
+    def kernel(call: Call) -> list:
+        a, b = (_float_or_int(x) for x in call.tensors[:2])
+        with np.errstate(all="ignore"):
+            return [fn(a, b)]
+    return kernel
+
+
+def _unary(fn: _Unary) -> Callable[[Call], list]:
+    def kernel(call: Call) -> list:
+        with np.errstate(all="ignore"):
+            return [fn(_float_or_int(call.tensors[0]).astype(np.float32))]
+    return kernel
+
+
+def _compare(fn: _Binary) -> Callable[[Call], list]:
+    def kernel(call: Call) -> list:
+        a, b = (_float_or_int(x) for x in call.tensors[:2])
+        return [fn(a, b).astype(np.float32)]
+    return kernel
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return np.where(b == 0, 0, np.trunc(a / np.where(b == 0, 1, b))).astype(a.dtype)
+    return np.asarray(a, np.float32) / np.asarray(b, np.float32)
+
+
+def _remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.fmod(a, b)  # StableHLO remainder: sign of the dividend
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return (0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))).astype(np.float32)
+
+
+def _clamp_scalar(call: Call) -> list:
+    x = _float_or_int(call.tensors[0])
+    return [np.clip(x, call.attr("min", -np.inf), call.attr("max", np.inf))]
+
+
+def _clamp_tensor(call: Call) -> list:
+    x, lo, hi = (_float_or_int(t) for t in call.tensors[:3])
+    return [np.minimum(np.maximum(x, lo), hi)]
+
+
+def _pow_scalar(call: Call) -> list:
+    with np.errstate(all="ignore"):
+        return [np.power(_float_or_int(call.tensors[0]).astype(np.float32), np.float32(call.attr("rhs", 1.0)))]
+
+
+def _where(call: Call) -> list:
+    cond, a, b = call.tensors[:3]
+    return [np.where(np.asarray(cond) != 0, a, b)]
+
+
+def _leaky_relu(call: Call) -> list:
+    x = _float_or_int(call.tensors[0]).astype(np.float32)
+    slope = float(call.attr("parameter", call.attr("negative_slope", 0.01)))
+    return [np.where(x >= 0, x, x * slope)]
+
+
+def _scalar_binary(fn: _Binary) -> Callable[[Call], list]:
+    """ttnn ops with a scalar right-hand side carried as an attribute (add/multiply... by scalar)."""
+    def kernel(call: Call) -> list:
+        if len(call.tensors) >= 2:
+            return _binary(fn)(call)
+        rhs = call.attr("rhs", call.attr("scalar"))
+        if rhs is None:
+            raise NotSimulated(f"{call.op.name} without a second operand or scalar")
+        return [fn(_float_or_int(call.tensors[0]), np.float32(rhs))]
+    return kernel
+
+
+_BINARY: dict[str, _Binary] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
+    "maximum": np.maximum, "minimum": np.minimum, "pow": np.power, "pow_tensor": np.power,
+    "remainder": _remainder, "atan2": np.arctan2,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "logical_left_shift": np.left_shift, "logical_right_shift": np.right_shift,
+}
+_COMPARE: dict[str, _Binary] = {
+    "eq": np.equal, "ne": np.not_equal, "gt": np.greater, "ge": np.greater_equal, "lt": np.less,
+    "le": np.less_equal,
+    "logical_and": lambda a, b: np.logical_and(a != 0, b != 0),
+    "logical_or": lambda a, b: np.logical_or(a != 0, b != 0),
+    "logical_xor": lambda a, b: np.logical_xor(a != 0, b != 0),
+}
+_UNARY: dict[str, _Unary] = {
+    "abs": np.abs, "neg": np.negative, "exp": np.exp, "log": np.log, "log1p": np.log1p, "expm1": np.expm1,
+    "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": lambda x: 1.0 / x, "cbrt": np.cbrt,
+    "relu": lambda x: np.maximum(x, 0), "relu6": lambda x: np.clip(x, 0, 6), "gelu": _gelu,
+    "silu": lambda x: x / (1.0 + np.exp(-x)), "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan, "erf": special.erf,
+    "floor": np.floor, "ceil": np.ceil, "sign": np.sign, "round": np.round, "isfinite": np.isfinite,
+    "logical_not": lambda x: (x == 0).astype(np.float32), "bitwise_not": lambda x: ~x.astype(np.int32),
+    "hardsigmoid": lambda x: np.clip(x / 6.0 + 0.5, 0, 1),
+}
+
+KERNELS: dict[str, Callable[[Call], list]] = {
+    **{f"ttnn.{name}": _scalar_binary(fn) for name, fn in _BINARY.items()},
+    **{f"ttnn.{name}": _compare(fn) for name, fn in _COMPARE.items()},
+    **{f"ttnn.{name}": _unary(fn) for name, fn in _UNARY.items()},
+    "ttnn.clamp_scalar": _clamp_scalar, "ttnn.clamp_tensor": _clamp_tensor, "ttnn.pow_scalar": _pow_scalar,
+    "ttnn.where": _where, "ttnn.leaky_relu": _leaky_relu,
+}

@@ -1,0 +1,233 @@
+"""Load the TTNN program tt-mlir emits (its `ttnn_runtime` dump) into plain Python objects.
+
+The dump prints ops in generic form inside two custom-form wrappers. Three textual normalisations
+make jaxlib's MLIR parse it with unregistered dialects (facts/tt-compiler.md): drop the wrapper
+lines, rewrite `ttcore.load_cached(@f, [args])` into generic form with the callee as an attribute,
+and turn `<{...}>` properties into an attribute dictionary. tt attributes stay opaque to MLIR and
+are read here from their text (`#ttnn.name<key = value, ...>`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from jaxlib.mlir import ir
+
+from opbyop.device.arch import DeviceSpec
+from opbyop.device.layout import Layout, parse_layout
+from opbyop.errors import OpbyopError
+from opbyop.ir.attributes import to_value
+from opbyop.ir.context import make_context
+
+_LOAD_CACHED = re.compile(r"ttcore\.load_cached\((@[\w.]+), \[([^\]]*)\]\)")
+_PROPERTIES = re.compile(r"\) <\{(.*)\}> :")
+
+_MLIR_TO_FORMAT = {"f32": "f32", "bf16": "bf16", "f16": "f16", "si32": "si32", "ui32": "u32", "ui16": "u16",
+                   "ui8": "u8", "i32": "si32", "i1": "i1", "u32": "u32", "u16": "u16", "u8": "u8"}
+
+
+class ProgramError(OpbyopError):
+    pass
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: str  # element type of the tensor (f32, bf16, si32 ...)
+    layout: Layout | None  # None: a host-side tensor without a TTNN layout
+
+    @property
+    def storage(self) -> str:
+        """The format the bytes are in (a tile's element type may differ from the tensor's)."""
+        return self.layout.dtype if self.layout is not None else self.dtype
+
+
+@dataclass
+class Op:
+    name: str
+    operands: list[int]
+    results: list[int]
+    operand_types: list[TensorType | None]
+    result_types: list[TensorType | None]
+    attrs: dict[str, Any]
+    location: str = ""
+    raw: dict[str, ir.Attribute] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Function:
+    name: str
+    kind: str  # forward_device | const_eval | ...
+    arguments: list[int]
+    argument_types: list[TensorType | None]
+    ops: list[Op]
+    returns: list[int]
+    return_types: list[TensorType | None]
+
+
+@dataclass
+class Program:
+    functions: dict[str, Function]
+    entry: str
+    spec: DeviceSpec
+    text: str
+
+    @property
+    def main(self) -> Function:
+        return self.functions[self.entry]
+
+    def op_names(self) -> list[str]:
+        return [op.name for f in self.functions.values() for op in f.ops]
+
+
+def normalise(text: str) -> str:
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("ttcore.device_module {", "ttcore.device @")):
+            continue
+        lines.append(line)
+    closers = [i for i, line in enumerate(lines) if line.strip().startswith("} loc(")]
+    if len(closers) >= 2:
+        del lines[closers[-2]]  # the device_module's closing brace
+    out = "\n".join(lines)
+    out = _LOAD_CACHED.sub(lambda m: f'"ttcore.load_cached"({m.group(2)}) {{callee = {m.group(1)}}}', out)
+    return _PROPERTIES.sub(lambda m: ") {" + m.group(1) + "} :", out)
+
+
+def tensor_type(t: ir.Type) -> TensorType | None:
+    if not isinstance(t, ir.RankedTensorType):
+        return None  # !ttnn.device and other opaque types
+    dtype = _MLIR_TO_FORMAT.get(str(t.element_type), str(t.element_type))
+    layout = parse_layout(str(t.encoding)) if t.encoding is not None else None
+    return TensorType(shape=tuple(t.shape), dtype=dtype, layout=layout)
+
+
+def parse_tt_attribute(text: str) -> Any:
+    """`#ttnn.kind<a = 1, b = lofi>` -> {'a': 1, 'b': 'lofi'}; positional values -> a list."""
+    text = text.strip()
+    m = re.match(r"^#?[\w.]*<(.*)>$", text, re.S)
+    if not m:
+        return _scalar(text)
+    parts = _split_top(m.group(1))
+    if parts and all(_split_key(p) is not None for p in parts):
+        return {k: parse_tt_attribute(v) for k, v in (_split_key(p) for p in parts)}  # type: ignore[misc]
+    if len(parts) == 1:
+        return _scalar(parts[0])
+    return [parse_tt_attribute(p) for p in parts]
+
+
+def _split_top(body: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(body[start:i].strip())
+            start = i + 1
+    tail = body[start:].strip()
+    return parts + ([tail] if tail else [])
+
+
+def _split_key(part: str) -> tuple[str, str] | None:
+    m = re.match(r"^(\w+) = (.*)$", part, re.S)
+    return (m.group(1), m.group(2)) if m else None
+
+
+def _scalar(text: str) -> Any:
+    text = text.strip()
+    if text in ("true", "false"):
+        return text == "true"
+    for cast in (int, float):
+        try:
+            return cast(text.split(" : ")[0])
+        except ValueError:
+            pass
+    return text
+
+
+def _attribute(attr: ir.Attribute) -> Any:
+    value = to_value(attr)
+    if isinstance(value, str) and value.startswith("#"):
+        return parse_tt_attribute(value)
+    return value
+
+
+def dense_values(attr: ir.Attribute) -> np.ndarray:
+    """The numpy value of a DenseElementsAttr (ttnn.constant)."""
+    if not isinstance(attr, ir.DenseElementsAttr):
+        raise ProgramError(f"expected dense elements, got {attr}", "this constant form is not simulated")
+    shape = tuple(attr.type.shape)
+    if attr.is_splat:
+        value = attr.get_splat_value()
+        scalar = value.value if hasattr(value, "value") else float(str(value).split(" ")[0])
+        return np.full(shape, scalar)
+    try:
+        return np.array(attr).reshape(shape)
+    except (TypeError, ValueError, RuntimeError):
+        body = str(attr)
+        numbers = re.findall(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|0x[0-9A-Fa-f]+|true|false)", body[: body.rfind(":")])
+        values = [1.0 if n == "true" else 0.0 if n == "false" else float.fromhex(n) if n.startswith("0x")
+                  else float(n) for n in numbers]
+        return np.array(values, dtype=np.float64).reshape(shape)
+
+
+def load_program(text: str, ctx: ir.Context | None = None) -> Program:
+    """Parse a ttnn_runtime dump; the entry is the function marked forward_device (or @main)."""
+    ctx = ctx or make_context(allow_unregistered=True)
+    try:
+        module = ir.Module.parse(normalise(text), ctx)
+    except ir.MLIRError as e:
+        raise ProgramError(f"cannot read the TTNN program: {e}", "pass an unmodified ttnn_runtime dump") from None
+    functions: dict[str, Function] = {}
+    ids: dict[ir.Value, int] = {}
+
+    def vid(v: ir.Value) -> int:
+        return ids.setdefault(v, len(ids))
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "func.func" and len(op.regions[0].blocks) > 0:
+            functions[ir.StringAttr(op.attributes["sym_name"]).value] = _function(op, vid)
+            return ir.WalkResult.SKIP
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    entry = next((n for n, f in functions.items() if f.kind == "forward_device"), "main")
+    if entry not in functions:
+        raise ProgramError("the TTNN program has no entry function", "pass a ttnn_runtime dump of tt-mlir")
+    return Program(functions=functions, entry=entry, spec=DeviceSpec.from_system_desc(text), text=text)
+
+
+def _function(op: ir.Operation, vid: Any) -> Function:
+    types: dict[ir.Type, TensorType | None] = {}  # MLIR types are uniqued: read each layout once
+
+    def ttype(t: ir.Type) -> TensorType | None:
+        if t not in types:
+            types[t] = tensor_type(t)
+        return types[t]
+
+    name = ir.StringAttr(op.attributes["sym_name"]).value
+    kind = ir.StringAttr(op.attributes["tt.function_type"]).value if "tt.function_type" in op.attributes else ""
+    block = op.regions[0].blocks[0]
+    ops: list[Op] = []
+    returns: list[int] = []
+    return_types: list[TensorType | None] = []
+    for inner in block.operations:
+        inner = inner.operation
+        if inner.name == "func.return":
+            returns = [vid(v) for v in inner.operands]
+            return_types = [ttype(v.type) for v in inner.operands]
+            continue
+        raw = {n: inner.attributes[n] for n in inner.attributes}
+        ops.append(Op(name=inner.name, operands=[vid(v) for v in inner.operands], results=[vid(v) for v in inner.results],
+                      operand_types=[ttype(v.type) for v in inner.operands],
+                      result_types=[ttype(v.type) for v in inner.results],
+                      attrs={n: _attribute(a) for n, a in raw.items()}, location=str(inner.location), raw=raw))
+    return Function(name=name, kind=kind, arguments=[vid(a) for a in block.arguments],
+                    argument_types=[ttype(a.type) for a in block.arguments], ops=ops, returns=returns,
+                    return_types=return_types)

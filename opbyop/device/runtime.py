@@ -1,0 +1,271 @@
+"""The runtime API for on-device tensors (seed 002, as tt-mlir's runtime has it).
+
+    device = open_device(spec)
+    weights = [to_device(w, device, get_layout(binary, 0, i)) for i, w in ...]   # pushed once
+    outs = submit(device, binary, 0, inputs + weights)   # non-blocking: device tensors
+    wait(outs); host = to_host(outs[0])                   # the device copy stays allocated
+    deallocate(outs[0])                                    # freed at reference count zero
+
+`submit` converts inputs whose layout differs from what the program expects, moves L1 tensors
+the program does not use out to DRAM, and runs on the device's command queue (one thread), so
+the caller gets device tensors back at once and can enqueue the next program, e.g. a second
+model fed by the first one's outputs without a host round trip.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from opbyop.device.arch import DeviceSpec
+from opbyop.device.executor import Executor, SimulationError, run_stats, unsupported_ops
+from opbyop.device.formats import store
+from opbyop.device.layout import DRAM_ROW_MAJOR, Layout
+from opbyop.device.memory import Buffer, DeviceMemory, OutOfMemory
+from opbyop.device.placement import Policy
+from opbyop.device.program import Program, TensorType, load_program
+from opbyop.records import DeviceRun
+
+_HOST_FORMAT = {"i64": "si32", "i32": "si32", "f64": "f32", "i1": "bf16"}  # what the device holds instead
+
+
+def host_layout(dtype: str) -> Layout:
+    return Layout(dtype=dtype, buffer="system_memory", memory_layout=None)
+
+
+@dataclass(eq=False)
+class DeviceTensor:
+    values: np.ndarray  # in its storage format already
+    dtype: str
+    layout: Layout
+    device: Device | None
+    buffer: Buffer | None = None
+    refs: int = 1
+    name: str = ""
+    ready: concurrent.futures.Future | None = field(default=None, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.values.shape)
+
+    @property
+    def deallocated(self) -> bool:
+        return self.buffer is not None and self.buffer.freed
+
+
+class Device:
+    """One simulated chip: memory, a command queue, the const-eval cache."""
+
+    _ids = itertools.count()
+
+    def __init__(self, spec: DeviceSpec):
+        self.spec = spec
+        self.id = next(self._ids)
+        self.memory = DeviceMemory(spec)
+        self.const_cache: dict[tuple, list[DeviceTensor]] = {}
+        self.live: dict[int, DeviceTensor] = {}
+        self.host_seconds = 0.0
+        self.runs: list[DeviceRun] = []  # one record per executed program, in order
+        self._queue = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device{self.id}")
+        self.closed = False
+
+    def track(self, tensor: DeviceTensor) -> DeviceTensor:
+        if tensor.buffer is not None:
+            self.live[id(tensor)] = tensor
+        return tensor
+
+    def release(self, tensor: DeviceTensor, force: bool = False) -> None:
+        tensor.refs = 0 if force else tensor.refs - 1
+        if tensor.refs <= 0:
+            self.memory.free(tensor.buffer)
+            self.live.pop(id(tensor), None)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._queue.shutdown(wait=True)
+            for t in list(self.live.values()):
+                self.memory.free(t.buffer)
+            self.live.clear()
+            self.const_cache.clear()
+            self.closed = True
+
+
+@dataclass
+class Binary:
+    """A compiled program, loaded once, runnable many times."""
+
+    program: Program
+    flatbuffer: bytes | None = None
+
+    @classmethod
+    def load(cls, ttnn_runtime_mlir: str, flatbuffer: bytes | None = None) -> Binary:
+        return cls(load_program(ttnn_runtime_mlir), flatbuffer)
+
+    @property
+    def program_names(self) -> list[str]:
+        names = [n for n, f in self.program.functions.items() if f.kind == "forward_device"]
+        return names or [self.program.entry]
+
+    def function(self, program_index: int):
+        try:
+            return self.program.functions[self.program_names[program_index]]
+        except IndexError:
+            raise IndexError(f"program {program_index} out of range: the binary has {len(self.program_names)}") from None
+
+    def input_types(self, program_index: int) -> list[TensorType | None]:
+        return self.function(program_index).argument_types
+
+
+def open_device(spec: DeviceSpec) -> Device:
+    return Device(spec)
+
+
+def close_device(device: Device) -> None:
+    device.close()
+
+
+def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, name: str = "input") -> DeviceTensor:
+    """Copy a host array to the device (default: DRAM interleaved, row-major)."""
+    host = np.asarray(host)
+    fmt = _HOST_FORMAT.get(_mlir_dtype(host), _mlir_dtype(host))
+    layout = layout or DRAM_ROW_MAJOR.with_(dtype=fmt)
+    values = store(host, layout.dtype)
+    try:
+        buffer = device.memory.allocate(layout, values.shape, name)
+    except OutOfMemory as e:
+        raise SimulationError(str(e)) from None
+    return device.track(DeviceTensor(values=values, dtype=layout.dtype, layout=layout, device=device,
+                                     buffer=buffer, name=name))
+
+
+def wait(x: DeviceTensor | Iterable[DeviceTensor] | concurrent.futures.Future) -> None:
+    """Block until the tensor(s) or event are ready; re-raise a failed program's error."""
+    if isinstance(x, concurrent.futures.Future):
+        x.result()
+        return
+    for t in [x] if isinstance(x, DeviceTensor) else list(x):
+        if t.ready is not None:
+            t.ready.result()
+
+
+def to_host(tensor: DeviceTensor, untilize: bool = True) -> np.ndarray:
+    """Wait for the tensor and copy it to the host; the device copy stays allocated."""
+    wait(tensor)
+    if tensor.deallocated:
+        raise SimulationError(f"to_host of {tensor.name}: its device buffer was deallocated")
+    return np.array(tensor.values, copy=True)
+
+
+def get_layout(binary: Binary, program_index: int, input_index: int) -> Layout:
+    """The layout program `program_index` expects for input `input_index`."""
+    t = binary.input_types(program_index)[input_index]
+    return t.layout if t is not None and t.layout is not None else DRAM_ROW_MAJOR
+
+
+def to_layout(tensor: DeviceTensor, device: Device, layout: Layout, retain: bool = True) -> DeviceTensor:
+    """A NEW tensor in `layout` (never in place); the source is released unless `retain`."""
+    wait(tensor)
+    values = store(tensor.values, layout.dtype)
+    try:
+        buffer = device.memory.allocate(layout, values.shape, f"{tensor.name} as {layout.buffer}")
+    except OutOfMemory as e:
+        raise SimulationError(str(e)) from None
+    out = device.track(DeviceTensor(values=values, dtype=layout.dtype, layout=layout, device=device,
+                                    buffer=buffer, name=tensor.name))
+    if not retain:
+        deallocate(tensor)
+    return out
+
+
+def deallocate(tensor: DeviceTensor, force: bool = False) -> None:
+    """Drop one reference; the buffer is freed at zero, or now when forced."""
+    if tensor.device is not None:
+        wait(tensor)
+        tensor.device.release(tensor, force=force)
+
+
+def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[DeviceTensor],
+           policy: Policy = Policy.FEWEST_CYCLES) -> list[DeviceTensor]:
+    """Enqueue a program; returns its output tensors at once (they become ready when it ends)."""
+    function = binary.function(program_index)
+    if len(inputs) != len(function.arguments):
+        raise ValueError(f"program {program_index} takes {len(function.arguments)} inputs, got {len(inputs)}")
+    missing = unsupported_ops(binary.program)
+    if missing:
+        raise SimulationError("not simulated: " + ", ".join(missing), DeviceRun(not_simulated=missing))
+    future: concurrent.futures.Future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy)
+    outputs = [DeviceTensor(values=np.zeros(t.shape if t else ()), dtype=t.dtype if t else "f32",
+                            layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, ready=future,
+                            name=f"output {i}")
+               for i, t in enumerate(function.return_types)]
+    future.add_done_callback(lambda f: _fill(outputs, f))
+    return outputs
+
+
+def _fill(placeholders: list[DeviceTensor], future: concurrent.futures.Future) -> None:
+    if future.exception() is not None:
+        return
+    results, _ = future.result()
+    for placeholder, real in zip(placeholders, results):
+        placeholder.values, placeholder.dtype, placeholder.layout = real.values, real.dtype, real.layout
+        placeholder.buffer, placeholder.refs = real.buffer, real.refs
+        if real.device is not None:
+            real.device.live.pop(id(real), None)
+            real.device.track(placeholder)
+
+
+def _execute(device: Device, binary: Binary, program_index: int, inputs: list[DeviceTensor],
+             policy: Policy) -> tuple[list[DeviceTensor], DeviceRun]:
+    started = time.perf_counter()
+    wait(inputs)
+    expected = binary.input_types(program_index)
+    converted = []
+    for i, (t, want) in enumerate(zip(inputs, expected)):
+        if want is not None and want.layout is not None and (t.layout != want.layout):
+            converted.append(to_layout(t, device, want.layout))  # converted copy, dropped after the run
+        else:
+            converted.append(t)
+    _evict_l1(device, keep={id(t) for t in converted})
+    executor = Executor(device, binary.program, policy)
+    try:
+        outputs = executor.run(binary.function(program_index), converted)
+    except SimulationError as e:
+        e.run = run_stats(executor, time.perf_counter() - started).model_copy(update={"message": str(e)})
+        raise
+    finally:
+        for original, used in zip(inputs, converted):
+            if used is not original:
+                device.release(used)
+    for t in outputs:
+        device.track(t)
+    run = run_stats(executor, time.perf_counter() - started)
+    device.runs.append(run)
+    return outputs, run
+
+
+def _evict_l1(device: Device, keep: set[int]) -> None:
+    """Move L1 tensors this program does not use out to DRAM, making room for it."""
+    for t in list(device.live.values()):
+        if id(t) in keep or t.buffer is None or t.buffer.buffer_type != "l1" or t.ready is not None and not t.ready.done():
+            continue
+        layout = t.layout.with_(buffer="dram", memory_layout="interleaved", grid=(1, 1))
+        buffer = device.memory.allocate(layout, t.shape, f"{t.name} (evicted from L1)")
+        device.memory.free(t.buffer)
+        t.buffer, t.layout = buffer, layout
+
+
+def run_of(tensor: DeviceTensor) -> DeviceRun:
+    """What the program that produced `tensor` did: cycles, placements, peak memory (waits)."""
+    if tensor.ready is None:
+        raise ValueError(f"{tensor.name} was not produced by submit")
+    return tensor.ready.result()[1]
+
+
+def _mlir_dtype(x: np.ndarray) -> str:
+    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64",
+            "int32": "si32", "uint32": "u32", "uint8": "u8", "bool": "i1"}.get(str(x.dtype), "f32")

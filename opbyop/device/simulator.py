@@ -1,0 +1,59 @@
+"""Run one compiled TTNN program on host inputs: the device step of the per-op pipeline."""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from opbyop.device.arch import DeviceSpec
+from opbyop.device.executor import SimulationError
+from opbyop.device.placement import Policy
+from opbyop.device.runtime import Binary, Device, deallocate, get_layout, open_device, run_of, submit, to_device, to_host
+from opbyop.records import DeviceRun
+
+__all__ = ["DeviceSimulator", "SimulationError"]
+
+
+class DeviceSimulator:
+    """Keeps one open device per chip description and runs programs through the runtime API."""
+
+    def __init__(self, harvesting_mask: int = 0, policy: Policy = Policy.FEWEST_CYCLES):
+        self.harvesting_mask = harvesting_mask
+        self.policy = policy
+        self._devices: dict[DeviceSpec, Device] = {}
+
+    def device_for(self, spec: DeviceSpec) -> Device:
+        if self.harvesting_mask:
+            spec = spec.harvested(self.harvesting_mask)
+        if spec not in self._devices:
+            self._devices[spec] = open_device(spec)
+        return self._devices[spec]
+
+    def run(self, program_text: str, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], DeviceRun]:
+        """Outputs of the program's entry on `inputs`, and what the run cost; SimulationError on failure."""
+        started = time.perf_counter()
+        binary = Binary.load(program_text)
+        device = self.device_for(binary.program.spec)
+        device.memory.reset_peaks()
+        pushed = [to_device(x, device, get_layout(binary, 0, i), name=f"input {i}") for i, x in enumerate(inputs)]
+        try:
+            outputs = submit(device, binary, 0, pushed, self.policy)
+            host = [to_host(t) for t in outputs]
+            run = run_of(outputs[0]) if outputs else DeviceRun()
+        except SimulationError as e:
+            e.run.seconds = time.perf_counter() - started
+            raise
+        finally:
+            for t in pushed:
+                deallocate(t)
+        for t in outputs:
+            deallocate(t)
+        device.const_cache.clear()  # single ops: nothing to reuse, release their constants
+        return host, run.model_copy(update={"seconds": time.perf_counter() - started})
+
+    def close(self) -> None:
+        for device in self._devices.values():
+            device.close()
+        self._devices.clear()

@@ -1,0 +1,89 @@
+"""DuckDB views over the Parquet dataset, in a connection or in a .duckdb catalog file for BI tools.
+
+Views name the data files explicitly (the ones whose footer reads; corrupt ones are reported and
+left out) rather than a glob: one corrupt file must not break every query. A catalog file is
+therefore a snapshot of the file list: the nightly flow rebuilds it after each run.
+Tables: runs, ops, results, models (+ the Hive column `date`); helpers: stages (stage, rank),
+occurrences (ops joined with their result), and the macro normalize_message(m).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from opbyop.records import Stage
+from storage.dataset import DatasetScan, Store
+from storage.normalize import macro_sql
+from storage.schema import TABLES, schema_of
+
+log = logging.getLogger("opbyop.storage")
+
+CATALOG_NAME = "opbyop.duckdb"
+
+OCCURRENCES_SQL = """
+CREATE OR REPLACE VIEW occurrences AS
+SELECT o.run_id, o.date, o.model, o.position, o.op_name, o.signature, o.framework_op, o.module_path,
+       o.split_error, r.status, r.depth, s.rank AS depth_rank, r.failed_stage, r.message
+FROM ops o
+LEFT JOIN results r ON r.run_id = o.run_id AND r.signature = o.signature
+LEFT JOIN stages s ON s.stage = r.depth
+"""
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _empty_with_date(table: str) -> pa.Table:
+    """A typed empty table, Hive `date` column included, for a table that has no files yet."""
+    schema = schema_of(table).append(pa.field("date", pa.date32()))
+    return schema.empty_table()
+
+
+def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan) -> None:
+    """One view per table over its readable files, plus the helper views and macros."""
+    for table in TABLES:
+        files = scan.files.get(table, [])
+        con.execute(f"DROP VIEW IF EXISTS {table}")
+        con.execute(f"DROP TABLE IF EXISTS {table}")
+        if files:
+            listing = ", ".join(_sql_str(str(Path(f).resolve())) for f in files)
+            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
+                        "hive_partitioning = true, union_by_name = true)")
+        else:  # read_parquet of no files is an error; an empty typed table keeps queries valid
+            empty = _empty_with_date(table)  # noqa: F841 (read by DuckDB's replacement scan)
+            con.execute(f"CREATE TABLE {table} AS SELECT * FROM empty")
+    stages = ", ".join(f"({_sql_str(s.value)}, {s.rank})" for s in Stage)
+    con.execute(f"CREATE OR REPLACE VIEW stages AS SELECT * FROM (VALUES {stages}) AS t(stage, rank)")
+    con.execute(OCCURRENCES_SQL)
+    con.execute(macro_sql())
+
+
+def build_catalog(root: Path | str, out: Path | str | None = None) -> Path:
+    """Write a .duckdb file with the views (default <root>/opbyop.duckdb), atomically replaced.
+
+    Open it with the DuckDB CLI (`duckdb -readonly <file>`) or Superset via duckdb-engine
+    (duckdb:///<file>?access_mode=read_only).
+    """
+    store = Store(root)
+    scan = store.scan()
+    for s in scan.skipped:
+        log.warning("catalog leaves out a corrupt file: %s", s)
+    target = Path(out) if out is not None else store.root / CATALOG_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    con = duckdb.connect(str(tmp))
+    try:
+        create_views(con, scan)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    Path(f"{tmp}.wal").unlink(missing_ok=True)
+    os.replace(tmp, target)
+    return target

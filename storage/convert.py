@@ -1,0 +1,279 @@
+"""Records <-> Arrow rows: the only place that knows how a pydantic record maps onto table columns.
+
+Writing builds rows and hands them to pyarrow with the explicit schema (no type inference); reading
+rebuilds the records from the rows. Values keep their types end to end: no value is stringified to
+be parsed back, except `attributes` and `config`, which are free-form JSON objects.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+import pyarrow as pa
+from pydantic import BaseModel, Field
+
+from opbyop.records import (
+    COMPILE_STAGES, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OpPlacement,
+    OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
+    WholeModelResult,
+)
+from storage import schema as S
+
+
+def utc(dt: datetime | None) -> datetime | None:
+    """Aware UTC datetime; a naive one is taken to be UTC already."""
+    if dt is None:
+        return None
+    return dt.replace(tzinfo=timezone.utc) if dt.tzinfo is None else dt.astimezone(timezone.utc)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _tensor(t: TensorDesc) -> dict[str, Any]:
+    return {"shape": list(t.shape), "dtype": t.dtype}
+
+
+def _enum(value: Any) -> str | None:
+    return None if value is None else value.value
+
+
+# ----------------------------------------------------------------------------- records -> rows
+
+def run_row(run: RunInfo) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id, "started_at": utc(run.started_at), "ended_at": utc(run.ended_at),
+        "status": run.status, "models": list(run.models), "chip": run.chip,
+        "system_desc_sha256": run.system_desc_sha256, "plugin_version": run.plugin_version,
+        "opbyop_version": run.opbyop_version, "git_sha": run.git_sha, "options_key": run.options_key,
+        "config": _json(run.config),
+    }
+
+
+def op_row(run_id: str, rec: OpRecord) -> dict[str, Any]:
+    p = rec.provenance
+    return {
+        "run_id": run_id, "model": rec.model, "position": rec.position, "op_name": rec.op_name,
+        "signature": rec.signature, "framework_op": p.framework_op, "module_path": p.module_path,
+        "aten_op": p.aten_op,
+        "source_file": p.source.file if p.source else None,
+        "source_line": p.source.line if p.source else None,
+        "source_col": p.source.col if p.source else None,
+        "stack": [f.model_dump() for f in p.stack], "location": p.location,
+        "inputs": [_tensor(t) for t in rec.inputs], "outputs": [_tensor(t) for t in rec.outputs],
+        "operands": [{"index": o.index, "kind": o.kind.value, "shape": list(o.tensor.shape),
+                      "dtype": o.tensor.dtype, "argument": o.argument} for o in rec.operands],
+        "input_sources": [s.model_dump() for s in rec.input_sources],
+        "attributes": _json(rec.attributes), "split_error": rec.split_error,
+    }
+
+
+def _compile_columns(c: CompileOutcome | None, prefix: str = "") -> dict[str, Any]:
+    if c is None:
+        return {f.name: None for f in S.compile_fields(prefix)}
+    known = {k: v for k, v in c.artifacts.items() if k in S.ARTIFACT_KINDS}
+    out = {
+        f"{prefix}compile_reached": _enum(c.reached), f"{prefix}compile_failed_stage": _enum(c.failed_stage),
+        f"{prefix}compile_message": c.message, f"{prefix}compile_diagnostics": list(c.diagnostics),
+        f"{prefix}compile_s": c.seconds,
+        f"{prefix}artifacts": {kind: known.get(kind) for kind in S.ARTIFACT_KINDS},
+        f"{prefix}artifacts_extra": [{"kind": k, "sha256": v} for k, v in sorted(c.artifacts.items())
+                                     if k not in S.ARTIFACT_KINDS],
+    }
+    for stage, column in zip(COMPILE_STAGES, S.COMPILE_STAGE_COLUMNS):
+        out[f"{prefix}{column}"] = c.stage_seconds.get(stage)
+    return out
+
+
+def _placement(p: OpPlacement) -> dict[str, Any]:
+    row = p.model_dump()
+    row["grid"], row["block_tiles"] = list(p.grid), list(p.block_tiles)
+    row["rejected"] = [{"reason": k, "count": v} for k, v in sorted(p.rejected.items())]
+    return row
+
+
+def _device_columns(d: DeviceRun | None, prefix: str = "") -> dict[str, Any]:
+    if d is None:
+        return {f.name: None for f in S.device_fields(prefix)}
+    return {
+        f"{prefix}ttnn_ops": d.ttnn_ops, f"{prefix}not_simulated": list(d.not_simulated),
+        f"{prefix}cycles": d.cycles, f"{prefix}peak_l1_bytes": d.peak_l1_bytes,
+        f"{prefix}peak_dram_bytes": d.peak_dram_bytes,
+        f"{prefix}placements": [_placement(p) for p in d.placements],
+        f"{prefix}device_s": d.seconds, f"{prefix}device_message": d.message,
+    }
+
+
+def _golden_columns(g: GoldenComparison | None) -> dict[str, Any]:
+    if g is None:
+        return {"pcc": None, "max_abs_error": None, "max_rel_error": None, "allclose": None,
+                "golden_passed": None, "pcc_threshold": None, "golden_s": None}
+    return {"pcc": g.pcc, "max_abs_error": g.max_abs_error, "max_rel_error": g.max_rel_error,
+            "allclose": g.allclose, "golden_passed": g.passed, "pcc_threshold": g.pcc_threshold,
+            "golden_s": g.seconds}
+
+
+def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
+    return {
+        "run_id": run_id, "signature": r.signature, "op_name": r.op_name, "status": r.status.value,
+        "depth": r.depth.value, "failed_stage": _enum(r.failed_stage), "message": r.message,
+        **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
+        "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
+        "reused_from": r.reused_from,
+    }
+
+
+class ModelCounts(BaseModel):
+    """Occurrences of one model's ops by the depth / status their unique op's result reached."""
+
+    by_depth: dict[Stage, int] = Field(default_factory=dict)
+    by_status: dict[Status, int] = Field(default_factory=dict)
+    without_result: int = 0
+
+
+def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, Any]:
+    w = m.whole
+    row: dict[str, Any] = {
+        "run_id": run_id, "model": m.model, "frontend": m.frontend, "ops_total": m.ops_total,
+        "ops_unique": m.ops_unique, "split_failures": m.split_failures, "export_s": m.export_seconds,
+        "error": m.error, "ops_without_result": counts.without_result,
+        "whole_status": _enum(w.status) if w else None, "whole_depth": _enum(w.depth) if w else None,
+        "whole_failed_stage": _enum(w.failed_stage) if w else None, "whole_message": w.message if w else None,
+        **_compile_columns(w.compile if w else None, "whole_"),
+        **_device_columns(w.device if w else None, "whole_"),
+        "whole_pcc": w.pcc if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
+        "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
+    }
+    for stage, column in zip(Stage, S.DEPTH_COUNT_COLUMNS):
+        row[column] = counts.by_depth.get(stage, 0)
+    for status, column in zip(Status, S.STATUS_COUNT_COLUMNS):
+        row[column] = counts.by_status.get(status, 0)
+    return row
+
+
+def to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
+    """Rows -> an Arrow table with the table's explicit schema (pyarrow infers nothing)."""
+    return pa.Table.from_pylist(rows, schema=S.schema_of(table))
+
+
+# ----------------------------------------------------------------------------- rows -> records
+
+def _stage(value: str | None) -> Stage | None:
+    return None if value is None else Stage(value)
+
+
+def _tensors(values: list[dict[str, Any]] | None) -> list[TensorDesc]:
+    return [TensorDesc(shape=tuple(v["shape"]), dtype=v["dtype"]) for v in values or []]
+
+
+def run_from_row(row: dict[str, Any]) -> RunInfo:
+    return RunInfo(
+        run_id=row["run_id"], started_at=row["started_at"], ended_at=row["ended_at"], status=row["status"],
+        models=row["models"] or [], chip=row["chip"] or "", system_desc_sha256=row["system_desc_sha256"] or "",
+        plugin_version=row["plugin_version"] or "", opbyop_version=row["opbyop_version"] or "",
+        git_sha=row["git_sha"] or "", options_key=row["options_key"] or "",
+        config=json.loads(row["config"]) if row["config"] else {},
+    )
+
+
+def op_from_row(row: dict[str, Any]) -> OpRecord:
+    source = (SourceFrame(file=row["source_file"], line=row["source_line"], col=row["source_col"] or 0)
+              if row["source_file"] is not None else None)
+    provenance = Provenance(
+        framework_op=row["framework_op"], module_path=row["module_path"], aten_op=row["aten_op"],
+        source=source, stack=[SourceFrame(**f) for f in row["stack"] or []], location=row["location"] or "",
+    )
+    operands = [OperandDesc(index=o["index"], kind=o["kind"], argument=o["argument"],
+                            tensor=TensorDesc(shape=tuple(o["shape"]), dtype=o["dtype"]))
+                for o in row["operands"] or []]
+    return OpRecord(
+        model=row["model"], position=row["position"], op_name=row["op_name"], signature=row["signature"],
+        attributes=json.loads(row["attributes"]) if row["attributes"] else {}, operands=operands,
+        inputs=_tensors(row["inputs"]), input_sources=[ValueRef(**v) for v in row["input_sources"] or []],
+        outputs=_tensors(row["outputs"]), provenance=provenance, module_text=None,
+        split_error=row["split_error"],
+    )
+
+
+def _compile_from(row: dict[str, Any], prefix: str = "") -> CompileOutcome | None:
+    if row[f"{prefix}compile_s"] is None:
+        return None
+    artifacts = {k: v for k, v in (row[f"{prefix}artifacts"] or {}).items() if v is not None}
+    artifacts.update({e["kind"]: e["sha256"] for e in row[f"{prefix}artifacts_extra"] or []})
+    stage_seconds = {stage: row[f"{prefix}{column}"] for stage, column in zip(COMPILE_STAGES, S.COMPILE_STAGE_COLUMNS)
+                     if row[f"{prefix}{column}"] is not None}
+    return CompileOutcome(
+        reached=_stage(row[f"{prefix}compile_reached"]), failed_stage=_stage(row[f"{prefix}compile_failed_stage"]),
+        message=row[f"{prefix}compile_message"], diagnostics=row[f"{prefix}compile_diagnostics"] or [],
+        stage_seconds=stage_seconds, seconds=row[f"{prefix}compile_s"], artifacts=artifacts,
+    )
+
+
+def _placement_from(p: dict[str, Any]) -> OpPlacement:
+    return OpPlacement(**{**p, "grid": tuple(p["grid"]), "block_tiles": tuple(p["block_tiles"]),
+                          "rejected": {r["reason"]: r["count"] for r in p["rejected"] or []}})
+
+
+def _device_from(row: dict[str, Any], prefix: str = "") -> DeviceRun | None:
+    if row[f"{prefix}device_s"] is None:
+        return None
+    return DeviceRun(
+        ttnn_ops=row[f"{prefix}ttnn_ops"], not_simulated=row[f"{prefix}not_simulated"] or [],
+        cycles=row[f"{prefix}cycles"], peak_l1_bytes=row[f"{prefix}peak_l1_bytes"],
+        peak_dram_bytes=row[f"{prefix}peak_dram_bytes"],
+        placements=[_placement_from(p) for p in row[f"{prefix}placements"] or []],
+        seconds=row[f"{prefix}device_s"], message=row[f"{prefix}device_message"],
+    )
+
+
+def _golden_from(row: dict[str, Any]) -> GoldenComparison | None:
+    if row["golden_s"] is None:
+        return None
+    return GoldenComparison(pcc=row["pcc"], max_abs_error=row["max_abs_error"], max_rel_error=row["max_rel_error"],
+                            allclose=row["allclose"], passed=row["golden_passed"],
+                            pcc_threshold=row["pcc_threshold"], seconds=row["golden_s"])
+
+
+def result_from_row(row: dict[str, Any]) -> OpResult:
+    return OpResult(
+        signature=row["signature"], op_name=row["op_name"], status=Status(row["status"]), depth=Stage(row["depth"]),
+        failed_stage=_stage(row["failed_stage"]), message=row["message"], compile=_compile_from(row),
+        device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
+        ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
+    )
+
+
+class StoredModel(BaseModel):
+    """A models-table row: the ModelSummary as written, plus the counts computed at write time."""
+
+    run_id: str
+    summary: ModelSummary
+    counts: ModelCounts
+
+
+def model_from_row(row: dict[str, Any]) -> StoredModel:
+    whole = None
+    if row["whole_status"] is not None:
+        whole = WholeModelResult(
+            status=Status(row["whole_status"]), depth=Stage(row["whole_depth"]),
+            failed_stage=_stage(row["whole_failed_stage"]), message=row["whole_message"],
+            compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
+            max_abs_error=row["whole_max_abs_error"], iterations=row["whole_iterations"] or 0,
+            seconds=row["whole_s"] or 0.0,
+        )
+    summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,
+                           ops_unique=row["ops_unique"] or 0, split_failures=row["split_failures"] or 0,
+                           export_seconds=row["export_s"] or 0.0, error=row["error"], whole=whole)
+    counts = ModelCounts(
+        by_depth={stage: row[c] for stage, c in zip(Stage, S.DEPTH_COUNT_COLUMNS) if row[c]},
+        by_status={status: row[c] for status, c in zip(Status, S.STATUS_COUNT_COLUMNS) if row[c]},
+        without_result=row["ops_without_result"] or 0,
+    )
+    return StoredModel(run_id=row["run_id"], summary=summary, counts=counts)
+
+
+def rows(table: pa.Table) -> Iterable[dict[str, Any]]:
+    return table.to_pylist()

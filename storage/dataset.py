@@ -1,0 +1,372 @@
+"""The Parquet dataset: write a run incrementally (crash-safe, resumable, idempotent) and read it back.
+
+A run is written by one RunWriter: `start` records the run, each `add_results` / `add_ops` batch
+becomes one new part file (a crash loses at most the batch in flight), and `finish` compacts each
+table's parts into one file per run and marks the run completed. Within a run a key (a result's
+signature, an op's model and position, a model's name) has at most one row at every instant: a
+batch that repeats a key first removes the older row, so re-running a run id never duplicates rows.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Callable, Collection, Hashable, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from opbyop.errors import StoreError
+from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, Stage, Status, utcnow
+from storage import convert
+from storage.convert import ModelCounts, StoredModel
+from storage.files import (
+    SkippedFile, check_footer, check_run_id, data_files, default_root, new_part_name, part_files,
+    partition_date, read_part, recover, remove_dir, run_dir, run_dirs, staging_dir, swap_in,
+    write_parquet_atomic,
+)
+from storage.schema import TABLES, schema_of
+
+log = logging.getLogger("opbyop.storage")
+
+RUN_PART = "part-000000.parquet"  # the name of a compacted run's single file per table
+
+
+@dataclass
+class DatasetScan:
+    """Every readable data file per table, and the files skipped because they are corrupt."""
+
+    files: dict[str, list[Path]] = field(default_factory=dict)
+    skipped: list[SkippedFile] = field(default_factory=list)
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(v) for v in self.files.values())
+
+
+def _key_fns() -> dict[str, Callable[[dict[str, Any]], Hashable]]:
+    return {
+        "results": lambda r: r["signature"],
+        "ops": lambda r: (r["model"], r["position"]),
+        "models": lambda r: r["model"],
+    }
+
+
+def _table_keys(table: str, data: pa.Table) -> list[Hashable]:
+    if table == "ops":
+        return list(zip(data.column("model").to_pylist(), data.column("position").to_pylist()))
+    column = "signature" if table == "results" else "model"
+    return data.column(column).to_pylist()
+
+
+def count_models(ops: pa.Table, results: pa.Table) -> dict[str, ModelCounts]:
+    """Per model: occurrences by their unique op's depth and status, and those without a result."""
+    by_signature = {
+        sig: (Stage(depth), Status(status))
+        for sig, depth, status in zip(results.column("signature").to_pylist(), results.column("depth").to_pylist(),
+                                      results.column("status").to_pylist())
+    }
+    counts: dict[str, ModelCounts] = {}
+    for model, sig, split_error in zip(ops.column("model").to_pylist(), ops.column("signature").to_pylist(),
+                                       ops.column("split_error").to_pylist()):
+        c = counts.setdefault(model, ModelCounts())
+        if split_error is not None:
+            continue  # counted by ModelSummary.split_failures
+        found = by_signature.get(sig)
+        if found is None:
+            c.without_result += 1
+            continue
+        depth, status = found
+        c.by_depth[depth] = c.by_depth.get(depth, 0) + 1
+        c.by_status[status] = c.by_status.get(status, 0) + 1
+    return counts
+
+
+class Store:
+    """A Parquet dataset rooted at `root` (default: $OPBYOP_STORE or ./.opbyop/store)."""
+
+    def __init__(self, root: Path | str | None = None):
+        self.root = Path(root) if root is not None else default_root()
+        self.skipped: list[SkippedFile] = []  # corrupt files met by this Store's reads, with their paths
+
+    # ------------------------------------------------------------------ reading
+    def scan(self) -> DatasetScan:
+        """All data files, with their footers checked: corrupt ones are listed apart, with their paths."""
+        scan = DatasetScan()
+        for table in TABLES:
+            good = []
+            for path in data_files(self.root, table):
+                problem = check_footer(path)
+                if problem is None:
+                    good.append(path)
+                else:
+                    scan.skipped.append(problem)
+            scan.files[table] = good
+        self._note(scan.skipped)
+        return scan
+
+    def _note(self, skipped: Iterable[SkippedFile]) -> None:
+        for s in skipped:
+            if s.path not in {k.path for k in self.skipped}:
+                self.skipped.append(s)
+
+    def _read_files(self, table: str, paths: Iterable[Path]) -> pa.Table:
+        parts, skipped = [], []
+        for path in paths:
+            got = read_part(path, table)
+            (skipped if isinstance(got, SkippedFile) else parts).append(got)
+        self._note(skipped)
+        return pa.concat_tables(parts) if parts else schema_of(table).empty_table()
+
+    def read_table(self, table: str, run_id: str | None = None) -> pa.Table:
+        """One table (of one run, or all), in the current schema; corrupt files skipped and noted."""
+        if run_id is not None:
+            check_run_id(run_id)
+        return self._read_files(table, data_files(self.root, table, run_id))
+
+    def runs(self) -> list[RunInfo]:
+        """Every run, oldest first."""
+        runs = [convert.run_from_row(r) for r in self.read_table("runs").to_pylist()]
+        return sorted(runs, key=lambda r: (r.started_at, r.run_id))
+
+    def run(self, run_id: str) -> RunInfo:
+        rows = self.read_table("runs", run_id).to_pylist()
+        if not rows:
+            raise StoreError(f"run {run_id!r} is not in the store at {self.root}",
+                             "list the runs with `opbyop runs`, or pass --store / set OPBYOP_STORE")
+        return convert.run_from_row(rows[0])
+
+    def has_run(self, run_id: str) -> bool:
+        return bool(run_dirs(self.root, "runs", check_run_id(run_id)))
+
+    def results(self, run_id: str) -> list[OpResult]:
+        return [convert.result_from_row(r) for r in self.read_table("results", run_id).to_pylist()]
+
+    def ops(self, run_id: str, model: str | None = None) -> list[OpRecord]:
+        data = self.read_table("ops", run_id)
+        if model is not None:
+            data = data.filter(pc.equal(data.column("model"), model))
+        return [convert.op_from_row(r) for r in data.to_pylist()]
+
+    def models(self, run_id: str) -> list[StoredModel]:
+        return [convert.model_from_row(r) for r in self.read_table("models", run_id).to_pylist()]
+
+    def completed_signatures(self, run_id: str, exclude: Collection[Status] = ()) -> set[str]:
+        """Signatures that already have a result in `run_id` (optionally not counting some statuses):
+        what a resumed run can skip."""
+        data = self._read_files("results", data_files(self.root, "results", check_run_id(run_id)))
+        excluded = {s.value for s in exclude}
+        return {sig for sig, status in zip(data.column("signature").to_pylist(), data.column("status").to_pylist())
+                if status not in excluded}
+
+    def lookup_cached(self, signatures: Iterable[str], plugin_version: str, chip: str, options_key: str,
+                      exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
+        """See storage.cache.lookup_cached."""
+        from storage.cache import lookup_cached  # DuckDB is only loaded when asked for
+        return lookup_cached(self, signatures, plugin_version, chip, options_key, exclude_run)
+
+    # ------------------------------------------------------------------ writing
+    def writer(self) -> RunWriter:
+        return RunWriter(self)
+
+    def write_run(self, run: RunInfo, ops: list[OpRecord], results: list[OpResult],
+                  models: list[ModelSummary]) -> RunInfo:
+        """Write (or re-write) a whole run at once: each table's run directory is built hidden and
+        renamed into place, replacing whatever that run id held before."""
+        with RunWriter(self) as w:
+            w.lock(run.run_id)
+            day = convert.utc(run.started_at).date()
+            self._remove_run_dirs(run.run_id, keep_day=day)
+            ops_t = convert.to_table("ops", _dedupe("ops", [convert.op_row(run.run_id, r) for r in ops]))
+            res_t = convert.to_table("results",
+                                     _dedupe("results", [convert.result_row(run.run_id, r) for r in results]))
+            counts = count_models(ops_t, res_t)
+            models_t = convert.to_table("models", _dedupe("models", [
+                convert.model_row(run.run_id, m, counts.get(m.model, ModelCounts())) for m in models]))
+            for table, data in (("results", res_t), ("ops", ops_t), ("models", models_t),
+                                ("runs", convert.to_table("runs", [convert.run_row(run)]))):
+                _replace_run_dir(run_dir(self.root, table, day, run.run_id), table, data)
+        return run
+
+    def delete_run(self, run_id: str) -> None:
+        self._remove_run_dirs(check_run_id(run_id))
+
+    def _remove_run_dirs(self, run_id: str, keep_day: date | None = None) -> None:
+        for table in ("runs", "models", "ops", "results"):  # the run row first: it vanishes as a whole
+            for d in run_dirs(self.root, table, run_id):
+                if keep_day is None or partition_date(d) != keep_day:
+                    remove_dir(d)
+
+
+def _dedupe(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last row of each key."""
+    key = _key_fns()[table]
+    return list({key(r): r for r in rows}.values())
+
+
+def _sort_keys(table: str) -> list[tuple[str, str]]:
+    return {"results": [("signature", "ascending")],
+            "ops": [("model", "ascending"), ("position", "ascending")],
+            "models": [("model", "ascending")], "runs": []}[table]
+
+
+def _replace_run_dir(live: Path, table: str, data: pa.Table) -> None:
+    """`live` now holds exactly `data`, in one file; built hidden, then renamed into place."""
+    staging = staging_dir(live)
+    if _sort_keys(table) and data.num_rows:
+        data = data.sort_by(_sort_keys(table))
+    write_parquet_atomic(data, staging / RUN_PART)
+    swap_in(staging, live)
+
+
+class RunWriter:
+    """Writes one run incrementally. One writer per run id at a time (enforced by a file lock).
+
+        with store.writer() as w:
+            run = w.start(run)                       # resumes what an interrupted writer left
+            todo = [op for op in ops if op.signature not in w.completed_signatures()]
+            w.add_ops(records); w.add_results(batch) ...
+            w.finish(run, models)
+    """
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.run: RunInfo | None = None
+        self.day: date | None = None
+        self._lock_file: Any = None
+        self._index: dict[str, dict[Hashable, Path]] = {}
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def lock(self, run_id: str) -> None:
+        if self._lock_file is not None:
+            return
+        path = self.store.root / ".locks" / f"{check_run_id(run_id)}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise StoreError(f"run {run_id!r} is being written by another process (lock {path})",
+                             "wait for that run to finish, or use another run id") from None
+        self._lock_file = f
+
+    def close(self) -> None:
+        if self._lock_file is not None:
+            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _dir(self, table: str) -> Path:
+        assert self.run is not None and self.day is not None, "call start(run) first"
+        return run_dir(self.store.root, table, self.day, self.run.run_id)
+
+    def start(self, run: RunInfo, *, replace: bool = False) -> RunInfo:
+        """Begin (or resume) writing `run`; returns the run as stored.
+
+        Resuming keeps every result and op already written under this run id, and the run's first
+        start time (its date partition); replace=True drops them and starts afresh.
+        """
+        self.lock(run.run_id)
+        existing = [d for t in TABLES for d in run_dirs(self.store.root, t, run.run_id)]
+        if replace:
+            self.store._remove_run_dirs(run.run_id)
+            existing = []
+        run = run.model_copy(update={"status": "running", "ended_at": None})
+        if existing:
+            self.day = partition_date(existing[0])
+            if self.store.has_run(run.run_id):
+                run = run.model_copy(update={"started_at": self.store.run(run.run_id).started_at})
+        else:
+            self.day = convert.utc(run.started_at).date()
+        self.run = run
+        for table in TABLES:
+            recover(self._dir(table).parent, run.run_id)
+        self._index = {t: self._load_index(t) for t in ("results", "ops")}
+        write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), self._dir("runs") / RUN_PART)
+        return run
+
+    def _load_index(self, table: str) -> dict[Hashable, Path]:
+        index: dict[Hashable, Path] = {}
+        for path in part_files(self._dir(table)):
+            got = read_part(path, table)
+            if isinstance(got, SkippedFile):
+                self.store._note([got])  # its rows are lost: those ops are not 'completed' and get redone
+                continue
+            index.update(dict.fromkeys(_table_keys(table, got), path))
+        return index
+
+    def completed_signatures(self, exclude: Collection[Status] = ()) -> set[str]:
+        assert self.run is not None, "call start(run) first"
+        return self.store.completed_signatures(self.run.run_id, exclude)
+
+    def add_results(self, results: list[OpResult]) -> Path | None:
+        """One batch of results -> one new part file, written atomically. A result for a signature
+        this run already holds replaces the older one."""
+        assert self.run is not None, "call start(run) first"
+        return self._add("results", [convert.result_row(self.run.run_id, r) for r in results])
+
+    def add_ops(self, records: list[OpRecord]) -> Path | None:
+        assert self.run is not None, "call start(run) first"
+        return self._add("ops", [convert.op_row(self.run.run_id, r) for r in records])
+
+    def _add(self, table: str, rows: list[dict[str, Any]]) -> Path | None:
+        rows = _dedupe(table, rows)
+        if not rows:
+            return None
+        key = _key_fns()[table]
+        keys = [key(r) for r in rows]
+        index = self._index[table]
+        superseded = {k for k in keys if k in index}
+        # Older rows go first: a crash in between loses a result that is being redone anyway,
+        # whereas the other order could leave two rows for one key.
+        for part in sorted({index[k] for k in superseded}):
+            self._rewrite_without(table, part, superseded)
+        directory = self._dir(table)
+        path = write_parquet_atomic(convert.to_table(table, rows), directory / new_part_name(directory))
+        index.update(dict.fromkeys(keys, path))
+        return path
+
+    def _rewrite_without(self, table: str, part: Path, keys: set[Hashable]) -> None:
+        got = read_part(part, table)
+        if isinstance(got, SkippedFile):
+            self.store._note([got])
+            part.unlink(missing_ok=True)
+            return
+        keep = pa.array([k not in keys for k in _table_keys(table, got)], pa.bool_())
+        remaining = got.filter(keep)
+        if remaining.num_rows:
+            write_parquet_atomic(remaining, part)
+        else:
+            part.unlink()
+
+    def finish(self, run: RunInfo | None, models: list[ModelSummary], status: str = "completed") -> RunInfo:
+        """Compact each table to one file for this run, write the models (with their counts computed
+        from this run's ops and results), then mark the run `status` (last: 'completed' means all of
+        it is in place)."""
+        assert self.run is not None, "call start(run) first"
+        run = (run or self.run).model_copy(update={
+            "status": status, "started_at": self.run.started_at,
+            "ended_at": (run.ended_at if run and run.ended_at else None) or utcnow()})
+        results = self.store._read_files("results", part_files(self._dir("results")))
+        ops = self.store._read_files("ops", part_files(self._dir("ops")))
+        counts = count_models(ops, results)
+        models_t = convert.to_table("models", _dedupe("models", [
+            convert.model_row(run.run_id, m, counts.get(m.model, ModelCounts())) for m in models]))
+        for table, data in (("results", results), ("ops", ops), ("models", models_t)):
+            _replace_run_dir(self._dir(table), table, data)
+        write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), self._dir("runs") / RUN_PART)
+        self._index = {t: self._load_index(t) for t in ("results", "ops")}
+        self.run = run
+        self.close()
+        return run

@@ -1,0 +1,195 @@
+"""Where the dataset's files live, and how they are written without ever exposing a partial one.
+
+Layout (Hive-style, readable by pyarrow, DuckDB and Spark alike):
+    <root>/<table>/date=YYYY-MM-DD/run_id=<id>/part-<seq>-<uuid>.parquet
+`date` is the run's start date (UTC). Anything whose name starts with '.' or '_' is work in progress
+or debris from a crash and is never read: files are written under a hidden temporary name in their
+final directory and renamed into place (os.replace is atomic within a file system), and directories
+are built under a hidden name and renamed into place.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from opbyop.errors import StoreError
+from storage.schema import TABLES, conform, schema_of
+
+log = logging.getLogger("opbyop.storage")
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+PART_GLOB = "part-*.parquet"
+_STAGING = ".staging-"
+_TRASH = ".trash-"
+
+
+def check_run_id(run_id: str) -> str:
+    if not RUN_ID.match(run_id):
+        raise StoreError(f"run id {run_id!r} cannot name a partition directory",
+                         "use 1-128 letters, digits, '.', '_' or '-' starting with a letter or digit "
+                         "(e.g. nightly-20261122-0200)")
+    return run_id
+
+
+def default_root() -> Path:
+    """OPBYOP_STORE, else ./.opbyop/store."""
+    return Path(os.environ.get("OPBYOP_STORE") or Path.cwd() / ".opbyop" / "store")
+
+
+def table_dir(root: Path, table: str) -> Path:
+    if table not in TABLES:
+        raise StoreError(f"unknown table {table!r}", f"use one of {', '.join(TABLES)}")
+    return Path(root) / table
+
+
+def run_dir(root: Path, table: str, day: date, run_id: str) -> Path:
+    return table_dir(root, table) / f"date={day.isoformat()}" / f"run_id={check_run_id(run_id)}"
+
+
+def visible(name: str) -> bool:
+    return not name.startswith((".", "_"))
+
+
+def run_dirs(root: Path, table: str, run_id: str | None = None) -> list[Path]:
+    """The visible run directories of `table` (of one run id: normally one, in its start date)."""
+    base = table_dir(root, table)
+    if not base.is_dir():
+        return []
+    pattern = f"run_id={run_id}" if run_id is not None else "run_id=*"
+    return sorted(d for d in base.glob(f"date=*/{pattern}") if d.is_dir())
+
+
+def part_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob(PART_GLOB) if visible(p.name))
+
+
+def data_files(root: Path, table: str, run_id: str | None = None) -> list[Path]:
+    return [f for d in run_dirs(root, table, run_id) for f in part_files(d)]
+
+
+def partition_date(directory: Path) -> date:
+    return date.fromisoformat(directory.parent.name.removeprefix("date="))
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A data file that could not be read: reported with its path, never silently dropped."""
+
+    path: Path
+    error: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.error}"
+
+
+def read_part(path: Path, table: str) -> pa.Table | SkippedFile:
+    """One part file in the table's current schema, or why it could not be read.
+
+    ParquetFile reads the file alone: pq.read_table would also add the Hive path's columns.
+    """
+    try:
+        return conform(pq.ParquetFile(path).read(), schema_of(table))
+    except (pa.ArrowException, OSError, ValueError) as e:
+        log.warning("skipping unreadable Parquet file %s: %s", path, e)
+        return SkippedFile(path, f"{type(e).__name__}: {e}")
+
+
+_footer_ok: dict[tuple[str, int, int], bool] = {}
+
+
+def check_footer(path: Path) -> SkippedFile | None:
+    """None if the file's footer parses (cached by path, size and mtime), else why not."""
+    try:
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key not in _footer_ok:
+            pq.read_metadata(path)
+            _footer_ok[key] = True
+        return None
+    except (pa.ArrowException, OSError, ValueError) as e:
+        log.warning("skipping unreadable Parquet file %s: %s", path, e)
+        return SkippedFile(path, f"{type(e).__name__}: {e}")
+
+
+def _hidden_sibling(path: Path, kind: str) -> Path:
+    return path.with_name(f".{path.name}{kind}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+
+
+def write_parquet_atomic(table: pa.Table, path: Path) -> Path:
+    """Write `table` to `path`: all of it or nothing is ever visible under that name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _hidden_sibling(path, ".tmp-")
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f, compression="zstd")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def new_part_name(directory: Path) -> str:
+    """part-<seq>-<uuid>.parquet, seq one above the directory's highest (keeps batch order visible)."""
+    seqs = [int(p.name.split("-")[1]) for p in directory.glob(PART_GLOB) if p.name.split("-")[1].isdigit()]
+    return f"part-{max(seqs, default=-1) + 1:06d}-{uuid.uuid4().hex[:8]}.parquet"
+
+
+def staging_dir(live: Path) -> Path:
+    """A hidden directory next to `live` to build its new content in."""
+    d = _hidden_sibling(live, _STAGING)
+    d.mkdir(parents=True)
+    return d
+
+
+def swap_in(staging: Path, live: Path) -> None:
+    """Make the fully written `staging` directory the `live` one.
+
+    Two renames: for the instant between them the run is absent (never half-present or doubled);
+    recover() finishes the swap if the process dies in between.
+    """
+    trash = None
+    if live.exists():
+        trash = _hidden_sibling(live, _TRASH)
+        os.rename(live, trash)
+    os.rename(staging, live)
+    if trash is not None:
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def remove_dir(live: Path) -> None:
+    """Remove a run directory: hidden first (one rename), then deleted."""
+    if live.exists():
+        trash = _hidden_sibling(live, _TRASH)
+        os.rename(live, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
+def recover(partition: Path, run_id: str) -> None:
+    """Clean up after a crash of a writer of `run_id` in one date partition.
+
+    A staging directory whose live directory is missing was complete (the live one is only moved
+    away after staging is fully written): put it in place. Other debris of this run is deleted.
+    """
+    live = partition / f"run_id={run_id}"
+    for prefix in (f".{live.name}{_STAGING}", f".{live.name}{_TRASH}"):
+        for entry in sorted(partition.glob(f"{prefix}*")):
+            if prefix.endswith(_STAGING) and not live.exists():
+                os.rename(entry, live)
+                log.warning("finished an interrupted swap: %s -> %s", entry, live)
+            else:
+                shutil.rmtree(entry, ignore_errors=True)
+    for entry in live.glob(".*.tmp-*"):  # temp files of interrupted writes
+        entry.unlink(missing_ok=True)

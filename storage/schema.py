@@ -1,0 +1,206 @@
+"""The Parquet tables' schemas, written out field by field and versioned.
+
+Every file is written with exactly one of these schemas (never an inferred one) and carries the
+schema version in its metadata. Bump SCHEMA_VERSION on any change; readers conform older files to
+the current schema (missing columns read as nulls), so a column may be added but never repurposed.
+
+Nullability conventions that the reader relies on to rebuild the records:
+- `compile_s` is null exactly when the result has no compile outcome (likewise `device_s` for the
+  device run, `golden_s` for the golden comparison, `whole_status` for the whole-model result).
+- per-stage compile seconds are null for stages the compiler never reached.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+VERSION_KEY = b"opbyop.schema_version"
+TABLE_KEY = b"opbyop.table"
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+TENSOR = pa.struct([
+    pa.field("shape", pa.list_(pa.int64())),
+    pa.field("dtype", pa.string()),
+])
+
+SOURCE_FRAME = pa.struct([
+    pa.field("file", pa.string()),
+    pa.field("line", pa.int64()),
+    pa.field("col", pa.int64()),
+])
+
+OPERAND = pa.struct([
+    pa.field("index", pa.int64()),
+    pa.field("kind", pa.string()),
+    pa.field("shape", pa.list_(pa.int64())),
+    pa.field("dtype", pa.string()),
+    pa.field("argument", pa.int64()),
+])
+
+VALUE_REF = pa.struct([
+    pa.field("position", pa.int64()),
+    pa.field("result", pa.int64()),
+    pa.field("model_argument", pa.int64()),
+])
+
+# The artifact kinds the compiler keeps (opbyop.compiler.stages.ARTIFACT_KINDS); any other kind goes
+# to `artifacts_extra` so nothing is lost, and a test keeps this list in step with the compiler's.
+ARTIFACT_KINDS = ("shlo", "ttir", "ttnn", "ttnn_runtime", "flatbuffer")
+ARTIFACTS = pa.struct([pa.field(kind, pa.string()) for kind in ARTIFACT_KINDS])
+KIND_HASH = pa.struct([pa.field("kind", pa.string()), pa.field("sha256", pa.string())])
+REASON_COUNT = pa.struct([pa.field("reason", pa.string()), pa.field("count", pa.int64())])
+
+PLACEMENT = pa.struct([
+    pa.field("ttnn_op", pa.string()),
+    pa.field("grid", pa.list_(pa.int64())),
+    pa.field("block_tiles", pa.list_(pa.int64())),
+    pa.field("buffer_factor", pa.int64()),
+    pa.field("l1_bytes_per_core", pa.int64()),
+    pa.field("cycles", pa.int64()),
+    pa.field("candidates", pa.int64()),
+    pa.field("legal", pa.int64()),
+    pa.field("rejected", pa.list_(REASON_COUNT)),
+    pa.field("fixed_by_compiler", pa.bool_()),
+])
+
+# The stages a compile goes through, as `<stage>_s` seconds columns (opbyop.records.COMPILE_STAGES).
+COMPILE_STAGE_COLUMNS = ("stablehlo_s", "ttir_s", "ttnn_s", "flatbuffer_s")
+
+
+def compile_fields(prefix: str = "") -> list[pa.Field]:
+    """One CompileOutcome, flattened (shared by results and by the whole-model columns of models)."""
+    return [
+        pa.field(f"{prefix}compile_reached", pa.string()),
+        pa.field(f"{prefix}compile_failed_stage", pa.string()),
+        pa.field(f"{prefix}compile_message", pa.string()),
+        pa.field(f"{prefix}compile_diagnostics", pa.list_(pa.string())),
+        *[pa.field(f"{prefix}{name}", pa.float64()) for name in COMPILE_STAGE_COLUMNS],
+        pa.field(f"{prefix}compile_s", pa.float64()),
+        pa.field(f"{prefix}artifacts", ARTIFACTS),
+        pa.field(f"{prefix}artifacts_extra", pa.list_(KIND_HASH)),
+    ]
+
+
+def device_fields(prefix: str = "") -> list[pa.Field]:
+    """One DeviceRun, flattened."""
+    return [
+        pa.field(f"{prefix}ttnn_ops", pa.int64()),
+        pa.field(f"{prefix}not_simulated", pa.list_(pa.string())),
+        pa.field(f"{prefix}cycles", pa.int64()),
+        pa.field(f"{prefix}peak_l1_bytes", pa.int64()),
+        pa.field(f"{prefix}peak_dram_bytes", pa.int64()),
+        pa.field(f"{prefix}placements", pa.list_(PLACEMENT)),
+        pa.field(f"{prefix}device_s", pa.float64()),
+        pa.field(f"{prefix}device_message", pa.string()),
+    ]
+
+
+RUNS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("started_at", TIMESTAMP, nullable=False),
+    pa.field("ended_at", TIMESTAMP),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("models", pa.list_(pa.string())),
+    pa.field("chip", pa.string()),
+    pa.field("system_desc_sha256", pa.string()),
+    pa.field("plugin_version", pa.string()),
+    pa.field("opbyop_version", pa.string()),
+    pa.field("git_sha", pa.string()),
+    pa.field("options_key", pa.string()),
+    pa.field("config", pa.string()),  # the AnalysisConfig as JSON
+])
+
+OPS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("position", pa.int64(), nullable=False),
+    pa.field("op_name", pa.string(), nullable=False),
+    pa.field("signature", pa.string(), nullable=False),  # empty when the split failed
+    pa.field("framework_op", pa.string()),
+    pa.field("module_path", pa.string()),
+    pa.field("aten_op", pa.string()),
+    pa.field("source_file", pa.string()),
+    pa.field("source_line", pa.int64()),
+    pa.field("source_col", pa.int64()),
+    pa.field("stack", pa.list_(SOURCE_FRAME)),
+    pa.field("location", pa.string()),
+    pa.field("inputs", pa.list_(TENSOR)),
+    pa.field("outputs", pa.list_(TENSOR)),
+    pa.field("operands", pa.list_(OPERAND)),
+    pa.field("input_sources", pa.list_(VALUE_REF)),
+    pa.field("attributes", pa.string()),  # JSON object
+    pa.field("split_error", pa.string()),
+])
+
+RESULTS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("signature", pa.string(), nullable=False),
+    pa.field("op_name", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("depth", pa.string(), nullable=False),
+    pa.field("failed_stage", pa.string()),
+    pa.field("message", pa.string()),
+    *compile_fields(),
+    *device_fields(),
+    pa.field("pcc", pa.float64()),
+    pa.field("max_abs_error", pa.float64()),
+    pa.field("max_rel_error", pa.float64()),
+    pa.field("allclose", pa.bool_()),
+    pa.field("golden_passed", pa.bool_()),
+    pa.field("pcc_threshold", pa.float64()),
+    pa.field("golden_s", pa.float64()),
+    pa.field("started_at", TIMESTAMP, nullable=False),
+    pa.field("ended_at", TIMESTAMP, nullable=False),
+    pa.field("worker", pa.string()),
+    pa.field("reused_from", pa.string()),
+])
+
+# Occurrence counts of a model's ops, by the depth their unique op reached and by its status.
+DEPTH_COUNT_COLUMNS = ("depth_split", "depth_stablehlo", "depth_ttir", "depth_ttnn", "depth_flatbuffer",
+                       "depth_device_run", "depth_golden")
+STATUS_COUNT_COLUMNS = ("status_success", "status_compile_failed", "status_run_failed",
+                        "status_golden_failed", "status_crashed", "status_timeout", "status_skipped")
+
+MODELS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("frontend", pa.string()),
+    pa.field("ops_total", pa.int64()),
+    pa.field("ops_unique", pa.int64()),
+    pa.field("split_failures", pa.int64()),
+    pa.field("export_s", pa.float64()),
+    pa.field("error", pa.string()),
+    *[pa.field(name, pa.int64()) for name in DEPTH_COUNT_COLUMNS],
+    *[pa.field(name, pa.int64()) for name in STATUS_COUNT_COLUMNS],
+    pa.field("ops_without_result", pa.int64()),  # split fine, but no result stored for its op
+    pa.field("whole_status", pa.string()),
+    pa.field("whole_depth", pa.string()),
+    pa.field("whole_failed_stage", pa.string()),
+    pa.field("whole_message", pa.string()),
+    *compile_fields("whole_"),
+    *device_fields("whole_"),
+    pa.field("whole_pcc", pa.float64()),
+    pa.field("whole_max_abs_error", pa.float64()),
+    pa.field("whole_iterations", pa.int64()),
+    pa.field("whole_s", pa.float64()),
+])
+
+TABLES: dict[str, pa.Schema] = {"runs": RUNS, "ops": OPS, "results": RESULTS, "models": MODELS}
+
+
+def schema_of(table: str) -> pa.Schema:
+    """The current schema of `table`, tagged with its name and the schema version."""
+    return TABLES[table].with_metadata({VERSION_KEY: str(SCHEMA_VERSION).encode(), TABLE_KEY: table.encode()})
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` in `schema`'s column order and types; columns it lacks (older files) become nulls."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            columns.append(table.column(field.name).cast(field.type))
+        else:
+            columns.append(pa.nulls(table.num_rows, field.type))
+    return pa.Table.from_arrays(columns, schema=schema)
