@@ -17,8 +17,8 @@ from opbyop.device.simulator import DeviceSimulator, SimulationError
 from opbyop.golden.compare import compare
 from opbyop.golden.inputs import make_inputs
 from opbyop.golden.xla_cpu import XlaCpu
-from opbyop.records import OpResult, Stage, Status, UniqueOp, utcnow
-from opbyop.worker.protocol import AnalysisSettings
+from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.worker.protocol import AnalysisSettings, WholeRequest
 
 ProgressFn = Callable[[str], None]
 
@@ -76,6 +76,54 @@ class OpAnalyzer:
                            f"output mismatch: pcc {comparison.pcc} < {comparison.pcc_threshold}, "
                            f"max abs error {comparison.max_abs_error:.3g}")
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
+
+
+    def analyze_whole(self, request: WholeRequest, progress: ProgressFn = lambda stage: None) -> WholeModelResult:
+        """The whole module compiled at once, then run stitched against the framework's output."""
+        import numpy as np
+
+        from opbyop.device.runtime import Binary
+        from opbyop.device.stitch import run_stitched
+
+        started = time.perf_counter()
+        progress("compile")
+        outcome = self.compiler.compile(request.module_text, request.settings.options,
+                                        self.scratch / request.id, self.artifacts)
+        if not outcome.ok:
+            return WholeModelResult(status=Status.COMPILE_FAILED, depth=outcome.reached or Stage.SPLIT,
+                                    failed_stage=outcome.failed_stage, message=outcome.message, compile=outcome,
+                                    seconds=time.perf_counter() - started)
+        progress("device_run")
+        with np.load(request.values_path) as npz:
+            values = [npz[f"arg{i}"] for i in range(sum(1 for k in npz.files if k.startswith("arg")))]
+            references = [npz[f"ref{i}"] for i in range(sum(1 for k in npz.files if k.startswith("ref")))]
+        binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
+        device = self.device.device_for(binary.program.spec)
+        device.memory.reset_peaks()
+        try:
+            run = run_stitched(device, binary, values, request.parameters, request.iterations)
+        except SimulationError as e:
+            return WholeModelResult(status=Status.RUN_FAILED, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
+                                    message=str(e), compile=outcome, device=e.run,
+                                    seconds=time.perf_counter() - started)
+        finally:
+            device.const_cache.clear()
+        steady = run.steady.model_copy(update={"peak_dram_bytes": device.memory.peak_dram,
+                                               "peak_l1_bytes": device.memory.peak_l1_per_core})
+        result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
+                                  iterations=run.iterations, seconds=time.perf_counter() - started)
+        if not references:
+            return result.model_copy(update={"status": Status.SKIPPED, "message": "no framework output to compare with"})
+        progress("golden")
+        dtypes = [str(r.dtype).replace("float", "f").replace("int", "i") for r in references]
+        comparison = compare(run.outputs, references, dtypes, request.settings.thresholds)
+        result.pcc, result.max_abs_error = comparison.pcc, comparison.max_abs_error
+        if comparison.passed:
+            result.depth = Stage.GOLDEN
+        else:
+            result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
+            result.message = f"output differs from the framework's: pcc {comparison.pcc}"
+        return result
 
 
 def _finish(result: OpResult, status: Status, depth: Stage, failed: Stage | None, message: str | None) -> OpResult:

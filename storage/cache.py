@@ -45,7 +45,7 @@ def lookup_cached(store: Store, signatures: Iterable[str], plugin_version: str, 
     con = duckdb.connect(":memory:")
     try:
         create_views(con, store.scan())
-        table = con.execute(LOOKUP_SQL, {
+        table = con.sql(LOOKUP_SQL, params={
             "signatures": wanted, "plugin_version": plugin_version, "chip": chip,
             "options_key": options_key, "exclude_run": exclude_run or "",
         }).to_arrow_table()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
 from opbyop.errors import StoreError
 
@@ -25,8 +25,11 @@ class NamedQuery:
     params: tuple[str, ...]  # in order of first use
 
 
+SQL_DIR = Path(__file__).resolve().parent / "sql"
+
+
 def _read(name: str) -> str:
-    return (resources.files("storage") / "sql" / f"{name}.sql").read_text()
+    return (SQL_DIR / f"{name}.sql").read_text()
 
 
 def _parse(name: str, text: str) -> NamedQuery:
@@ -42,9 +45,7 @@ def _parse(name: str, text: str) -> NamedQuery:
 
 @cache
 def load_queries() -> dict[str, NamedQuery]:
-    directory = resources.files("storage") / "sql"
-    names = sorted(p.name.removesuffix(".sql") for p in directory.iterdir()
-                   if p.name.endswith(".sql") and not p.name.startswith("_"))
+    names = sorted(p.stem for p in SQL_DIR.glob("*.sql") if not p.name.startswith("_"))
     return {n: _parse(n, _read(n)) for n in names}
 
 

@@ -152,9 +152,14 @@ def _scalar(text: str) -> Any:
 
 
 def _attribute(attr: ir.Attribute) -> Any:
-    value = to_value(attr)
+    return _tt_values(to_value(attr))
+
+
+def _tt_values(value: Any) -> Any:
     if isinstance(value, str) and value.startswith("#"):
         return parse_tt_attribute(value)
+    if isinstance(value, list):
+        return [_tt_values(v) for v in value]
     return value
 
 

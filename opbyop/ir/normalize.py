@@ -113,3 +113,18 @@ def check_static_shapes(main: ir.Operation, name: str = "<module>") -> None:
                 "export with concrete example inputs (torch.export without dynamic_shapes, "
                 "jax.jit(f).lower(concrete ShapeDtypeStructs))",
             )
+
+
+def normalized_text(source: str | bytes, name: str = "<module>") -> str:
+    """The whole module as the compiler should see it: constants rewritten, calls inlined."""
+    from opbyop.ir.context import make_context
+    from opbyop.ir.parse import parse_module
+
+    ctx = make_context()
+    with ctx, ir.Location.unknown(ctx):
+        module = parse_module(source, ctx, name)
+        replace_arith_constants(module)
+        main = main_func(module, name)
+        inline_calls(module, main)
+        check_static_shapes(main, name)
+        return module.operation.get_asm(enable_debug_info=True)

@@ -14,7 +14,7 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request
+from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 
 # Tests only: "abort:<signature prefix>" or "hang:<signature prefix>", ';'-separated.
 FAULT_ENV = "OPBYOP_FAULT_INJECT"
@@ -50,15 +50,18 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
         except EOFError:
             break
         request = MESSAGE.validate_json(raw)
-        assert isinstance(request, Request)
+        assert isinstance(request, (Request, WholeRequest))
 
         def progress(stage: str, request_id: str = request.id) -> None:
             conn_out.send_bytes(Progress(id=request_id, stage=stage).model_dump_json().encode())
 
         try:
-            _inject_fault(request.op.signature)
-            result = analyzer.analyze(request.op, request.settings, request.id, progress)
-            reply: Reply | Failure = Reply(id=request.id, result=result)
+            if isinstance(request, Request):
+                _inject_fault(request.op.signature)
+                reply: Reply | WholeReply | Failure = Reply(
+                    id=request.id, result=analyzer.analyze(request.op, request.settings, request.id, progress))
+            else:
+                reply = WholeReply(id=request.id, result=analyzer.analyze_whole(request, progress))
         except Exception as e:
             reply = Failure(id=request.id, error=describe_exception(e))
         shutil.rmtree(scratch / request.id, ignore_errors=True)

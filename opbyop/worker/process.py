@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,13 +12,35 @@ import uuid
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from opbyop.compiler.stages import failed_after, read_dumps
-from opbyop.records import OpResult, Stage, Status, UniqueOp, utcnow
-from opbyop.worker.protocol import MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request
+from opbyop.frontends.graph import ArgumentKind, ModelGraph
+from opbyop.ir.normalize import normalized_text
+from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
+                                    WholeRequest)
 
 
 class WorkerStartError(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class _Lost:
+    """A request whose child process died or hung."""
+
+    status: Status
+    step: str
+    what: str
+    log_tail: str
+    child_pid: int | None
+
+    @property
+    def message(self) -> str:
+        return self.what + (f"; last output: {self.log_tail}" if self.log_tail else "")
 
 
 _STAGE_OF_STEP = {"compile": None, "device_run": Stage.DEVICE_RUN, "golden": Stage.GOLDEN}
@@ -105,9 +128,45 @@ class OpWorker:
 
     # -- requests --------------------------------------------------------------------------
     def analyze(self, op: UniqueOp, settings: AnalysisSettings, timeout: float = 120.0) -> OpResult:
-        self.start()
+        """One unique op through compile, device run and golden; never raises for the op's sake."""
         request = Request(id=f"{op.signature[:12]}-{uuid.uuid4().hex[:12]}", op=op, settings=settings)
         started = utcnow()
+        answer = self._exchange(request, timeout)
+        if isinstance(answer, _Lost):
+            depth, failed = self._lost_stage(request.id, answer)
+            return OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
+                            failed_stage=failed, message=answer.message, started_at=started, ended_at=utcnow(),
+                            worker=self.name)
+        assert isinstance(answer, Reply)
+        answer.result.worker = self.name
+        return answer.result
+
+    def analyze_whole(self, graph: ModelGraph, settings: AnalysisSettings, timeout: float = 600.0,
+                      iterations: int = 2) -> WholeModelResult:
+        """The whole model compiled at once and run stitched (weights pushed once)."""
+        request_id = f"whole-{uuid.uuid4().hex[:12]}"
+        values = self.workspace / "scratch" / f"{request_id}.npz"
+        values.parent.mkdir(parents=True, exist_ok=True)
+        arrays = {f"arg{i}": v for i, v in enumerate(graph.argument_values or [])}
+        arrays.update({f"ref{i}": v for i, v in enumerate(graph.reference_outputs or [])})
+        np.savez(values, **arrays)
+        parameters = [i for i, a in enumerate(graph.arguments) if a.kind is ArgumentKind.PARAMETER]
+        request = WholeRequest(id=request_id, model=graph.name, module_text=normalized_text(graph.module_text, graph.name),
+                               values_path=str(values), parameters=parameters, iterations=iterations, settings=settings)
+        try:
+            answer = self._exchange(request, timeout)
+        finally:
+            values.unlink(missing_ok=True)
+        if isinstance(answer, _Lost):
+            depth, failed = self._lost_stage(request.id, answer)
+            return WholeModelResult(status=answer.status, depth=depth, failed_stage=failed, message=answer.message)
+        assert isinstance(answer, WholeReply)
+        return answer.result
+
+    def _exchange(self, request: Request | WholeRequest, timeout: float) -> object:
+        """Send a request; the child's answer, or a _Lost when it died or hung (it is then replaced)."""
+        self.start()
+        child_pid = self._last_pid
         log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         assert self._to_child is not None
         self._to_child.send_bytes(request.model_dump_json().encode())
@@ -115,29 +174,27 @@ class OpWorker:
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
-            message = self._receive(max(0.0, remaining)) if remaining > 0 else None
-            if message is None:  # hung: timeout
+            message = self._receive(remaining) if remaining > 0 else None
+            if message is None:
                 self.kill()
                 self.restarts += 1
-                return self._lost(op, request, started, step, Status.TIMEOUT,
-                                  f"no result within {timeout:.0f} s during {step}", log_offset)
-            if isinstance(message, EOFError):  # died: crash
+                return _Lost(Status.TIMEOUT, step, f"no result within {timeout:.0f} s during {step}",
+                             self._log_tail(log_offset), child_pid)
+            if isinstance(message, EOFError):
                 returncode = self._proc.wait() if self._proc is not None else None
                 self.close()
                 self.restarts += 1
-                return self._lost(op, request, started, step, Status.CRASHED,
-                                  f"worker process died ({_describe_exit(returncode)}) during {step}", log_offset)
+                return _Lost(Status.CRASHED, step, f"worker process died ({_describe_exit(returncode)}) during {step}",
+                             self._log_tail(log_offset), child_pid)
             if getattr(message, "id", None) != request.id:
-                self.kill()  # a stale or foreign message: never credit it to this op
+                self.kill()  # a stale or foreign message: never credit it to this request
                 raise RuntimeError(f"worker {self.name} answered {message!r} to request {request.id}")
             if isinstance(message, Progress):
                 step = message.stage
                 continue
-            if isinstance(message, Reply):
-                message.result.worker = self.name
-                return message.result
             if isinstance(message, Failure):
-                raise RuntimeError(f"worker {self.name} failed on {op.signature[:12]}: {message.error}")
+                raise RuntimeError(f"worker {self.name} failed on request {request.id}: {message.error}")
+            return message
 
     def _receive(self, timeout: float) -> object:
         """The next message, None on timeout, an EOFError instance when the child is gone."""
@@ -149,34 +206,29 @@ class OpWorker:
         except (EOFError, OSError) as e:
             return EOFError(str(e))
 
-    def _lost(self, op: UniqueOp, request: Request, started: object, step: str, status: Status,
-              what: str, log_offset: int) -> OpResult:
-        """The record of an op whose child died or hung, at the stage it was in."""
-        if step == "compile":
-            export_dir = self.workspace / "scratch" / f"child-{self._last_pid}" / request.id
+    def _lost_stage(self, request_id: str, lost: _Lost) -> tuple[Stage, Stage]:
+        """(depth reached, stage failed) of a request whose child died or hung."""
+        if lost.step == "compile":
+            export_dir = self.workspace / "scratch" / f"child-{lost.child_pid}" / request_id
             reached = read_dumps(export_dir, 0.0).reached if export_dir.exists() else None
-            depth, failed = reached or Stage.SPLIT, failed_after(reached)
-        else:
-            failed = _STAGE_OF_STEP[step]
-            depth = Stage.FLATBUFFER if failed is Stage.DEVICE_RUN else Stage.DEVICE_RUN
-        tail = self._log_tail(log_offset)
-        message = what + (f"; last output: {tail}" if tail else "")
-        return OpResult(signature=op.signature, op_name=op.op_name, status=status, depth=depth,
-                        failed_stage=failed, message=message, started_at=started, ended_at=utcnow(),
-                        worker=self.name)
+            return reached or Stage.SPLIT, failed_after(reached)
+        failed = _STAGE_OF_STEP[lost.step]
+        return (Stage.FLATBUFFER if failed is Stage.DEVICE_RUN else Stage.DEVICE_RUN), failed
 
     @property
     def _last_pid(self) -> int | None:
         return self.ready.pid if self.ready is not None else None
 
-    def _log_tail(self, offset: int = 0, lines: int = 6) -> str:
+    def _log_tail(self, offset: int = 0, lines: int = 4) -> str:
+        """The child's last words since `offset`: error lines first (LLVM ERROR, TT_FATAL ...)."""
         if not self.log_path.exists():
             return ""
         with open(self.log_path, "rb") as f:
             f.seek(offset)
             text = f.read().decode(errors="replace")
-        wanted = [line for line in text.splitlines() if line.strip() and not line.startswith(" ")]
-        return " | ".join(wanted[-lines:])
+        kept = [line.strip() for line in text.splitlines() if line.strip()]
+        errors = [line for line in kept if re.search(r"error|fatal|abort|assert|exception", line, re.I)]
+        return " | ".join((errors or kept)[-lines:])
 
 
 def _describe_exit(returncode: int | None) -> str:

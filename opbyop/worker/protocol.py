@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from opbyop.config import CompilerOptions
 from opbyop.golden.compare import Thresholds
-from opbyop.records import OpResult, UniqueOp
+from opbyop.records import OpResult, UniqueOp, WholeModelResult
 
 
 class AnalysisSettings(BaseModel):
@@ -23,6 +23,19 @@ class Request(BaseModel):
     kind: Literal["request"] = "request"
     id: str
     op: UniqueOp
+    settings: AnalysisSettings
+
+
+class WholeRequest(BaseModel):
+    """Compile a whole model and run it stitched; values (arguments and reference outputs) in an npz."""
+
+    kind: Literal["whole"] = "whole"
+    id: str
+    model: str
+    module_text: str
+    values_path: str  # npz: arg0..argN, ref0..refM
+    parameters: list[int]  # argument indices that are weights (pushed once)
+    iterations: int = 2
     settings: AnalysisSettings
 
 
@@ -45,6 +58,12 @@ class Reply(BaseModel):
     result: OpResult
 
 
+class WholeReply(BaseModel):
+    kind: Literal["whole_reply"] = "whole_reply"
+    id: str
+    result: WholeModelResult
+
+
 class Failure(BaseModel):
     """The child could not handle a request (a bug in opbyop, not in the op): reported, not hidden."""
 
@@ -53,5 +72,5 @@ class Failure(BaseModel):
     error: str
 
 
-Message = Annotated[Union[Ready, Progress, Reply, Failure], Field(discriminator="kind")]
+Message = Annotated[Union[Request, WholeRequest, Ready, Progress, Reply, WholeReply, Failure], Field(discriminator="kind")]
 MESSAGE = TypeAdapter(Message)

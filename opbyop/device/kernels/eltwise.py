@@ -18,11 +18,28 @@ def _float_or_int(x: np.ndarray) -> np.ndarray:
     return x if x.dtype.kind in "iub" else x.astype(np.float32)
 
 
+def fused(x: np.ndarray, activations: object) -> np.ndarray:
+    """Apply fused activations (`#ttnn.unary_with_param<op_type = relu, params = [...]>`) in order."""
+    for act in activations or []:
+        kind = act.get("op_type") if isinstance(act, dict) else str(act)
+        if kind == "leaky_relu":
+            slope = float((act.get("params") or [0.01])[0]) if isinstance(act, dict) else 0.01
+            x = np.where(x >= 0, x, x * slope)
+            continue
+        fn = _UNARY.get(str(kind))
+        if fn is None:
+            raise NotSimulated(f"fused activation {kind}")
+        x = fn(np.asarray(x, dtype=np.float32))
+    return x
+
+
 def _binary(fn: _Binary) -> Callable[[Call], list]:
     def kernel(call: Call) -> list:
         a, b = (_float_or_int(x) for x in call.tensors[:2])
         with np.errstate(all="ignore"):
-            return [fn(a, b)]
+            a = fused(a, call.attr("input_tensor_a_activations"))
+            b = fused(b, call.attr("input_tensor_b_activations"))
+            return [fused(fn(a, b), call.attr("activations"))]
     return kernel
 
 

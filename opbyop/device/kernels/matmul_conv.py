@@ -8,6 +8,7 @@ import numpy as np
 
 from opbyop.device.formats import fidelity_matmul
 from opbyop.device.kernels.base import Call, NotSimulated
+from opbyop.device.kernels.eltwise import fused
 
 
 def _matmul(call: Call) -> list:
@@ -24,6 +25,8 @@ def _matmul(call: Call) -> list:
     out = fidelity_matmul(a, b, fidelity, fp32_acc)
     if call.op.name == "ttnn.linear" and len(call.tensors) >= 3:
         out = out + np.asarray(call.tensors[2], dtype=np.float32)
+    if call.attr("activation"):
+        out = fused(out, [call.attr("activation")])
     return [out.reshape(call.out_shape)]
 
 

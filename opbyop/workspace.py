@@ -1,0 +1,78 @@
+"""Where opbyop keeps its files: artifacts, the op index, worker scratch and logs, the result store.
+
+One directory (OPBYOP_HOME, default ./.opbyop); a deployment points it at shared storage.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from opbyop.artifacts import ArtifactStore
+from opbyop.records import UniqueOp
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    @classmethod
+    def default(cls) -> Workspace:
+        return cls(Path(os.environ.get("OPBYOP_HOME", ".opbyop")).resolve())
+
+    @property
+    def artifacts(self) -> ArtifactStore:
+        return ArtifactStore(self.root / "artifacts")
+
+    @property
+    def ops(self) -> OpIndex:
+        return OpIndex(self.root / "ops")
+
+    @property
+    def store(self) -> Path:
+        return Path(os.environ.get("OPBYOP_STORE", self.root / "store"))
+
+    @property
+    def scratch(self) -> Path:
+        return self.root / "scratch"
+
+
+class OpIndex:
+    """Every unique op ever analysed, by signature: what a one-command repro needs."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def put(self, op: UniqueOp) -> None:
+        path = self.root / op.signature[:2] / f"{op.signature}.json"
+        if path.exists():
+            known = UniqueOp.model_validate_json(path.read_text())
+            seen = set(known.occurrences)
+            op = op.model_copy(update={"occurrences": known.occurrences + [o for o in op.occurrences if o not in seen]})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_text(op.model_dump_json())
+        partial.replace(path)
+
+    def get(self, key: str) -> UniqueOp:
+        """By signature prefix (at least 6 characters) or by `model:position`."""
+        if ":" in key:
+            model, _, position = key.rpartition(":")
+            return self._by_occurrence(model, int(position))
+        matches = list(self.root.glob(f"{key[:2]}/{key}*.json")) if len(key) >= 6 else []
+        if len(matches) != 1:
+            raise KeyError(f"{len(matches)} stored ops match '{key}'" if matches or len(key) >= 6
+                           else f"'{key}' is too short: give at least 6 characters of a signature")
+        return UniqueOp.model_validate_json(matches[0].read_text())
+
+    def _by_occurrence(self, model: str, position: int) -> UniqueOp:
+        for path in self.root.glob("*/*.json"):
+            text = path.read_text()
+            if f'"model":{json.dumps(model)},"position":{position}}}' in text:
+                return UniqueOp.model_validate_json(text)
+        raise KeyError(f"no stored op at {model}:{position}; run `opbyop compile {model}` first")
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.root.glob("*/*.json"))

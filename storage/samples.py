@@ -1,0 +1,152 @@
+"""Realistic records built with the pydantic models, for tests and demos of the store.
+
+Each result is consistent with its status the way the analyser makes them: a compile failure has a
+compile outcome with the stages reached and their times, a device failure a device run, a golden
+failure a comparison below threshold; timestamps are distinct per op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from opbyop.records import (
+    COMPILE_STAGES, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
+    OpPlacement, OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
+    WholeModelResult,
+)
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def tensor(spec: str) -> TensorDesc:
+    """'4x32xf32' -> TensorDesc((4, 32), 'f32'); 'f32' -> a scalar."""
+    *dims, dtype = spec.split("x")
+    return TensorDesc(shape=tuple(int(d) for d in dims), dtype=dtype)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One unique op of the sample zoo."""
+
+    key: str  # short name, e.g. 'add_4x32'
+    op_name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    framework_op: str = ""
+
+    @property
+    def signature(self) -> str:
+        return sha(f"{self.op_name}({','.join(self.inputs)})->{','.join(self.outputs)}")
+
+
+def record(model: str, position: int, op: OpSpec, module_path: str = "", line: int = 1) -> OpRecord:
+    inputs = [tensor(t) for t in op.inputs]
+    source = SourceFrame(file=f"/zoo/{model}.py", line=line, col=8)
+    return OpRecord(
+        model=model, position=position, op_name=op.op_name, signature=op.signature,
+        attributes={"note": op.key, "dims": [0, 1]} if "dot" in op.op_name else {},
+        operands=[OperandDesc(index=i, kind=OperandKind.ARGUMENT, tensor=t, argument=i) for i, t in enumerate(inputs)],
+        inputs=inputs, outputs=[tensor(t) for t in op.outputs],
+        input_sources=[ValueRef(position=position - 1 if position else None, result=0,
+                                model_argument=0 if position == 0 else None)],
+        provenance=Provenance(framework_op=op.framework_op or None, module_path=module_path or None,
+                              aten_op=f"aten.{op.key.split('_')[0]}.default", source=source,
+                              stack=[source, SourceFrame(file="<torch>/nn/modules/module.py", line=1750)],
+                              location=f'loc("{module_path}"("/zoo/{model}.py":{line}:8))'),
+        module_text=None,
+    )
+
+
+def split_failure(model: str, position: int, op_name: str, error: str) -> OpRecord:
+    return OpRecord(model=model, position=position, op_name=op_name, signature="", split_error=error)
+
+
+def _compile(reached: Stage | None, failed: Stage | None, message: str | None, sig: str) -> CompileOutcome:
+    stages = [s for s in COMPILE_STAGES if reached is not None and s.rank <= reached.rank]
+    kinds = {Stage.STABLEHLO: "shlo", Stage.TTIR: "ttir", Stage.TTNN: "ttnn", Stage.FLATBUFFER: "flatbuffer"}
+    artifacts = {kinds[s]: sha(f"{sig}/{kinds[s]}") for s in stages}
+    if reached is Stage.FLATBUFFER:
+        artifacts["ttnn_runtime"] = sha(f"{sig}/runtime")
+    return CompileOutcome(
+        reached=reached, failed_stage=failed, message=message,
+        diagnostics=[f'loc("/zoo/m.py":3:8): error: {message}'] if message else [],
+        stage_seconds={s: 0.05 * (s.rank + 1) for s in stages}, seconds=0.05 * (len(stages) + 1) + 0.01,
+        artifacts=artifacts,
+    )
+
+
+def _device(cycles: int, message: str | None = None) -> DeviceRun:
+    placement = OpPlacement(ttnn_op="ttnn.add", grid=(2, 4), block_tiles=(1, 2), buffer_factor=2,
+                            l1_bytes_per_core=16384, cycles=cycles, candidates=12, legal=5,
+                            rejected={"L1UsageOverMaxLimit": 4, "IllegalStackForGrid": 3})
+    return DeviceRun(ttnn_ops=2, not_simulated=[], cycles=cycles, peak_l1_bytes=32768, peak_dram_bytes=1 << 20,
+                     placements=[placement], seconds=0.004, message=message)
+
+
+def result(op: OpSpec, status: Status, failed_stage: Stage | None = None, message: str | None = None,
+           started_at: datetime | None = None, worker: str = "w0", reused_from: str | None = None) -> OpResult:
+    """A result whose depth, failed stage, compile/device/golden parts all agree with `status`."""
+    started = started_at or datetime(2026, 11, 1, 2, 0, tzinfo=timezone.utc)
+    sig = op.signature
+    compile_ = device = golden = None
+    if status is Status.SUCCESS:
+        depth, failed_stage = Stage.GOLDEN, None
+        compile_ = _compile(Stage.FLATBUFFER, None, None, sig)
+        device = _device(1200)
+        golden = GoldenComparison(pcc=0.9999, max_abs_error=1e-4, max_rel_error=2e-4, allclose=True, passed=True,
+                                  pcc_threshold=0.99, seconds=0.002)
+    elif status is Status.SKIPPED:
+        depth, failed_stage = Stage.FLATBUFFER, None
+        compile_ = _compile(Stage.FLATBUFFER, None, None, sig)
+    else:
+        failed_stage = failed_stage or {Status.COMPILE_FAILED: Stage.TTIR, Status.RUN_FAILED: Stage.DEVICE_RUN,
+                                        Status.GOLDEN_FAILED: Stage.GOLDEN}.get(status, Stage.TTNN)
+        order = list(Stage)
+        depth = order[order.index(failed_stage) - 1]
+        reached = depth if depth in COMPILE_STAGES else (Stage.FLATBUFFER if depth.rank > Stage.FLATBUFFER.rank else None)
+        compile_failed = failed_stage in COMPILE_STAGES
+        compile_ = _compile(reached, failed_stage if compile_failed else None, message if compile_failed else None, sig)
+        if failed_stage.rank >= Stage.DEVICE_RUN.rank:
+            device = _device(900, message if failed_stage is Stage.DEVICE_RUN else None)
+        if failed_stage is Stage.GOLDEN:
+            golden = GoldenComparison(pcc=0.71, max_abs_error=0.5, max_rel_error=3.0, allclose=False, passed=False,
+                                      pcc_threshold=0.99, seconds=0.002)
+    seconds = 0.2 + int(sig[:4], 16) % 100 / 1000
+    return OpResult(signature=sig, op_name=op.op_name, status=status, depth=depth, failed_stage=failed_stage,
+                    message=message, compile=compile_, device=device, golden=golden, started_at=started,
+                    ended_at=started + timedelta(seconds=seconds), worker=worker, reused_from=reused_from)
+
+
+def run_info(run_id: str, started_at: datetime, models: list[str], chip: str = "p150", options_key: str = "opts-a",
+             plugin_version: str = "0.1.3") -> RunInfo:
+    return RunInfo(run_id=run_id, started_at=started_at, ended_at=started_at + timedelta(minutes=30),
+                   status="completed", models=models, chip=chip, system_desc_sha256=sha(chip),
+                   plugin_version=plugin_version, opbyop_version="0.1.0", git_sha="abc1234", options_key=options_key,
+                   config={"chip": chip, "seed": 0, "compiler": {"optimization_level": 0}})
+
+
+def summary(model: str, ops: list[OpRecord], frontend: str = "torch", whole: WholeModelResult | None = None) -> ModelSummary:
+    ok = [o for o in ops if o.model == model and o.ok]
+    return ModelSummary(model=model, frontend=frontend, ops_total=sum(1 for o in ops if o.model == model),
+                        ops_unique=len({o.signature for o in ok}), split_failures=sum(1 for o in ops
+                                                                                      if o.model == model and not o.ok),
+                        export_seconds=1.5, whole=whole)
+
+
+@dataclass
+class SampleRun:
+    run: RunInfo
+    ops: list[OpRecord]
+    results: list[OpResult]
+    models: list[ModelSummary] = field(default_factory=list)
+
+
+def results_for(ops_by_key: dict[str, OpSpec], outcomes: dict[str, tuple[Status, Stage | None, str | None]],
+                start: datetime) -> list[OpResult]:
+    """One result per op key, each started 7 s after the previous (distinct, real-looking times)."""
+    return [result(ops_by_key[key], status, stage, message, start + timedelta(seconds=7 * i), worker=f"w{i % 2}")
+            for i, (key, (status, stage, message)) in enumerate(sorted(outcomes.items()))]
