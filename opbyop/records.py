@@ -202,6 +202,8 @@ class DeviceRun(BaseModel):
 
 
 class GoldenComparison(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="constants")  # an infinite error is a result, not a null
+
     pcc: float | None
     max_abs_error: float
     max_rel_error: float
@@ -235,6 +237,8 @@ class OpResult(BaseModel):
 
 class WholeModelResult(BaseModel):
     """The whole module compiled at once and run stitched on the device: the other view."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
     status: Status
     depth: Stage

@@ -56,11 +56,13 @@ def compare(actual: list[np.ndarray], expected: list[np.ndarray], dtypes: list[s
         a64, e64 = np.asarray(a).astype(np.float64), np.asarray(e).astype(np.float64)
         if a64.shape != e64.shape:
             raise ValueError(f"device output shape {a64.shape} differs from golden shape {e64.shape}")
-        diff = np.abs(a64 - e64)
-        diff = np.where(np.isnan(a64) & np.isnan(e64), 0.0, diff)
+        with np.errstate(invalid="ignore"):
+            same = (a64 == e64) | (np.isnan(a64) & np.isnan(e64))  # equal infinities, NaN for NaN
+            diff = np.where(same, 0.0, np.abs(a64 - e64))
         if diff.size:
             max_abs = max(max_abs, float(np.nanmax(diff)) if np.isfinite(diff).any() else float("inf"))
-            max_rel = max(max_rel, float(np.nanmax(diff / (np.abs(e64) + 1e-12))))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                max_rel = max(max_rel, float(np.nanmax(np.where(same, 0.0, diff / (np.abs(e64) + 1e-12)))))
         close = bool(np.allclose(a64, e64, rtol=t.rtol, atol=t.atol, equal_nan=True))
         all_close &= close
         if dtype.startswith(("i", "ui")):  # integers and booleans: exact

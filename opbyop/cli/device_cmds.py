@@ -1,0 +1,92 @@
+"""`opbyop image build|info|run`: the self-describing device image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import typer
+
+from opbyop.cli.main import app, console, fail
+from opbyop.errors import OpbyopError
+
+image = typer.Typer(help="Device images: one zip that runs a compiled model without compiling.",
+                    no_args_is_help=True)
+app.add_typer(image, name="image")
+
+
+@image.command("build")
+def build(model: str = typer.Argument(..., help="zoo name or package.module:factory"),
+          out: Path = typer.Option(..., "-o", "--out", help="image file to write (.zip)"),
+          chip: str = typer.Option("p150", "--chip"), seed: int = typer.Option(0)) -> None:
+    """Compile MODEL whole and write its device image."""
+    from opbyop.jaxenv import prepare_jax
+
+    prepare_jax()
+    from opbyop.compiler.system_desc import plugin_version, resolve
+    from opbyop.config import load_thresholds
+    from opbyop.device.image import build_image, inputs_of
+    from opbyop.device.program import load_program
+    from opbyop.frontends.graph import ArgumentKind
+    from opbyop.frontends.loader import load_model
+    from opbyop.records import TensorDesc
+    from opbyop.worker.process import OpWorker
+    from opbyop.worker.protocol import AnalysisSettings
+    from opbyop.workspace import Workspace
+
+    try:
+        desc = resolve(chip)
+        graph = load_model(model, seed=seed)
+    except OpbyopError as e:
+        fail(e)
+    workspace = Workspace.default()
+    with OpWorker(desc.path, workspace.root, chip=desc.chip, name="image") as worker:
+        result = worker.analyze_whole(graph, AnalysisSettings(thresholds=load_thresholds(), seed=seed))
+    if result.compile is None or not result.compile.ok:
+        fail(OpbyopError(f"{model} did not compile whole: {result.message}", "see `opbyop compile " + model + "`"))
+    artifacts = workspace.artifacts
+    program = artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
+    flatbuffer = artifacts.read(result.compile.artifacts["flatbuffer"])
+    parameters = {i: v for i, (a, v) in enumerate(zip(graph.arguments, graph.argument_values or []))
+                  if a.kind is ArgumentKind.PARAMETER}
+    outputs = [TensorDesc(shape=tuple(r.shape), dtype=str(r.dtype)) for r in graph.reference_outputs or []]
+    build_image(out, model=graph.name, program_text=program, flatbuffer=flatbuffer,
+                spec=load_program(program).spec, inputs=inputs_of(graph.arguments), parameters=parameters,
+                outputs=outputs, plugin_version=plugin_version())
+    console.print(f"wrote {out} ({out.stat().st_size:,} bytes); whole-model run: {result.status.value}, pcc {result.pcc}")
+
+
+@image.command("info")
+def info(path: Path) -> None:
+    """Print what the image holds: versions, device, input and output shapes."""
+    from opbyop.device.image import DeviceImage
+
+    try:
+        console.print(DeviceImage.load(path).info(), highlight=False)
+    except OpbyopError as e:
+        fail(e)
+
+
+@image.command("run")
+def run_image(path: Path, inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz with one array per input"),
+              seed: int = typer.Option(0), iterations: int = typer.Option(1)) -> None:
+    """Run the image on the simulated device (inputs from an .npz, or drawn from a seed)."""
+    from opbyop.device.image import DeviceImage
+    from opbyop.golden.dtypes import numpy_dtype
+
+    try:
+        loaded = DeviceImage.load(path)
+        if inputs is not None:
+            with np.load(inputs, allow_pickle=False) as npz:
+                arrays = [npz[k] for k in npz.files]
+        else:
+            rng = np.random.default_rng(seed)
+            arrays = [(rng.standard_normal(t.tensor.shape) if t.tensor.dtype.startswith("f")
+                       else rng.integers(0, 2, t.tensor.shape)).astype(numpy_dtype(t.tensor.dtype))
+                      for i, t in enumerate(loaded.manifest.inputs) if i not in loaded.constants]
+        outputs = loaded.run(arrays, iterations=iterations)
+    except OpbyopError as e:
+        fail(e)
+    for i, out in enumerate(outputs):
+        console.print(f"output {i}: shape {out.shape}, mean {float(np.mean(out)):.6g}, std {float(np.std(out)):.6g}")

@@ -1,0 +1,86 @@
+"""The steps before the per-op fan-out, shared by the CLI and the Prefect tasks.
+
+Models are loaded and split one by one: a model that cannot be loaded, exported or split is
+recorded with its error and the others carry on (peers' defect 8: '0 ops processed').
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from opbyop.config import Zoo, load_zoo
+from opbyop.errors import OpbyopError
+from opbyop.frontends.graph import ModelGraph
+from opbyop.frontends.loader import load_model
+from opbyop.ir.dedupe import dedupe
+from opbyop.ir.split import SplitResult, split_module
+from opbyop.records import ModelSummary, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
+
+
+@dataclass
+class Prepared:
+    """Every model of a run, split and deduplicated."""
+
+    graphs: dict[str, ModelGraph] = field(default_factory=dict)
+    splits: dict[str, SplitResult] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # model -> why it produced no ops
+    unique: list[UniqueOp] = field(default_factory=list)
+
+    @property
+    def records(self) -> list[OpRecord]:
+        return [r for s in self.splits.values() for r in s.ops]
+
+
+def prepare_model(spec: str, zoo: Zoo, seed: int = 0) -> tuple[ModelGraph | None, SplitResult | None, str | None]:
+    """(graph, split, error): never raises for the model's own faults."""
+    try:
+        graph = load_model(spec, zoo=zoo, seed=seed)
+        return graph, split_module(graph.module_text, graph.name), None
+    except OpbyopError as e:
+        return None, None, str(e)
+    except Exception as e:  # an exporter crash must not take the other models with it
+        return None, None, f"{type(e).__name__}: {e}"
+
+
+def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0) -> Prepared:
+    zoo = zoo or load_zoo()
+    prepared = Prepared()
+    for spec in specs:
+        graph, split, error = prepare_model(spec, zoo, seed)
+        name = graph.name if graph is not None else spec
+        if error is not None:
+            prepared.errors[name] = error
+            continue
+        prepared.graphs[name] = graph
+        prepared.splits[name] = split
+    prepared.unique = dedupe(prepared.records)
+    return prepared
+
+
+def summarize(name: str, prepared: Prepared, whole: WholeModelResult | None = None) -> ModelSummary:
+    split = prepared.splits.get(name)
+    graph = prepared.graphs.get(name)
+    if split is None:
+        return ModelSummary(model=name, frontend="", ops_total=0, ops_unique=0, error=prepared.errors.get(name))
+    return ModelSummary(model=name, frontend=graph.frontend if graph else "", ops_total=len(split.ops),
+                        ops_unique=len({r.signature for r in split.ops if r.ok}), split_failures=len(split.failed),
+                        export_seconds=graph.export_seconds if graph else 0.0, whole=whole)
+
+
+def depth_histogram(records: Iterable[OpRecord], results: dict[str, OpResult]) -> Counter:
+    """Occurrences per depth reached (a split failure counts at SPLIT with nothing beyond)."""
+    counts: Counter = Counter()
+    for r in records:
+        result = results.get(r.signature)
+        counts[result.depth if result is not None else Stage.SPLIT] += 1
+    return counts
+
+
+def blocking_ops(records: Iterable[OpRecord], results: dict[str, OpResult]) -> list[tuple[OpResult, int]]:
+    """Unique ops short of GOLDEN, most occurrences first: what to fix first."""
+    weight: Counter = Counter(r.signature for r in records if r.ok)
+    failing = [(results[s], n) for s, n in weight.items() if s in results and results[s].status is not Status.SUCCESS
+               and results[s].status is not Status.SKIPPED]
+    return sorted(failing, key=lambda item: (-item[1], item[0].depth.rank))

@@ -1,0 +1,162 @@
+"""OpTest JSON export: the record the tt-github-actions dashboards ingest (pydantic_models.py).
+
+One OpTest per (unique op, model it occurs in), each with its own op's real start and end time,
+`status` always filled for ops that were attempted (crashed / timeout are mapped by the stage that
+failed and keep their real status in `config`), the failing stage in `config`, and `message` the
+compiler's / device's words verbatim (never a stage prefix in it). Skipped ops are skipped=True,
+success=False (nothing ran: never reported as passing). Split failures have no compiled op and no
+timing of their own and are left out (they are counted in the models table).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from datetime import datetime, timedelta
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from opbyop.records import COMPILE_STAGES, OpRecord, OpResult, RunInfo, Stage, Status, TensorDesc
+from storage.dataset import Store
+
+BACKEND = "tt-mlir"
+# What the runtime does with a tensor unless a program asks otherwise (to_device default: DRAM
+# interleaved, tile layout); the records do not carry a per-tensor layout.
+BUFFER_TYPE = "dram"
+LAYOUT = "tile"
+
+
+class TestStatus(str, Enum):
+    __test__ = False  # not a pytest test class
+
+    COMPILE_FAILED = "compile_failed"
+    RUN_FAILED = "run_failed"
+    GOLDEN_FAILED = "golden_failed"
+    SUCCESS = "success"
+
+
+class OpTestTensor(BaseModel):
+    """TensorDesc of tt-github-actions."""
+
+    shape: list[int]
+    data_type: str
+    buffer_type: str
+    layout: str
+    grid_shape: list[int]
+
+
+class OpTest(BaseModel):
+    github_job_id: int
+    full_test_name: str
+    test_start_ts: datetime
+    test_end_ts: datetime | None
+    test_duration: timedelta | None
+    test_case_name: str
+    filepath: str
+    success: bool
+    skipped: bool
+    message: str | None
+    config: dict[str, Any] | None
+    frontend: str
+    model_name: str
+    op_kind: str
+    op_name: str
+    framework_op_name: str
+    inputs: list[OpTestTensor] | None
+    outputs: list[OpTestTensor] | None
+    op_params: dict[str, Any] | None
+    git_sha: str
+    status: TestStatus | None
+    card_type: str
+    backend: str
+
+
+def optest_status(result: OpResult) -> TestStatus | None:
+    """success / the failure kinds as they are; crashed and timeout by the stage that failed."""
+    direct = {Status.SUCCESS: TestStatus.SUCCESS, Status.COMPILE_FAILED: TestStatus.COMPILE_FAILED,
+              Status.RUN_FAILED: TestStatus.RUN_FAILED, Status.GOLDEN_FAILED: TestStatus.GOLDEN_FAILED}
+    if result.status in direct:
+        return direct[result.status]
+    if result.status is Status.SKIPPED:
+        return None
+    stage = result.failed_stage
+    if stage is Stage.GOLDEN:
+        return TestStatus.GOLDEN_FAILED
+    if stage is Stage.DEVICE_RUN:
+        return TestStatus.RUN_FAILED
+    return TestStatus.COMPILE_FAILED  # a compile stage, SPLIT, or unknown: it never got to run
+
+
+def _tensors(tensors: list[TensorDesc], grid: list[int]) -> list[OpTestTensor]:
+    return [OpTestTensor(shape=list(t.shape), data_type=t.dtype, buffer_type=BUFFER_TYPE, layout=LAYOUT,
+                         grid_shape=grid) for t in tensors]
+
+
+def _grid(result: OpResult) -> list[int]:
+    """The core grid the device model chose for the op's first compute op ([] if it never ran)."""
+    if result.device and result.device.placements:
+        return list(result.device.placements[0].grid)
+    return []
+
+
+def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend: str,
+           github_job_id: int = 0) -> OpTest:
+    first = min(occurrences, key=lambda o: o.position)
+    model = first.model
+    p = first.provenance
+    short = result.signature[:16]
+    config = {
+        "run_id": run.run_id, "signature": result.signature, "status": result.status.value,
+        "depth": result.depth.value, "failed_stage": result.failed_stage.value if result.failed_stage else None,
+        "compile_stage_reached": (result.compile.reached.value if result.compile and result.compile.reached
+                                  else None),
+        "positions": sorted(o.position for o in occurrences), "occurrences": len(occurrences),
+        "module_paths": sorted({o.provenance.module_path for o in occurrences if o.provenance.module_path}),
+        "location": p.location, "chip": run.chip, "options_key": run.options_key,
+        "plugin_version": run.plugin_version, "worker": result.worker, "reused_from": result.reused_from,
+        "pcc": result.golden.pcc if result.golden else None,
+        "cycles": result.device.cycles if result.device else None,
+        "compile_seconds": {s.value: result.compile.stage_seconds[s] for s in COMPILE_STAGES
+                            if result.compile and s in result.compile.stage_seconds},
+    }
+    return OpTest(
+        github_job_id=github_job_id,
+        full_test_name=f"{model}::{result.op_name}::{short}",
+        test_start_ts=result.started_at, test_end_ts=result.ended_at,
+        test_duration=result.ended_at - result.started_at,
+        test_case_name=f"{result.op_name}[{short}]",
+        filepath=(p.source.file if p.source else model),
+        success=result.status is Status.SUCCESS, skipped=result.status is Status.SKIPPED,
+        message=result.message, config=config, frontend=frontend, model_name=model,
+        op_kind=result.op_name.split(".", 1)[-1], op_name=result.op_name,
+        framework_op_name=p.framework_op or p.aten_op or "",
+        inputs=_tensors(first.inputs, _grid(result)), outputs=_tensors(first.outputs, _grid(result)),
+        op_params={"attributes": first.attributes, "failed_stage": config["failed_stage"]},
+        git_sha=run.git_sha, status=optest_status(result), card_type=run.chip, backend=BACKEND,
+    )
+
+
+def optests_for_run(store: Store, run_id: str, github_job_id: int = 0) -> list[OpTest]:
+    run = store.run(run_id)
+    results = {r.signature: r for r in store.results(run_id)}
+    frontends = {m.summary.model: m.summary.frontend for m in store.models(run_id)}
+    by_pair: dict[tuple[str, str], list[OpRecord]] = defaultdict(list)
+    for op in store.ops(run_id):
+        if op.ok and op.signature in results:
+            by_pair[(op.model, op.signature)].append(op)
+    return [optest(run, results[sig], occ, frontends.get(model, ""), github_job_id)
+            for (model, sig), occ in sorted(by_pair.items())]
+
+
+def export_optest(store: Store, run_id: str, out: Path, github_job_id: int = 0) -> int:
+    """Write the run's OpTests as a JSON array to `out` (atomically); returns how many."""
+    tests = optests_for_run(store, run_id, github_job_id)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps([t.model_dump(mode="json") for t in tests], indent=1))
+    os.replace(tmp, out)
+    return len(tests)
