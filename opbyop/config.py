@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
-__all__ = ["AnalysisConfig", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
+__all__ = ["AnalysisConfig", "ClusterConfig", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
            "ZooEntry", "config_dir", "load_yaml", "load_zoo", "load_thresholds"]
 
 
@@ -133,6 +133,16 @@ class CompilerOptions(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
 
+class ClusterConfig(BaseModel):
+    """Where per-op work runs: an existing Dask scheduler, or a LocalCluster sized to the machine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(None, description="tcp://host:8786 of an existing Dask scheduler "
+                                                  "(default: OPBYOP_DASK_ADDRESS, else a LocalCluster)")
+    workers: int | None = Field(None, ge=1, description="LocalCluster workers (default: one per CPU core)")
+
+
 class AnalysisConfig(BaseModel):
     """Everything one analysis run depends on (the Prefect run form is built from this)."""
 
@@ -146,3 +156,4 @@ class AnalysisConfig(BaseModel):
                                                  "signature, compiler version, chip and options")
     whole_model: bool = Field(True, description="also compile and run each model whole")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)

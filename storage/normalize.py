@@ -1,37 +1,18 @@
-"""Failure messages reduced to their shape, so that one bug with a thousand shapes is one group.
+"""The message normalisation of opbyop.messages, as the DuckDB macro `normalize_message(m)`.
 
-The rules are defined once here and used twice: as the DuckDB macro `normalize_message(m)` that the
-aggregation SQL calls, and as the Python function of the same name (tests, pandas baseline). They
-are written in the regex subset that RE2 (DuckDB) and Python's `re` read alike.
+One set of rules for the whole project: the groups in the SQL aggregations and the HTML report are
+the groups the CLI prints. The rules are translated, not re-invented: each regex of
+opbyop.messages is passed to DuckDB's RE2 as it is (a test checks both give the same text).
 """
 
 from __future__ import annotations
 
-import re
+from opbyop import messages
+from opbyop.messages import normalize_message
 
-# (pattern, replacement) in order: paths before numbers (paths hold digits), hex before numbers,
-# shapes before numbers (4x32xf32 is one token), SSA names before numbers (%0).
-RULES: list[tuple[str, str]] = [
-    (r"""(^|[\s"'(=:\[,])(?:~|\.{1,2})?(?:/[\w.+-]+)+(?::\d+)*""", r"\1<path>"),
-    (r"\b[\w./-]+\.(?:py|mlir|cpp|cc|c|h|hpp|td):\d+(?::\d+)*", "<path>"),
-    (r"0[xX][0-9a-fA-F]+", "<hex>"),
-    (r"\b\d+(?:x\d+)*x(?:bf16|f8E\w+|[fiu]\d+|index)\b", "<shape>"),
-    (r"\b\d+(?:x\d+)+\b", "<shape>"),
-    (r"%[\w.$#-]+", "%<ssa>"),
-    (r"\^bb\d+", "^<bb>"),
-    (r"-?\b\d+(?:\.\d+)?(?:[eE][+-]?\d+)?\b", "<n>"),
-    (r"\s+", " "),
-]
+__all__ = ["macro_sql", "normalize_message"]
 
-_COMPILED = [(re.compile(p), r) for p, r in RULES]
-
-
-def normalize_message(message: str | None) -> str | None:
-    if message is None:
-        return None
-    for pattern, replacement in _COMPILED:
-        message = pattern.sub(replacement, message)
-    return message.strip()
+MAX_CHARS = 300  # as opbyop.messages.normalize_message
 
 
 def _sql_literal(text: str) -> str:
@@ -39,8 +20,9 @@ def _sql_literal(text: str) -> str:
 
 
 def macro_sql() -> str:
-    """CREATE MACRO normalize_message(m): the same rules, in DuckDB."""
-    expr = "m"
-    for pattern, replacement in RULES:
-        expr = f"regexp_replace({expr}, {_sql_literal(pattern)}, {_sql_literal(replacement)}, 'g')"
-    return f"CREATE OR REPLACE MACRO normalize_message(m) AS trim({expr})"
+    """CREATE MACRO normalize_message(m): first line, the same rules, whitespace collapsed, 300 chars."""
+    expr = "split_part(replace(trim(m, ' \t\n\r'), chr(13), chr(10)), chr(10), 1)"
+    for pattern, replacement in messages._RULES:  # noqa: SLF001 (the single definition of the rules)
+        expr = f"regexp_replace({expr}, {_sql_literal(pattern.pattern)}, {_sql_literal(replacement)}, 'g')"
+    expr = f"left(regexp_replace({expr}, '\\s+', ' ', 'g'), {MAX_CHARS})"
+    return f"CREATE OR REPLACE MACRO normalize_message(m) AS CASE WHEN m IS NULL THEN '' ELSE {expr} END"

@@ -150,3 +150,70 @@ def results_for(ops_by_key: dict[str, OpSpec], outcomes: dict[str, tuple[Status,
     """One result per op key, each started 7 s after the previous (distinct, real-looking times)."""
     return [result(ops_by_key[key], status, stage, message, start + timedelta(seconds=7 * i), worker=f"w{i % 2}")
             for i, (key, (status, stage, message)) in enumerate(sorted(outcomes.items()))]
+
+
+# ----------------------------------------------------------------------------- a small history
+ADD = OpSpec("add", "stablehlo.add", ("4x32xf32", "4x32xf32"), ("4x32xf32",), "torch.add")
+DOT = OpSpec("dot", "stablehlo.dot_general", ("4x32xf32", "32x32xf32"), ("4x32xf32",), "torch.matmul")
+TANH = OpSpec("tanh", "stablehlo.tanh", ("4x32xf32",), ("4x32xf32",), "torch.tanh")
+CONV = OpSpec("conv", "stablehlo.convolution", ("1x3x32x32xf32", "8x3x3x3xf32"), ("1x8x30x30xf32",), "torch.conv2d")
+REDUCE = OpSpec("reduce", "stablehlo.reduce", ("1x8x30x30xf32", "f32"), ("1x8xf32",), "torch.mean")
+SORT = OpSpec("sort", "stablehlo.sort", ("8x16xi32",), ("8x16xi32",), "torch.sort")
+GATHER = OpSpec("gather", "stablehlo.gather", ("8x16xf32", "4x1xi64"), ("4x16xf32",), "torch.index_select")
+SAMPLE_OPS = {o.key: o for o in (ADD, DOT, TANH, CONV, REDUCE, SORT, GATHER)}
+
+# mlp: dot add tanh dot add add -> dot x2, add x3, tanh x1
+MLP = [(DOT, "fc1"), (ADD, "fc1"), (TANH, "act"), (DOT, "fc2"), (ADD, "fc2"), (ADD, "")]
+
+
+def _zoo(night: int) -> list[OpRecord]:
+    """cnn: conv add reduce conv sort (night 2: gather instead of sort), and a while loop that fails to split."""
+    cnn = [(CONV, "conv1"), (ADD, "bn1"), (REDUCE, "pool"), (CONV, "conv2"), (SORT if night < 2 else GATHER, "topk")]
+    ops = [record("mlp", i, op, path, line=10 + i) for i, (op, path) in enumerate(MLP)]
+    ops += [record("cnn", i, op, path, line=20 + i) for i, (op, path) in enumerate(cnn)]
+    ops.append(split_failure("cnn", len(cnn), "stablehlo.while", "region captures a value defined in another region"))
+    return ops
+
+
+LEGALIZE = "error: failed to legalize {} at {}"
+NIGHT1 = {
+    "add": (Status.SUCCESS, None, None),
+    "dot": (Status.COMPILE_FAILED, Stage.TTNN, LEGALIZE.format("4x32xf32", "0x7f3a")),
+    "tanh": (Status.SUCCESS, None, None),
+    "conv": (Status.RUN_FAILED, Stage.DEVICE_RUN, "L1 overflow: 1572864 bytes needed on core (2, 3)"),
+    "reduce": (Status.GOLDEN_FAILED, Stage.GOLDEN, "output mismatch: pcc 0.71 < 0.99, max abs error 0.5"),
+    "sort": (Status.COMPILE_FAILED, Stage.TTNN, LEGALIZE.format("8x16xi32", "0x11ff")),
+}
+NIGHT2 = {
+    "add": (Status.SUCCESS, None, None),
+    "dot": (Status.SUCCESS, None, None),  # progression: TTIR -> GOLDEN
+    "tanh": (Status.GOLDEN_FAILED, Stage.GOLDEN, "output mismatch: pcc 0.93 < 0.99, max abs error 0.06"),  # regression
+    "conv": (Status.TIMEOUT, Stage.DEVICE_RUN, "device run exceeded 120 s"),  # same depth, not reusable
+    "reduce": (Status.GOLDEN_FAILED, Stage.GOLDEN, "output mismatch: pcc 0.70 < 0.99, max abs error 0.5"),
+    "gather": (Status.COMPILE_FAILED, Stage.TTIR, "error: 'ttir.gather' op unsupported index 4x1xi64"),  # new
+}
+
+
+def night(run_id: str, day: int, outcomes: dict[str, tuple[Status, Stage | None, str | None]],
+          chip: str = "p150", zoo_night: int = 1) -> SampleRun:
+    start = datetime(2026, 11, day, 2, 0, tzinfo=timezone.utc)
+    ops = _zoo(zoo_night)
+    results = results_for(SAMPLE_OPS, outcomes, start + timedelta(minutes=1))
+    whole_ok = WholeModelResult(status=Status.SUCCESS, depth=Stage.GOLDEN, compile=_compile(Stage.FLATBUFFER, None, None, "mlp"),
+                                device=_device(50_000), pcc=0.9995, max_abs_error=0.002, iterations=3, seconds=4.2)
+    whole_bad = WholeModelResult(status=Status.COMPILE_FAILED, depth=Stage.STABLEHLO, failed_stage=Stage.TTIR,
+                                 message="failed to legalize operation 'stablehlo.while'",
+                                 compile=_compile(Stage.STABLEHLO, Stage.TTIR, "failed to legalize operation 'stablehlo.while'",
+                                                  "cnn"), seconds=2.0)
+    models = [summary("mlp", ops, whole=whole_ok), summary("cnn", ops, whole=whole_bad)]
+    return SampleRun(run_info(run_id, start, ["mlp", "cnn"], chip=chip), ops, results, models)
+
+
+def history() -> list[SampleRun]:
+    """Three nights: n0 on another chip (never compared with), n1 and n2 on p150."""
+    n0, n1, n2 = night("n0", 1, NIGHT1, chip="n150"), night("n1", 2, NIGHT1), night("n2", 3, NIGHT2, zoo_night=2)
+    # n2 reused n1's result for add (cache hit): the result keeps its own times and names its origin
+    first = next(r for r in n1.results if r.signature == ADD.signature)
+    n2.results = [first.model_copy(update={"reused_from": "n1"}) if r.signature == ADD.signature else r
+                  for r in n2.results]
+    return [n0, n1, n2]

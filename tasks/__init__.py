@@ -1,0 +1,1 @@
+"""Prefect tasks: thin wrappers around the opbyop library (and storage/)."""

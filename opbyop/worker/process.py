@@ -12,7 +12,10 @@ import uuid
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+import fcntl
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -74,20 +77,21 @@ class OpWorker:
             return self.ready
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        req_r, req_w = os.pipe()
-        rep_r, rep_w = os.pipe()
-        log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", "opbyop.worker.child", "--in-fd", str(req_r), "--out-fd", str(rep_w),
-               "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip]
-        env = {**os.environ, **(self.env or {})}
-        self._proc = subprocess.Popen(cmd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
-                                      stdout=log, stderr=log, env=env)
-        log.close()
-        os.close(req_r)
-        os.close(rep_w)
-        self._to_child = Connection(req_w, readable=False)
-        self._from_child = Connection(rep_r, writable=False)
-        message = self._receive(self.start_timeout)
+        with _startup_lock():  # held until the child has loaded the plugin
+            req_r, req_w = os.pipe()
+            rep_r, rep_w = os.pipe()
+            log = open(self.log_path, "ab")
+            cmd = [sys.executable, "-m", "opbyop.worker.child", "--in-fd", str(req_r), "--out-fd", str(rep_w),
+                   "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip]
+            env = {**os.environ, **(self.env or {})}
+            self._proc = subprocess.Popen(cmd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
+                                          stdout=log, stderr=log, env=env)
+            log.close()
+            os.close(req_r)
+            os.close(rep_w)
+            self._to_child = Connection(req_w, readable=False)
+            self._from_child = Connection(rep_r, writable=False)
+            message = self._receive(self.start_timeout)
         if not isinstance(message, Ready):
             tail = self._log_tail()
             self.close()
@@ -144,19 +148,19 @@ class OpWorker:
     def analyze_whole(self, graph: ModelGraph, settings: AnalysisSettings, timeout: float = 600.0,
                       iterations: int = 2) -> WholeModelResult:
         """The whole model compiled at once and run stitched (weights pushed once)."""
-        request_id = f"whole-{uuid.uuid4().hex[:12]}"
-        values = self.workspace / "scratch" / f"{request_id}.npz"
-        values.parent.mkdir(parents=True, exist_ok=True)
-        arrays = {f"arg{i}": v for i, v in enumerate(graph.argument_values or [])}
-        arrays.update({f"ref{i}": v for i, v in enumerate(graph.reference_outputs or [])})
-        np.savez(values, **arrays)
-        parameters = [i for i, a in enumerate(graph.arguments) if a.kind is ArgumentKind.PARAMETER]
-        request = WholeRequest(id=request_id, model=graph.name, module_text=normalized_text(graph.module_text, graph.name),
-                               values_path=str(values), parameters=parameters, iterations=iterations, settings=settings)
+        values = write_values(graph, self.workspace / "scratch" / f"values-{uuid.uuid4().hex[:12]}.npz")
         try:
-            answer = self._exchange(request, timeout)
+            return self.analyze_whole_from(graph.name, normalized_text(graph.module_text, graph.name), str(values),
+                                           parameter_indices(graph), settings, timeout, iterations)
         finally:
             values.unlink(missing_ok=True)
+
+    def analyze_whole_from(self, model: str, module_text: str, values_path: str, parameters: list[int],
+                           settings: AnalysisSettings, timeout: float = 600.0, iterations: int = 2) -> WholeModelResult:
+        """Like analyze_whole, from a normalised module and an npz of arguments (arg*) and references (ref*)."""
+        request = WholeRequest(id=f"whole-{uuid.uuid4().hex[:12]}", model=model, module_text=module_text,
+                               values_path=values_path, parameters=parameters, iterations=iterations, settings=settings)
+        answer = self._exchange(request, timeout)
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
             return WholeModelResult(status=answer.status, depth=depth, failed_stage=failed, message=answer.message)
@@ -229,6 +233,35 @@ class OpWorker:
         kept = [line.strip() for line in text.splitlines() if line.strip()]
         errors = [line for line in kept if re.search(r"error|fatal|abort|assert|exception", line, re.I)]
         return " | ".join((errors or kept)[-lines:])
+
+
+@contextmanager
+def _startup_lock() -> Iterator[None]:
+    """One child at a time loads the plugin: on first use each one unpacks ~400 MB of runtime
+    assets into $TMPDIR, and two doing it at once fail ('failed to extract embedded tt-metal
+    runtime archive')."""
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / "opbyop-plugin-startup.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def write_values(graph: ModelGraph, path: Path) -> Path:
+    """The arrays a whole-model run needs (arguments arg*, framework outputs ref*) as one npz."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"arg{i}": v for i, v in enumerate(graph.argument_values or [])}
+    arrays.update({f"ref{i}": v for i, v in enumerate(graph.reference_outputs or [])})
+    partial = path.with_name(f".{path.name}.partial.npz")
+    np.savez(partial, **arrays)
+    partial.replace(path)
+    return path
+
+
+def parameter_indices(graph: ModelGraph) -> list[int]:
+    return [i for i, a in enumerate(graph.arguments) if a.kind is ArgumentKind.PARAMETER]
 
 
 def _describe_exit(returncode: int | None) -> str:

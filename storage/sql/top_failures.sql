@@ -2,7 +2,7 @@
 -- addresses, SSA names and paths (normalize_message), weighted by occurrences.
 WITH r AS (
     SELECT signature, op_name, failed_stage, message,
-           coalesce(normalize_message(message), '(no message)') AS pattern
+           coalesce(nullif(normalize_message(message), ''), '(no message)') AS pattern
     FROM results WHERE run_id = $run_id AND status NOT IN ('success', 'skipped')
 ), occ AS (
     SELECT signature, count(*) AS n, list(DISTINCT model) AS models

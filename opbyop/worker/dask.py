@@ -1,0 +1,92 @@
+"""Warm op workers on Dask: each Dask worker owns one OpWorker (a child process) per chip.
+
+A Dask WorkerPlugin holds them, so compiler, XLA:CPU and device stay warm across ops, and a
+compiler abort costs one child process, not the Dask worker. Functions here are plain Python: no
+Prefect runs on Dask workers (they could not reach an ephemeral Prefect API anyway).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from distributed import WorkerPlugin, get_worker
+
+from opbyop.records import OpResult, UniqueOp, WholeModelResult
+from opbyop.worker.process import OpWorker
+from opbyop.worker.protocol import AnalysisSettings
+
+PLUGIN_NAME = "opbyop-op-workers"
+# Tests only: "exit:<signature prefix>" makes the Dask worker process itself die on that op.
+DASK_FAULT_ENV = "OPBYOP_DASK_FAULT_INJECT"
+
+
+class OpWorkerPlugin(WorkerPlugin):
+    """Starts OpWorkers lazily on each Dask worker; closes them with the worker."""
+
+    name = PLUGIN_NAME
+
+    def __init__(self, workspace: str, descriptors: dict[str, bytes], env: dict[str, str] | None = None):
+        self.workspace = workspace
+        self.descriptors = descriptors  # chip -> .ttsys bytes: remote workers need no local copy
+        self.env = env or {}
+        self._workers: dict[str, OpWorker] = {}
+        self._name = "worker"
+
+    def setup(self, worker: object) -> None:
+        self._name = f"dask-{getattr(worker, 'name', os.getpid())}"
+
+    def teardown(self, worker: object) -> None:
+        for w in self._workers.values():
+            w.close()
+        self._workers.clear()
+
+    def op_worker(self, chip: str) -> OpWorker:
+        if chip not in self._workers:
+            data = self.descriptors[chip]
+            path = Path(self.workspace) / "system_descs" / f"{hashlib.sha256(data).hexdigest()[:16]}.ttsys"
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(f".{os.getpid()}.partial")
+                partial.write_bytes(data)
+                partial.replace(path)
+            self._workers[chip] = OpWorker(path, Path(self.workspace), chip=chip,
+                                           name=f"{self._name}-{chip}-{os.getpid()}", env=self.env)
+        return self._workers[chip]
+
+
+def _plugin(worker: object | None = None) -> OpWorkerPlugin:
+    plugin = (worker or get_worker()).plugins.get(PLUGIN_NAME)  # type: ignore[attr-defined]
+    if plugin is None:
+        raise RuntimeError("the opbyop worker plugin is not registered on this Dask worker")
+    return plugin  # type: ignore[return-value]
+
+
+def _inject_fault(signature: str) -> None:
+    for rule in filter(None, os.environ.get(DASK_FAULT_ENV, "").split(";")):
+        action, _, prefix = rule.partition(":")
+        if action == "exit" and prefix and signature.startswith(prefix):
+            os._exit(1)
+
+
+def analyze_op(op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float) -> OpResult:
+    """Runs on a Dask worker: one op through its warm OpWorker."""
+    _inject_fault(op.signature)
+    return _plugin().op_worker(chip).analyze(op, settings, timeout)
+
+
+def analyze_whole(model: str, module_text: str, values_path: str, parameters: list[int], chip: str,
+                  settings: AnalysisSettings, timeout: float, iterations: int = 2) -> WholeModelResult:
+    """Runs on a Dask worker: a whole model through its warm OpWorker."""
+    return _plugin().op_worker(chip).analyze_whole_from(model, module_text, values_path, parameters, settings,
+                                                        timeout, iterations)
+
+
+def warm_up(chip: str, dask_worker: object | None = None) -> int:
+    """Start this Dask worker's OpWorker now (so the first op does not pay for it); returns its pid.
+
+    Meant for Client.run, which passes the Dask worker as `dask_worker`."""
+    worker = _plugin(dask_worker).op_worker(chip)
+    worker.start()
+    return worker.pid or 0

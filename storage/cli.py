@@ -1,0 +1,231 @@
+"""The store's commands, added to `opbyop` through the `opbyop.cli` entry point:
+sql, query, runs, report, catalog, expectations update/check, export optest."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from opbyop.errors import OpbyopError
+from storage.files import SkippedFile, default_root
+
+console = Console()
+err_console = Console(stderr=True)
+
+STORE_HELP = "store root (default: $OPBYOP_STORE or ./.opbyop/store)"
+FORMATS = ("table", "csv", "json")
+
+
+def _fail(error: OpbyopError) -> None:
+    err_console.print(f"[red]error:[/red] {error}", highlight=False)
+    raise typer.Exit(2)
+
+
+def _root(store: Optional[Path]) -> Path:
+    return store if store is not None else default_root()
+
+
+def _warn_skipped(skipped: list[SkippedFile]) -> None:
+    if skipped:
+        err_console.print(f"[yellow]warning:[/yellow] {len(skipped)} unreadable file(s) skipped:", highlight=False)
+        for s in skipped:
+            err_console.print(f"  {s}", highlight=False, soft_wrap=True)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    return str(value)
+
+
+def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str | None = None) -> None:
+    if fmt not in FORMATS:
+        _fail(OpbyopError(f"unknown format {fmt!r}", f"use one of {', '.join(FORMATS)}"))
+    if fmt == "json":
+        sys.stdout.write(json.dumps([dict(zip(columns, r)) for r in rows], default=str, indent=1) + "\n")
+    elif fmt == "csv":
+        writer = csv.writer(sys.stdout)
+        writer.writerow(columns)
+        writer.writerows([[_cell(v) for v in r] for r in rows])
+    else:
+        table = Table(*columns, title=title)
+        for r in rows:
+            table.add_row(*(_cell(v) for v in r))
+        console.print(table)
+        console.print(f"{len(rows)} row(s)", style="dim")
+
+
+def sql(query: str = typer.Argument(..., help='a read-only query, e.g. "SELECT * FROM runs"'),
+        fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+        store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Run a read-only SQL query over the store (views: runs, ops, results, models, occurrences, stages)."""
+    from storage.readonly import run_sql
+
+    try:
+        result = run_sql(query, _root(store))
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(result.skipped)
+    print_rows(result.columns, result.rows, fmt)
+
+
+def query(name: str = typer.Argument(..., help="a named aggregation from storage/sql (see --list)"),
+          run: Optional[str] = typer.Option(None, "--run", help="run id"),
+          previous: Optional[str] = typer.Option(None, "--previous", help="previous run id (default: the last "
+                                                 "completed run of the same chip and options)"),
+          n: int = typer.Option(30, "--n", help="number of runs for trends and pass rates"),
+          limit: int = typer.Option(50, "--limit"),
+          fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+          store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Run one named aggregation query (depth_histogram, blockers, regressions, trend ...)."""
+    from storage.aggregate import previous_run_id, run_query
+    from storage.readonly import StoreConnection
+
+    try:
+        with StoreConnection(_root(store)) as con:
+            prev = previous or (previous_run_id(con, run) if run else None)
+            result = run_query(con, name, run_id=run, prev_run_id=prev, n=n, limit=limit)
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(result.skipped)
+    print_rows(result.columns, result.rows, fmt, title=f"{name} {run or ''} {f'vs {prev}' if prev else ''}")
+
+
+def runs(limit: int = typer.Option(50, "--limit"),
+         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+         store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """List the runs in the store, newest first."""
+    from storage.aggregate import run_query
+    from storage.readonly import StoreConnection
+
+    try:
+        with StoreConnection(_root(store)) as con:
+            result = run_query(con, "runs_overview", limit=limit)
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(result.skipped)
+    print_rows(result.columns, result.rows, fmt, title=f"runs in {_root(store)}")
+
+
+def report(run: str = typer.Option(..., "--run", help="run id"),
+           out: Optional[Path] = typer.Option(None, "--out", help="HTML file (default: report-<run>.html)"),
+           expectations: Optional[Path] = typer.Option(None, "--expectations",
+                                                       help="expectations file (default: configs/expectations.yaml)"),
+           no_expectations: bool = typer.Option(False, "--no-expectations"),
+           previous: Optional[str] = typer.Option(None, "--previous", help="run to compare with"),
+           n: int = typer.Option(30, "--n", help="runs in the trend"),
+           store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Write the self-contained HTML report of a run."""
+    from storage.report import write_report
+
+    target = out or Path(f"report-{run}.html")
+    try:
+        write_report(_root(store), run, target, expectations, not no_expectations, previous, n)
+    except OpbyopError as e:
+        _fail(e)
+    console.print(f"wrote {target}")
+
+
+def catalog(out: Optional[Path] = typer.Option(None, "--out", help="catalog file (default: <store>/opbyop.duckdb)"),
+            store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Write a DuckDB catalog file with views over the store (for the DuckDB CLI, Superset, ...)."""
+    from storage.catalog import build_catalog
+
+    try:
+        path = build_catalog(_root(store), out)
+    except OpbyopError as e:
+        _fail(e)
+    console.print(f"wrote {path}  (open with: duckdb -readonly {path})")
+
+
+expectations_app = typer.Typer(help="Expected depths (configs/expectations.yaml) against runs.", no_args_is_help=True)
+
+
+@expectations_app.command("update")
+def expectations_update(run: str = typer.Option(..., "--run", help="run id to take the depths from"),
+                        file: Optional[Path] = typer.Option(None, "--file", help="default: configs/expectations.yaml"),
+                        store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Rewrite the expectations file so that the run meets it exactly (hand-written reasons kept)."""
+    from storage.dataset import Store
+    from storage.expectations import default_path, from_results, load_expectations, save_expectations
+
+    path = file or default_path()
+    try:
+        previous = load_expectations(path) if path.exists() else None
+        s = Store(_root(store))
+        updated = from_results(s.results(run), previous)
+        save_expectations(updated, path)
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(s.skipped)
+    console.print(f"wrote {path}: {len(updated.expectations)} entries from run {run}")
+
+
+@expectations_app.command("check")
+def expectations_check(run: str = typer.Option(..., "--run", help="run id"),
+                       file: Optional[Path] = typer.Option(None, "--file", help="default: configs/expectations.yaml"),
+                       fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+                       store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Compare a run with the expectations; exit 1 on an unexpected failure or pass."""
+    from storage.dataset import Store
+    from storage.expectations import compare, load_expectations
+
+    try:
+        s = Store(_root(store))
+        rep = compare(run, s.results(run), s.ops(run), load_expectations(file))
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(s.skipped)
+    columns = ["kind", "signature", "op_name", "expected", "actual", "status", "failed_stage", "rule", "models", "message"]
+    rows = [(kind, m.signature[:16], m.op_name, m.expected.value, m.actual.value, m.status.value,
+             m.failed_stage.value if m.failed_stage else None, m.rule, m.models, m.message)
+            for kind, group in (("unexpected failure", rep.unexpected_failures), ("unexpected pass", rep.unexpected_passes))
+            for m in group]
+    print_rows(columns, rows, fmt, title=f"expectations vs {run}")
+    err_console.print(f"{rep.checked} checked, {rep.matched} as expected, {len(rep.unexpected_failures)} unexpected "
+                      f"failures, {len(rep.unexpected_passes)} unexpected passes, {rep.not_compared} not compared")
+    if not rep.ok:
+        raise typer.Exit(1)
+
+
+export_app = typer.Typer(help="Export a run to other formats.", no_args_is_help=True)
+
+
+@export_app.command("optest")
+def export_optest_cmd(run: str = typer.Option(..., "--run", help="run id"),
+                      out: Path = typer.Option(..., "--out", help="JSON file to write"),
+                      job_id: int = typer.Option(0, "--github-job-id", help="github_job_id of every record"),
+                      store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Write the run as OpTest records (tt-github-actions) in a JSON array."""
+    from storage.dataset import Store
+    from storage.optest import export_optest
+
+    try:
+        s = Store(_root(store))
+        count = export_optest(s, run, out, job_id)
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(s.skipped)
+    console.print(f"wrote {count} OpTest records to {out}")
+
+
+def register(app: typer.Typer) -> None:
+    """Called by opbyop's CLI for the `opbyop.cli` entry point `store`."""
+    app.command("sql")(sql)
+    app.command("query")(query)
+    app.command("runs")(runs)
+    app.command("report")(report)
+    app.command("catalog")(catalog)
+    app.add_typer(expectations_app, name="expectations")
+    app.add_typer(export_app, name="export")

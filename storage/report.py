@@ -1,0 +1,92 @@
+"""The HTML report of one run: one self-contained file (inline CSS, JS and data; no CDN, no fetch).
+
+Python gathers the numbers (the aggregation queries, the expectations check) into one JSON
+document embedded in the page; small inline JS draws the charts as SVG and the tables with search,
+filters and sorting, so the file opens offline, from a mail attachment or a CI artifact.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from storage.aggregate import NightlySummary, nightly, run_query
+from storage.dataset import Store
+from storage.expectations import Expectations, compare, load_expectations
+from storage.expectations import default_path as default_expectations_path
+from storage.readonly import StoreConnection
+
+TEMPLATE = Path(__file__).resolve().parent / "templates" / "report.html"
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def report_data(root: Path | str | None, run_id: str, expectations: Expectations | None = None,
+                previous: str | None = None, n: int = 30) -> dict[str, Any]:
+    """Everything the page shows, as plain JSON-ready values."""
+    store = Store(root)
+    run = store.run(run_id)
+    with StoreConnection(store.root) as con:
+        summary: NightlySummary = nightly(con, run_id, previous, n=n)
+        ops = run_query(con, "run_ops", run_id=run_id).records()
+        models = run_query(con, "run_models", run_id=run_id).records()
+        skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
+    expectation_report = None
+    if expectations is not None:
+        expectation_report = compare(run_id, store.results(run_id), store.ops(run_id), expectations).model_dump(mode="json")
+    return {
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "run": run.model_dump(mode="json"),
+        "previous_run_id": summary.previous_run_id,
+        "depth_histogram": summary.depth_histogram.records(),
+        "top_blockers": summary.top_blockers.records(),
+        "blockers": summary.blockers.records(),
+        "trend": summary.trend.records(),
+        "regressions": summary.regressions.records(),
+        "progressions": summary.progressions.records(),
+        "new_ops": summary.new_ops.records(),
+        "removed_ops": summary.removed_ops.records(),
+        "top_failures": summary.top_failures.records(),
+        "kind_depth_matrix": summary.kind_depth_matrix.records(),
+        "models": models,
+        "ops": ops,
+        "expectations": expectation_report,
+        "skipped": skipped,
+    }
+
+
+def render_html(data: dict[str, Any]) -> str:
+    payload = json.dumps(data, default=_jsonable, separators=(",", ":"))
+    # inside <script>, "</" could close the element early; JSON allows "<\/" for it
+    payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")
+    page = TEMPLATE.read_text()
+    title = html.escape(f"opbyop report {data['run']['run_id']}")
+    return page.replace("__TITLE__", title).replace("__DATA__", payload)
+
+
+def write_report(root: Path | str | None, run_id: str, out: Path, expectations_path: Path | None = None,
+                 use_expectations: bool = True, previous: str | None = None, n: int = 30) -> Path:
+    """Render the report of `run_id` to `out` (atomically); expectations from `expectations_path`
+    (default configs/expectations.yaml) unless use_expectations is False."""
+    expectations = None
+    if use_expectations:
+        path = expectations_path or default_expectations_path()
+        if expectations_path is not None or path.exists():  # the default file is optional
+            expectations = load_expectations(path)
+    page = render_html(report_data(root, run_id, expectations, previous, n))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_text(page)
+    os.replace(tmp, out)
+    return out
+

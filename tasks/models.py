@@ -1,0 +1,28 @@
+"""Load and split one model (in the flow's process: graphs hold the weights the whole-model run needs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NONE
+
+from opbyop.config import Zoo
+from opbyop.frontends.graph import ModelGraph
+from opbyop.ir.normalize import normalized_text
+from opbyop.ir.split import SplitResult
+from opbyop.pipeline import prepare_model
+from opbyop.worker.process import write_values
+
+
+@task(name="split-model", task_run_name="split-{spec}", cache_policy=NONE, persist_result=False)
+def split_model(spec: str, zoo: Zoo, seed: int) -> tuple[ModelGraph | None, SplitResult | None, str | None]:
+    """(graph, split, error): a model that cannot be exported or split is an error, not an exception."""
+    return prepare_model(spec, zoo, seed)
+
+
+@task(name="stage-whole-model", task_run_name="stage-{graph.name}", cache_policy=NONE, persist_result=False)
+def stage_whole_model(graph: ModelGraph, scratch: Path) -> tuple[str, str]:
+    """(normalised module text, path of the npz with its arguments and reference outputs)."""
+    values = write_values(graph, scratch / f"{graph.name}-values.npz")
+    return normalized_text(graph.module_text, graph.name), str(values)

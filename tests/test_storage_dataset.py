@@ -1,0 +1,255 @@
+"""The Parquet dataset: round trips, explicit schemas, idempotent and crash-safe writes, corrupt files."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from opbyop.errors import StoreError
+from opbyop.records import CompileOutcome, OpResult, Stage, Status
+from storage import samples, schema
+from storage.dataset import Store
+from storage.files import data_files, run_dirs
+from storage.readonly import run_sql
+
+
+def _files(root: Path, table: str, run_id: str) -> list[Path]:
+    return data_files(root, table, run_id)
+
+
+# ----------------------------------------------------------------------------- round trips
+
+def test_every_table_round_trips(history_store: Store) -> None:
+    for night in samples.history():
+        run_id = night.run.run_id
+        assert history_store.run(run_id) == night.run
+        assert sorted(history_store.results(run_id), key=lambda r: r.signature) == \
+            sorted(night.results, key=lambda r: r.signature)
+        stored_ops = history_store.ops(run_id)
+        expected_ops = [o.model_copy(update={"module_text": None}) for o in night.ops]  # text lives in artifacts
+        key = lambda o: (o.model, o.position)  # noqa: E731
+        assert sorted(stored_ops, key=key) == sorted(expected_ops, key=key)
+        stored_models = {m.summary.model: m for m in history_store.models(run_id)}
+        assert {m.model: m for m in night.models} == {k: v.summary for k, v in stored_models.items()}
+    assert [r.run_id for r in history_store.runs()] == ["n0", "n1", "n2"]
+
+
+def test_edge_values_round_trip(store_root: Path) -> None:
+    """Crashed without any compile outcome, unknown artifact kinds, infinite errors, naive times."""
+    t = datetime(2026, 11, 5, 1, 2, 3, 456789)  # naive: taken as UTC
+    crashed = OpResult(signature=samples.ADD.signature, op_name="stablehlo.add", status=Status.CRASHED,
+                       depth=Stage.SPLIT, failed_stage=Stage.STABLEHLO, message="worker died: signal 11",
+                       started_at=t, ended_at=t + timedelta(seconds=1))
+    odd = samples.result(samples.DOT, Status.GOLDEN_FAILED, message="mismatch").model_copy(deep=True)
+    odd.compile.artifacts["mlir_debug"] = "ab" * 32
+    odd.golden.max_rel_error = math.inf
+    odd.golden.pcc = None
+    skipped = samples.result(samples.TANH, Status.SKIPPED, message="device run not requested")
+    run = samples.run_info("edge", t, ["mlp"])
+    store = Store(store_root)
+    store.write_run(run, [], [crashed, odd, skipped], [])
+    back = {r.signature: r for r in store.results("edge")}
+    assert back[crashed.signature].compile is None and back[crashed.signature].device is None
+    assert back[crashed.signature].started_at == t.replace(tzinfo=timezone.utc)
+    assert back[odd.signature] == odd
+    assert back[skipped.signature] == skipped and back[skipped.signature].device is None
+
+
+def test_files_carry_the_explicit_schema_and_version(history_store: Store) -> None:
+    for table in schema.TABLES:
+        for path in _files(history_store.root, table, "n1"):
+            file_schema = pq.read_schema(path)
+            assert file_schema.remove_metadata() == schema.TABLES[table].remove_metadata()
+            assert file_schema.metadata[schema.VERSION_KEY] == str(schema.SCHEMA_VERSION).encode()
+
+
+def test_artifact_columns_cover_the_compilers_kinds() -> None:
+    from opbyop.compiler.stages import ARTIFACT_KINDS
+    assert set(ARTIFACT_KINDS) == set(schema.ARTIFACT_KINDS), "bump SCHEMA_VERSION and add the new kind's column"
+
+
+def test_hive_layout_by_run_start_date(history_store: Store) -> None:
+    dirs = run_dirs(history_store.root, "results", "n2")
+    assert [d.relative_to(history_store.root).as_posix() for d in dirs] == ["results/date=2026-11-03/run_id=n2"]
+    stored = run_sql("SELECT DISTINCT date, run_id FROM results ORDER BY run_id", history_store.root)
+    assert [(str(d), r) for d, r in stored.rows] == [("2026-11-01", "n0"), ("2026-11-02", "n1"), ("2026-11-03", "n2")]
+
+
+def test_model_counts_are_computed_from_ops_and_results(history_store: Store) -> None:
+    models = {m.summary.model: m.counts for m in history_store.models("n1")}
+    # mlp: dot x2 stopped at TTIR, add x3 and tanh x1 passed
+    assert models["mlp"].by_depth == {Stage.TTIR: 2, Stage.GOLDEN: 4}
+    assert models["mlp"].by_status == {Status.COMPILE_FAILED: 2, Status.SUCCESS: 4}
+    # cnn: conv x2 at FLATBUFFER, add at GOLDEN, reduce at DEVICE_RUN, sort at TTIR; the while loop failed to split
+    assert models["cnn"].by_depth == {Stage.FLATBUFFER: 2, Stage.GOLDEN: 1, Stage.DEVICE_RUN: 1, Stage.TTIR: 1}
+    assert history_store.models("n1")[0].summary.split_failures + history_store.models("n1")[1].summary.split_failures == 1
+
+
+def test_bad_run_id_is_refused_with_a_fix(store_root: Path) -> None:
+    run = samples.run_info("2026-11-22T02:00", datetime(2026, 11, 22, tzinfo=timezone.utc), [])
+    with pytest.raises(StoreError, match="letters, digits"):
+        Store(store_root).write_run(run, [], [], [])
+
+
+# ----------------------------------------------------------------------------- idempotence
+
+def test_rewriting_a_run_id_replaces_its_rows(store_root: Path) -> None:
+    store = Store(store_root)
+    n1 = samples.night("n1", 2, samples.NIGHT1)
+    store.write_run(n1.run, n1.ops, n1.results, n1.models)
+    store.write_run(n1.run, n1.ops, n1.results, n1.models)
+    assert len(store.results("n1")) == len(n1.results)
+    assert len(store.ops("n1")) == len(n1.ops)
+    assert run_sql("SELECT count(*) FROM runs", store_root).rows == [(1,)]
+    assert run_sql("SELECT count(*) FROM results", store_root).rows == [(len(n1.results),)]
+    # again, one day later: the old date partition goes away, nothing doubles
+    moved = n1.run.model_copy(update={"started_at": n1.run.started_at + timedelta(days=1)})
+    store.write_run(moved, n1.ops, n1.results[:2], n1.models)
+    assert [d.parent.name for d in run_dirs(store_root, "results", "n1")] == ["date=2026-11-03"]
+    assert run_sql("SELECT count(*) FROM results", store_root).rows == [(2,)]
+    assert all(len(os.listdir(d)) == 1 for t in schema.TABLES for d in run_dirs(store_root, t, "n1"))
+
+
+def test_writer_replaces_a_signature_instead_of_duplicating_it(store_root: Path) -> None:
+    store = Store(store_root)
+    n1 = samples.night("n1", 2, samples.NIGHT1)
+    with store.writer() as w:
+        w.start(n1.run)
+        w.add_ops(n1.ops)
+        w.add_results(n1.results[:3])
+        redo = n1.results[0].model_copy(update={"message": "redone", "worker": "w9"})
+        w.add_results([redo, *n1.results[3:]])
+        assert len(store.results("n1")) == len(n1.results)  # before compaction too
+        w.finish(n1.run, n1.models)
+    results = {r.signature: r for r in store.results("n1")}
+    assert len(results) == len(n1.results) and len(store.results("n1")) == len(n1.results)
+    assert results[redo.signature].message == "redone"
+    assert store.run("n1").status == "completed"
+    assert [len(_files(store_root, t, "n1")) for t in ("runs", "ops", "results", "models")] == [1, 1, 1, 1]
+
+
+def test_one_writer_per_run_id(store_root: Path) -> None:
+    store = Store(store_root)
+    run = samples.night("n1", 2, samples.NIGHT1).run
+    with store.writer() as first:
+        first.start(run)
+        with pytest.raises(StoreError, match="being written by another process"):
+            store.writer().start(run)
+
+
+# ----------------------------------------------------------------------------- crashes
+
+CRASHING_WRITER = textwrap.dedent("""
+    import os, signal, sys
+    import pyarrow.parquet as pq
+    import storage.files
+    from storage import samples
+    from storage.dataset import Store
+
+    night = samples.night("n1", 2, samples.NIGHT1)
+    w = Store(sys.argv[1]).writer()
+    w.start(night.run)
+    w.add_ops(night.ops)
+    for r in night.results[:2]:
+        w.add_results([r])
+
+    real_write = pq.write_table
+
+    def dying_write(table, where, **kw):  # the process is killed halfway through writing batch 3
+        real_write(table, where, **kw)
+        where.seek(0); where.truncate(100); where.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    storage.files.pq.write_table = dying_write
+    w.add_results([night.results[2]])
+""")
+
+
+def test_crash_mid_write_leaves_no_partial_file_and_the_next_run_completes_it(store_root: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(store_root)], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    results_dir = run_dirs(store_root, "results", "n1")[0]
+    leftovers = [p.name for p in results_dir.iterdir() if p.name.startswith(".")]
+    assert leftovers and all(".tmp-" in n for n in leftovers)  # the batch in flight, under a hidden name
+
+    store = Store(store_root)
+    night = samples.night("n1", 2, samples.NIGHT1)
+    assert {r.signature for r in store.results("n1")} == {r.signature for r in night.results[:2]}
+    assert store.skipped == []  # the half-written file is never read
+    assert store.run("n1").status == "running"
+    assert run_sql("SELECT count(*) FROM results WHERE run_id = 'n1'", store_root).rows == [(2,)]
+
+    with store.writer() as w:  # the same run id again: resumes
+        w.start(night.run)
+        done = w.completed_signatures()
+        assert done == {r.signature for r in night.results[:2]}
+        w.add_results([r for r in night.results if r.signature not in done])
+        w.finish(night.run, night.models)
+    assert not [p for p in results_dir.parent.rglob(".*")]
+    assert sorted(r.signature for r in store.results("n1")) == sorted(r.signature for r in night.results)
+    assert store.run("n1").status == "completed"
+    assert store.run("n1").started_at == night.run.started_at
+
+
+def test_crash_between_the_renames_of_a_compaction_is_finished_on_restart(store_root: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    import storage.files as files
+
+    store = Store(store_root)
+    night = samples.night("n1", 2, samples.NIGHT1)
+    w = store.writer()
+    w.start(night.run)
+    w.add_ops(night.ops)
+    w.add_results(night.results)
+    real_rename, calls = os.rename, []
+
+    def rename_then_die(src, dst):  # the first rename (live -> trash) happens, then the process "dies"
+        calls.append(src)
+        if len(calls) == 2:
+            raise KeyboardInterrupt("killed")
+        real_rename(src, dst)
+
+    monkeypatch.setattr(files.os, "rename", rename_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        w.finish(night.run, night.models)
+    monkeypatch.setattr(files.os, "rename", real_rename)
+    w.close()
+    assert run_dirs(store_root, "results", "n1") == []  # absent for now, never half-present
+
+    with store.writer() as again:
+        again.start(night.run)
+        assert again.completed_signatures() == {r.signature for r in night.results}
+        again.finish(night.run, night.models)
+    assert len(store.results("n1")) == len(night.results)
+
+
+# ----------------------------------------------------------------------------- corrupt files
+
+def test_corrupt_file_is_reported_with_its_path_skipped_and_counted(history_store: Store) -> None:
+    root = history_store.root
+    victim = _files(root, "results", "n1")[0]
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])  # truncated: footer gone
+    garbage = _files(root, "ops", "n2")[0].parent / "part-000007-deadbeef.parquet"
+    garbage.write_bytes(b"PAR1 this is not parquet at all")
+
+    store = Store(root)
+    assert store.results("n1") == []
+    assert [s.path for s in store.skipped] == [victim]
+    assert len(store.ops("n2")) == len(samples.night("n2", 3, samples.NIGHT2, zoo_night=2).ops)  # other part fine
+    assert {s.path for s in store.skipped} == {victim, garbage}
+    scan = store.scan()
+    assert {s.path for s in scan.skipped} == {victim, garbage}
+    assert all(str(s.path) in str(s) for s in scan.skipped)
+
+    result = run_sql("SELECT run_id, count(*) FROM results GROUP BY run_id ORDER BY run_id", root)
+    assert result.rows == [("n0", 6), ("n2", 6)]  # the totals leave it out ...
+    assert {s.path for s in result.skipped} == {victim, garbage}  # ... and say so

@@ -1,0 +1,67 @@
+"""The HTML report: self-contained, and rendered for real in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from storage.dataset import Store
+from storage.expectations import from_results
+from storage.report import render_html, report_data, write_report
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'chromium-profile'}", *args],
+        capture_output=True, text=True, timeout=60)
+
+
+def test_report_is_self_contained(history_store: Store, tmp_path: Path) -> None:
+    out = write_report(history_store.root, "n2", tmp_path / "r.html", use_expectations=False)
+    page = out.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # no CDN, no external fetch
+    assert "fetch(" not in page and "XMLHttpRequest" not in page and "@import" not in page
+    assert page.count("<script") == 2 and "stablehlo.dot_general" in page
+
+
+def test_data_cannot_close_the_script_element(history_store: Store) -> None:
+    data = report_data(history_store.root, "n2")
+    data["ops"][0]["message"] = "</script><script>alert(1)</script>"
+    assert "</script><script>alert" not in render_html(data)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
+def test_report_renders_in_headless_chromium(history_store: Store, tmp_path: Path) -> None:
+    expectations = from_results(history_store.results("n1"))
+    data = report_data(history_store.root, "n2", expectations)
+    out = tmp_path / "report.html"
+    out.write_text(render_html(data))
+
+    dom = _chromium(tmp_path, "--dump-dom", out.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert 'data-rendered="true"' in html  # the script ran to its end
+    # stacked depth bars drawn by JS: one segment per (model, depth) of the histogram
+    segments = re.findall(r'<rect [^>]*class="bar seg"[^>]*data-model="(\w+)"[^>]*data-depth="(\w+)"', html)
+    assert set(segments) == {(r["model"], r["depth"]) for r in data["depth_histogram"]}
+    assert ("cnn", "SPLIT_FAILED") in segments and ("mlp", "GOLDEN") in segments
+    assert len(re.findall(r'class="bar regression"', html)) == 1  # tanh, GOLDEN -> DEVICE_RUN
+    assert "trend-line" in html
+    # tables filled by JS, with the models and the ops
+    assert re.search(r"<td[^>]*>mlp</td>", html) and re.search(r"<td[^>]*>cnn</td>", html)
+    assert re.search(r"<td[^>]*>stablehlo.gather</td>", html)
+    assert "2 of 2 rows" in html  # models table
+    assert re.search(r'id="unexpected-passes".*?stablehlo\.dot_general', html, re.S)
+
+    png = tmp_path / "report.png"
+    shot = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,1000", out.as_uri())
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000

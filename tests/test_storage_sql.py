@@ -1,0 +1,119 @@
+"""DuckDB over the dataset: read-only queries, the catalog file, the cross-run cache lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from opbyop.errors import StoreError
+from opbyop.records import Status
+from storage import samples
+from storage.catalog import build_catalog
+from storage.dataset import Store
+from storage.normalize import macro_sql, normalize_message
+from storage.readonly import StoreConnection, check_read_only, run_sql
+
+
+@pytest.mark.parametrize("statement", [
+    "INSERT INTO runs SELECT * FROM runs",
+    "CREATE TABLE t AS SELECT 1",
+    "COPY (SELECT * FROM results) TO '/tmp/out.csv'",
+    "ATTACH '/tmp/other.duckdb'",
+    "INSTALL httpfs",
+    "LOAD httpfs",
+    "PRAGMA enable_profiling",
+    "SET enable_external_access = true",
+    "DROP VIEW results",
+    "UPDATE runs SET status = 'x'",
+    "DELETE FROM runs",
+    "CALL pragma_version()",
+    "EXPORT DATABASE '/tmp/dump'",
+    "SELECT 1; DROP VIEW runs",
+])
+def test_writes_and_outside_access_are_refused(history_store: Store, statement: str) -> None:
+    with pytest.raises(StoreError, match="read-only") as info:
+        run_sql(statement, history_store.root)
+    assert info.value.fix and "SELECT" in info.value.fix
+    assert run_sql("SELECT count(*) FROM runs", history_store.root).rows == [(3,)]  # nothing changed
+
+
+def test_file_access_inside_a_select_is_refused_by_duckdb(history_store: Store, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a\n1\n")
+    with pytest.raises(StoreError, match="refused by DuckDB"):
+        run_sql(f"SELECT * FROM read_csv('{secret}')", history_store.root)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT run_id FROM runs ORDER BY run_id",
+    "WITH r AS (SELECT * FROM runs) SELECT run_id FROM r ORDER BY 1",
+    "FROM runs SELECT run_id ORDER BY run_id",
+])
+def test_queries_are_allowed(history_store: Store, query: str) -> None:
+    assert run_sql(query, history_store.root).column("run_id") == ["n0", "n1", "n2"]
+    check_read_only("DESCRIBE results")
+    check_read_only("EXPLAIN SELECT * FROM ops")
+
+
+def test_views_expose_typed_columns_and_helpers(history_store: Store) -> None:
+    with StoreConnection(history_store.root) as con:
+        types = dict(con.query("SELECT column_name, column_type FROM (DESCRIBE results)").rows)
+        assert types["started_at"] == "TIMESTAMP WITH TIME ZONE"
+        assert types["placements"].startswith("STRUCT(ttnn_op VARCHAR, grid BIGINT[]") and types["placements"].endswith("[]")
+        assert types["stablehlo_s"] == "DOUBLE" and types["date"] == "DATE"
+        occ = con.query("SELECT depth, count(*) FROM occurrences WHERE run_id = 'n1' AND model = 'mlp' "
+                        "GROUP BY depth ORDER BY depth").rows
+        assert occ == [("GOLDEN", 4), ("TTIR", 2)]
+        placements = con.query("SELECT placements[1].grid FROM results WHERE run_id = 'n1' AND status = 'success' LIMIT 1")
+        assert placements.rows == [([2, 4],)]
+
+
+def test_empty_store_has_empty_typed_views(store_root: Path) -> None:
+    result = run_sql("SELECT count(*), min(started_at) FROM results", store_root)
+    assert result.rows == [(0, None)]
+
+
+def test_catalog_file_opens_in_a_fresh_duckdb(history_store: Store, tmp_path: Path) -> None:
+    path = build_catalog(history_store.root, tmp_path / "cat" / "opbyop.duckdb")
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM results").fetchone() == (18,)
+        assert con.execute("SELECT count(*) FROM occurrences WHERE split_error IS NOT NULL").fetchone() == (3,)
+        assert con.execute("SELECT normalize_message('at 0x1f for 4x32xf32')").fetchone() == (
+            normalize_message("at 0x1f for 4x32xf32"),)
+    finally:
+        con.close()
+    assert not list(path.parent.glob(".*"))
+
+
+@pytest.mark.parametrize("message", [
+    "error: failed to legalize 4x32xf32 at 0x7f3a",
+    'loc("/home/me/model.py":12:3): error: \'ttnn.conv2d\' op 1x3x224x224xbf16 vs 4x32 %arg0 1.5e-3',
+    "  line one 12\nline two 13", "", None,
+])
+def test_sql_normalisation_matches_python(message: str | None) -> None:
+    con = duckdb.connect()
+    con.execute(macro_sql())
+    assert con.execute("SELECT normalize_message($m::VARCHAR)", {"m": message}).fetchone()[0] == normalize_message(message)
+
+
+def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -> None:
+    sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
+    hits = history_store.lookup_cached(sigs + ["f" * 64], plugin_version="0.1.3", chip="p150", options_key="opts-a")
+    assert hits[samples.DOT.signature][0] == "n2" and hits[samples.DOT.signature][1].status is Status.SUCCESS
+    assert hits[samples.ADD.signature][0] == "n1"  # n2 reused it: the origin is named
+    assert hits[samples.CONV.signature][0] == "n1"  # n2 timed out: never reused
+    assert hits[samples.CONV.signature][1].status is Status.RUN_FAILED
+    assert hits[samples.SORT.signature][0] == "n1" and samples.GATHER.signature in hits
+    assert "f" * 64 not in hits
+    got = hits[samples.DOT.signature][1]
+    expected = next(r for r in samples.history()[2].results if r.signature == samples.DOT.signature)
+    assert got == expected  # the full record, rebuilt from DuckDB's rows
+    assert history_store.lookup_cached(sigs, "0.1.4", "p150", "opts-a") == {}
+    assert history_store.lookup_cached(sigs, "0.1.3", "p150", "opts-b") == {}
+    n150 = history_store.lookup_cached(sigs, "0.1.3", "n150", "opts-a")
+    assert {run for run, _ in n150.values()} == {"n0"}
+    excluded = history_store.lookup_cached(sigs, "0.1.3", "p150", "opts-a", exclude_run="n2")
+    assert excluded[samples.DOT.signature][1].status is Status.COMPILE_FAILED
