@@ -1,0 +1,17 @@
+"""opbyop's result store: a Parquet dataset (pyarrow) with DuckDB views, aggregation SQL and reports.
+
+Depends on `opbyop` (its records), never on flows/ or tasks/; `opbyop` never imports it.
+
+    from storage import Store
+    store = Store(root)                      # $OPBYOP_STORE or ./.opbyop/store by default
+    with store.writer() as w:                # one run, incrementally, crash-safe and resumable
+        run = w.start(run_info)
+        w.add_ops(records); w.add_results(batch) ...
+        w.finish(run, model_summaries)
+"""
+
+from storage.dataset import DatasetScan, RunWriter, Store
+from storage.files import SkippedFile, default_root
+from storage.schema import SCHEMA_VERSION
+
+__all__ = ["DatasetScan", "RunWriter", "SCHEMA_VERSION", "SkippedFile", "Store", "default_root"]

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["core_fixtures"]  # library, compiler, device and flow fixtures
+
 
 @pytest.fixture
 def store_root(tmp_path: Path) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
 from opbyop.config import config_dir
 from opbyop.errors import SystemDescError
@@ -29,7 +31,6 @@ from opbyop.errors import SystemDescError
 # Boards the plugin's mock mode can describe: name -> UMD cluster descriptor file.
 MOCK_BOARDS = {"p150": "blackhole_P150.yaml", "p100": "blackhole_P100.yaml"}
 VENDORED = {"n150": "n150.ttsys"}
-_ASSETS_GLOB = "libtt-tt-metal-runtime-assets-*"
 _CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
 _FIX_SCHEMA = ("use a descriptor made by this plugin version: `opbyop system-desc p150` makes one, or "
                "collect one on hardware with the same tt-mlir runtime (ttrt query --save-artifacts)")
@@ -64,26 +65,15 @@ def _describe(path: Path, chip: str, source: str) -> SystemDesc:
                       sha256=hashlib.sha256(data).hexdigest(), source=source)
 
 
-def _mock_script(cluster_yaml: str, out: Path) -> str:
+def _mock_script(cluster_yaml: Path, out: Path) -> str:
     return textwrap.dedent(f"""
-        import glob, os, shutil, sys
-        tmp = os.environ.get("TMPDIR", "/tmp")
-        assets = sorted(glob.glob(os.path.join(tmp, {_ASSETS_GLOB!r})))
-        if not assets:
-            sys.exit("the plugin did not unpack its runtime assets into " + tmp)
-        os.environ["TT_METAL_MOCK_CLUSTER_DESC_PATH"] = os.path.join(assets[-1], {_CLUSTER_DIR!r}, {cluster_yaml!r})
+        import os, shutil
+        os.environ["TT_METAL_MOCK_CLUSTER_DESC_PATH"] = {str(cluster_yaml)!r}
         import jax.extend
         jax.extend.backend.get_backend("tt")
-        shutil.copy(os.path.join(tmp, "tt_pjrt_system_descriptor"), {str(out)!r})
+        # the plugin deletes its descriptor when this process exits: copy it while alive
+        shutil.copy(os.path.join(os.environ["TMPDIR"], "tt_pjrt_system_descriptor"), {str(out)!r})
     """)
-
-
-def _unpack_assets() -> None:
-    """Loading the plugin unpacks its runtime assets, even when no chip can be opened."""
-    code = "import jax.extend\ntry:\n    jax.extend.backend.get_backend('tt')\nexcept Exception:\n    pass\n"
-    env = {**os.environ, "JAX_PLATFORMS": "tt"}
-    env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
-    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=300)
 
 
 def generate_mock(board: str, out: Path) -> Path:
@@ -92,14 +82,18 @@ def generate_mock(board: str, out: Path) -> Path:
         raise SystemDescError(f"no mock cluster descriptor for {board!r}",
                               f"use one of {', '.join(MOCK_BOARDS)} or pass a .ttsys path")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(os.environ.get("TMPDIR", "/tmp"))
-    if not list(tmp.glob(_ASSETS_GLOB)):
-        _unpack_assets()
-    env = {**os.environ, "JAX_PLATFORMS": "tt"}
-    env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
-    partial = out.with_suffix(".partial")
-    proc = subprocess.run([sys.executable, "-c", _mock_script(MOCK_BOARDS[board], partial)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    with startup_lock():
+        assets = ensure_assets()
+        tmp = private_tmpdir(out.parent / f".tmp-{board}-{os.getpid()}", assets)
+        cluster_yaml = assets / _CLUSTER_DIR / MOCK_BOARDS[board]
+        env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
+        env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
+        partial = out.with_suffix(".partial")
+        try:
+            proc = subprocess.run([sys.executable, "-c", _mock_script(cluster_yaml, partial)],
+                                  env=env, capture_output=True, text=True, timeout=600)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     if proc.returncode != 0 or not partial.exists():
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         raise SystemDescError(f"the plugin could not describe {board} in mock mode:\n{tail}",

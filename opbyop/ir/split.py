@@ -85,6 +85,9 @@ def split_module(source: str | bytes, model: str, ctx: ir.Context | None = None)
 class _Splitter:
     def __init__(self, main: ir.Operation, model: str):
         self.model = model
+        module_ops = [op.operation for op in main.parent.regions[0].blocks[0].operations]
+        self.functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module_ops
+                          if op.name == "func.func" and "sym_name" in op.attributes}
         self.ops = body_ops(main)
         self.arg_index = {a: i for i, a in enumerate(main.regions[0].blocks[0].arguments)}
         self.producer: dict[ir.Value, tuple[int, int]] = {}
@@ -160,8 +163,11 @@ class _Splitter:
             operands.append(OperandDesc(index=index, kind=kind, tensor=desc,
                                         argument=arguments.index(v)))
 
+        callees = self._callees(op)
         module = ir.Module.create(op.location)
         with ir.InsertionPoint(module.body), op.location:
+            for name in callees:  # functions the op refers to (custom_call's called_computations ...)
+                self.functions[name].clone()
             fn = func.FuncOp("main", ([v.type for v in arguments], [r.type for r in op.results]))
             entry = fn.add_entry_block()
             mapping: dict[ir.Value, ir.Value] = dict(zip(arguments, entry.arguments))
@@ -181,6 +187,19 @@ class _Splitter:
             "input_sources": [self.ref(v) for v in arguments],
             "module_text": module.operation.get_asm(enable_debug_info=True),
         })
+
+    def _callees(self, op: ir.Operation) -> list[str]:
+        """Functions of the model that `op` (or anything nested in it) refers to, transitively."""
+        found: list[str] = []
+        pending = [op]
+        while pending:
+            for name in _symbol_refs(pending.pop()):
+                if name not in self.functions:
+                    raise ValueError(f"{op.name} refers to @{name}, which the module does not define")
+                if name not in found:
+                    found.append(name)
+                    pending.append(self.functions[name])
+        return found
 
     @staticmethod
     def _clone_into(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> ir.Operation:
@@ -219,3 +238,23 @@ def _captured(op: ir.Operation) -> list[ir.Value]:
             for nested in block.operations:
                 nested.operation.walk(uses)
     return found
+
+
+def _symbol_refs(op: ir.Operation) -> list[str]:
+    """Names of the symbols referenced by op's attributes and by the ops nested in it."""
+    names: list[str] = []
+
+    def collect(attr: ir.Attribute) -> None:
+        if isinstance(attr, ir.FlatSymbolRefAttr):
+            names.append(attr.value)
+        elif isinstance(attr, ir.ArrayAttr):
+            for item in attr:
+                collect(item)
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        for name in inner.attributes:
+            collect(inner.attributes[name])
+        return ir.WalkResult.ADVANCE
+
+    op.walk(visit)
+    return names

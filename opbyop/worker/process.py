@@ -12,13 +12,11 @@ import uuid
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-import fcntl
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 
+from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.ir.normalize import normalized_text
@@ -77,13 +75,14 @@ class OpWorker:
             return self.ready
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with _startup_lock():  # held until the child has loaded the plugin
+        with startup_lock():  # held until the child has loaded the plugin
+            tmp = private_tmpdir(self.workspace / "scratch" / f"tmp-{self.name}", ensure_assets())
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
             log = open(self.log_path, "ab")
             cmd = [sys.executable, "-m", "opbyop.worker.child", "--in-fd", str(req_r), "--out-fd", str(rep_w),
                    "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip]
-            env = {**os.environ, **(self.env or {})}
+            env = {**os.environ, **(self.env or {}), "TMPDIR": str(tmp)}
             self._proc = subprocess.Popen(cmd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
                                           stdout=log, stderr=log, env=env)
             log.close()
@@ -233,20 +232,6 @@ class OpWorker:
         kept = [line.strip() for line in text.splitlines() if line.strip()]
         errors = [line for line in kept if re.search(r"error|fatal|abort|assert|exception", line, re.I)]
         return " | ".join((errors or kept)[-lines:])
-
-
-@contextmanager
-def _startup_lock() -> Iterator[None]:
-    """One child at a time loads the plugin: on first use each one unpacks ~400 MB of runtime
-    assets into $TMPDIR, and two doing it at once fail ('failed to extract embedded tt-metal
-    runtime archive')."""
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / "opbyop-plugin-startup.lock"
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def write_values(graph: ModelGraph, path: Path) -> Path:

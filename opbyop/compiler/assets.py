@@ -1,0 +1,66 @@
+"""The plugin's runtime assets and its temporary directory.
+
+On first load, jax-tt-plugin unpacks ~417 MB of tt-metal runtime assets into $TMPDIR (two processes
+doing it at once fail: 'failed to extract embedded tt-metal runtime archive'), and every process
+writes its system descriptor to $TMPDIR/tt_pjrt_system_descriptor and DELETES it when it exits,
+which breaks every other compiler process sharing that $TMPDIR ('system desc does not exist'). So
+assets are unpacked once, and each compiler process gets a private $TMPDIR that links to them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+ASSETS_GLOB = "libtt-tt-metal-runtime-assets-*"
+
+
+def system_tmpdir() -> Path:
+    return Path(os.environ.get("TMPDIR", "/tmp"))
+
+
+def find_assets(tmp: Path) -> Path | None:
+    found = sorted(p for p in tmp.glob(ASSETS_GLOB) if p.is_dir())
+    return found[-1] if found else None
+
+
+def ensure_assets(tmp: Path | None = None) -> Path:
+    """The unpacked runtime assets, unpacking them first if needed (callers serialise this)."""
+    tmp = tmp or system_tmpdir()
+    assets = find_assets(tmp)
+    if assets is None:
+        # Loading the plugin unpacks its assets, even where no chip can be opened.
+        code = "import jax.extend\ntry:\n    jax.extend.backend.get_backend('tt')\nexcept Exception:\n    pass\n"
+        env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
+        env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
+        assets = find_assets(tmp)
+    if assets is None:
+        raise RuntimeError(f"jax-tt-plugin did not unpack its runtime assets into {tmp} (is the disk full?)")
+    return assets
+
+
+def private_tmpdir(path: Path, assets: Path) -> Path:
+    """A fresh $TMPDIR for one compiler process, linking to the shared assets."""
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    (path / assets.name).symlink_to(assets, target_is_directory=True)
+    return path
+
+
+@contextmanager
+def startup_lock() -> Iterator[None]:
+    """Held while a process loads the plugin: one at a time per machine."""
+    path = system_tmpdir() / "opbyop-plugin-startup.lock"
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

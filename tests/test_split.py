@@ -1,0 +1,153 @@
+"""Splitting: every op of @main becomes a verified single-op module, with provenance and a signature."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from core_fixtures import DATA
+from opbyop.errors import ModuleError, UnknownModelError
+from opbyop.frontends.loader import load_model, load_stablehlo_file
+from opbyop.ir.context import make_context
+from opbyop.ir.dedupe import dedupe
+from opbyop.ir.parse import parse_module
+from opbyop.ir.split import split_module
+from opbyop.records import OperandKind
+
+
+@pytest.fixture(scope="module")
+def cnn_split(cnn_graph):
+    return split_module(cnn_graph.module_text, "cnn")
+
+
+def test_every_op_becomes_a_verified_module(cnn_split):
+    ctx = make_context()
+    assert cnn_split.ops and not cnn_split.failed
+    for record in cnn_split.ops:
+        module = parse_module(record.module_text, ctx, record.op_name)  # raises if it does not verify
+        body = list(module.body.operations[0].regions[0].blocks[0].operations)
+        assert body[-2].operation.name == record.op_name  # the op itself, right before the return
+        assert len(record.signature) == 64
+
+
+def test_torch_mlir_arith_constants_are_rewritten(cnn_split):
+    # batch norm's epsilon arrives as an f64 arith.constant from torch-mlir (facts/stack.md, trap 2)
+    assert cnn_split.arith_constants_rewritten > 0
+    assert not any("arith.constant" in r.module_text for r in cnn_split.ops)
+
+
+def test_constants_feeding_an_op_stay_constants(cnn_split):
+    reduces = [r for r in cnn_split.ops if r.op_name == "stablehlo.reduce"]
+    assert reduces
+    for r in reduces:
+        init = [o for o in r.operands if o.index == 1][0]
+        assert init.kind is OperandKind.CONSTANT
+        assert "stablehlo.constant" in r.module_text
+        assert len(r.inputs) == 1  # only the reduced tensor is an argument
+
+
+def test_provenance_names_framework_op_module_and_source_line(cnn_split):
+    convs = [r for r in cnn_split.ops if r.op_name == "stablehlo.convolution"]
+    assert {c.provenance.module_path for c in convs} == {"conv1", "conv2"}
+    for c in convs:
+        assert c.provenance.framework_op == "torch.conv2d"
+        assert c.provenance.aten_op.startswith("aten.convolution")
+        assert c.provenance.source.file.endswith("opbyop/frontends/models/small.py")
+        assert "fw=torch.conv2d" in c.module_text  # the location travels with the module
+
+
+def test_signatures_ignore_ssa_names_and_locations(cnn_graph, cnn_split):
+    again = split_module(cnn_graph.module_text.replace('"x.py"', '"y.py"'), "renamed")
+    assert [r.signature for r in again.ops] == [r.signature for r in cnn_split.ops]
+    # the two batch-norm-then-relu blocks use differently named values but some ops are equal
+    assert len({r.signature for r in cnn_split.ops}) < len(cnn_split.ops)
+
+
+def test_dedupe_keeps_every_model_an_op_came_from(mlp_graph):
+    a = split_module(mlp_graph.module_text, "model-a").ops
+    b = split_module(mlp_graph.module_text, "model-b").ops
+    unique = dedupe(a + b)
+    assert len(unique) == len({r.signature for r in a})
+    for op in unique:
+        assert op.models == ["model-a", "model-b"]
+        assert len(op.occurrences) == 2 * sum(1 for r in a if r.signature == op.signature)
+
+
+def test_captured_values_become_arguments_and_calls_are_inlined():
+    split = split_module((DATA / "while_and_call.mlir").read_text(), "while")
+    names = [r.op_name for r in split.ops]
+    assert "func.call" not in names and "stablehlo.multiply" in names  # the callee's op, inlined
+    loop = next(r for r in split.ops if r.op_name == "stablehlo.while")
+    kinds = [o.kind for o in loop.operands]
+    assert kinds == [OperandKind.CONSTANT, OperandKind.ARGUMENT, OperandKind.CAPTURED]  # counter, acc, %b
+    assert len(loop.inputs) == 2
+
+
+def test_functions_an_op_refers_to_travel_with_it_and_dangling_ones_fail_only_that_op():
+    split = split_module((DATA / "custom_call_with_callee.mlir").read_text(), "callee")
+    helper_call, missing_call = [r for r in split.ops if r.op_name == "stablehlo.custom_call"]
+    assert helper_call.ok and "func.func private @helper" in helper_call.module_text
+    assert split.failed == [missing_call]
+    assert "refers to @missing" in missing_call.split_error
+    assert [r.op_name for r in split.ops if r.ok] == ["stablehlo.abs", "stablehlo.custom_call", "stablehlo.negate"]
+
+
+def test_bytecode_files_are_read(tmp_path):
+    ctx = make_context()
+    with ctx:
+        module = parse_module((DATA / "cholesky.mlir").read_text(), ctx)
+        buffer = io.BytesIO()
+        module.operation.write_bytecode(buffer)
+    path = tmp_path / "cholesky.mlirbc"
+    path.write_bytes(buffer.getvalue())
+    split = split_module(load_stablehlo_file(path).module_text, "cholesky")
+    assert [r.op_name for r in split.ops] == ["stablehlo.cholesky"]
+
+
+def test_jax_functions_carry_their_primitive_names():
+    graph = load_model("jax-mlp")
+    split = split_module(graph.module_text, graph.name)
+    tanh = next(r for r in split.ops if r.op_name == "stablehlo.tanh")
+    assert tanh.provenance.framework_op == "jax.tanh"
+    assert tanh.provenance.source.file.endswith("jax_models.py")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("module { func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = stablehlo.add %a, %b : tensor<4xf32>\n"
+     "  return %0 : tensor<4xf32> } }", "line 2, column 26"),
+    ("module { func.func @entry(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> } }",
+     "has no func.func @main (it has @entry)"),
+    ("module { func.func @main(%a: tensor<?xf32>) -> tensor<?xf32> {\n  %0 = stablehlo.abs %a : tensor<?xf32>\n"
+     "  return %0 : tensor<?xf32> } }", "dynamic shape"),
+])
+def test_unusable_modules_get_a_clear_error(text, expected):
+    with pytest.raises(ModuleError) as e:
+        split_module(text, "bad")
+    assert expected in str(e.value) and e.value.fix
+
+
+def test_unknown_model_lists_the_zoo(zoo):
+    with pytest.raises(UnknownModelError) as e:
+        load_model("resnet51", zoo=zoo)
+    assert "resnet50" in str(e.value) and "mlp" in str(e.value)
+
+
+def test_a_users_factory_is_exported(tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(
+        "import torch\n"
+        "class Tiny(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__(); self.lin = torch.nn.Linear(8, 4)\n"
+        "    def forward(self, x):\n"
+        "        return torch.tanh(self.lin(x))\n"
+        "def make():\n"
+        "    torch.manual_seed(0)\n"
+        "    return Tiny(), (torch.randn(2, 8),)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = load_model("my_models:make")
+    split = split_module(graph.module_text, graph.name)
+    tanh = next(r for r in split.ops if r.op_name == "stablehlo.tanh")
+    assert tanh.provenance.source.file == str(Path(tmp_path / "my_models.py"))
+    assert tanh.provenance.source.line == 6
