@@ -107,7 +107,7 @@ class OpAnalyzer:
                                     message=str(e), compile=outcome, device=e.run,
                                     seconds=time.perf_counter() - started)
         finally:
-            device.const_cache.clear()
+            device.release_constants()
         steady = run.steady.model_copy(update={"peak_dram_bytes": device.memory.peak_dram,
                                                "peak_l1_bytes": device.memory.peak_l1_per_core})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import zipfile
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Sequence
@@ -137,7 +138,7 @@ class DeviceImage:
             for name, digest in manifest.members.items():
                 try:
                     data[name] = zf.read(name)
-                except (KeyError, zipfile.BadZipFile, EOFError) as e:
+                except (KeyError, zipfile.BadZipFile, EOFError, zlib.error) as e:
                     raise ImageError(f"{path}: member {name} is missing or unreadable ({e})", _REBUILD) from None
                 if hashlib.sha256(data[name]).hexdigest() != digest:
                     raise ImageError(f"{path}: member {name} does not match its checksum (corrupt)", _REBUILD)
@@ -204,7 +205,10 @@ def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
         total += info.file_size
     if total > MAX_TOTAL_BYTES:
         raise ImageError(f"{path}: members total {total:,} bytes, over the {MAX_TOTAL_BYTES:,} limit", _REBUILD)
-    bad = zf.testzip()
+    try:
+        bad = zf.testzip()
+    except (zlib.error, zipfile.BadZipFile, EOFError, OSError) as e:
+        raise ImageError(f"{path}: a member cannot be decompressed ({e}): corrupt or truncated", _REBUILD) from None
     if bad is not None:
         raise ImageError(f"{path}: member {bad} fails its CRC check (corrupt or truncated)", _REBUILD)
 

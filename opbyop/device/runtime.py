@@ -85,6 +85,13 @@ class Device:
             self.memory.free(tensor.buffer)
             self.live.pop(id(tensor), None)
 
+    def release_constants(self) -> None:
+        """Drop the const-eval cache (its tensors are freed once nothing else holds them)."""
+        cached, self.const_cache = self.const_cache, {}
+        for tensors in cached.values():
+            for t in tensors:
+                self.release(t)
+
     def close(self) -> None:
         if not self.closed:
             self._queue.shutdown(wait=True)

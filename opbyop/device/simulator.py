@@ -50,7 +50,7 @@ class DeviceSimulator:
                 deallocate(t)
         for t in outputs:
             deallocate(t)
-        device.const_cache.clear()  # single ops: nothing to reuse, release their constants
+        device.release_constants()  # single ops: nothing to reuse, release their constants
         return host, run.model_copy(update={"seconds": time.perf_counter() - started})
 
     def close(self) -> None:

@@ -1,0 +1,189 @@
+"""The simulated chip: memory, placement, and the runtime API on programs tt-mlir really compiled."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core_fixtures import file_ops
+from opbyop.device.arch import BLACKHOLE_P150, WORMHOLE_N150
+from opbyop.device.executor import SimulationError
+from opbyop.device.layout import Layout
+from opbyop.device.memory import DeviceMemory, OutOfMemory
+from opbyop.device.placement import Policy, candidates, place, work_of
+from opbyop.device.program import Op, TensorType
+from opbyop.device.runtime import (Binary, deallocate, get_layout, open_device, run_of, submit, to_device, to_host,
+                                   to_layout)
+from opbyop.device.stitch import run_stitched
+from opbyop.records import Stage, Status
+
+RNG = np.random.default_rng(1)
+TILE_F32 = Layout(tiled=True, dtype="f32")
+
+
+@pytest.fixture(scope="module")
+def programs(worker, compile_only, workspace):
+    """Compiled TTNN programs of small single-op modules: name -> Binary."""
+    out = {}
+    for op in file_ops("runtime_ops.mlir"):
+        result = worker.analyze(op, compile_only, timeout=60)
+        assert result.compile.reached is Stage.FLATBUFFER, result.message
+        out[op.op_name.removeprefix("stablehlo.")] = Binary.load(
+            workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"]))
+    return out
+
+
+@pytest.fixture
+def device(programs):
+    d = open_device(programs["add"].program.spec)
+    yield d
+    d.close()
+
+
+def test_host_device_round_trip_keeps_or_rounds_values(device):
+    x = RNG.standard_normal((4, 33)).astype(np.float32)
+    assert np.array_equal(to_host(to_device(x, device)), x)
+    as_bf16 = to_host(to_device(x, device, Layout(tiled=True, dtype="bf16")))
+    assert not np.array_equal(as_bf16, x) and np.abs(as_bf16 - x).max() < 0.02
+
+
+def test_deallocate_counts_references(device):
+    x = to_device(np.ones((64, 64), np.float32), device)
+    used = sum(device.memory.dram.used)
+    assert used >= 64 * 64 * 4
+    x.refs += 1  # a second holder (the runtime's const-eval cache holds references this way)
+    deallocate(x)
+    assert sum(device.memory.dram.used) == used and not x.deallocated
+    deallocate(x)
+    assert sum(device.memory.dram.used) == 0 and x.deallocated
+    with pytest.raises(SimulationError, match="deallocated"):
+        to_host(x)
+    y = to_device(np.ones(8, np.float32), device)
+    y.refs += 5
+    deallocate(y, force=True)
+    assert y.deallocated
+
+
+def test_l1_overflow_is_an_out_of_memory_naming_the_buffer(device):
+    huge = np.zeros((2048, 32 * 1024), np.float32)  # 256 MiB: more than all of L1
+    with pytest.raises(SimulationError) as e:
+        to_device(huge, device, Layout(tiled=True, dtype="f32", buffer="l1"), name="activations")
+    message = str(e.value)
+    assert "out of L1 memory" in message and "buffer activations needs" in message and "free of" in message
+
+
+def test_dram_channel_capacity_is_enforced():
+    memory = DeviceMemory(WORMHOLE_N150)
+    with pytest.raises(OutOfMemory, match="out of DRAM memory: buffer weights"):
+        memory.allocate(Layout(tiled=True, dtype="f32"), (1 << 18, 1 << 16), "weights")  # 64 GiB > 12 GiB
+
+
+def test_get_layout_is_what_the_program_expects(programs):
+    layout = get_layout(programs["add"], 0, 0)
+    assert layout == programs["add"].input_types(0)[0].layout and layout.buffer == "dram"
+
+
+def test_submit_is_non_blocking_and_converts_input_layouts(programs, device):
+    x = RNG.standard_normal((32, 64)).astype(np.float32)
+    y = RNG.standard_normal((32, 64)).astype(np.float32)
+    a = to_device(x, device, Layout(tiled=True, dtype="bf16"))  # not the layout the program expects
+    b = to_device(y, device, get_layout(programs["add"], 0, 1))
+    (out,) = submit(device, programs["add"], 0, [a, b])
+    assert out.ready is not None  # handed back before the program ran
+    np.testing.assert_allclose(to_host(out), to_host(a) + y, rtol=1e-6)
+    assert a.layout.dtype == "bf16" and not a.deallocated  # the caller's tensor is untouched
+    assert run_of(out).ttnn_ops > 0
+
+
+def test_l1_tensors_the_program_does_not_use_move_to_dram(programs, device):
+    resident = to_device(np.arange(32 * 32, dtype=np.float32).reshape(32, 32), device,
+                         Layout(tiled=True, dtype="f32", buffer="l1"), name="kv-cache")
+    inputs = [to_device(RNG.standard_normal((32, 64)).astype(np.float32), device, get_layout(programs["add"], 0, i))
+              for i in range(2)]
+    submit(device, programs["add"], 0, inputs)[0].ready.result()
+    assert resident.layout.buffer == "dram" and max(device.memory.l1.used) == 0
+    assert np.array_equal(to_host(resident), np.arange(32 * 32, dtype=np.float32).reshape(32, 32))
+
+
+def test_programs_stitch_on_device_without_a_host_round_trip(programs, device):
+    x = RNG.standard_normal((32, 64)).astype(np.float32)
+    y = RNG.standard_normal((32, 64)).astype(np.float32)
+    (summed,) = submit(device, programs["add"], 0, [to_device(x, device), to_device(y, device)])
+    (expd,) = submit(device, programs["exponential"], 0, [summed])  # a device tensor, not yet computed
+    np.testing.assert_allclose(to_host(expd), np.exp(x + y), rtol=1e-5)
+
+
+def test_to_layout_returns_a_new_tensor(device):
+    x = to_device(RNG.standard_normal((8, 8)).astype(np.float32), device)
+    y = to_layout(x, device, TILE_F32.with_(buffer="l1"))
+    assert y is not x and y.layout.buffer == "l1" and x.layout.buffer == "dram"
+    assert np.array_equal(to_host(x), to_host(y))
+
+
+def test_weights_are_pushed_once_across_iterations(worker, mlp_graph, settings, workspace):
+    whole = worker.analyze_whole(mlp_graph, settings)
+    binary = Binary.load(workspace.artifacts.read_text(whole.compile.artifacts["ttnn_runtime"]))
+    device = open_device(binary.program.spec)
+    parameters = [i for i, a in enumerate(mlp_graph.arguments) if a.kind.value == "parameter"]
+    run = run_stitched(device, binary, mlp_graph.argument_values, parameters, iterations=3)
+    assert run.iterations == 3 and run.weight_bytes_pushed >= sum(
+        mlp_graph.argument_values[i].nbytes for i in parameters)
+    assert run.first.cycles > run.steady.cycles  # const-eval work ran once, in the first iteration
+    np.testing.assert_allclose(run.outputs[0], mlp_graph.reference_outputs[0], atol=1e-3)
+    assert sum(device.memory.dram.used) > 0  # the prepared weights stay cached on the device
+    device.release_constants()
+    assert sum(device.memory.dram.used) == 0  # every buffer freed: nothing leaked
+    device.close()
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_stitched_whole_model_matches_torch(worker, settings, model, mlp_graph, cnn_graph):
+    graph = {"mlp": mlp_graph, "cnn": cnn_graph}[model]
+    whole = worker.analyze_whole(graph, settings)
+    assert whole.status is Status.SUCCESS and whole.depth is Stage.GOLDEN, whole.message
+    assert whole.pcc > 0.99 and whole.max_abs_error < 0.05  # bf16 tolerance
+    assert whole.device.peak_dram_bytes > 0 and whole.device.placements
+
+
+# -- placement -----------------------------------------------------------------------------
+
+def matmul(m: int, k: int, n: int, config: dict | None = None) -> Op:
+    attrs = {"compute_config": {"math_fidelity": "hifi4", "fp32_dest_acc_en": True}}
+    if config:
+        attrs["matmul_program_config"] = config
+    f32 = lambda *s: TensorType(s, "f32", TILE_F32)  # noqa: E731
+    return Op("ttnn.matmul", [0, 1], [2], [f32(m, k), f32(k, n)], [f32(m, n)], attrs)
+
+
+def test_placement_enumerates_rejects_with_reasons_and_picks_by_policy():
+    op = matmul(1024, 4096, 1024)
+    fastest = place(op, BLACKHOLE_P150)
+    assert fastest.legal < fastest.candidates and fastest.rejected
+    assert set(fastest.rejected) <= {"IllegalStackForGrid", "L1UsageOverMaxLimit", "PaddingConstraintsNotSatisfied",
+                                     "InputBufferAllocationFailure", "ExceededDramChannelCapacity"}
+    fewest = place(op, BLACKHOLE_P150, Policy.FEWEST_CORES)
+    assert fewest.grid[0] * fewest.grid[1] < fastest.grid[0] * fastest.grid[1]
+    assert fewest.cycles > fastest.cycles
+    assert fastest.l1_bytes_per_core <= BLACKHOLE_P150.l1_per_core
+
+
+def test_big_blocks_on_few_cores_exceed_l1():
+    models = candidates(work_of(matmul(4096, 8192, 4096)), WORMHOLE_N150)
+    single = [m for m in models if m.grid == (1, 1)]
+    assert all(m.reason is not None for m in single)
+    assert "L1UsageOverMaxLimit" in {m.reason.value for m in single}
+
+
+def test_a_harvested_grid_changes_the_chosen_placement():
+    op = matmul(256, 1024, 256)
+    full = place(op, WORMHOLE_N150)
+    harvested = place(op, WORMHOLE_N150.harvested(0b1111010))  # five of eight rows disabled
+    assert WORMHOLE_N150.harvested(0b1111010).worker_grid == (3, 8)
+    assert harvested.grid != full.grid and harvested.grid[0] <= 3
+    assert harvested.candidates < full.candidates and harvested.cycles > full.cycles
+
+
+def test_the_compilers_matmul_program_config_is_honoured():
+    config = {"compute_with_storage_grid_size": [4, 2], "per_core_m": 2, "per_core_n": 4, "in0_block_w": 2}
+    placed = place(matmul(128, 256, 512, config), BLACKHOLE_P150)
+    assert placed.fixed_by_compiler and placed.grid == (2, 4) and placed.block_tiles == (2, 4)
