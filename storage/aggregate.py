@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opbyop.errors import StoreError
 from storage.files import SkippedFile
 from storage.queries import get_query
 from storage.readonly import QueryResult, StoreConnection
@@ -20,10 +21,12 @@ DEFAULT_PARAMS: dict[str, Any] = {"n": 30, "limit": 50}
 def run_query(con: StoreConnection, name: str, **params: Any) -> QueryResult:
     """Named query `name` with its parameters (n and limit have defaults)."""
     query = get_query(name)
+    if "runs" in query.params and params.get("runs") is None and params.get("run_id"):
+        window = run_query(con, "window_runs", run_id=params["run_id"], n=params.get("n", DEFAULT_PARAMS["n"]))
+        params = {**params, "runs": window.column("run_id")}
     values = {p: params.get(p, DEFAULT_PARAMS.get(p)) for p in query.params}
     missing = [p for p, v in values.items() if v is None]
     if missing:
-        from opbyop.errors import StoreError
         raise StoreError(f"query {name!r} needs {', '.join(missing)}",
                          f"pass {', '.join(f'{p}=...' for p in missing)}")
     return con.query(query.sql, values)

@@ -1,7 +1,8 @@
 """The named aggregation queries: one SQL file each in storage/sql/, parameters as `$name`.
 
 A file's leading `--` comment lines are its description. A line `-- include: <name>` pastes the
-body of sql/<name>.sql (files starting with '_' are such fragments, not queries).
+body of sql/<name>.sql (files starting with '_' are such fragments, not queries). `$runs`, a list of
+run ids, is derived by aggregate.run_query from `run_id` and `n` (sql/window_runs.sql).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def _parse(name: str, text: str) -> NamedQuery:
             break
         description.append(line.removeprefix("--").strip())
     sql = _INCLUDE.sub(lambda m: _read(m.group(1)).strip(), text).strip().rstrip(";")
-    params = tuple(dict.fromkeys(_PARAM.findall(sql)))
+    code = re.sub(r"--[^\n]*", "", sql)  # parameters named in comments are not parameters
+    params = tuple(dict.fromkeys(_PARAM.findall(code)))
     return NamedQuery(name, " ".join(description), sql, params)
 
 

@@ -14,7 +14,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from opbyop.cli.main import app, console, fail, input_specs
+from opbyop.cli.app import app, console, fail, input_specs
 from opbyop.errors import OpbyopError
 from opbyop.messages import normalize_message
 from opbyop.records import OpResult, Stage, Status, WholeModelResult

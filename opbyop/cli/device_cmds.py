@@ -8,7 +8,7 @@ from typing import Optional
 import numpy as np
 import typer
 
-from opbyop.cli.main import app, console, fail
+from opbyop.cli.app import app, console, fail
 from opbyop.errors import OpbyopError
 
 image = typer.Typer(help="Device images: one zip that runs a compiled model without compiling.",

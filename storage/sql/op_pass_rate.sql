@@ -1,17 +1,10 @@
 -- Per op signature: how often it passed (status success), counted per (run, model) in which it
--- occurs, over the last $n runs of the same chip and options that started no later than $run_id.
-WITH cur AS (
-    SELECT chip, options_key, started_at FROM runs WHERE run_id = $run_id
-), win AS (
-    SELECT r.run_id FROM runs r, cur
-    WHERE r.chip = cur.chip AND r.options_key = cur.options_key AND r.started_at <= cur.started_at
-    ORDER BY r.started_at DESC
-    LIMIT $n
-), occ AS (
+-- occurs, over the window $runs (the last $n runs of the same chip and options up to $run_id).
+WITH occ AS (
     SELECT DISTINCT run_id, model, signature FROM ops
-    WHERE run_id IN (SELECT run_id FROM win) AND split_error IS NULL
+    WHERE list_contains($runs, run_id) AND split_error IS NULL
 ), res AS (
-    SELECT run_id, signature, op_name, status, depth FROM results WHERE run_id IN (SELECT run_id FROM win)
+    SELECT run_id, signature, op_name, status FROM results WHERE list_contains($runs, run_id)
 )
 SELECT occ.signature,
        any_value(res.op_name) AS op_name,
