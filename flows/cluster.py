@@ -19,8 +19,10 @@ def dask_client(config: ClusterConfig) -> Iterator[Client]:
     """A client for the run; a LocalCluster it started is closed with it, an existing one is not."""
     address = config.address or os.environ.get(ADDRESS_ENV)
     # A worker that dies running an op fails that op at once (recorded as crashed) instead of
-    # being retried on the next worker, which the same op would kill too.
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+    # being retried on the next worker, which the same op would kill too; and a worker holds only
+    # the op it runs (no queued extra), so its death costs no other op.
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0,
+                          "distributed.scheduler.worker-saturation": 1.0}):
         if address:
             with Client(address, set_as_default=True) as client:
                 yield client

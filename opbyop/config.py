@@ -146,14 +146,14 @@ class ClusterConfig(BaseModel):
 class AnalysisConfig(BaseModel):
     """Everything one analysis run depends on (the Prefect run form is built from this)."""
 
-    models: list[str] = Field(default_factory=lambda: ["mlp"],
-                              description="zoo names, .mlir/.mlirbc paths or package.module:factory")
+    # Plain defaults, not default_factory: Prefect's run form shows only plain defaults.
+    models: list[str] = Field(["mlp"], description="zoo names, .mlir/.mlirbc paths or package.module:factory")
     chip: str = Field("p150", description="p150, n150, or a path to a .ttsys system descriptor")
-    compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+    compiler: CompilerOptions = Field(CompilerOptions(), description="tt-mlir compile options")
     thresholds: Thresholds | None = Field(None, description="golden thresholds; None: configs/thresholds.yaml")
     seed: int = Field(0, description="seed for every op's inputs")
     reuse_cached: bool = Field(True, description="reuse results of ops already analysed with the same "
                                                  "signature, compiler version, chip and options")
     whole_model: bool = Field(True, description="also compile and run each model whole")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    cluster: ClusterConfig = Field(ClusterConfig(), description="where the per-op work runs")

@@ -20,40 +20,77 @@ from storage.schema import schema_of
 if TYPE_CHECKING:
     from storage.dataset import Store
 
-LOOKUP_SQL = """
-WITH wanted AS (SELECT unnest($signatures) AS signature),
-good_runs AS (
-    SELECT run_id, started_at FROM runs
-    WHERE plugin_version = $plugin_version AND chip = $chip AND options_key = $options_key
-      AND run_id <> $exclude_run
-)
+RUNS_SQL = """
+SELECT run_id FROM runs
+WHERE plugin_version = $plugin_version AND chip = $chip AND options_key = $options_key AND run_id <> $exclude_run
+ORDER BY started_at DESC, run_id DESC
+"""
+
+# Narrow columns only, in a constant list of runs (so only their partitions are read).
+FIND_SQL = """
+SELECT signature, run_id, ended_at FROM results
+WHERE list_contains($runs, run_id) AND signature IN (SELECT unnest($signatures))
+  AND status NOT IN ('crashed', 'timeout')
+"""
+
+ROWS_SQL = """
 SELECT r.* EXCLUDE (date), coalesce(r.reused_from, r.run_id) AS origin_run
 FROM results r
-JOIN good_runs g ON g.run_id = r.run_id
-SEMI JOIN wanted w ON w.signature = r.signature
-WHERE r.status NOT IN ('crashed', 'timeout')
-QUALIFY row_number() OVER (PARTITION BY r.signature ORDER BY r.ended_at DESC, g.started_at DESC) = 1
+SEMI JOIN (SELECT unnest($pair_runs) AS run_id, unnest($pair_signatures) AS signature) p
+    ON p.run_id = r.run_id AND p.signature = r.signature
+WHERE list_contains($runs, r.run_id)
 """
+
+FIRST_CHUNK = 8  # runs searched at first, newest first (most ops are found in the latest few); doubling
+
+
+def _latest(con: duckdb.DuckDBPyConnection, runs: list[str], wanted: list[str]) -> dict[str, str]:
+    """signature -> the newest run (by start) holding a reusable result for it."""
+    found: dict[str, str] = {}
+    order = {run: i for i, run in enumerate(runs)}
+    remaining = list(wanted)
+    start, size = 0, FIRST_CHUNK
+    while remaining and start < len(runs):
+        chunk, start, size = runs[start:start + size], start + size, size * 2
+        best: dict[str, tuple[int, object, str]] = {}
+        for sig, run, ended in con.execute(FIND_SQL, {"runs": chunk, "signatures": remaining}).fetchall():
+            key = (-order[run], ended, run)
+            if sig not in best or key > best[sig]:
+                best[sig] = key
+        found.update({sig: key[2] for sig, key in best.items()})
+        remaining = [s for s in remaining if s not in best]
+    return found
 
 
 def lookup_cached(store: Store, signatures: Iterable[str], plugin_version: str, chip: str, options_key: str,
                   exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
-    """signature -> (run id that produced it, the most recent reusable result)."""
+    """signature -> (run id that produced it, the most recent reusable result).
+
+    Most recent: from the latest run (by start time) of that compiler version, chip and options
+    that holds a result for the op other than a crash or a timeout."""
     wanted = sorted(set(signatures))
     if not wanted:
         return {}
     con = duckdb.connect(":memory:")
     try:
         create_views(con, store.scan())
-        table = con.sql(LOOKUP_SQL, params={
-            "signatures": wanted, "plugin_version": plugin_version, "chip": chip,
-            "options_key": options_key, "exclude_run": exclude_run or "",
-        }).to_arrow_table()
+        runs = [r for (r,) in con.execute(RUNS_SQL, {"plugin_version": plugin_version, "chip": chip,
+                                                      "options_key": options_key,
+                                                      "exclude_run": exclude_run or ""}).fetchall()]
+        latest = _latest(con, runs, wanted)
+        if not latest:
+            return {}
+        pairs = sorted(latest.items())
+        table = con.sql(ROWS_SQL, params={"runs": sorted(set(latest.values())),
+                                          "pair_runs": [r for _, r in pairs],
+                                          "pair_signatures": [s for s, _ in pairs]}).to_arrow_table()
     finally:
         con.close()
-    origins = table.column("origin_run").to_pylist()
+    out: dict[str, tuple[str, OpResult]] = {}
     rows = _as_results_table(table).to_pylist()
-    return {row["signature"]: (origin, convert.result_from_row(row)) for origin, row in zip(origins, rows)}
+    for origin, row in zip(table.column("origin_run").to_pylist(), rows):
+        out[row["signature"]] = (origin, convert.result_from_row(row))
+    return out
 
 
 def _as_results_table(table: pa.Table) -> pa.Table:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from opbyop.records import Stage
 from storage.dataset import DatasetScan, Store
 from storage.normalize import macro_sql
-from storage.schema import TABLES, schema_of
+from storage.schema import SCHEMA_VERSION, TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
 
@@ -53,11 +53,15 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan) -> None:
         con.execute(f"DROP TABLE IF EXISTS {table}")
         if files:
             listing = ", ".join(_sql_str(str(Path(f).resolve())) for f in files)
+            # union_by_name reads every file's footer on every query (60 ms per table at a year of
+            # nights): only worth it when the files hold different schema versions
+            union = "true" if scan.versions.get(table, set()) != {SCHEMA_VERSION} else "false"
             con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
-                        "hive_partitioning = true, union_by_name = true)")
+                        f"hive_partitioning = true, union_by_name = {union})")
         else:  # read_parquet of no files is an error; an empty typed table keeps queries valid
             empty = _empty_with_date(table)  # noqa: F841 (read by DuckDB's replacement scan)
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM empty")
+    con.execute("SET parquet_metadata_cache = true")  # footers read once per connection
     stages = ", ".join(f"({_sql_str(s.value)}, {s.rank})" for s in Stage)
     con.execute(f"CREATE OR REPLACE VIEW stages AS SELECT * FROM (VALUES {stages}) AS t(stage, rank)")
     con.execute(OCCURRENCES_SQL)

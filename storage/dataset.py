@@ -25,8 +25,8 @@ from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, Stage, Sta
 from storage import convert
 from storage.convert import ModelCounts, StoredModel
 from storage.files import (
-    SkippedFile, check_footer, check_run_id, data_files, default_root, new_part_name, part_files,
-    partition_date, read_part, recover, remove_dir, run_dir, run_dirs, staging_dir, swap_in,
+    SkippedFile, check_run_id, data_files, default_root, new_part_name, part_files,
+    partition_date, read_footer, read_part, recover, remove_dir, run_dir, run_dirs, staging_dir, swap_in,
     write_parquet_atomic,
 )
 from storage.schema import TABLES, schema_of
@@ -42,6 +42,7 @@ class DatasetScan:
 
     files: dict[str, list[Path]] = field(default_factory=dict)
     skipped: list[SkippedFile] = field(default_factory=list)
+    versions: dict[str, set[int | None]] = field(default_factory=dict)  # schema versions met per table
 
     @property
     def file_count(self) -> int:
@@ -98,14 +99,15 @@ class Store:
         """All data files, with their footers checked: corrupt ones are listed apart, with their paths."""
         scan = DatasetScan()
         for table in TABLES:
-            good = []
+            good, versions = [], set()
             for path in data_files(self.root, table):
-                problem = check_footer(path)
-                if problem is None:
-                    good.append(path)
+                footer = read_footer(path)
+                if isinstance(footer, SkippedFile):
+                    scan.skipped.append(footer)
                 else:
-                    scan.skipped.append(problem)
-            scan.files[table] = good
+                    good.append(path)
+                    versions.add(footer)
+            scan.files[table], scan.versions[table] = good, versions
         self._note(scan.skipped)
         return scan
 

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from opbyop.errors import StoreError
-from storage.schema import TABLES, conform, schema_of
+from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")
 
@@ -104,18 +104,19 @@ def read_part(path: Path, table: str) -> pa.Table | SkippedFile:
         return SkippedFile(path, f"{type(e).__name__}: {e}")
 
 
-_footer_ok: dict[tuple[str, int, int], bool] = {}
+_footers: dict[tuple[str, int, int], int | None] = {}  # (path, size, mtime) -> schema version
 
 
-def check_footer(path: Path) -> SkippedFile | None:
-    """None if the file's footer parses (cached by path, size and mtime), else why not."""
+def read_footer(path: Path) -> int | None | SkippedFile:
+    """The file's schema version (None if untagged) if its footer parses, else why not.
+    Cached by path, size and mtime: a scan of a long history reads each footer once per process."""
     try:
         st = path.stat()
         key = (str(path), st.st_size, st.st_mtime_ns)
-        if key not in _footer_ok:
-            pq.read_metadata(path)
-            _footer_ok[key] = True
-        return None
+        if key not in _footers:
+            version = (pq.read_metadata(path).metadata or {}).get(VERSION_KEY)
+            _footers[key] = int(version) if version is not None else None
+        return _footers[key]
     except (pa.ArrowException, OSError, ValueError) as e:
         log.warning("skipping unreadable Parquet file %s: %s", path, e)
         return SkippedFile(path, f"{type(e).__name__}: {e}")

@@ -14,6 +14,8 @@ import pytest
 from opbyop.jaxenv import prepare_jax
 
 prepare_jax()
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # else 'database is locked' at start
+os.environ.setdefault("DO_NOT_TRACK", "1")
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -106,6 +108,3 @@ def clean_env(monkeypatch):
         monkeypatch.delenv(key, raising=False)
     return monkeypatch
 
-
-def env_without_jax_choice() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "TT_COMPILE_ONLY_SYSTEM_DESC")}

@@ -26,7 +26,7 @@ def test_every_query_file_loads_with_its_parameters() -> None:
     assert {"depth_histogram", "blockers", "op_pass_rate", "kind_depth_matrix", "regressions", "progressions",
             "new_ops", "removed_ops", "trend", "top_failures"} <= set(queries)
     assert set(queries["regressions"].params) == {"run_id", "prev_run_id"}
-    assert set(queries["trend"].params) == {"run_id", "n"}
+    assert set(queries["trend"].params) == {"runs"}  # derived from run_id and n by run_query
     assert all(q.description for q in queries.values())
 
 
