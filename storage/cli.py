@@ -32,6 +32,15 @@ def _root(store: Optional[Path]) -> Path:
     return store if store is not None else default_root()
 
 
+def _check_run(store: Optional[Path], run: str) -> None:
+    """A clear error for a run id that is not there (rather than an empty answer)."""
+    from storage.dataset import Store
+
+    s = Store(_root(store))
+    s.run(run)
+    _warn_skipped(s.skipped)
+
+
 def _warn_skipped(skipped: list[SkippedFile]) -> None:
     if skipped:
         err_console.print(f"[yellow]warning:[/yellow] {len(skipped)} unreadable file(s) skipped:", highlight=False)
@@ -157,18 +166,16 @@ def expectations_update(run: str = typer.Option(..., "--run", help="run id to ta
                         file: Optional[Path] = typer.Option(None, "--file", help="default: configs/expectations.yaml"),
                         store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Rewrite the expectations file so that the run meets it exactly (hand-written reasons kept)."""
-    from storage.dataset import Store
-    from storage.expectations import default_path, from_results, load_expectations, save_expectations
+    from storage.expectations import default_path, from_outcomes, load_expectations, run_outcomes, save_expectations
 
     path = file or default_path()
     try:
         previous = load_expectations(path) if path.exists() else None
-        s = Store(_root(store))
-        updated = from_results(s.results(run), previous)
+        _check_run(store, run)
+        updated = from_outcomes(run_outcomes(_root(store), run), previous)
         save_expectations(updated, path)
     except OpbyopError as e:
         _fail(e)
-    _warn_skipped(s.skipped)
     console.print(f"wrote {path}: {len(updated.expectations)} entries from run {run}")
 
 
@@ -178,15 +185,13 @@ def expectations_check(run: str = typer.Option(..., "--run", help="run id"),
                        fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
                        store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Compare a run with the expectations; exit 1 on an unexpected failure or pass."""
-    from storage.dataset import Store
-    from storage.expectations import compare, load_expectations
+    from storage.expectations import compare, load_expectations, run_outcomes
 
     try:
-        s = Store(_root(store))
-        rep = compare(run, s.results(run), s.ops(run), load_expectations(file))
+        _check_run(store, run)
+        rep = compare(run, run_outcomes(_root(store), run), load_expectations(file))
     except OpbyopError as e:
         _fail(e)
-    _warn_skipped(s.skipped)
     columns = ["kind", "signature", "op_name", "expected", "actual", "status", "failed_stage", "rule", "models", "message"]
     rows = [(kind, m.signature[:16], m.op_name, m.expected.value, m.actual.value, m.status.value,
              m.failed_stage.value if m.failed_stage else None, m.rule, m.models, m.message)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -104,6 +105,44 @@ def save_expectations(expectations: Expectations, path: Path | None = None) -> P
     return path
 
 
+@dataclass(frozen=True)
+class OpOutcome:
+    """What the comparison needs of one unique op's result in a run (from records or from SQL rows)."""
+
+    signature: str
+    op_name: str
+    status: Status
+    depth: Stage
+    failed_stage: Stage | None = None
+    message: str | None = None
+    models: tuple[str, ...] = ()
+    occurrences: int = 0
+
+
+def outcomes(results: list[OpResult], ops: list[OpRecord] = ()) -> list[OpOutcome]:
+    """From records: each result with the models its op occurs in."""
+    models: dict[str, set[str]] = defaultdict(set)
+    count: dict[str, int] = defaultdict(int)
+    for op in ops:
+        if op.ok:
+            models[op.signature].add(op.model)
+            count[op.signature] += 1
+    return [OpOutcome(r.signature, r.op_name, r.status, r.depth, r.failed_stage, r.message,
+                      tuple(sorted(models[r.signature])), count[r.signature]) for r in results]
+
+
+def run_outcomes(root: Path | str | None, run_id: str) -> list[OpOutcome]:
+    """From the store, through one SQL query (fast on runs with tens of thousands of ops)."""
+    from storage.aggregate import run_query
+    from storage.readonly import StoreConnection
+
+    with StoreConnection(root) as con:
+        rows = run_query(con, "run_ops", run_id=run_id).records()
+    return [OpOutcome(r["signature"], r["op_name"], Status(r["status"]), Stage(r["depth"]),
+                      Stage(r["failed_stage"]) if r["failed_stage"] else None, r["message"],
+                      tuple(r["models"]), r["occurrences"]) for r in rows]
+
+
 class Mismatch(BaseModel):
     signature: str
     op_name: str
@@ -130,15 +169,9 @@ class ExpectationReport(BaseModel):
         return not self.unexpected_failures and not self.unexpected_passes
 
 
-def compare(run_id: str, results: list[OpResult], ops: list[OpRecord], expectations: Expectations) -> ExpectationReport:
-    models: dict[str, set[str]] = defaultdict(set)
-    occurrences: dict[str, int] = defaultdict(int)
-    for op in ops:
-        if op.ok:
-            models[op.signature].add(op.model)
-            occurrences[op.signature] += 1
+def compare(run_id: str, ops: list[OpOutcome], expectations: Expectations) -> ExpectationReport:
     report = ExpectationReport(run_id=run_id)
-    for r in sorted(results, key=lambda r: (r.op_name, r.signature)):
+    for r in sorted(ops, key=lambda r: (r.op_name, r.signature)):
         rule = expectations.rule_for(r.signature, r.op_name)
         expected = rule.depth if rule else expectations.default_depth
         report.checked += 1
@@ -150,26 +183,25 @@ def compare(run_id: str, results: list[OpResult], ops: list[OpRecord], expectati
             continue
         mismatch = Mismatch(signature=r.signature, op_name=r.op_name, expected=expected, actual=r.depth,
                             status=r.status, failed_stage=r.failed_stage, message=r.message,
-                            rule=rule.key if rule else "default", models=sorted(models[r.signature]),
-                            occurrences=occurrences[r.signature])
+                            rule=rule.key if rule else "default", models=list(r.models), occurrences=r.occurrences)
         (report.unexpected_failures if r.depth.rank < expected.rank else report.unexpected_passes).append(mismatch)
     return report
 
 
-def _reason(r: OpResult) -> str:
-    first = (r.message or "").strip().splitlines()[0][:160] if r.message else ""
+def _reason(r: OpOutcome) -> str:
+    first = r.message.strip().splitlines()[0][:160] if r.message and r.message.strip() else ""
     stage = r.failed_stage.value if r.failed_stage else "?"
     return f"{r.status.value} at {stage}: {first}".rstrip(": ")
 
 
-def from_results(results: list[OpResult], previous: Expectations | None = None) -> Expectations:
+def from_outcomes(ops: list[OpOutcome], previous: Expectations | None = None) -> Expectations:
     """Expectations that a run meets exactly: every op short of GOLDEN gets an entry, grouped into
     one op_kind entry when every op of that kind stopped at the same depth (at least two of them).
     Reasons written by hand in `previous` are kept; skipped ops keep their previous entry."""
     previous = previous or Expectations()
     kept_reason = {e.key: e.reason for e in previous.expectations}
-    by_kind: dict[str, list[OpResult]] = defaultdict(list)
-    for r in results:
+    by_kind: dict[str, list[OpOutcome]] = defaultdict(list)
+    for r in ops:
         by_kind[r.op_name].append(r)
     entries: list[Expectation] = []
     for kind, group in sorted(by_kind.items()):

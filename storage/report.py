@@ -16,7 +16,7 @@ from typing import Any
 
 from storage.aggregate import NightlySummary, nightly, run_query
 from storage.dataset import Store
-from storage.expectations import Expectations, compare, load_expectations
+from storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from storage.expectations import default_path as default_expectations_path
 from storage.readonly import StoreConnection
 
@@ -43,7 +43,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
     if expectations is not None:
-        expectation_report = compare(run_id, store.results(run_id), store.ops(run_id), expectations).model_dump(mode="json")
+        expectation_report = compare(run_id, run_outcomes(store.root, run_id), expectations).model_dump(mode="json")
     return {
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "run": run.model_dump(mode="json"),

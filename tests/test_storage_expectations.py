@@ -12,7 +12,8 @@ from opbyop.records import Stage
 from storage import samples
 from storage.dataset import Store
 from storage.expectations import (
-    Expectation, Expectations, compare, default_path, from_results, load_expectations, save_expectations,
+    Expectation, Expectations, compare, default_path, from_outcomes, load_expectations, outcomes, run_outcomes,
+    save_expectations,
 )
 
 
@@ -46,8 +47,11 @@ def test_signature_prefix_beats_op_kind_and_longest_prefix_wins() -> None:
 
 
 def test_run_reports_unexpected_failures_and_unexpected_passes(history_store: Store) -> None:
-    expected_from_n1 = from_results(history_store.results("n1"))
-    report = compare("n2", history_store.results("n2"), history_store.ops("n2"), expected_from_n1)
+    expected_from_n1 = from_outcomes(outcomes(history_store.results("n1")))
+    n2 = run_outcomes(history_store.root, "n2")
+    assert sorted(n2, key=lambda o: o.signature) == sorted(
+        outcomes(history_store.results("n2"), history_store.ops("n2")), key=lambda o: o.signature)
+    report = compare("n2", n2, expected_from_n1)
     failures = {m.op_name: m for m in report.unexpected_failures}
     passes = {m.op_name: m for m in report.unexpected_passes}
     assert set(failures) == {"stablehlo.tanh", "stablehlo.gather"}  # regressed; new and failing
@@ -56,7 +60,7 @@ def test_run_reports_unexpected_failures_and_unexpected_passes(history_store: St
     assert set(passes) == {"stablehlo.dot_general"}  # expected TTIR, got to GOLDEN
     assert passes["stablehlo.dot_general"].models == ["mlp"] and passes["stablehlo.dot_general"].occurrences == 2
     assert report.checked == 6 and report.matched == 3 and not report.ok
-    same = compare("n1", history_store.results("n1"), history_store.ops("n1"), expected_from_n1)
+    same = compare("n1", run_outcomes(history_store.root, "n1"), expected_from_n1)
     assert same.ok and same.matched == 6
 
 
@@ -68,7 +72,7 @@ def test_update_groups_whole_op_kinds_and_keeps_hand_written_reasons(tmp_path: P
                 samples.result(samples.DOT, samples.Status.RUN_FAILED, message="L1 overflow")]
     previous = Expectations(expectations=[Expectation(op_kind="stablehlo.cholesky", depth=Stage.SPLIT,
                                                       reason="tt-mlir has no decomposition (issue 123)")])
-    updated = from_results(results, previous)
+    updated = from_outcomes(outcomes(results), previous)
     assert [(e.op_kind, e.signature, e.depth) for e in updated.expectations] == [
         ("stablehlo.cholesky", None, Stage.STABLEHLO),
         (None, samples.DOT.signature[:16], Stage.FLATBUFFER)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storage.dataset import Store
-from storage.expectations import from_results
+from storage.expectations import from_outcomes, outcomes
 from storage.report import render_html, report_data, write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -40,7 +40,7 @@ def test_data_cannot_close_the_script_element(history_store: Store) -> None:
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
 def test_report_renders_in_headless_chromium(history_store: Store, tmp_path: Path) -> None:
-    expectations = from_results(history_store.results("n1"))
+    expectations = from_outcomes(outcomes(history_store.results("n1")))
     data = report_data(history_store.root, "n2", expectations)
     out = tmp_path / "report.html"
     out.write_text(render_html(data))
