@@ -128,7 +128,8 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
         results.update(resumed)
         todo = [op for op in prepared.unique if op.signature not in results]
         if config.reuse_cached and todo:
-            cached = store.lookup_cached([op.signature for op in todo], run.plugin_version, run.chip, run.options_key)
+            cached = store.lookup_cached([op.signature for op in todo], run.plugin_version, run.chip, run.options_key,
+                                         exclude_run=run_id)
             reused = [r.model_copy(update={"reused_from": source}) for source, r in
                       (cached[op.signature] for op in todo if op.signature in cached)]
             writer.add_results(reused)

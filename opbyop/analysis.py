@@ -93,6 +93,9 @@ class OpAnalyzer:
             return WholeModelResult(status=Status.COMPILE_FAILED, depth=outcome.reached or Stage.SPLIT,
                                     failed_stage=outcome.failed_stage, message=outcome.message, compile=outcome,
                                     seconds=time.perf_counter() - started)
+        if not request.settings.run_device:
+            return WholeModelResult(status=Status.SKIPPED, depth=Stage.FLATBUFFER, compile=outcome,
+                                    message="device run not requested", seconds=time.perf_counter() - started)
         progress("device_run")
         with np.load(request.values_path) as npz:
             values = [npz[f"arg{i}"] for i in range(sum(1 for k in npz.files if k.startswith("arg")))]

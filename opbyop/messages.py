@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 
-_RULES: list[tuple[re.Pattern[str], str]] = [
+# Public: storage/ builds its SQL normalisation from the same rules, so reports group alike.
+RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r'loc\([^)]*\)'), "loc(...)"),
-    (re.compile(r"(/[\w.\-]+)+(:\d+)*"), "<path>"),
+    # absolute paths, or relative ones two directories deep (not "tiles/core"); RE2 has no
+    # lookbehind, so the character before the path is captured and put back
+    (re.compile(r"(^|[^\w.])(/(?:[\w.+\-]+/)*[\w.+\-]+|(?:[\w.+\-]+/){2,}[\w.+\-]+)(:\d+)*"), r"\1<path>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
     (re.compile(r"\b\d+(x\d+)*x(f|bf|i|si|ui)\d+\b"), "<shape>"),
     (re.compile(r"\b(\d+x)+\d+\b"), "<dims>"),
@@ -20,6 +23,6 @@ def normalize_message(message: str | None) -> str:
     if not message:
         return ""
     text = message.strip().splitlines()[0] if message.strip() else ""
-    for pattern, replacement in _RULES:
+    for pattern, replacement in RULES:
         text = pattern.sub(replacement, text)
     return re.sub(r"\s+", " ", text)[:300]

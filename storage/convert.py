@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 from pydantic import BaseModel, Field
@@ -275,5 +275,3 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
     return StoredModel(run_id=row["run_id"], summary=summary, counts=counts)
 
 
-def rows(table: pa.Table) -> Iterable[dict[str, Any]]:
-    return table.to_pylist()

@@ -22,7 +22,7 @@ def _sql_literal(text: str) -> str:
 def macro_sql() -> str:
     """CREATE MACRO normalize_message(m): first line, the same rules, whitespace collapsed, 300 chars."""
     expr = "split_part(replace(trim(m, ' \t\n\r'), chr(13), chr(10)), chr(10), 1)"
-    for pattern, replacement in messages._RULES:  # noqa: SLF001 (the single definition of the rules)
+    for pattern, replacement in messages.RULES:  # the single definition of the rules
         expr = f"regexp_replace({expr}, {_sql_literal(pattern.pattern)}, {_sql_literal(replacement)}, 'g')"
     expr = f"left(regexp_replace({expr}, '\\s+', ' ', 'g'), {MAX_CHARS})"
     return f"CREATE OR REPLACE MACRO normalize_message(m) AS CASE WHEN m IS NULL THEN '' ELSE {expr} END"

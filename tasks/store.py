@@ -9,6 +9,7 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from prefect.cache_policies import NONE
 
 from storage.aggregate import NightlySummary, nightly_for
+from storage.catalog import build_catalog
 from storage.readonly import QueryResult
 from storage.report import write_report
 
@@ -34,7 +35,9 @@ def regressions_markdown(summary: NightlySummary) -> str:
 
 @task(name="publish-run", task_run_name="publish-{run_id}", cache_policy=NONE, persist_result=False)
 def publish(store_root: Path, run_id: str, report_path: Path) -> Path:
-    """Aggregate a finished run: regressions as markdown, the HTML report and a link to it."""
+    """Aggregate a finished run: regressions as markdown, the HTML report and a link to it; refresh
+    the .duckdb catalog (its views list the store's files, so BI tools see this run)."""
+    build_catalog(store_root)
     summary = nightly_for(store_root, run_id)
     create_markdown_artifact(markdown=regressions_markdown(summary), key="regressions",
                              description=f"regressions and progressions of run {run_id}")

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from opbyop.errors import StoreError
-from opbyop.records import CompileOutcome, OpResult, Stage, Status
+from opbyop.records import OpResult, Stage, Status
 from storage import samples, schema
 from storage.dataset import Store
 from storage.files import data_files, run_dirs
