@@ -3,7 +3,7 @@
 Depends on `opbyop` (its records), never on flows/ or tasks/; `opbyop` never imports it.
 
     from storage import Store
-    store = Store(root)                      # $OPBYOP_STORE or ./.opbyop/store by default
+    store = Store(root)                      # $OPBYOP_STORE, else $OPBYOP_HOME/store (default ./.opbyop/store) by default
     with store.writer() as w:                # one run, incrementally, crash-safe and resumable
         run = w.start(run_info)
         w.add_ops(records); w.add_results(batch) ...

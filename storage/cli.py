@@ -19,7 +19,7 @@ from storage.files import SkippedFile, default_root
 console = Console()
 err_console = Console(stderr=True)
 
-STORE_HELP = "store root (default: $OPBYOP_STORE or ./.opbyop/store)"
+STORE_HELP = "store root (default: $OPBYOP_STORE, else $OPBYOP_HOME/store (default ./.opbyop/store))"
 FORMATS = ("table", "csv", "json")
 
 

@@ -88,7 +88,7 @@ def count_models(ops: pa.Table, results: pa.Table) -> dict[str, ModelCounts]:
 
 
 class Store:
-    """A Parquet dataset rooted at `root` (default: $OPBYOP_STORE or ./.opbyop/store)."""
+    """A Parquet dataset rooted at `root` (default: $OPBYOP_STORE, else $OPBYOP_HOME/store (default ./.opbyop/store))."""
 
     def __init__(self, root: Path | str | None = None):
         self.root = Path(root) if root is not None else default_root()

@@ -42,8 +42,10 @@ def check_run_id(run_id: str) -> str:
 
 
 def default_root() -> Path:
-    """OPBYOP_STORE, else ./.opbyop/store."""
-    return Path(os.environ.get("OPBYOP_STORE") or Path.cwd() / ".opbyop" / "store")
+    """OPBYOP_STORE, else the store of the workspace (OPBYOP_HOME, default ./.opbyop)."""
+    from opbyop.workspace import Workspace
+
+    return Workspace.default().store
 
 
 def table_dir(root: Path, table: str) -> Path:
