@@ -113,6 +113,20 @@ def test_programs_stitch_on_device_without_a_host_round_trip(programs, device):
     np.testing.assert_allclose(to_host(expd), np.exp(x + y), rtol=1e-5)
 
 
+def test_single_op_runs_leave_no_memory_behind(programs):
+    from opbyop.device.simulator import DeviceSimulator
+
+    simulator = DeviceSimulator()
+    x = RNG.standard_normal((32, 64)).astype(np.float32)
+    for name in ("constant", "add", "constant", "multiply"):  # a cached constant returned as the output
+        binary = programs[name]
+        outputs, run = simulator.run(binary.program.text, [x] * len(binary.function(0).arguments))
+        device = simulator.device_for(binary.program.spec)
+        assert sum(device.memory.dram.used) == 0 and not device.live, name
+    np.testing.assert_array_equal(outputs[0], x * 2.0)
+    assert run.peak_dram_bytes >= 2 * x.nbytes and run.peak_l1_bytes > 0  # inputs in DRAM, buffers in L1
+
+
 def test_to_layout_returns_a_new_tensor(device):
     x = to_device(RNG.standard_normal((8, 8)).astype(np.float32), device)
     y = to_layout(x, device, TILE_F32.with_(buffer="l1"))

@@ -51,6 +51,7 @@ def _all_ops(program: Program) -> list[Op]:
 class RunStats:
     ttnn_ops: int = 0
     cycles: int = 0
+    peak_l1: int = 0  # per core: resident L1 tensors plus the running op's circular buffers
     placements: list[OpPlacement] = field(default_factory=list)
 
 
@@ -62,8 +63,7 @@ class Executor:
         self.stats = RunStats()
 
     def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
-        from opbyop.device.runtime import DeviceTensor
-
+        """Run `function`; every output comes back as a tensor the caller alone holds (refs 1)."""
         env: dict[int, DeviceTensor | None] = dict(zip(function.arguments, args))
         owned: set[int] = set()  # tensors this call holds a reference on
         for t in args:
@@ -72,16 +72,25 @@ class Executor:
         try:
             for op in function.ops:
                 self._step(op, env, owned)
-            outputs = [env[v] for v in function.returns]
+            outputs = [self._own_output(env[v], owned) for v in function.returns if env[v] is not None]
         except (OutOfMemory, NotSimulated, PlacementError) as e:
             raise SimulationError(str(e) if not isinstance(e, NotSimulated) else f"not simulated: {e}") from None
-        for t in outputs:
-            if t is not None and id(t) not in owned:
-                t.refs += 1  # an argument returned as is: the caller gets its own reference
         for t in {id(t): t for t in env.values() if t is not None}.values():
-            if id(t) in owned and t not in outputs:
+            if id(t) in owned:
                 self.device.release(t)
-        return [t for t in outputs if t is not None]
+        return outputs
+
+    def _own_output(self, tensor: DeviceTensor, owned: set[int]) -> DeviceTensor:
+        """The tensor itself if only this call holds it (its reference passes to the caller);
+        else a copy: an argument or a cached constant returned as is stays with its holders."""
+        from opbyop.device.runtime import DeviceTensor
+
+        if id(tensor) in owned and tensor.refs == 1:
+            owned.discard(id(tensor))
+            return tensor
+        buffer = self.device.memory.allocate(tensor.layout, tensor.shape, f"copy of {tensor.name}")
+        return DeviceTensor(values=tensor.values.copy(), dtype=tensor.dtype, layout=tensor.layout,
+                            device=self.device, buffer=buffer, name=tensor.name)
 
     # -- one op ----------------------------------------------------------------------------
     def _step(self, op: Op, env: dict, owned: set[int]) -> None:
@@ -110,6 +119,7 @@ class Executor:
         self.stats.ttnn_ops += 1
         placement = place(op, self.device.spec, self.policy)
         if placement is not None:
+            self._check_l1(op, placement.l1_bytes_per_core)
             self.stats.placements.append(placement)
             self.stats.cycles += placement.cycles
         for v, value, t in zip(op.results, values, op.result_types):
@@ -117,6 +127,15 @@ class Executor:
             env[v] = tensor
             owned.add(id(tensor))
         self.device.host_seconds += time.perf_counter() - started
+
+    def _check_l1(self, op: Op, buffers: int) -> None:
+        """An op's circular buffers must fit beside the L1 tensors resident on its cores."""
+        resident = max(self.device.memory.l1.used)
+        limit = self.device.spec.l1_per_core
+        if resident + buffers > limit:
+            raise OutOfMemory(f"out of L1 memory: {op.name} ({_short(op.location)}) needs {buffers:,} B of circular "
+                              f"buffers per core beside {resident:,} B of resident L1 tensors; a core has {limit:,} B")
+        self.stats.peak_l1 = max(self.stats.peak_l1, resident + buffers)
 
     def _materialise(self, value: np.ndarray, t: TensorType | None, name: str) -> DeviceTensor:
         from opbyop.device.runtime import DeviceTensor, host_layout
@@ -147,5 +166,5 @@ def _short(location: str) -> str:
 def run_stats(executor: Executor, seconds: float) -> DeviceRun:
     memory = executor.device.memory
     return DeviceRun(ttnn_ops=executor.stats.ttnn_ops, cycles=executor.stats.cycles,
-                     peak_l1_bytes=memory.peak_l1_per_core, peak_dram_bytes=memory.peak_dram,
+                     peak_l1_bytes=max(memory.peak_l1_per_core, executor.stats.peak_l1), peak_dram_bytes=memory.peak_dram,
                      placements=executor.stats.placements, seconds=seconds)

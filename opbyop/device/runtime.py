@@ -205,29 +205,25 @@ def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[
     missing = unsupported_ops(binary.program)
     if missing:
         raise SimulationError("not simulated: " + ", ".join(missing), DeviceRun(not_simulated=missing))
-    future: concurrent.futures.Future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy)
     outputs = [DeviceTensor(values=np.zeros(t.shape if t else ()), dtype=t.dtype if t else "f32",
-                            layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, ready=future,
-                            name=f"output {i}")
+                            layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, name=f"output {i}")
                for i, t in enumerate(function.return_types)]
-    future.add_done_callback(lambda f: _fill(outputs, f))
+    future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy, outputs)
+    for t in outputs:
+        t.ready = future
     return outputs
 
 
-def _fill(placeholders: list[DeviceTensor], future: concurrent.futures.Future) -> None:
-    if future.exception() is not None:
-        return
-    results, _ = future.result()
+def _fill(placeholders: list[DeviceTensor], results: list[DeviceTensor]) -> None:
+    """Hand each result's state to the tensor the caller already holds (each result has one holder)."""
     for placeholder, real in zip(placeholders, results):
         placeholder.values, placeholder.dtype, placeholder.layout = real.values, real.dtype, real.layout
         placeholder.buffer, placeholder.refs = real.buffer, real.refs
-        if real.device is not None:
-            real.device.live.pop(id(real), None)
-            real.device.track(placeholder)
+        placeholder.device.track(placeholder)
 
 
 def _execute(device: Device, binary: Binary, program_index: int, inputs: list[DeviceTensor],
-             policy: Policy) -> tuple[list[DeviceTensor], DeviceRun]:
+             policy: Policy, outputs: list[DeviceTensor]) -> tuple[list[DeviceTensor], DeviceRun]:
     started = time.perf_counter()
     wait(inputs)
     expected = binary.input_types(program_index)
@@ -240,7 +236,7 @@ def _execute(device: Device, binary: Binary, program_index: int, inputs: list[De
     _evict_l1(device, keep={id(t) for t in converted})
     executor = Executor(device, binary.program, policy)
     try:
-        outputs = executor.run(binary.function(program_index), converted)
+        results = executor.run(binary.function(program_index), converted)
     except SimulationError as e:
         e.run = run_stats(executor, time.perf_counter() - started).model_copy(update={"message": str(e)})
         raise
@@ -248,8 +244,7 @@ def _execute(device: Device, binary: Binary, program_index: int, inputs: list[De
         for original, used in zip(inputs, converted):
             if used is not original:
                 device.release(used)
-    for t in outputs:
-        device.track(t)
+    _fill(outputs, results)  # before the future resolves: waiters see filled tensors
     run = run_stats(executor, time.perf_counter() - started)
     device.runs.append(run)
     return outputs, run
