@@ -81,11 +81,12 @@ def _git_sha() -> str:
 
 
 def _prepare(config: AnalysisConfig) -> Prepared:
+    """Split the models one after another: torch.export keeps global state and is not thread-safe
+    (two exports at once fail with 'CURRENT_PATCHER is None')."""
     zoo = load_zoo()
-    futures = {spec: split_model.submit(spec, zoo, config.seed) for spec in config.models}
     prepared = Prepared()
-    for spec, future in futures.items():
-        graph, split, error = future.result()
+    for spec in config.models:
+        graph, split, error = split_model.submit(spec, zoo, config.seed).result()
         if error is not None:
             prepared.errors[spec] = error
             continue

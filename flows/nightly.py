@@ -12,11 +12,10 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from flows.analyze import analyze, new_run_id
-from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_yaml
-from opbyop.errors import ConfigError
+from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
 from opbyop.workspace import Workspace
 from storage.dataset import Store
 from storage.expectations import compare, load_expectations
@@ -35,11 +34,7 @@ class NightlyConfig(BaseModel):
 
 
 def load_nightly(path: Path | None = None) -> NightlyConfig:
-    path = path or config_dir() / "nightly.yaml"
-    try:
-        return NightlyConfig.model_validate(load_yaml(path))
-    except ValidationError as e:
-        raise ConfigError(f"{path} is not a valid nightly configuration:\n{e}", "fix the fields named above") from None
+    return load_config(NightlyConfig, path or config_dir() / "nightly.yaml", "nightly configuration")
 
 
 @flow(name="nightly", persist_result=False)

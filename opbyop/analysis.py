@@ -50,13 +50,16 @@ class OpAnalyzer:
             return _finish(result, Status.SKIPPED, Stage.FLATBUFFER, None, "device run not requested")
 
         progress("device_run")
-        inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed)
-        program = self.artifacts.read_text(outcome.artifacts["ttnn_runtime"])
         try:
+            inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed)
+            program = self.artifacts.read_text(outcome.artifacts["ttnn_runtime"])
             outputs, run = self.device.run(program, inputs)
         except SimulationError as e:
             result.device = e.run
             return _finish(result, Status.RUN_FAILED, Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
+        except Exception as e:  # a gap in opbyop's simulator, named as such
+            return _finish(result, Status.RUN_FAILED, Stage.FLATBUFFER, Stage.DEVICE_RUN,
+                           f"simulator error: {describe_exception(e)}")
         result.device = run
         if not settings.run_golden:
             return _finish(result, Status.SKIPPED, Stage.DEVICE_RUN, None, "golden check not requested")
@@ -105,9 +108,10 @@ class OpAnalyzer:
         device.memory.reset_peaks()
         try:
             run = run_stitched(device, binary, values, request.parameters, request.iterations)
-        except SimulationError as e:
+        except Exception as e:  # SimulationError: the run failed; anything else: a simulator gap
+            message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
             return WholeModelResult(status=Status.RUN_FAILED, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
-                                    message=str(e), compile=outcome, device=e.run,
+                                    message=message, compile=outcome, device=getattr(e, "run", None),
                                     seconds=time.perf_counter() - started)
         finally:
             device.release_constants()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -18,7 +18,7 @@ from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
 __all__ = ["AnalysisConfig", "ClusterConfig", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
-           "ZooEntry", "config_dir", "load_yaml", "load_zoo", "load_thresholds"]
+           "ZooEntry", "config_dir", "load_config", "load_yaml", "load_zoo", "load_thresholds"]
 
 
 def config_dir() -> Path:
@@ -88,20 +88,23 @@ class Zoo(BaseModel):
         return [m for m in self.models if tag in m.tags]
 
 
-def load_zoo(path: Path | None = None) -> Zoo:
-    path = path or config_dir() / "models.yaml"
+ConfigT = TypeVar("ConfigT", bound=BaseModel)
+
+
+def load_config(model: type[ConfigT], path: Path, what: str) -> ConfigT:
+    """A YAML file validated as `model`; an invalid one names its fields (`what` says what it is)."""
     try:
-        return Zoo.model_validate(load_yaml(path))
+        return model.model_validate(load_yaml(path))
     except ValidationError as e:
-        raise ConfigError(f"{path} is not a valid model zoo:\n{e}", "fix the fields named above") from None
+        raise ConfigError(f"{path} is not a valid {what}:\n{e}", "fix the fields named above") from None
+
+
+def load_zoo(path: Path | None = None) -> Zoo:
+    return load_config(Zoo, path or config_dir() / "models.yaml", "model zoo")
 
 
 def load_thresholds(path: Path | None = None) -> Thresholds:
-    path = path or config_dir() / "thresholds.yaml"
-    try:
-        return Thresholds.model_validate(load_yaml(path))
-    except ValidationError as e:
-        raise ConfigError(f"{path} holds invalid thresholds:\n{e}", "fix the fields named above") from None
+    return load_config(Thresholds, path or config_dir() / "thresholds.yaml", "set of golden thresholds")
 
 
 class CompilerOptions(BaseModel):

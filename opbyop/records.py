@@ -220,7 +220,7 @@ class OpResult(BaseModel):
     op_name: str
     status: Status
     depth: Stage  # deepest stage completed
-    failed_stage: Stage | None = None  # None only on success / skip
+    failed_stage: Stage | None = None  # None only on success / skip, or when unknowable (a Dask worker died)
     message: str | None = None
     compile: CompileOutcome | None = None
     device: DeviceRun | None = None

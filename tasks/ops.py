@@ -43,11 +43,11 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
     future = client.submit(on_dask.analyze_op, op, chip, settings, timeout, pure=False,
                            key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
     try:
-        return future.result(timeout=timeout + 600)  # the op worker enforces `timeout` itself
+        return future.result()  # the op worker enforces `timeout` on the op itself; queueing is free
     except KilledWorker as e:
         return OpResult(signature=op.signature, op_name=op.op_name, status=Status.CRASHED, depth=Stage.SPLIT,
-                        failed_stage=Stage.STABLEHLO, started_at=started, ended_at=utcnow(),
-                        message=f"the Dask worker running this op died ({e}); the op's own stage is unknown")
+                        failed_stage=None, started_at=started, ended_at=utcnow(),
+                        message=f"the Dask worker running this op died ({e}); the stage it was in is unknown")
     except (CommClosedError, OSError) as e:
         raise InfrastructureError(f"lost the Dask cluster while running {op.signature[:12]}: {e}") from e
 
@@ -59,7 +59,7 @@ def whole_model(model: str, module_text: str, values_path: str, parameters: list
     future = default_client().submit(on_dask.analyze_whole, model, module_text, values_path, parameters, chip,
                                      settings, timeout, pure=False, key=f"whole-{model}-{uuid.uuid4().hex[:8]}")
     try:
-        return future.result(timeout=timeout + 600)
+        return future.result()
     except KilledWorker as e:
-        return WholeModelResult(status=Status.CRASHED, depth=Stage.SPLIT, failed_stage=Stage.STABLEHLO,
+        return WholeModelResult(status=Status.CRASHED, depth=Stage.SPLIT, failed_stage=None,
                                 message=f"the Dask worker running the whole model died ({e})")

@@ -74,14 +74,16 @@ def test_a_compiler_abort_is_a_crash_and_the_next_op_is_fine(p150, tmp_path, com
 
 
 def test_fault_injection_aborts_and_hangs_only_the_chosen_ops(p150, tmp_path, compile_only, mlp_ops):
-    abort, hang, fine = mlp_ops[1], mlp_ops[2], mlp_ops[3]
-    env = {"OPBYOP_FAULT_INJECT": f"abort:{abort.signature[:12]};hang:{hang.signature[:12]}"}
+    abort, hang, bug, fine = mlp_ops[1], mlp_ops[2], mlp_ops[4], mlp_ops[3]
+    env = {"OPBYOP_FAULT_INJECT": f"abort:{abort.signature[:12]};hang:{hang.signature[:12]};raise:{bug.signature[:12]}"}
     with OpWorker(p150.path, tmp_path, chip="p150", name="faults", env=env) as worker:
-        results = [worker.analyze(op, compile_only, timeout=15) for op in (abort, hang, fine)]
-    assert [r.status for r in results] == [Status.CRASHED, Status.TIMEOUT, Status.SKIPPED]
-    assert [r.signature for r in results] == [abort.signature, hang.signature, fine.signature]
+        results = [worker.analyze(op, compile_only, timeout=15) for op in (abort, hang, bug, fine)]
+    assert [r.status for r in results] == [Status.CRASHED, Status.TIMEOUT, Status.CRASHED, Status.SKIPPED]
+    assert [r.signature for r in results] == [abort.signature, hang.signature, bug.signature, fine.signature]
     assert "no result within 15 s during compile" in results[1].message
-    assert results[2].compile.reached is Stage.FLATBUFFER
+    assert "opbyop failed during compile (not the compiler)" in results[2].message
+    assert results[3].compile.reached is Stage.FLATBUFFER
+    assert not list((tmp_path / "scratch").glob("child-*/*"))  # lost requests leave no scratch behind
 
 
 def test_a_descriptor_of_another_schema_is_refused_up_front(p150, tmp_path):

@@ -121,3 +121,31 @@ def test_not_an_image_is_refused(tmp_path):
         DeviceImage.load(text)
     with pytest.raises(ImageError, match="no device image"):
         DeviceImage.load(tmp_path / "missing.zip")
+
+
+def test_a_parameter_claiming_more_memory_than_it_holds_is_refused(image, tmp_path):
+    import io
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (1 << 40,)})
+    fake = io.BytesIO()
+    with zipfile.ZipFile(fake, "w") as npz:
+        npz.writestr("arg1.npy", b"\x93NUMPY\x01\x00" + header.getvalue()[8:] + b"\0" * 16)
+
+    def swap_constants(m):
+        import hashlib
+        m["members"]["constants.npz"] = hashlib.sha256(fake.getvalue()).hexdigest()
+
+    bomb = tmp_path / "claims.zip"
+    with zipfile.ZipFile(image) as zin, zipfile.ZipFile(bomb, "w") as zout:
+        for info in zin.infolist():
+            data = zin.read(info.filename)
+            if info.filename == "constants.npz":
+                data = fake.getvalue()
+            if info.filename == MANIFEST:
+                manifest = json.loads(data)
+                swap_constants(manifest)
+                data = json.dumps(manifest).encode()
+            zout.writestr(info.filename, data)
+    with pytest.raises(ImageError, match="claims 4,398,046,511,104 bytes"):
+        DeviceImage.load(bomb)

@@ -127,6 +127,22 @@ def test_single_op_runs_leave_no_memory_behind(programs):
     assert run.peak_dram_bytes >= 2 * x.nbytes and run.peak_l1_bytes > 0  # inputs in DRAM, buffers in L1
 
 
+def test_a_simulator_gap_fails_the_run_not_the_process_and_leaks_nothing(device):
+    from opbyop.device.executor import Executor
+    from opbyop.device.program import Function, Program
+
+    f32 = lambda *shape: TensorType(shape, "f32", TILE_F32)  # noqa: E731
+    wrong = Op("ttnn.reshape", [0], [1], [f32(4, 8)], [f32(5, 7)], {"shape": [5, 7]})  # 32 values into 35
+    function = Function("main", "forward_device", [0], [f32(4, 8)], [wrong], [1], [f32(5, 7)])
+    program = Program({"main": function}, "main", device.spec, "")
+    x = to_device(np.ones((4, 8), np.float32), device, TILE_F32)
+    with pytest.raises(SimulationError, match="simulator error in ttnn.reshape"):
+        Executor(device, program).run(function, [x])
+    assert x.refs == 1  # the failed call gave its reference back
+    deallocate(x)
+    assert sum(device.memory.dram.used) == 0
+
+
 def test_to_layout_returns_a_new_tensor(device):
     x = to_device(RNG.standard_normal((8, 8)).astype(np.float32), device)
     y = to_layout(x, device, TILE_F32.with_(buffer="l1"))

@@ -78,8 +78,9 @@ def test_an_existing_cluster_is_used_by_address_and_left_running(harness, home):
 
 
 def test_results_are_reused_only_for_the_same_compiler_chip_and_options(harness, home):
-    _, first = run(config("jax-mlp"))
-    _, second = run(config("jax-mlp"))
+    _, first = run(config("jax-mlp", "cnn"))  # two exporters in one run: split one after another
+    assert not first.model_errors and first.models == ["jax-mlp", "cnn"]
+    _, second = run(config("jax-mlp", "cnn"))
     assert second.reused == second.ops_unique > 0
     assert {r.reused_from for r in Store(home / "store").results(second.run_id)} == {first.run_id}
     _, lofi = run(config("jax-mlp", compiler=CompilerOptions(math_fidelity="lofi")))

@@ -129,33 +129,38 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
         console.print(view)
 
 
+def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: str | None,
+                    fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
+                    run_device: bool) -> None:
+    try:
+        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed)
+        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs)
+    except OpbyopError as e:
+        fail(e)
+    _render(prepared, results, wholes)
+
+
+Models = typer.Argument(..., help="zoo names, .mlir/.mlirbc files, package.module:factory")
+Whole = typer.Option(True, "--whole/--no-whole", help="also compile (and run) each model whole")
+Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32")
+
+
 @app.command()
-def compile(models: list[str] = typer.Argument(..., help="zoo names, .mlir/.mlirbc files, package.module:factory"),
-            chip: str = ChipOption, optimization_level: int = OptLevel, math_fidelity: Optional[str] = Fidelity,
-            fp32_dest_acc: Optional[bool] = Fp32Acc, whole: bool = typer.Option(True, "--whole/--no-whole"),
-            timeout: float = Timeout, input: list[str] = typer.Option([], "--input"),
-            seed: int = typer.Option(0)) -> None:
+def compile(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
+            math_fidelity: Optional[str] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc, whole: bool = Whole,
+            timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0)) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
-    try:
-        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, False, seed)
-        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, input)
-    except OpbyopError as e:
-        fail(e)
-    _render(prepared, results, wholes)
+    _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
+                    run_device=False)
 
 
 @app.command()
-def run(models: list[str] = typer.Argument(...), chip: str = ChipOption, optimization_level: int = OptLevel,
-        math_fidelity: Optional[str] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
-        whole: bool = typer.Option(True, "--whole/--no-whole"), timeout: float = Timeout,
-        input: list[str] = typer.Option([], "--input"), seed: int = typer.Option(0)) -> None:
+def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
+        math_fidelity: Optional[str] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc, whole: bool = Whole,
+        timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0)) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
-    try:
-        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, True, seed)
-        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, input)
-    except OpbyopError as e:
-        fail(e)
-    _render(prepared, results, wholes)
+    _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
+                    run_device=True)
 
 
 @app.command()

@@ -63,5 +63,9 @@ def read_dumps(export_dir: Path, started: float) -> StageDumps:
 
 
 def failed_after(reached: Stage | None) -> Stage:
-    """The stage a compile failed at, given the deepest one reached."""
-    return Stage.STABLEHLO if reached is None else (reached.next() or Stage.FLATBUFFER)
+    """The stage a compile failed at, given the deepest one reached (a compile that wrote its
+    flatbuffer and then failed still failed at FLATBUFFER, never at the device)."""
+    if reached is None:
+        return Stage.STABLEHLO
+    following = reached.next()
+    return following if following is not None and following.rank <= Stage.FLATBUFFER.rank else Stage.FLATBUFFER

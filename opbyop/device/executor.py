@@ -63,22 +63,25 @@ class Executor:
         self.stats = RunStats()
 
     def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
-        """Run `function`; every output comes back as a tensor the caller alone holds (refs 1)."""
+        """Run `function`; every output comes back as a tensor the caller alone holds (refs 1).
+        Whatever happens, the call's own references are dropped (a failed op leaks nothing)."""
         env: dict[int, DeviceTensor | None] = dict(zip(function.arguments, args))
         owned: set[int] = set()  # tensors this call holds a reference on
-        for t in args:
+        for t in {id(t): t for t in args}.values():  # an argument passed twice is held once
             t.refs += 1
             owned.add(id(t))
         try:
             for op in function.ops:
                 self._step(op, env, owned)
-            outputs = [self._own_output(env[v], owned) for v in function.returns if env[v] is not None]
-        except (OutOfMemory, NotSimulated, PlacementError) as e:
-            raise SimulationError(str(e) if not isinstance(e, NotSimulated) else f"not simulated: {e}") from None
-        for t in {id(t): t for t in env.values() if t is not None}.values():
-            if id(t) in owned:
-                self.device.release(t)
-        return outputs
+            return [self._own_output(env[v], owned) for v in function.returns if env[v] is not None]
+        except (OutOfMemory, PlacementError) as e:
+            raise SimulationError(str(e)) from None
+        except NotSimulated as e:
+            raise SimulationError(f"not simulated: {e}") from None
+        finally:
+            for t in {id(t): t for t in env.values() if t is not None}.values():
+                if id(t) in owned:
+                    self.device.release(t)
 
     def _own_output(self, tensor: DeviceTensor, owned: set[int]) -> DeviceTensor:
         """The tensor itself if only this call holds it (its reference passes to the caller);
@@ -114,8 +117,14 @@ class Executor:
             raise NotSimulated(op.name)
         inputs = [env.get(v) for v in op.operands]
         started = time.perf_counter()
-        values = kernel(Call(op=op, inputs=[t.values if t is not None else None for t in inputs],
-                             out_types=op.result_types))
+        try:
+            values = kernel(Call(op=op, inputs=[t.values if t is not None else None for t in inputs],
+                                 out_types=op.result_types))
+        except NotSimulated:
+            raise
+        except Exception as e:  # a gap in the simulator, named as such: never the whole run's end
+            raise SimulationError(f"simulator error in {op.name} ({_short(op.location)}): "
+                                  f"{type(e).__name__}: {e}") from None
         self.stats.ttnn_ops += 1
         placement = place(op, self.device.spec, self.policy)
         if placement is not None:
@@ -149,14 +158,26 @@ class Executor:
 
     def _const_eval(self, op: Op, args: list[DeviceTensor | None]) -> list[DeviceTensor]:
         callee = op.attrs["callee"].lstrip("@")
-        key = (id(self.program), callee, tuple(id(a) for a in args))
-        cached = self.device.const_cache.get(key)
-        if cached is None:
-            cached = self.run(self.program.functions[callee], [a for a in args if a is not None])
-            self.device.const_cache[key] = cached  # the cache holds a reference on each result
-        for t in cached:
+        present = [a for a in args if a is not None]
+        key = (id(self.program), callee, tuple(id(a) for a in present))
+        entry = self.device.const_cache.get(key)
+        # ids are reused once objects die: an entry counts only for this very program and inputs
+        if entry is None or entry.program is not self.program or any(a is not b for a, b in zip(entry.args, present)):
+            results = self.run(self.program.functions[callee], present)
+            entry = ConstEval(program=self.program, args=present, results=results)
+            self.device.const_cache[key] = entry  # the cache holds a reference on each result
+        for t in entry.results:
             t.refs += 1
-        return cached
+        return entry.results
+
+
+@dataclass
+class ConstEval:
+    """A cached const-eval result and what it was computed from."""
+
+    program: Program
+    args: list
+    results: list
 
 
 def _short(location: str) -> str:

@@ -134,17 +134,22 @@ class DeviceImage:
             except ValidationError as e:
                 raise ImageError(f"{path} has an invalid manifest: {e.errors()[0]['msg']}", _REBUILD) from None
             _check_version(manifest, path, plugin_version)
+            missing = {PROGRAM, CONSTANTS, DEVICE} - set(manifest.members)
+            if missing:
+                raise ImageError(f"{path}: the manifest lists no {', '.join(sorted(missing))}", _REBUILD)
             data = {}
             for name, digest in manifest.members.items():
                 try:
                     data[name] = zf.read(name)
-                except (KeyError, zipfile.BadZipFile, EOFError, zlib.error) as e:
+                except (KeyError, zipfile.BadZipFile, EOFError, zlib.error, RuntimeError, NotImplementedError) as e:
                     raise ImageError(f"{path}: member {name} is missing or unreadable ({e})", _REBUILD) from None
                 if hashlib.sha256(data[name]).hexdigest() != digest:
                     raise ImageError(f"{path}: member {name} does not match its checksum (corrupt)", _REBUILD)
-        device = DeviceInfo.model_validate_json(data[DEVICE])
-        with np.load(io.BytesIO(data[CONSTANTS]), allow_pickle=False) as npz:
-            constants = {int(k[3:]): npz[k] for k in npz.files}
+        try:
+            device = DeviceInfo.model_validate_json(data[DEVICE])
+        except ValidationError as e:
+            raise ImageError(f"{path}: invalid {DEVICE}: {e.errors()[0]['msg']}", _REBUILD) from None
+        constants = _read_constants(data[CONSTANTS], path)
         return cls(manifest, device, data[PROGRAM].decode(), data.get(FLATBUFFER), constants)
 
     def get_input_shapes(self) -> list[tuple[int, ...]]:
@@ -187,12 +192,38 @@ class DeviceImage:
             device.close()
 
 
+def _read_constants(data: bytes, path: Path) -> dict[int, np.ndarray]:
+    """The parameters, after checking each array's declared size against its bytes: numpy would
+    allocate whatever a crafted header claims before reading a byte."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as npz:
+            for info in npz.infolist():
+                with npz.open(info) as f:
+                    version = np.lib.format.read_magic(f)
+                    read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0)
+                    shape, _, dtype = read_header(f)
+                if dtype.hasobject:
+                    raise ImageError(f"{path}: {info.filename} holds Python objects", "images carry plain arrays only")
+                declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if declared > info.file_size:
+                    raise ImageError(f"{path}: {info.filename} claims {declared:,} bytes but holds {info.file_size:,}",
+                                     "do not load images from untrusted sources")
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            return {int(k[3:]): npz[k] for k in npz.files}
+    except ImageError:
+        raise
+    except Exception as e:  # a malformed npz, whatever numpy says about it
+        raise ImageError(f"{path}: the parameters cannot be read ({type(e).__name__}: {e})", _REBUILD) from None
+
+
 def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
     total = 0
     for info in zf.infolist():
         name = info.filename
         pure = PurePosixPath(name)
-        if pure.is_absolute() or ".." in pure.parts or "\\" in name or name.startswith("/") or ":" in pure.parts[0]:
+        if (not pure.parts or pure.is_absolute() or ".." in pure.parts or "\\" in name or name.startswith("/")
+                or ":" in pure.parts[0] or name in (".", "")):
             raise ImageError(f"{path}: member path '{name}' escapes the archive", "do not load images from untrusted sources")
         if (info.external_attr >> 16) & 0o170000 == 0o120000:
             raise ImageError(f"{path}: member '{name}' is a symbolic link", "do not load images from untrusted sources")
@@ -207,7 +238,7 @@ def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
         raise ImageError(f"{path}: members total {total:,} bytes, over the {MAX_TOTAL_BYTES:,} limit", _REBUILD)
     try:
         bad = zf.testzip()
-    except (zlib.error, zipfile.BadZipFile, EOFError, OSError) as e:
+    except (zlib.error, zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError) as e:
         raise ImageError(f"{path}: a member cannot be decompressed ({e}): corrupt or truncated", _REBUILD) from None
     if bad is not None:
         raise ImageError(f"{path}: member {bad} fails its CRC check (corrupt or truncated)", _REBUILD)

@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from opbyop.device.arch import DeviceSpec
-from opbyop.device.executor import Executor, SimulationError, run_stats, unsupported_ops
+from opbyop.device.executor import ConstEval, Executor, SimulationError, run_stats, unsupported_ops
 from opbyop.device.formats import store
 from opbyop.device.layout import DRAM_ROW_MAJOR, Layout
 from opbyop.device.memory import Buffer, DeviceMemory, OutOfMemory
@@ -67,7 +67,7 @@ class Device:
         self.spec = spec
         self.id = next(self._ids)
         self.memory = DeviceMemory(spec)
-        self.const_cache: dict[tuple, list[DeviceTensor]] = {}
+        self.const_cache: dict[tuple, ConstEval] = {}
         self.live: dict[int, DeviceTensor] = {}
         self.host_seconds = 0.0
         self.runs: list[DeviceRun] = []  # one record per executed program, in order
@@ -88,8 +88,8 @@ class Device:
     def release_constants(self) -> None:
         """Drop the const-eval cache (its tensors are freed once nothing else holds them)."""
         cached, self.const_cache = self.const_cache, {}
-        for tensors in cached.values():
-            for t in tensors:
+        for entry in cached.values():
+            for t in entry.results:
                 self.release(t)
 
     def close(self) -> None:

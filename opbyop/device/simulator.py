@@ -10,7 +10,7 @@ import numpy as np
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import SimulationError
 from opbyop.device.placement import Policy
-from opbyop.device.runtime import Binary, Device, deallocate, get_layout, open_device, run_of, submit, to_device, to_host
+from opbyop.device.runtime import Binary, Device, get_layout, open_device, run_of, submit, to_device, to_host
 from opbyop.records import DeviceRun
 
 __all__ = ["DeviceSimulator", "SimulationError"]
@@ -37,8 +37,10 @@ class DeviceSimulator:
         binary = Binary.load(program_text)
         device = self.device_for(binary.program.spec)
         device.memory.reset_peaks()
-        pushed = [to_device(x, device, get_layout(binary, 0, i), name=f"input {i}") for i, x in enumerate(inputs)]
+        pushed, outputs = [], []
         try:
+            for i, x in enumerate(inputs):
+                pushed.append(to_device(x, device, get_layout(binary, 0, i), name=f"input {i}"))
             outputs = submit(device, binary, 0, pushed, self.policy)
             host = [to_host(t) for t in outputs]
             run = run_of(outputs[0]) if outputs else DeviceRun()
@@ -46,11 +48,10 @@ class DeviceSimulator:
             e.run.seconds = time.perf_counter() - started
             raise
         finally:
-            for t in pushed:
-                deallocate(t)
-        for t in outputs:
-            deallocate(t)
-        device.release_constants()  # single ops: nothing to reuse, release their constants
+            # single ops: nothing to keep on the device, whether the run worked or not
+            for t in pushed + [t for t in outputs if t.buffer is not None]:
+                device.release(t)
+            device.release_constants()
         return host, run.model_copy(update={"seconds": time.perf_counter() - started})
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     pushed = sum(t.buffer.nbytes for t in resident.values() if t.buffer is not None)
     runs: list[DeviceRun] = []
     outputs: list = []
+    inputs: dict = {}
     try:
         for _ in range(max(1, iterations)):
             for t in outputs:
@@ -48,11 +49,11 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
             runs.append(run_of(outputs[0]) if outputs else DeviceRun())
             for t in inputs.values():
                 deallocate(t)
+            inputs = {}
         host = [to_host(t) for t in outputs]
-    finally:
-        for t in outputs:
-            deallocate(t)
-        for t in resident.values():
-            deallocate(t)
+    finally:  # also after a failed program: release, never wait on it again
+        for t in [*outputs, *inputs.values(), *resident.values()]:
+            if t.buffer is not None and not t.deallocated:
+                device.release(t)
     return StitchedRun(outputs=host, first=runs[0], steady=runs[-1], iterations=len(runs),
                        weight_bytes_pushed=pushed, seconds=time.perf_counter() - started)

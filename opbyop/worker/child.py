@@ -16,7 +16,8 @@ from pathlib import Path
 
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 
-# Tests only: "abort:<signature prefix>" or "hang:<signature prefix>", ';'-separated.
+# Tests only: "abort:<signature prefix>", "hang:<prefix>" or "raise:<prefix>" (a bug in opbyop
+# itself), ';'-separated.
 FAULT_ENV = "OPBYOP_FAULT_INJECT"
 
 
@@ -28,6 +29,8 @@ def _inject_fault(signature: str) -> None:
                 os.abort()
             if action == "hang":
                 time.sleep(10**6)
+            if action == "raise":
+                raise RuntimeError(f"fault injected for {signature[:12]}")
 
 
 def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
@@ -33,6 +34,14 @@ class OpWorkerPlugin(WorkerPlugin):
         self.env = env or {}
         self._workers: dict[str, OpWorker] = {}
         self._name = "worker"
+        self._lock = threading.Lock()  # a Dask worker with several threads creates each OpWorker once
+
+    def __getstate__(self) -> dict:
+        # sent to every Dask worker: the configuration only, never locks or live child processes
+        return {"workspace": self.workspace, "descriptors": self.descriptors, "env": self.env}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
 
     def setup(self, worker: object) -> None:
         self._name = f"dask-{getattr(worker, 'name', os.getpid())}"
@@ -43,6 +52,10 @@ class OpWorkerPlugin(WorkerPlugin):
         self._workers.clear()
 
     def op_worker(self, chip: str) -> OpWorker:
+        with self._lock:
+            return self._op_worker(chip)
+
+    def _op_worker(self, chip: str) -> OpWorker:
         if chip not in self._workers:
             data = self.descriptors[chip]
             path = Path(self.workspace) / "system_descs" / f"{hashlib.sha256(data).hexdigest()[:16]}.ttsys"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from multiprocessing.connection import Connection
@@ -68,6 +70,7 @@ class OpWorker:
         self._from_child: Connection | None = None
         self.ready: Ready | None = None
         self.restarts = 0
+        self._lock = threading.Lock()  # one request at a time on the pipe, whatever the caller's threads
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Ready:
@@ -167,13 +170,23 @@ class OpWorker:
         return answer.result
 
     def _exchange(self, request: Request | WholeRequest, timeout: float) -> object:
-        """Send a request; the child's answer, or a _Lost when it died or hung (it is then replaced)."""
+        """Send a request; the child's answer, or a _Lost when it died, hung or failed (a child that
+        died or hung is replaced)."""
+        with self._lock:
+            return self._exchange_locked(request, timeout)
+
+    def _exchange_locked(self, request: Request | WholeRequest, timeout: float) -> object:
         self.start()
         child_pid = self._last_pid
         log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         assert self._to_child is not None
-        self._to_child.send_bytes(request.model_dump_json().encode())
         step = "compile"
+        try:
+            self._to_child.send_bytes(request.model_dump_json().encode())
+        except OSError:  # the child died between requests: this request never reached it
+            self.kill()
+            self.restarts += 1
+            return self._exchange_locked(request, timeout)
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
@@ -195,8 +208,9 @@ class OpWorker:
             if isinstance(message, Progress):
                 step = message.stage
                 continue
-            if isinstance(message, Failure):
-                raise RuntimeError(f"worker {self.name} failed on request {request.id}: {message.error}")
+            if isinstance(message, Failure):  # a bug in opbyop, not in the op: recorded, never a lost run
+                return _Lost(Status.CRASHED, step, f"opbyop failed during {step} (not the compiler): {message.error}",
+                             "", child_pid)
             return message
 
     def _receive(self, timeout: float) -> object:
@@ -214,6 +228,7 @@ class OpWorker:
         if lost.step == "compile":
             export_dir = self.workspace / "scratch" / f"child-{lost.child_pid}" / request_id
             reached = read_dumps(export_dir, 0.0).reached if export_dir.exists() else None
+            shutil.rmtree(export_dir, ignore_errors=True)  # a lost child cannot clean up after itself
             return reached or Stage.SPLIT, failed_after(reached)
         failed = _STAGE_OF_STEP[lost.step]
         return (Stage.FLATBUFFER if failed is Stage.DEVICE_RUN else Stage.DEVICE_RUN), failed

@@ -41,29 +41,27 @@ def _softmax(call: Call) -> list:
     return [e / e.sum(axis=dim, keepdims=True)]
 
 
+def _affine(call: Call, normalised: np.ndarray) -> list:
+    """A norm's optional weight (second operand) and bias (third)."""
+    weight_bias = call.tensors[1:3]
+    if len(weight_bias) >= 1:
+        normalised = normalised * weight_bias[0]
+    if len(weight_bias) >= 2:
+        normalised = normalised + weight_bias[1]
+    return [normalised]
+
+
 def _rms_norm(call: Call) -> list:
     x = np.asarray(call.tensors[0], dtype=np.float32)
     eps = float(call.attr("epsilon", 1e-5))
-    out = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
-    rest = call.tensors[1:]
-    if len(rest) >= 1:
-        out = out * rest[0]
-    if len(rest) >= 2:
-        out = out + rest[1]
-    return [out]
+    return _affine(call, x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
 
 
 def _layer_norm(call: Call) -> list:
     x = np.asarray(call.tensors[0], dtype=np.float32)
     eps = float(call.attr("epsilon", 1e-5))
-    mean = x.mean(axis=-1, keepdims=True)
-    out = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=-1, keepdims=True) + eps)
-    rest = call.tensors[1:]
-    if len(rest) >= 1:
-        out = out * rest[0]
-    if len(rest) >= 2:
-        out = out + rest[1]
-    return [out]
+    centred = x - x.mean(axis=-1, keepdims=True)
+    return _affine(call, centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + eps))
 
 
 def _cumsum(call: Call) -> list:
