@@ -50,11 +50,14 @@ def start_server(home: Path) -> tuple[subprocess.Popen, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--models", nargs="*", default=["mlp", "cnn", "bert-small"])
+    parser.add_argument("--models", nargs="*", default=None, help="default: the whole zoo")
     parser.add_argument("--dtr-ops", type=int, default=60, help="ops for the DaskTaskRunner-per-op design")
     parser.add_argument("--tasks", type=int, default=1000, help="tasks of the server-lag flow")
     args = parser.parse_args()
 
+    from flows.settings import apply_defaults
+
+    apply_defaults()  # the server below starts with the batching the product uses
     work = Path(tempfile.mkdtemp(prefix="bench-orchestration-"))
     server, url = start_server(work / "prefect")
     os.environ.update({"PREFECT_API_URL": url, "PREFECT_HOME": str(work / "prefect"), "OPBYOP_HOME": str(work / "home"),
@@ -70,6 +73,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax()
+    from opbyop.config import load_zoo
+
+    args.models = args.models or [m.name for m in load_zoo().models]
     from distributed import Client, LocalCluster
 
     from flows.analyze import analyze, new_run_id

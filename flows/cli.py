@@ -20,11 +20,11 @@ console = Console()
 
 
 def _defaults_for_laptop() -> None:
+    from flows.settings import apply_defaults
+
+    apply_defaults()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 
 def register(app: typer.Typer) -> None:

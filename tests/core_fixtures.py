@@ -14,8 +14,9 @@ import pytest
 from opbyop.jaxenv import prepare_jax
 
 prepare_jax()
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # else 'database is locked' at start
-os.environ.setdefault("DO_NOT_TRACK", "1")
+from flows.settings import apply_defaults  # noqa: E402
+
+apply_defaults()
 
 DATA = Path(__file__).resolve().parent / "data"
 
