@@ -1,10 +1,10 @@
 -- Per model over the window $runs (the last $n runs of the same chip and options up to $run_id):
 -- the share of its op occurrences that pass, and the whole model's own outcome.
 WITH win AS (
-    SELECT run_id, started_at FROM runs WHERE list_contains($runs, run_id)
+    SELECT run_id, started_at FROM runs WHERE run_id IN (SELECT unnest($runs))
 )
 SELECT win.run_id, win.started_at, m.model, m.ops_total, m.depth_golden,
        round(m.depth_golden / nullif(m.ops_total, 0), 4) AS golden_share,
        m.whole_status, m.whole_depth
-FROM win JOIN (SELECT * FROM models WHERE list_contains($runs, run_id)) m ON m.run_id = win.run_id
+FROM win JOIN (SELECT * FROM models WHERE run_id IN (SELECT unnest($runs))) m ON m.run_id = win.run_id
 ORDER BY m.model, win.started_at

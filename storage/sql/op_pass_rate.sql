@@ -2,9 +2,9 @@
 -- occurs, over the window $runs (the last $n runs of the same chip and options up to $run_id).
 WITH occ AS (
     SELECT DISTINCT run_id, model, signature FROM ops
-    WHERE list_contains($runs, run_id) AND split_error IS NULL
+    WHERE run_id IN (SELECT unnest($runs)) AND split_error IS NULL
 ), res AS (
-    SELECT run_id, signature, op_name, status FROM results WHERE list_contains($runs, run_id)
+    SELECT run_id, signature, op_name, status FROM results WHERE run_id IN (SELECT unnest($runs))
 )
 SELECT occ.signature,
        any_value(res.op_name) AS op_name,

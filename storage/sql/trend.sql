@@ -1,16 +1,16 @@
 -- The window $runs (the last $n runs of the same chip and options up to $run_id): unique ops and
 -- occurrences by outcome per run, oldest first.
 WITH win AS (
-    SELECT run_id, started_at FROM runs WHERE list_contains($runs, run_id)
+    SELECT run_id, started_at FROM runs WHERE run_id IN (SELECT unnest($runs))
 ), u AS (
     SELECT run_id, count(*) AS unique_ops,
            count(*) FILTER (WHERE depth = 'GOLDEN') AS unique_golden,
            count(*) FILTER (WHERE status = 'success') AS unique_success
-    FROM results WHERE list_contains($runs, run_id) GROUP BY run_id
+    FROM results WHERE run_id IN (SELECT unnest($runs)) GROUP BY run_id
 ), m AS (
     SELECT run_id, count(*) AS models, sum(ops_total) AS occurrences, sum(depth_golden) AS occurrences_golden,
            count(*) FILTER (WHERE ops_total > 0 AND depth_golden = ops_total) AS models_passing
-    FROM models WHERE list_contains($runs, run_id) GROUP BY run_id
+    FROM models WHERE run_id IN (SELECT unnest($runs)) GROUP BY run_id
 )
 SELECT win.run_id, win.started_at,
        coalesce(m.models, 0) AS models, coalesce(m.models_passing, 0) AS models_passing,
