@@ -31,7 +31,7 @@ from opbyop.compiler.system_desc import plugin_version, resolve
 from opbyop.config import AnalysisConfig, load_thresholds, load_zoo
 from opbyop.ir.dedupe import dedupe
 from opbyop.pipeline import Prepared, summarize
-from opbyop.records import OpResult, RunInfo, Status, UniqueOp, WholeModelResult
+from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import parameter_indices
 from opbyop.worker.protocol import AnalysisSettings
@@ -144,7 +144,7 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
             client.register_plugin(on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()}))
             client.run(on_dask.warm_up, desc.chip)  # start every worker's compiler before timing ops
             progress = create_progress_artifact(progress=0.0, description=f"run {run_id}: ops analysed")
-            futures = [analyze_op.submit(op, _label(op), desc.chip, settings, config.op_timeout_s) for op in todo]
+            futures = {analyze_op.submit(op, _label(op), desc.chip, settings, config.op_timeout_s): op for op in todo}
             whole_futures = {}
             if config.whole_model:
                 for name, graph in prepared.graphs.items():
@@ -153,18 +153,20 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
                                                              desc.chip, settings, max(600.0, config.op_timeout_s))
             batch: list[OpResult] = []
             flushed = time.monotonic()
-            for i, future in enumerate(as_completed(futures), start=1):
-                result = future.result()
-                results[result.signature] = result
-                batch.append(result)
-                if len(batch) >= BATCH_SIZE or time.monotonic() - flushed > BATCH_SECONDS:
-                    writer.add_results(batch)
-                    batch, flushed = [], time.monotonic()
-                    update_progress_artifact(progress, progress=100.0 * i / max(1, len(futures)))
-            writer.add_results(batch)
+            try:
+                for i, future in enumerate(as_completed(list(futures)), start=1):
+                    result = _op_result(future, futures[future])
+                    results[result.signature] = result
+                    batch.append(result)
+                    if len(batch) >= BATCH_SIZE or time.monotonic() - flushed > BATCH_SECONDS:
+                        writer.add_results(batch)
+                        batch, flushed = [], time.monotonic()
+                        update_progress_artifact(progress, progress=100.0 * i / max(1, len(futures)))
+            finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
+                writer.add_results(batch)
             update_progress_artifact(progress, progress=100.0)
             for name, future in whole_futures.items():
-                wholes[name] = future.result()
+                wholes[name] = _whole_result(future)
         models = [summarize(name, prepared, wholes.get(name)) for name in prepared.graphs]
         models += [summarize(spec, prepared) for spec in prepared.errors]
         run = run.model_copy(update={"ended_at": datetime.now(timezone.utc)})
@@ -177,6 +179,23 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     if prepared.unique or not config.models:
         return Completed(message=summary.line(), data=summary)
     return Failed(message=summary.line(), data=summary)
+
+
+def _op_result(future, op: UniqueOp) -> OpResult:
+    """The task's result; a task that failed for good (the cluster, twice) is that op's crash."""
+    try:
+        return future.result()
+    except Exception as e:
+        return OpResult(signature=op.signature, op_name=op.op_name, status=Status.CRASHED, depth=Stage.SPLIT,
+                        failed_stage=None, message=f"orchestration failed for this op: {type(e).__name__}: {e}")
+
+
+def _whole_result(future) -> WholeModelResult:
+    try:
+        return future.result()
+    except Exception as e:
+        return WholeModelResult(status=Status.CRASHED, depth=Stage.SPLIT,
+                                message=f"orchestration failed for the whole model: {type(e).__name__}: {e}")
 
 
 def _summary(run_id: str, prepared: Prepared, results: dict[str, OpResult],

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Optional
 
 import typer

@@ -6,7 +6,6 @@ XLA:CPU (JAX_PLATFORMS=cpu), as every process that uses JAX must decide before J
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -185,7 +185,7 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
     with OpWorker(desc.path, workspace.root, chip=desc.chip, name="repro") as worker:
         result = worker.analyze(unique, settings, timeout)
     console.print(f"[bold]{unique.op_name}[/bold] {unique.signature}")
-    console.print(f"from: " + ", ".join(f"{o.model}:{o.position}" for o in unique.occurrences[:10]))
+    console.print("from: " + ", ".join(f"{o.model}:{o.position}" for o in unique.occurrences[:10]))
     if unique.provenance.framework_op or unique.provenance.source:
         p = unique.provenance
         console.print(f"framework op: {p.framework_op} in {p.module_path or '-'} at {p.source}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import zipfile
 import zlib
 from datetime import datetime, timezone

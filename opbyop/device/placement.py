@@ -138,7 +138,6 @@ def _grids(spec: DeviceSpec) -> Iterable[tuple[int, int]]:
 
 def _cost(work: Work, spec: DeviceSpec, grid: tuple[int, int], block: tuple[int, int], k_block: int,
           buffer_factor: int) -> int:
-    cores = grid[0] * grid[1]
     tiles_per_core = block[0] * block[1] * work.batch
     if work.kind == "matmul":
         per_tile = MATMUL_TILE_CYCLES * FIDELITY_PHASES.get(work.fidelity, 4) * (2 if work.in_bytes_per_tile >= 4096 else 1)
