@@ -91,7 +91,7 @@ def generate_mock(board: str, out: Path) -> Path:
         partial = out.with_suffix(".partial")
         try:
             proc = subprocess.run([sys.executable, "-c", _mock_script(cluster_yaml, partial)],
-                                  env=env, capture_output=True, text=True, timeout=600)
+                                  env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     if proc.returncode != 0 or not partial.exists():

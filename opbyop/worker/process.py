@@ -86,8 +86,9 @@ class OpWorker:
             cmd = [sys.executable, "-m", "opbyop.worker.child", "--in-fd", str(req_r), "--out-fd", str(rep_w),
                    "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip]
             env = {**os.environ, **(self.env or {}), "TMPDIR": str(tmp)}
+            # cwd: tt-metal writes generated/ files into the working directory
             self._proc = subprocess.Popen(cmd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
-                                          stdout=log, stderr=log, env=env)
+                                          stdout=log, stderr=log, env=env, cwd=tmp)
             log.close()
             os.close(req_r)
             os.close(rep_w)
