@@ -15,6 +15,7 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.device.simulator import DeviceSimulator, SimulationError
 from opbyop.golden.compare import compare
+from opbyop.golden.dtypes import mlir_dtype
 from opbyop.golden.inputs import make_inputs
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
@@ -122,7 +123,7 @@ class OpAnalyzer:
         if not references:
             return result.model_copy(update={"status": Status.SKIPPED, "message": "no framework output to compare with"})
         progress("golden")
-        dtypes = [str(r.dtype).replace("float", "f").replace("int", "i") for r in references]
+        dtypes = [mlir_dtype(r.dtype) for r in references]
         comparison = compare(run.outputs, references, dtypes, request.settings.thresholds)
         result.pcc, result.max_abs_error = comparison.pcc, comparison.max_abs_error
         if comparison.passed:

@@ -8,7 +8,6 @@ functions run once per set of inputs and are cached on the device, as the runtim
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -116,7 +115,6 @@ class Executor:
         if kernel is None:
             raise NotSimulated(op.name)
         inputs = [env.get(v) for v in op.operands]
-        started = time.perf_counter()
         try:
             values = kernel(Call(op=op, inputs=[t.values if t is not None else None for t in inputs],
                                  out_types=op.result_types))
@@ -135,7 +133,6 @@ class Executor:
             tensor = self._materialise(value, t, f"{op.name} ({_short(op.location)})")
             env[v] = tensor
             owned.add(id(tensor))
-        self.device.host_seconds += time.perf_counter() - started
 
     def _check_l1(self, op: Op, buffers: int) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""

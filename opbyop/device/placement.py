@@ -136,8 +136,7 @@ def _grids(spec: DeviceSpec) -> Iterable[tuple[int, int]]:
             yield (r, c)
 
 
-def _cost(work: Work, spec: DeviceSpec, grid: tuple[int, int], block: tuple[int, int], k_block: int,
-          buffer_factor: int) -> int:
+def _cost(work: Work, spec: DeviceSpec, block: tuple[int, int], buffer_factor: int) -> int:
     tiles_per_core = block[0] * block[1] * work.batch
     if work.kind == "matmul":
         per_tile = MATMUL_TILE_CYCLES * FIDELITY_PHASES.get(work.fidelity, 4) * (2 if work.in_bytes_per_tile >= 4096 else 1)
@@ -194,7 +193,7 @@ def candidates(work: Work, spec: DeviceSpec, fixed: tuple[tuple[int, int], tuple
         for buffer_factor in (1, 2):
             l1, reason = _check(work, spec, grid, block, k_block, buffer_factor)
             out.append(Candidate(grid, block, k_block, buffer_factor, l1,
-                                 _cost(work, spec, grid, block, k_block, buffer_factor), reason))
+                                 _cost(work, spec, block, buffer_factor), reason))
     return out
 
 

@@ -29,9 +29,11 @@ from opbyop.device.layout import DRAM_ROW_MAJOR, Layout
 from opbyop.device.memory import Buffer, DeviceMemory, OutOfMemory
 from opbyop.device.placement import Policy
 from opbyop.device.program import Program, TensorType, load_program
+from opbyop.golden.dtypes import mlir_dtype
 from opbyop.records import DeviceRun
 
-_HOST_FORMAT = {"i64": "si32", "i32": "si32", "f64": "f32", "i1": "bf16"}  # what the device holds instead
+# Host element types the device holds in another format (no f64/i64 on Tensix; unsigned spelt u*).
+_HOST_FORMAT = {"i64": "si32", "i32": "si32", "f64": "f32", "i1": "bf16", "ui32": "u32", "ui16": "u16", "ui8": "u8"}
 
 
 def host_layout(dtype: str) -> Layout:
@@ -69,7 +71,6 @@ class Device:
         self.memory = DeviceMemory(spec)
         self.const_cache: dict[tuple, ConstEval] = {}
         self.live: dict[int, DeviceTensor] = {}
-        self.host_seconds = 0.0
         self.runs: list[DeviceRun] = []  # one record per executed program, in order
         self._queue = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device{self.id}")
         self.closed = False
@@ -139,7 +140,7 @@ def close_device(device: Device) -> None:
 def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, name: str = "input") -> DeviceTensor:
     """Copy a host array to the device (default: DRAM interleaved, row-major)."""
     host = np.asarray(host)
-    fmt = _HOST_FORMAT.get(_mlir_dtype(host), _mlir_dtype(host))
+    fmt = _HOST_FORMAT.get(mlir_dtype(host.dtype), mlir_dtype(host.dtype))
     layout = layout or DRAM_ROW_MAJOR.with_(dtype=fmt)
     values = store(host, layout.dtype)
     try:
@@ -266,8 +267,3 @@ def run_of(tensor: DeviceTensor) -> DeviceRun:
     if tensor.ready is None:
         raise ValueError(f"{tensor.name} was not produced by submit")
     return tensor.ready.result()[1]
-
-
-def _mlir_dtype(x: np.ndarray) -> str:
-    return {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16", "int64": "i64",
-            "int32": "si32", "uint32": "u32", "uint8": "u8", "bool": "i1"}.get(str(x.dtype), "f32")

@@ -36,7 +36,3 @@ class ModelGraph:
     reference_outputs: list[np.ndarray] | None = None
     export_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def parameter_count(self) -> int:
-        return sum(int(np.prod(a.tensor.shape)) for a in self.arguments if a.kind is ArgumentKind.PARAMETER)

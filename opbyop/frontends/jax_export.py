@@ -8,10 +8,9 @@ from typing import Callable, Sequence
 import numpy as np
 
 from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
+from opbyop.golden.dtypes import mlir_dtype
 from opbyop.records import TensorDesc
 
-_NUMPY_TO_MLIR = {"float32": "f32", "float64": "f64", "float16": "f16", "bfloat16": "bf16",
-                  "int64": "i64", "int32": "i32", "int8": "i8", "uint8": "ui8", "bool": "i1"}
 
 
 def export_jax(fn: Callable, inputs: Sequence[np.ndarray], name: str,
@@ -24,7 +23,7 @@ def export_jax(fn: Callable, inputs: Sequence[np.ndarray], name: str,
     text = lowered.as_text(debug_info=True)
     out = jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))
     names = list(input_names or [f"input{i}" for i in range(len(inputs))])
-    arguments = [Argument(n, ArgumentKind.INPUT, TensorDesc(shape=tuple(x.shape), dtype=_NUMPY_TO_MLIR[str(x.dtype)]))
+    arguments = [Argument(n, ArgumentKind.INPUT, TensorDesc(shape=tuple(x.shape), dtype=mlir_dtype(x.dtype)))
                  for n, x in zip(names, inputs)]
     return ModelGraph(name=name, frontend="jax", module_text=text, arguments=arguments,
                       argument_values=[np.asarray(x) for x in inputs],

@@ -16,6 +16,17 @@ _MLIR_TO_NUMPY: dict[str, np.dtype] = {
 }
 
 
+_NUMPY_TO_MLIR: dict[np.dtype, str] = {v: k for k, v in _MLIR_TO_NUMPY.items()}
+
+
+def mlir_dtype(dtype: np.dtype | str) -> str:
+    """numpy dtype -> MLIR element type (float32 -> f32, int64 -> i64, bool -> i1 ...)."""
+    try:
+        return _NUMPY_TO_MLIR[np.dtype(dtype)]
+    except KeyError:
+        raise ValueError(f"no MLIR element type for numpy dtype {dtype}") from None
+
+
 def numpy_dtype(mlir: str) -> np.dtype:
     try:
         return _MLIR_TO_NUMPY[mlir]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Iterable
 
 from opbyop.records import Occurrence, OpRecord, UniqueOp
@@ -24,6 +23,3 @@ def dedupe(records: Iterable[OpRecord]) -> list[UniqueOp]:
             op.occurrences.append(Occurrence(model=r.model, position=r.position))
     return list(unique.values())
 
-
-def counts_by_model(op: UniqueOp) -> dict[str, int]:
-    return dict(Counter(o.model for o in op.occurrences))
