@@ -29,8 +29,7 @@ from flows.cluster import dask_client
 from opbyop import __version__
 from opbyop.compiler.system_desc import plugin_version, resolve
 from opbyop.config import AnalysisConfig, load_thresholds, load_zoo
-from opbyop.ir.dedupe import dedupe
-from opbyop.pipeline import Prepared, summarize
+from opbyop.pipeline import Prepared, prepare, summarize
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import parameter_indices
@@ -81,19 +80,9 @@ def _git_sha() -> str:
 
 
 def _prepare(config: AnalysisConfig) -> Prepared:
-    """Split the models one after another: torch.export keeps global state and is not thread-safe
-    (two exports at once fail with 'CURRENT_PATCHER is None')."""
-    zoo = load_zoo()
-    prepared = Prepared()
-    for spec in config.models:
-        graph, split, error = split_model.submit(spec, zoo, config.seed).result()
-        if error is not None:
-            prepared.errors[spec] = error
-            continue
-        prepared.graphs[graph.name] = graph
-        prepared.splits[graph.name] = split
-    prepared.unique = dedupe(prepared.records)
-    return prepared
+    """Each model split in its own task (one at a time: torch.export is not thread-safe)."""
+    return prepare(config.models, load_zoo(), config.seed,
+                   prepare_one=lambda spec, zoo, seed: split_model.submit(spec, zoo, seed).result())
 
 
 def _label(op: UniqueOp) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
@@ -44,11 +44,18 @@ def prepare_model(spec: str, zoo: Zoo, seed: int = 0) -> tuple[ModelGraph | None
         return None, None, f"{type(e).__name__}: {e}"
 
 
-def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0) -> Prepared:
+PrepareOne = Callable[[str, Zoo, int], tuple[ModelGraph | None, SplitResult | None, str | None]]
+
+
+def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
+            prepare_one: PrepareOne = prepare_model) -> Prepared:
+    """Every model split, one after another (torch.export keeps global state: two exports at once
+    fail with 'CURRENT_PATCHER is None'), then deduplicated. `prepare_one` lets the flow run each
+    model as its own task."""
     zoo = zoo or load_zoo()
     prepared = Prepared()
     for spec in specs:
-        graph, split, error = prepare_model(spec, zoo, seed)
+        graph, split, error = prepare_one(spec, zoo, seed)
         name = graph.name if graph is not None else spec
         if error is not None:
             prepared.errors[name] = error
