@@ -40,6 +40,7 @@ def test_cholesky_stops_before_ttir_with_the_compilers_words(worker, compile_onl
     assert result.status is Status.COMPILE_FAILED
     assert result.depth is Stage.STABLEHLO and result.failed_stage is Stage.TTIR
     assert "failed to legalize operation 'stablehlo.cholesky'" in result.message
+    assert any("error: failed to legalize" in d and "loc(" in d for d in result.compile.diagnostics)
     assert set(result.compile.artifacts) == {"shlo"}  # what it did produce is kept
 
 

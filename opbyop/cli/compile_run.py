@@ -202,6 +202,8 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
     if result.message:
         console.print(f"message: {result.message}", highlight=False)
     if compiled:
+        for line in compiled.diagnostics:
+            console.print(f"  compiler: {line}", highlight=False)
         for kind, digest in compiled.artifacts.items():
             console.print(f"  {kind}: {workspace.artifacts.path(digest)}")
     module = workspace.root / "repro" / f"{unique.signature[:16]}.mlir"

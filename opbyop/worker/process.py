@@ -212,6 +212,9 @@ class OpWorker:
             if isinstance(message, Failure):  # a bug in opbyop, not in the op: recorded, never a lost run
                 return _Lost(Status.CRASHED, step, f"opbyop failed during {step} (not the compiler): {message.error}",
                              "", child_pid)
+            if isinstance(message, (Reply, WholeReply)) and message.result.compile is not None:
+                # the compiler prints its diagnostics (with MLIR locations) to stderr, not into the exception
+                message.result.compile.diagnostics = self._diagnostics(log_offset)
             return message
 
     def _receive(self, timeout: float) -> object:
@@ -237,6 +240,15 @@ class OpWorker:
     @property
     def _last_pid(self) -> int | None:
         return self.ready.pid if self.ready is not None else None
+
+    def _diagnostics(self, offset: int) -> list[str]:
+        """The compiler's `... error: ...` lines the child printed since `offset`."""
+        if not self.log_path.exists():
+            return []
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            text = f.read().decode(errors="replace")
+        return [line.strip() for line in text.splitlines() if ": error: " in line][:20]
 
     def _log_tail(self, offset: int = 0, lines: int = 4) -> str:
         """The child's last words since `offset`: error lines first (LLVM ERROR, TT_FATAL ...)."""
