@@ -67,11 +67,13 @@ def register(app: typer.Typer) -> None:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
             task = progress.add_task(f"run {run_id}: starting", total=None)
+            total = 0
             while thread.is_alive():
                 thread.join(timeout=2.0)
-                total, done = _progress(store, run_id)
+                total = total or _total(store, run_id)  # the run's ops are stored once, before the fan-out
                 if total:
-                    progress.update(task, total=total, completed=done, description=f"run {run_id}: ops")
+                    progress.update(task, total=total, completed=_done(store, run_id),
+                                    description=f"run {run_id}: ops")
         if "error" in outcome:
             console.print(f"[red]the run failed:[/red] {outcome['error']}\n"
                           f"resume it with: opbyop analyze {' '.join(names)} --run-id {run_id}")
@@ -83,13 +85,17 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
         _print(summary)
 
-    def _progress(store, run_id: str) -> tuple[int, int]:
+    def _total(store, run_id: str) -> int:
         try:
-            ops = {r.signature for r in store.ops(run_id) if r.signature}
-            done = store.completed_signatures(run_id)
-            return len(ops), len(done & ops)
+            return len({r.signature for r in store.ops(run_id) if r.signature})
         except Exception:  # the run's files may not exist yet
-            return 0, 0
+            return 0
+
+    def _done(store, run_id: str) -> int:
+        try:
+            return len(store.completed_signatures(run_id))
+        except Exception:
+            return 0
 
 
 def _print(summary) -> None:

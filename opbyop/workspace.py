@@ -5,13 +5,12 @@ One directory (OPBYOP_HOME, default ./.opbyop); a deployment points it at shared
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from opbyop.artifacts import ArtifactStore
-from opbyop.records import UniqueOp
+from opbyop.records import Occurrence, UniqueOp
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,11 @@ class OpIndex:
         return UniqueOp.model_validate_json(matches[0].read_text())
 
     def _by_occurrence(self, model: str, position: int) -> UniqueOp:
+        wanted = Occurrence(model=model, position=position)
         for path in self.root.glob("*/*.json"):
-            text = path.read_text()
-            if f'"model":{json.dumps(model)},"position":{position}}}' in text:
-                return UniqueOp.model_validate_json(text)
+            op = UniqueOp.model_validate_json(path.read_text())
+            if wanted in op.occurrences:
+                return op
         raise KeyError(f"no stored op at {model}:{position}; run `opbyop compile {model}` first")
 
     def __len__(self) -> int:

@@ -27,7 +27,7 @@ def build(model: str = typer.Argument(..., help="zoo name or package.module:fact
     from opbyop.compiler.system_desc import plugin_version, resolve
     from opbyop.config import load_thresholds
     from opbyop.device.image import build_image, inputs_of
-    from opbyop.device.program import load_program
+    from opbyop.device.arch import DeviceSpec
     from opbyop.frontends.graph import ArgumentKind
     from opbyop.frontends.loader import load_model
     from opbyop.records import TensorDesc
@@ -52,7 +52,7 @@ def build(model: str = typer.Argument(..., help="zoo name or package.module:fact
                   if a.kind is ArgumentKind.PARAMETER}
     outputs = [TensorDesc(shape=tuple(r.shape), dtype=str(r.dtype)) for r in graph.reference_outputs or []]
     build_image(out, model=graph.name, program_text=program, flatbuffer=flatbuffer,
-                spec=load_program(program).spec, inputs=inputs_of(graph.arguments), parameters=parameters,
+                spec=DeviceSpec.from_system_desc(program), inputs=inputs_of(graph.arguments), parameters=parameters,
                 outputs=outputs, plugin_version=plugin_version())
     console.print(f"wrote {out} ({out.stat().st_size:,} bytes); whole-model run: {result.status.value}, pcc {result.pcc}")
 
