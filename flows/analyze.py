@@ -29,6 +29,7 @@ from flows.cluster import dask_client
 from opbyop import __version__
 from opbyop.compiler.system_desc import plugin_version, resolve
 from opbyop.config import AnalysisConfig, load_thresholds, load_zoo
+from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import Prepared, prepare, summarize
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
@@ -92,6 +93,7 @@ def _label(op: UniqueOp) -> str:
 @flow(name="analyze", task_runner=ThreadPoolTaskRunner(max_workers=TASK_THREADS), persist_result=False)
 def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None):
     """Analyse models op by op on a Dask cluster and store every op's result."""
+    prepare_jax()  # this process exports JAX models on the CPU; compilers live in the workers
     logger = get_run_logger()
     run_id = run_id or new_run_id()
     workspace = Workspace.default()

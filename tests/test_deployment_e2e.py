@@ -36,6 +36,7 @@ def server(tmp_path_factory):
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "DO_NOT_TRACK": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
     env.pop("PREFECT_API_URL", None)
+    env.pop("JAX_PLATFORMS", None)  # as on an operator's machine: the flow must choose for itself
     log = open(home / "server.log", "w")
     proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=log, stderr=subprocess.STDOUT)
