@@ -212,15 +212,14 @@ def write_night(root: Path, zoo: Zoo, night: int, start: datetime, rng: np.rando
     depth_of[unique] = depth
     status_of = np.empty(len(zoo.signatures), dtype=object)
     status_of[unique] = status
-    statuses = ["success", "compile_failed", "run_failed", "golden_failed", "crashed", "timeout", "skipped"]
     cols: dict[str, list] = {c: [] for c in (*DEPTH_COUNT_COLUMNS, *STATUS_COUNT_COLUMNS)}
     for ops_m, occ in zip(zoo.model_ops, zoo.model_occ):
         counts = np.bincount(depth_of[ops_m], weights=occ, minlength=7).astype(np.int64)
         for c, v in zip(DEPTH_COUNT_COLUMNS, counts):
             cols[c].append(int(v))
         st = status_of[ops_m]
-        for c, s in zip(STATUS_COUNT_COLUMNS, statuses):
-            cols[c].append(int(occ[st == s].sum()))
+        for c in STATUS_COUNT_COLUMNS:
+            cols[c].append(int(occ[st == c.removeprefix("status_")].sum()))
     k = len(zoo.model_ops)
     models = _table("models", {
         "run_id": pa.array([run_id] * k), "model": pa.array(model_names.tolist()),

@@ -44,14 +44,51 @@ _STAGE_RANK = {s: i for i, s in enumerate(Stage)}
 COMPILE_STAGES = (Stage.STABLEHLO, Stage.TTIR, Stage.TTNN, Stage.FLATBUFFER)
 
 
+class Fault(str, Enum):
+    """Whose fault a status is: only the compiler's and the device's count in pass rates."""
+
+    NONE = "none"  # success, or skipped: no verdict against anyone
+    COMPILER = "compiler"  # tt-mlir refused, aborted or hung
+    DEVICE = "device"  # the compiled program ran wrong or did not run: a real finding
+    OPBYOP = "opbyop"  # opbyop's own gap (simulator) or bug (analyzer)
+    INFRA = "infra"  # the cluster, a worker process, the disk
+
+
 class Status(str, Enum):
     SUCCESS = "success"
     COMPILE_FAILED = "compile_failed"
-    RUN_FAILED = "run_failed"
-    GOLDEN_FAILED = "golden_failed"
     CRASHED = "crashed"
     TIMEOUT = "timeout"
-    SKIPPED = "skipped"
+    RUN_FAILED = "run_failed"
+    GOLDEN_FAILED = "golden_failed"
+    NOT_SIMULATED = "not_simulated"  # the simulator lacks a TTNN op or feature the program uses
+    ANALYZER_ERROR = "analyzer_error"  # an exception in opbyop's own code
+    INFRA_ERROR = "infra_error"  # cluster, worker process, disk, descriptor
+    SKIPPED = "skipped"  # not an op of the model (a test-harness check), or a stage not requested
+
+    @property
+    def fault(self) -> Fault:
+        return _FAULT[self]
+
+    @property
+    def is_verdict(self) -> bool:
+        """True for the outcomes a pass rate counts: success and the compiler's or device's failures."""
+        return self is Status.SUCCESS or self.fault in (Fault.COMPILER, Fault.DEVICE)
+
+    @property
+    def is_failure(self) -> bool:
+        return self not in (Status.SUCCESS, Status.SKIPPED)
+
+
+_FAULT = {
+    Status.SUCCESS: Fault.NONE, Status.SKIPPED: Fault.NONE,
+    Status.COMPILE_FAILED: Fault.COMPILER, Status.CRASHED: Fault.COMPILER, Status.TIMEOUT: Fault.COMPILER,
+    Status.RUN_FAILED: Fault.DEVICE, Status.GOLDEN_FAILED: Fault.DEVICE,
+    Status.NOT_SIMULATED: Fault.OPBYOP, Status.ANALYZER_ERROR: Fault.OPBYOP,
+    Status.INFRA_ERROR: Fault.INFRA,
+}
+# Statuses worth analysing again when a run is resumed: the op itself was never judged.
+RETRYABLE = frozenset({Status.CRASHED, Status.TIMEOUT, Status.ANALYZER_ERROR, Status.INFRA_ERROR})
 
 
 class TensorDesc(BaseModel):
@@ -210,6 +247,7 @@ class GoldenComparison(BaseModel):
     allclose: bool
     passed: bool
     pcc_threshold: float
+    method: str = "pcc"  # how the verdict was reached: pcc | exact | allclose (scalars, constants, integers)
     seconds: float = 0.0
 
 
@@ -229,6 +267,8 @@ class OpResult(BaseModel):
     ended_at: datetime = Field(default_factory=utcnow)
     worker: str | None = None
     reused_from: str | None = None  # run id whose result was reused (cache hit)
+    # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
+    narrowing: str | None = None
 
     @property
     def seconds(self) -> float:
@@ -280,3 +320,4 @@ class RunInfo(BaseModel):
     git_sha: str = ""
     options_key: str = ""
     config: dict[str, Any] = Field(default_factory=dict)  # the AnalysisConfig, as JSON
+    phases: dict[str, float] = Field(default_factory=dict)  # phase (export, split, cluster ...) -> seconds

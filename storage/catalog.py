@@ -4,6 +4,7 @@ Views name the data files explicitly (the ones whose footer reads; corrupt ones 
 left out) rather than a glob: one corrupt file must not break every query. A catalog file is
 therefore a snapshot of the file list: the nightly flow rebuilds it after each run.
 Tables: runs, ops, results, models (+ the Hive column `date`); helpers: stages (stage, rank),
+statuses (status, fault, verdict: whether pass rates count it),
 occurrences (ops joined with their result), and the macro normalize_message(m).
 """
 
@@ -16,7 +17,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from opbyop.records import Stage
+from opbyop.records import Stage, Status
+from storage.convert import LEGACY_STATUS_SQL
 from storage.dataset import DatasetScan, Store
 from storage.normalize import macro_sql
 from storage.schema import SCHEMA_VERSION, TABLES, schema_of
@@ -28,7 +30,7 @@ CATALOG_NAME = "opbyop.duckdb"
 OCCURRENCES_SQL = """
 CREATE OR REPLACE VIEW occurrences AS
 SELECT o.run_id, o.date, o.model, o.position, o.op_name, o.signature, o.framework_op, o.module_path,
-       o.split_error, r.status, r.depth, s.rank AS depth_rank, r.failed_stage, r.message
+       o.split_error, r.status, r.fault, r.depth, s.rank AS depth_rank, r.failed_stage, r.message
 FROM ops o
 LEFT JOIN results r ON r.run_id = o.run_id AND r.signature = o.signature
 LEFT JOIN stages s ON s.stage = r.depth
@@ -45,6 +47,19 @@ def _empty_with_date(table: str) -> pa.Table:
     return schema.empty_table()
 
 
+def _fault_sql(status_sql: str) -> str:
+    cases = " ".join(f"WHEN {_sql_str(s.value)} THEN {_sql_str(s.fault.value)}" for s in Status)
+    return f"CASE {status_sql} {cases} END"
+
+
+def _columns(table: str, scan: DatasetScan) -> str:
+    """`*`, except that results of schema version 1 get today's status and fault (convert.legacy_status)."""
+    if table != "results" or scan.versions.get(table, set()) <= {SCHEMA_VERSION}:
+        return "*"
+    return (f"* REPLACE (({LEGACY_STATUS_SQL}) AS status, "
+            f"coalesce(fault, {_fault_sql('(' + LEGACY_STATUS_SQL + ')')}) AS fault)")
+
+
 def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan) -> None:
     """One view per table over its readable files, plus the helper views and macros."""
     for table in TABLES:
@@ -56,14 +71,17 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan) -> None:
             # union_by_name reads every file's footer on every query (60 ms per table at a year of
             # nights): only worth it when the files hold different schema versions
             union = "true" if scan.versions.get(table, set()) != {SCHEMA_VERSION} else "false"
-            con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet([{listing}], "
-                        f"hive_partitioning = true, union_by_name = {union})")
+            source = f"read_parquet([{listing}], hive_partitioning = true, union_by_name = {union})"
+            con.execute(f"CREATE VIEW {table} AS SELECT {_columns(table, scan)} FROM {source}")
         else:  # read_parquet of no files is an error; an empty typed table keeps queries valid
             empty = _empty_with_date(table)  # noqa: F841 (read by DuckDB's replacement scan)
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM empty")
     con.execute("SET parquet_metadata_cache = true")  # footers read once per connection
     stages = ", ".join(f"({_sql_str(s.value)}, {s.rank})" for s in Stage)
     con.execute(f"CREATE OR REPLACE VIEW stages AS SELECT * FROM (VALUES {stages}) AS t(stage, rank)")
+    statuses = ", ".join(f"({_sql_str(s.value)}, {_sql_str(s.fault.value)}, {str(s.is_verdict).lower()})"
+                         for s in Status)
+    con.execute(f"CREATE OR REPLACE VIEW statuses AS SELECT * FROM (VALUES {statuses}) AS t(status, fault, verdict)")
     con.execute(OCCURRENCES_SQL)
     con.execute(macro_sql())
 

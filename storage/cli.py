@@ -78,7 +78,7 @@ def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title:
 def sql(query: str = typer.Argument(..., help='a read-only query, e.g. "SELECT * FROM runs"'),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
         store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
-    """Run a read-only SQL query over the store (views: runs, ops, results, models, occurrences, stages)."""
+    """Run a read-only SQL query over the store (views: runs, ops, results, models, occurrences, stages, statuses)."""
     from storage.readonly import run_sql
 
     try:

@@ -50,6 +50,7 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "system_desc_sha256": run.system_desc_sha256, "plugin_version": run.plugin_version,
         "opbyop_version": run.opbyop_version, "git_sha": run.git_sha, "options_key": run.options_key,
         "config": _json(run.config),
+        "phases": [{"phase": k, "seconds": v} for k, v in run.phases.items()],
     }
 
 
@@ -110,16 +111,17 @@ def _device_columns(d: DeviceRun | None, prefix: str = "") -> dict[str, Any]:
 def _golden_columns(g: GoldenComparison | None) -> dict[str, Any]:
     if g is None:
         return {"pcc": None, "max_abs_error": None, "max_rel_error": None, "allclose": None,
-                "golden_passed": None, "pcc_threshold": None, "golden_s": None}
+                "golden_passed": None, "pcc_threshold": None, "golden_method": None, "golden_s": None}
     return {"pcc": g.pcc, "max_abs_error": g.max_abs_error, "max_rel_error": g.max_rel_error,
             "allclose": g.allclose, "golden_passed": g.passed, "pcc_threshold": g.pcc_threshold,
-            "golden_s": g.seconds}
+            "golden_method": g.method, "golden_s": g.seconds}
 
 
 def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
     return {
         "run_id": run_id, "signature": r.signature, "op_name": r.op_name, "status": r.status.value,
-        "depth": r.depth.value, "failed_stage": _enum(r.failed_stage), "message": r.message,
+        "fault": r.status.fault.value, "depth": r.depth.value, "failed_stage": _enum(r.failed_stage),
+        "message": r.message, "narrowing": r.narrowing,
         **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
         "reused_from": r.reused_from,
@@ -149,8 +151,8 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
     }
     for stage, column in zip(Stage, S.DEPTH_COUNT_COLUMNS):
         row[column] = counts.by_depth.get(stage, 0)
-    for status, column in zip(Status, S.STATUS_COUNT_COLUMNS):
-        row[column] = counts.by_status.get(status, 0)
+    for status in Status:
+        row[f"status_{status.value}"] = counts.by_status.get(status, 0)
     return row
 
 
@@ -176,6 +178,7 @@ def run_from_row(row: dict[str, Any]) -> RunInfo:
         plugin_version=row["plugin_version"] or "", opbyop_version=row["opbyop_version"] or "",
         git_sha=row["git_sha"] or "", options_key=row["options_key"] or "",
         config=json.loads(row["config"]) if row["config"] else {},
+        phases={p["phase"]: p["seconds"] for p in row.get("phases") or []},
     )
 
 
@@ -234,16 +237,39 @@ def _golden_from(row: dict[str, Any]) -> GoldenComparison | None:
         return None
     return GoldenComparison(pcc=row["pcc"], max_abs_error=row["max_abs_error"], max_rel_error=row["max_rel_error"],
                             allclose=row["allclose"], passed=row["golden_passed"],
-                            pcc_threshold=row["pcc_threshold"], seconds=row["golden_s"])
+                            pcc_threshold=row["pcc_threshold"], method=row.get("golden_method") or "pcc",
+                            seconds=row["golden_s"])
 
 
 def result_from_row(row: dict[str, Any]) -> OpResult:
     return OpResult(
-        signature=row["signature"], op_name=row["op_name"], status=Status(row["status"]), depth=Stage(row["depth"]),
+        signature=row["signature"], op_name=row["op_name"], status=legacy_status(row["status"], row["message"]),
+        depth=Stage(row["depth"]), narrowing=row.get("narrowing"),
         failed_stage=_stage(row["failed_stage"]), message=row["message"], compile=_compile_from(row),
         device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
     )
+
+
+# Schema version 1 had no status of its own for opbyop's gaps and bugs: they were written as
+# run_failed ("not simulated: ...", "simulator error ...") or crashed ("opbyop failed during ...").
+LEGACY_STATUS_SQL = """CASE
+    WHEN status = 'run_failed' AND message LIKE 'not simulated:%' THEN 'not_simulated'
+    WHEN status = 'run_failed' AND message LIKE 'simulator error%' THEN 'analyzer_error'
+    WHEN status = 'crashed' AND message LIKE 'opbyop failed during%' THEN 'analyzer_error'
+    ELSE status END"""
+
+
+def legacy_status(status: str, message: str | None) -> Status:
+    """The status of a stored row, version-1 rows reclassified (the same rule as LEGACY_STATUS_SQL)."""
+    text = message or ""
+    if status == "run_failed" and text.startswith("not simulated:"):
+        return Status.NOT_SIMULATED
+    if status == "run_failed" and text.startswith("simulator error"):
+        return Status.ANALYZER_ERROR
+    if status == "crashed" and text.startswith("opbyop failed during"):
+        return Status.ANALYZER_ERROR
+    return Status(status)
 
 
 class StoredModel(BaseModel):
@@ -258,7 +284,7 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
     whole = None
     if row["whole_status"] is not None:
         whole = WholeModelResult(
-            status=Status(row["whole_status"]), depth=Stage(row["whole_depth"]),
+            status=legacy_status(row["whole_status"], row["whole_message"]), depth=Stage(row["whole_depth"]),
             failed_stage=_stage(row["whole_failed_stage"]), message=row["whole_message"],
             compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
             max_abs_error=row["whole_max_abs_error"], iterations=row["whole_iterations"] or 0,
@@ -269,7 +295,7 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
                            export_seconds=row["export_s"] or 0.0, error=row["error"], whole=whole)
     counts = ModelCounts(
         by_depth={stage: row[c] for stage, c in zip(Stage, S.DEPTH_COUNT_COLUMNS) if row[c]},
-        by_status={status: row[c] for status, c in zip(Status, S.STATUS_COUNT_COLUMNS) if row[c]},
+        by_status={status: row[f"status_{status.value}"] for status in Status if row.get(f"status_{status.value}")},
         without_result=row["ops_without_result"] or 0,
     )
     return StoredModel(run_id=row["run_id"], summary=summary, counts=counts)

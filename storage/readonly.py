@@ -40,7 +40,7 @@ def check_read_only(sql: str) -> None:
                 f"refused: {first} ({kind} statement) is not allowed: this SQL interface is read-only "
                 "(no writes, no file or extension access, no settings)",
                 "use a query (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) over the views "
-                "runs, ops, results, models, occurrences, stages")
+                "runs, ops, results, models, occurrences, stages, statuses")
 
 
 @dataclass

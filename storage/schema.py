@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+from opbyop.records import Status
+
+SCHEMA_VERSION = 2  # 2: fault, narrowing, golden_method, run phases, a status column per status
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -97,6 +99,8 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
     ]
 
 
+PHASE = pa.struct([pa.field("phase", pa.string()), pa.field("seconds", pa.float64())])
+
 RUNS = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("started_at", TIMESTAMP, nullable=False),
@@ -110,6 +114,7 @@ RUNS = pa.schema([
     pa.field("git_sha", pa.string()),
     pa.field("options_key", pa.string()),
     pa.field("config", pa.string()),  # the AnalysisConfig as JSON
+    pa.field("phases", pa.list_(PHASE)),  # where the run's wall time went, in order
 ])
 
 OPS = pa.schema([
@@ -139,9 +144,11 @@ RESULTS = pa.schema([
     pa.field("signature", pa.string(), nullable=False),
     pa.field("op_name", pa.string(), nullable=False),
     pa.field("status", pa.string(), nullable=False),
+    pa.field("fault", pa.string()),  # whose fault the status is (records.Fault); null in version-1 files
     pa.field("depth", pa.string(), nullable=False),
     pa.field("failed_stage", pa.string()),
     pa.field("message", pa.string()),
+    pa.field("narrowing", pa.string()),  # a dtype the compiled program changed, by name
     *compile_fields(),
     *device_fields(),
     pa.field("pcc", pa.float64()),
@@ -150,6 +157,7 @@ RESULTS = pa.schema([
     pa.field("allclose", pa.bool_()),
     pa.field("golden_passed", pa.bool_()),
     pa.field("pcc_threshold", pa.float64()),
+    pa.field("golden_method", pa.string()),  # pcc | exact | allclose
     pa.field("golden_s", pa.float64()),
     pa.field("started_at", TIMESTAMP, nullable=False),
     pa.field("ended_at", TIMESTAMP, nullable=False),
@@ -160,8 +168,7 @@ RESULTS = pa.schema([
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.
 DEPTH_COUNT_COLUMNS = ("depth_split", "depth_stablehlo", "depth_ttir", "depth_ttnn", "depth_flatbuffer",
                        "depth_device_run", "depth_golden")
-STATUS_COUNT_COLUMNS = ("status_success", "status_compile_failed", "status_run_failed",
-                        "status_golden_failed", "status_crashed", "status_timeout", "status_skipped")
+STATUS_COUNT_COLUMNS = tuple(f"status_{s.value}" for s in Status)
 
 MODELS = pa.schema([
     pa.field("run_id", pa.string(), nullable=False),
