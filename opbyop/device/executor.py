@@ -29,12 +29,21 @@ CONTROL_OPS = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached"}
 
 
 class SimulationError(Exception):
-    """A run failure: names the op and the reason; carries what was measured until then."""
+    """A run failure (the program ran out of memory, could not be placed ...): the device's verdict.
+    Names the op and the reason; carries what was measured until then."""
 
     def __init__(self, message: str, run: DeviceRun | None = None):
         super().__init__(message)
         self.run = run or DeviceRun(message=message)
         self.run.message = message
+
+
+class NotSimulatedError(SimulationError):
+    """The simulator lacks a TTNN op or feature the program uses: opbyop's gap, not the device's."""
+
+
+class SimulatorBugError(SimulationError):
+    """A kernel of the simulator raised: a bug in opbyop, not a finding about the program."""
 
 
 def unsupported_ops(program: Program) -> list[str]:
@@ -76,7 +85,7 @@ class Executor:
         except (OutOfMemory, PlacementError) as e:
             raise SimulationError(str(e)) from None
         except NotSimulated as e:
-            raise SimulationError(f"not simulated: {e}") from None
+            raise NotSimulatedError(f"not simulated: {e}") from None
         finally:
             for t in {id(t): t for t in env.values() if t is not None}.values():
                 if id(t) in owned:
@@ -121,7 +130,7 @@ class Executor:
         except NotSimulated:
             raise
         except Exception as e:  # a gap in the simulator, named as such: never the whole run's end
-            raise SimulationError(f"simulator error in {op.name} ({_short(op.location)}): "
+            raise SimulatorBugError(f"simulator error in {op.name} ({_short(op.location)}): "
                                   f"{type(e).__name__}: {e}") from None
         self.stats.ttnn_ops += 1
         placement = place(op, self.device.spec, self.policy)

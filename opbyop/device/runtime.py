@@ -23,7 +23,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from opbyop.device.arch import DeviceSpec
-from opbyop.device.executor import ConstEval, Executor, SimulationError, run_stats, unsupported_ops
+from opbyop.device.executor import (ConstEval, Executor, NotSimulatedError, SimulationError, run_stats,
+                                    unsupported_ops)
 from opbyop.device.formats import store
 from opbyop.device.layout import DRAM_ROW_MAJOR, Layout
 from opbyop.device.memory import Buffer, DeviceMemory, OutOfMemory
@@ -205,7 +206,7 @@ def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[
         raise ValueError(f"program {program_index} takes {len(function.arguments)} inputs, got {len(inputs)}")
     missing = unsupported_ops(binary.program)
     if missing:
-        raise SimulationError("not simulated: " + ", ".join(missing), DeviceRun(not_simulated=missing))
+        raise NotSimulatedError("not simulated: " + ", ".join(missing), DeviceRun(not_simulated=missing))
     outputs = [DeviceTensor(values=np.zeros(t.shape if t else ()), dtype=t.dtype if t else "f32",
                             layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, name=f"output {i}")
                for i, t in enumerate(function.return_types)]

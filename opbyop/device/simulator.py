@@ -8,12 +8,12 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.device.arch import DeviceSpec
-from opbyop.device.executor import SimulationError
+from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary, Device, get_layout, open_device, run_of, submit, to_device, to_host
 from opbyop.records import DeviceRun
 
-__all__ = ["DeviceSimulator", "SimulationError"]
+__all__ = ["DeviceSimulator", "NotSimulatedError", "SimulationError", "SimulatorBugError"]
 
 
 class DeviceSimulator:
