@@ -20,7 +20,7 @@ def _register_plugins() -> None:
 
 
 def main() -> None:
-    from opbyop.cli import compile_run, device_cmds, split_cmds  # noqa: F401  (they register their commands)
+    from opbyop.cli import compile_run, coverage_cmds, device_cmds, split_cmds  # noqa: F401  (they register their commands)
 
     _register_plugins()
     app()

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from jaxlib.mlir import ir
 
@@ -152,6 +153,8 @@ def _scalar(text: str) -> Any:
 
 
 def _attribute(attr: ir.Attribute) -> Any:
+    if isinstance(attr, ir.DenseElementsAttr):
+        return None  # a constant's values: read from `raw` by the kernel that needs them (dense_values)
     return _tt_values(to_value(attr))
 
 
@@ -163,23 +166,49 @@ def _tt_values(value: Any) -> Any:
     return value
 
 
+# Element types as TTNN programs spell them -> numpy (si32 is the chip's int32).
+_DENSE_DTYPES = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16,
+                 "si32": np.int32, "i32": np.int32, "si16": np.int16, "i16": np.int16, "si8": np.int8, "i8": np.int8,
+                 "i64": np.int64, "si64": np.int64, "ui32": np.uint32, "ui16": np.uint16, "ui8": np.uint8,
+                 "ui64": np.uint64, "i1": np.bool_}
+_DENSE_TOKEN = re.compile(r"true|false|[-+]?0x[0-9A-Fa-f]+|[-+]?(?:inf|nan)|[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
 def dense_values(attr: ir.Attribute) -> np.ndarray:
-    """The numpy value of a DenseElementsAttr (ttnn.constant)."""
+    """The numpy value of a DenseElementsAttr (ttnn.constant), in its element type, read from its
+    printed form: `dense<"0x...">` (raw little-endian bytes), nested lists, or a splat."""
     if not isinstance(attr, ir.DenseElementsAttr):
         raise ProgramError(f"expected dense elements, got {attr}", "this constant form is not simulated")
     shape = tuple(attr.type.shape)
-    if attr.is_splat:
-        value = attr.get_splat_value()
-        scalar = value.value if hasattr(value, "value") else float(str(value).split(" ")[0])
-        return np.full(shape, scalar)
-    try:
-        return np.array(attr).reshape(shape)
-    except (TypeError, ValueError, RuntimeError):
-        body = str(attr)
-        numbers = re.findall(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|0x[0-9A-Fa-f]+|true|false)", body[: body.rfind(":")])
-        values = [1.0 if n == "true" else 0.0 if n == "false" else float.fromhex(n) if n.startswith("0x")
-                  else float(n) for n in numbers]
-        return np.array(values, dtype=np.float64).reshape(shape)
+    element = str(attr.type.element_type)
+    dtype = np.dtype(_DENSE_DTYPES.get(element, np.float64))
+    count = int(np.prod(shape)) if shape else 1
+    text = str(attr)
+    body = text[len("dense<"):text.rindex(">", 0, text.rindex(":"))].strip()
+    if body.startswith(('"0x', "'0x")):
+        data = bytes.fromhex(body.strip("\"'")[2:])
+        if dtype == np.bool_ and len(data) != count:  # i1 packed one bit per element
+            return np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")[:count].astype(bool).reshape(shape)
+        values = np.frombuffer(data, dtype=dtype)
+        return (np.full(shape, values[0]) if values.size == 1 and count != 1 else values.reshape(shape)).copy()
+    tokens = [_dense_token(t, dtype) for t in _DENSE_TOKEN.findall(body)]
+    if len(tokens) == 1:
+        return np.full(shape, tokens[0], dtype=dtype)
+    if len(tokens) != count:
+        raise ProgramError(f"constant of {count} elements holds {len(tokens)} values", "report this program")
+    return np.array(tokens, dtype=dtype).reshape(shape)
+
+
+def _dense_token(token: str, dtype: np.dtype) -> Any:
+    if token in ("true", "false"):
+        return token == "true"
+    if token.lstrip("+-").startswith("0x"):  # a float written as its bit pattern
+        bits = int(token, 16)
+        if dtype.kind != "f":
+            return bits
+        width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+        return np.array(bits, dtype=width).view(dtype).item()
+    return float(token) if dtype.kind == "f" or "." in token or "e" in token.lower() or "n" in token else int(token)
 
 
 def load_program(text: str, ctx: ir.Context | None = None) -> Program:
@@ -236,3 +265,12 @@ def _function(op: ir.Operation, vid: Any) -> Function:
     return Function(name=name, kind=kind, arguments=[vid(a) for a in block.arguments],
                     argument_types=[ttype(a.type) for a in block.arguments], ops=ops, returns=returns,
                     return_types=return_types)
+
+
+_EMITTED = re.compile(r'"((?:ttnn|ttcore)\.\w+)"\(|\b(ttcore\.load_cached)\(')
+
+
+def emitted_ops(text: str) -> list[str]:
+    """The TTNN / ttcore ops a ttnn_runtime dump uses, each once, in order of first use (read from the
+    text: ops print in generic form, `"ttnn.add"(...)`, load_cached in custom form)."""
+    return list(dict.fromkeys(m.group(1) or m.group(2) for m in _EMITTED.finditer(text)))

@@ -1,0 +1,200 @@
+"""`opbyop corpus generate|run` and `opbyop coverage`: the single-op corpus and the simulator's
+coverage of the TTNN ops the compiler emits, with golden pass rates per TTNN op and dtype."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from opbyop.cli.app import app, console, fail
+from opbyop.errors import OpbyopError
+
+corpus = typer.Typer(help="The single-op StableHLO corpus (ops x dtypes x shapes x forms).", no_args_is_help=True)
+app.add_typer(corpus, name="corpus")
+
+OpFilter = typer.Option([], "--op", help="StableHLO op (add, reduce ...) or catalog builder; repeatable")
+DtypeFilter = typer.Option([], "--dtype", help="f32, bf16, i64, complex64 ...; repeatable")
+
+
+@corpus.command("generate")
+def generate_cmd(out: Path = typer.Argument(..., help="directory to write the .mlir files and corpus.json into"),
+                 op: list[str] = OpFilter, dtype: list[str] = DtypeFilter) -> None:
+    """Write the corpus (reproducible: the same files every time)."""
+    from opbyop.corpus.catalog import BUILDERS
+    from opbyop.corpus.generate import generate
+
+    dtypes = [d.replace("complex64", "complex<f32>") for d in dtype]
+    unknown = [o for o in op if o not in BUILDERS]
+    if unknown:
+        fail(OpbyopError(f"no corpus builder named {', '.join(unknown)}", f"use one of: {', '.join(BUILDERS)}"))
+    try:
+        manifest = generate(out, op or None, dtypes or None)
+    except OpbyopError as e:
+        fail(e)
+    console.print(f"wrote {len(manifest.entries)} modules to {out}", highlight=False)
+
+
+@corpus.command("run")
+def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with corpus.json)"),
+            out: Path = typer.Option(..., "--out", help="results directory (results.jsonl is appended to)"),
+            chip: str = typer.Option("n150", "--chip", help="p150, p100, n150, or a .ttsys path"),
+            op: list[str] = OpFilter, dtype: list[str] = DtypeFilter,
+            form: list[str] = typer.Option([], "--form", help="args | const"),
+            file: list[str] = typer.Option([], "--file", help="file name glob; repeatable"),
+            timeout: float = typer.Option(120.0, "--timeout", help="seconds per op"),
+            seed: int = typer.Option(0)) -> None:
+    """Analyse corpus files (compile, simulated device, golden) one warm worker; resumable."""
+    from opbyop.jaxenv import prepare_jax
+
+    prepare_jax()
+    from opbyop.compiler.system_desc import resolve
+    from opbyop.config import load_thresholds
+    from opbyop.corpus.generate import load_manifest
+    from opbyop.corpus.run import run_entries, select
+    from opbyop.worker.process import OpWorker
+    from opbyop.worker.protocol import AnalysisSettings
+    from opbyop.workspace import Workspace
+
+    try:
+        entries = select(load_manifest(directory).entries, op, dtype, form, file)
+        desc = resolve(chip)
+    except OpbyopError as e:
+        fail(e)
+    if not entries:
+        fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
+    settings = AnalysisSettings(thresholds=load_thresholds(), seed=seed)
+    workspace = Workspace.default()
+    with OpWorker(desc.path, workspace.root, chip=desc.chip, name="corpus") as worker:
+        summary = run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
+                              workspace.artifacts.read_text)
+    console.print(f"{summary.analysed} analysed, {summary.skipped} already in {out}", highlight=False)
+
+
+@app.command("coverage")
+def coverage_cmd(results: list[Path] = typer.Argument(None, help="results directories of `opbyop corpus run`"),
+                 rows: Optional[Path] = typer.Option(None, "--rows", help="JSON rows of `opbyop query ttnn_programs "
+                                                     "--run RUN -f json` (a run in the store); '-' reads stdin"),
+                 chip: list[str] = typer.Option([], "--chip", help="only results of this chip; repeatable"),
+                 failures: bool = typer.Option(False, "--failures", help="also list every op short of a pass"),
+                 fmt: str = typer.Option("table", "--format", "-f", help="table | json")) -> None:
+    """TTNN ops the compiler emitted: programs using each, simulated or not, golden pass rate per dtype."""
+    from opbyop.corpus.coverage import coverage
+
+    try:
+        found = _rows(results or [], rows)
+    except OpbyopError as e:
+        fail(e)
+    if chip:
+        found = [r for r in found if r.chip in chip]
+    if not found:
+        fail(OpbyopError("no results to count", "name a results directory or pass --rows"))
+    report = coverage(found)
+    if fmt == "json":
+        sys.stdout.write(json.dumps(_as_json(report), indent=1) + "\n")
+        return
+    out = _console()
+    out.print(_ops_table(report))
+    out.print(_dtype_table(report))
+    if failures:
+        out.print(_failures_table(report))
+
+
+def _rows(results: list[Path], rows: Optional[Path]) -> list:
+    from opbyop.corpus.coverage import CoverageRow
+    from opbyop.corpus.run import read_results
+
+    found = [CoverageRow.from_corpus(r) for d in results for r in read_results(d)]
+    if rows is not None:
+        found += _store_rows(sys.stdin.read() if str(rows) == "-" else rows.read_text())
+    return found
+
+
+def _store_rows(text: str) -> list:
+    """Rows of storage/sql/ttnn_programs.sql as JSON; each program read from the artifact store."""
+    from opbyop.corpus.coverage import CoverageRow
+    from opbyop.device.program import emitted_ops
+    from opbyop.records import Status
+    from opbyop.workspace import Workspace
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise OpbyopError(f"--rows is not JSON: {e}", "pass the output of `opbyop query ttnn_programs --run RUN -f json`") from None
+    artifacts = Workspace.default().artifacts
+    out = []
+    for row in data:
+        try:
+            ttnn = emitted_ops(artifacts.read_text(row["ttnn_runtime"])) if row.get("ttnn_runtime") else []
+        except FileNotFoundError:
+            ttnn = []
+        out.append(CoverageRow(label=row["signature"], op=row["op_name"], dtype=row.get("dtype") or "",
+                               status=Status(row["status"]), message=row.get("message"), ttnn_ops=tuple(ttnn),
+                               chip=row.get("chip") or "", narrowing=row.get("narrowing")))
+    return out
+
+
+def _console() -> Console:
+    """Tables stay whole when stdout is not a terminal (no wrapping to 80 columns)."""
+    return console if console.is_terminal else Console(width=400)
+
+
+def _rate(passes: int, total: int) -> str:
+    return f"{passes}/{total}" if total else ""
+
+
+def _ops_table(report) -> Table:
+    dtypes = report.dtype_names
+    seen = [o for o in report.ops if o.programs]
+    title = (f"TTNN ops emitted: {len(seen)}, simulated {sum(o.simulated for o in seen)} "
+             f"({100 * report.simulated_share:.0f}%); golden passes / device verdicts per dtype")
+    table = Table("TTNN op", "programs", "simulated", "not simulated runs", "pass rate", *dtypes, title=title)
+    for o in report.ops:
+        rate = o.pass_rate
+        table.add_row(Text(o.ttnn_op), str(o.programs), "yes" if o.simulated else Text("NO", style="red"),
+                      str(o.not_simulated_runs or ""), f"{100 * rate:.0f}%" if rate is not None else "",
+                      *[_rate(o.passes[d], o.verdicts[d]) for d in dtypes])
+    return table
+
+
+def _dtype_table(report) -> Table:
+    from opbyop.records import Status
+
+    table = Table("dtype", "ops", "compiled", "device verdicts", "passed", "pass rate", "golden_failed",
+                  "run_failed", "not_simulated", "analyzer_error", title="per dtype (StableHLO ops)")
+    for d in report.dtypes:
+        s = d.statuses
+        rate = d.pass_rate
+        table.add_row(d.dtype, str(sum(s.values())), str(d.compiled), str(d.verdicts), str(s[Status.SUCCESS]),
+                      f"{100 * rate:.1f}%" if rate is not None else "", str(s[Status.GOLDEN_FAILED]),
+                      str(s[Status.RUN_FAILED]), str(s[Status.NOT_SIMULATED]), str(s[Status.ANALYZER_ERROR]))
+    return table
+
+
+def _failures_table(report) -> Table:
+    table = Table("status", "op", "variant", "dtype", "form", "chip", "file / signature", "message",
+                  title="ops short of a pass after compiling")
+    for r in report.failures():
+        table.add_row(r.status.value, r.op, r.variant, r.dtype, r.form, r.chip, Text(r.label),
+                      Text((r.message or "")[:160]))
+    return table
+
+
+def _as_json(report) -> dict:
+    return {
+        "ops": [{"ttnn_op": o.ttnn_op, "programs": o.programs, "simulated": o.simulated,
+                 "not_simulated_runs": o.not_simulated_runs, "pass_rate": o.pass_rate,
+                 "per_dtype": {d: {"passes": o.passes[d], "verdicts": o.verdicts[d]} for d in o.verdicts}}
+                for o in report.ops],
+        "dtypes": [{"dtype": d.dtype, "ops": sum(d.statuses.values()), "compiled": d.compiled, "verdicts": d.verdicts,
+                    "pass_rate": d.pass_rate, "statuses": {s.value: n for s, n in d.statuses.items()}}
+                   for d in report.dtypes],
+        "failures": [{"status": r.status.value, "op": r.op, "variant": r.variant, "dtype": r.dtype, "form": r.form,
+                      "chip": r.chip, "label": r.label, "message": r.message} for r in report.failures()],
+    }

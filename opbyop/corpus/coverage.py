@@ -1,0 +1,132 @@
+"""The simulator's coverage of what the compiler emits, and golden pass rates per TTNN op and dtype.
+
+Input: one CoverageRow per analysed op (from a corpus results directory, or from the store's
+results with their `ttnn_runtime` artifacts). A TTNN op counts as simulated when the executor has
+a kernel for it (or handles it itself); its golden pass rate is taken over the programs that use
+it, counting only verdicts (success, golden_failed, run_failed: Status.is_verdict beyond compile).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from opbyop.corpus.case import DTYPE_NAMES
+from opbyop.corpus.run import CorpusResult
+from opbyop.device.executor import CONTROL_OPS
+from opbyop.device.kernels import KERNELS
+from opbyop.records import Status
+
+# Statuses that say something about the device run (compile failures never reach the simulator).
+DEVICE_VERDICTS = frozenset({Status.SUCCESS, Status.GOLDEN_FAILED, Status.RUN_FAILED})
+
+
+@dataclass(frozen=True)
+class CoverageRow:
+    label: str  # corpus file or op signature
+    op: str  # the StableHLO op
+    dtype: str
+    status: Status
+    message: str | None
+    ttnn_ops: tuple[str, ...]
+    chip: str = ""
+    variant: str = ""
+    form: str = ""
+    narrowing: str | None = None
+
+    @classmethod
+    def from_corpus(cls, r: CorpusResult) -> CoverageRow:
+        return cls(label=r.entry.file, op=r.entry.op, dtype=DTYPE_NAMES.get(r.entry.dtype, r.entry.dtype),
+                   status=r.result.status, message=r.result.message, ttnn_ops=tuple(r.ttnn_ops), chip=r.chip,
+                   variant=r.entry.variant, form=r.entry.form.value, narrowing=r.result.narrowing)
+
+
+def simulated(ttnn_op: str) -> bool:
+    return ttnn_op in KERNELS or ttnn_op in CONTROL_OPS
+
+
+@dataclass
+class OpCoverage:
+    ttnn_op: str
+    programs: int = 0
+    not_simulated_runs: int = 0  # runs that stopped as not_simulated naming this op
+    passes: Counter = field(default_factory=Counter)  # dtype -> device verdicts that passed
+    verdicts: Counter = field(default_factory=Counter)  # dtype -> device verdicts
+
+    @property
+    def simulated(self) -> bool:
+        return simulated(self.ttnn_op)
+
+    @property
+    def pass_rate(self) -> float | None:
+        total = sum(self.verdicts.values())
+        return sum(self.passes.values()) / total if total else None
+
+
+@dataclass
+class DtypeRates:
+    dtype: str
+    statuses: Counter = field(default_factory=Counter)
+
+    @property
+    def compiled(self) -> int:
+        return sum(n for s, n in self.statuses.items() if s not in (Status.COMPILE_FAILED, Status.CRASHED, Status.TIMEOUT))
+
+    @property
+    def verdicts(self) -> int:
+        return sum(self.statuses[s] for s in DEVICE_VERDICTS)
+
+    @property
+    def pass_rate(self) -> float | None:
+        return self.statuses[Status.SUCCESS] / self.verdicts if self.verdicts else None
+
+    @property
+    def unreached(self) -> int:
+        """Compiled, but no device verdict because of opbyop (not simulated, analyzer error)."""
+        return self.statuses[Status.NOT_SIMULATED] + self.statuses[Status.ANALYZER_ERROR]
+
+
+@dataclass
+class Coverage:
+    ops: list[OpCoverage]
+    dtypes: list[DtypeRates]
+    rows: list[CoverageRow]
+
+    @property
+    def simulated_share(self) -> float:
+        seen = [o for o in self.ops if o.programs]
+        return sum(o.simulated for o in seen) / len(seen) if seen else 1.0
+
+    @property
+    def dtype_names(self) -> list[str]:
+        return [d.dtype for d in self.dtypes]
+
+    def failures(self, statuses: Iterable[Status] = (Status.GOLDEN_FAILED, Status.RUN_FAILED,
+                                                     Status.NOT_SIMULATED, Status.ANALYZER_ERROR)) -> list[CoverageRow]:
+        wanted = set(statuses)
+        return sorted((r for r in self.rows if r.status in wanted), key=lambda r: (r.status.value, r.op, r.dtype, r.label))
+
+
+DTYPE_ORDER = ("f32", "bf16", "f16", "f64", "i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "complex64")
+
+
+def coverage(rows: Iterable[CoverageRow]) -> Coverage:
+    rows = list(rows)
+    ops: dict[str, OpCoverage] = {}
+    dtypes: dict[str, DtypeRates] = defaultdict(lambda: DtypeRates(""))
+    for row in rows:
+        rates = dtypes[row.dtype]
+        rates.dtype = row.dtype
+        rates.statuses[row.status] += 1
+        for name in row.ttnn_ops:
+            op = ops.setdefault(name, OpCoverage(name))
+            op.programs += 1
+            if row.status in DEVICE_VERDICTS:
+                op.verdicts[row.dtype] += 1
+                op.passes[row.dtype] += row.status is Status.SUCCESS
+            if row.status is Status.NOT_SIMULATED and row.message and name in row.message:
+                op.not_simulated_runs += 1
+    order = {d: i for i, d in enumerate(DTYPE_ORDER)}
+    return Coverage(ops=sorted(ops.values(), key=lambda o: (o.simulated, -o.programs, o.ttnn_op)),
+                    dtypes=sorted(dtypes.values(), key=lambda d: (order.get(d.dtype, 99), d.dtype)), rows=rows)
