@@ -13,11 +13,16 @@ from typing import Callable
 
 from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.plugin import TTCompiler
-from opbyop.device.simulator import DeviceSimulator, SimulationError
-from opbyop.golden.compare import compare
+from opbyop.device.runtime import Binary
+from opbyop.device.simulator import DeviceSimulator, NotSimulatedError, SimulationError, SimulatorBugError
+from opbyop.golden import upstream
+from opbyop.golden.compare import compare, verdict
 from opbyop.golden.dtypes import mlir_dtype
 from opbyop.golden.inputs import make_inputs
+from opbyop.golden.narrowing import narrowed_type, narrowing
 from opbyop.golden.xla_cpu import XlaCpu
+from opbyop.ir.constants import wide_constants
+from opbyop.ir.harness import not_a_model_op
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.protocol import AnalysisSettings, WholeRequest
 
@@ -40,6 +45,9 @@ class OpAnalyzer:
         started = utcnow()
         result = OpResult(signature=op.signature, op_name=op.op_name, status=Status.COMPILE_FAILED,
                           depth=Stage.SPLIT, started_at=started)
+        reason = not_a_model_op(op.op_name, op.attributes)
+        if reason is not None:  # a test-harness check: nothing of the model to compile
+            return _finish(result, Status.SKIPPED, Stage.SPLIT, None, reason)
 
         progress("compile")
         outcome = self.compiler.compile(op.module_text, settings.options, self.scratch / request_id, self.artifacts)
@@ -52,14 +60,16 @@ class OpAnalyzer:
 
         progress("device_run")
         try:
-            inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed)
-            program = self.artifacts.read_text(outcome.artifacts["ttnn_runtime"])
-            outputs, run = self.device.run(program, inputs)
+            inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
+                                 known=upstream.load(op, self.artifacts))
+            binary = self.device.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
+            result.narrowing = _narrowing(op, binary, inputs)
+            outputs, run = self.device.run_binary(binary, inputs)
         except SimulationError as e:
             result.device = e.run
-            return _finish(result, Status.RUN_FAILED, Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
-        except Exception as e:  # a gap in opbyop's simulator, named as such
-            return _finish(result, Status.RUN_FAILED, Stage.FLATBUFFER, Stage.DEVICE_RUN,
+            return _finish(result, _simulation_status(e), Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
+        except Exception as e:  # a bug in opbyop's simulator, named as such
+            return _finish(result, Status.ANALYZER_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN,
                            f"simulator error: {describe_exception(e)}")
         result.device = run
         if not settings.run_golden:
@@ -69,24 +79,20 @@ class OpAnalyzer:
         start = time.perf_counter()
         try:
             expected = self.golden.run(op.module_text, inputs, key=op.signature)
-            comparison = compare(outputs, expected, [o.dtype for o in op.outputs], settings.thresholds)
-        except Exception as e:  # XLA refusing the op is a golden failure with XLA's words
-            return _finish(result, Status.GOLDEN_FAILED, Stage.DEVICE_RUN, Stage.GOLDEN,
-                           f"golden reference failed: {type(e).__name__}: {e}")
+        except Exception as e:  # XLA:CPU cannot run the op: no reference, opbyop's gap, not the device's
+            return _finish(result, Status.ANALYZER_ERROR, Stage.DEVICE_RUN, Stage.GOLDEN,
+                           f"golden reference unavailable: XLA:CPU failed: {type(e).__name__}: {e}")
+        comparison = compare(outputs, expected, [o.dtype for o in op.outputs], settings.thresholds)
         comparison.seconds = time.perf_counter() - start
         result.golden = comparison
         if not comparison.passed:
-            return _finish(result, Status.GOLDEN_FAILED, Stage.DEVICE_RUN, Stage.GOLDEN,
-                           f"output mismatch: pcc {comparison.pcc} < {comparison.pcc_threshold}, "
-                           f"max abs error {comparison.max_abs_error:.3g}")
+            return _finish(result, Status.GOLDEN_FAILED, Stage.DEVICE_RUN, Stage.GOLDEN, verdict(comparison))
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
-
 
     def analyze_whole(self, request: WholeRequest, progress: ProgressFn = lambda stage: None) -> WholeModelResult:
         """The whole module compiled at once, then run stitched against the framework's output."""
         import numpy as np
 
-        from opbyop.device.runtime import Binary
         from opbyop.device.stitch import run_stitched
 
         started = time.perf_counter()
@@ -109,9 +115,10 @@ class OpAnalyzer:
         device.memory.reset_peaks()
         try:
             run = run_stitched(device, binary, values, request.parameters, request.iterations)
-        except Exception as e:  # SimulationError: the run failed; anything else: a simulator gap
+        except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
             message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
-            return WholeModelResult(status=Status.RUN_FAILED, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
+            status = _simulation_status(e) if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
+            return WholeModelResult(status=status, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
                                     message=message, compile=outcome, device=getattr(e, "run", None),
                                     seconds=time.perf_counter() - started)
         finally:
@@ -132,6 +139,21 @@ class OpAnalyzer:
             result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
             result.message = f"output differs from the framework's: pcc {comparison.pcc}"
         return result
+
+
+def _simulation_status(e: SimulationError) -> Status:
+    if isinstance(e, NotSimulatedError):
+        return Status.NOT_SIMULATED
+    if isinstance(e, SimulatorBugError):
+        return Status.ANALYZER_ERROR
+    return Status.RUN_FAILED
+
+
+def _narrowing(op: UniqueOp, binary: Binary, inputs: list) -> str | None:
+    """The element types the compiled program changed against the op's own (f64 -> f32, i64 -> si32 ...)."""
+    main = binary.program.main
+    constants = [(narrowed, value) for value in wide_constants(op) if (narrowed := narrowed_type(mlir_dtype(value.dtype)))]
+    return narrowing(op.inputs, main.argument_types, op.outputs, main.return_types, inputs, constants)
 
 
 def _finish(result: OpResult, status: Status, depth: Stage, failed: Stage | None, message: str | None) -> OpResult:

@@ -10,10 +10,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
+from opbyop.artifacts import ArtifactStore
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.frontends.graph import ModelGraph
 from opbyop.frontends.loader import load_model
+from opbyop.golden.upstream import attach, needed_values
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import SplitResult, split_module
 from opbyop.records import ModelSummary, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
@@ -27,6 +29,9 @@ class Prepared:
     splits: dict[str, SplitResult] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # model -> why it produced no ops
     unique: list[UniqueOp] = field(default_factory=list)
+    # model -> {position: XLA's message}: upstream ops whose values could not be computed (their
+    # dependents got random inputs instead of real ones)
+    upstream_failures: dict[str, dict[int, str]] = field(default_factory=dict)
 
     @property
     def records(self) -> list[OpRecord]:
@@ -48,10 +53,11 @@ PrepareOne = Callable[[str, Zoo, int], tuple[ModelGraph | None, SplitResult | No
 
 
 def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
-            prepare_one: PrepareOne = prepare_model) -> Prepared:
+            prepare_one: PrepareOne = prepare_model, artifacts: ArtifactStore | None = None) -> Prepared:
     """Every model split, one after another (torch.export keeps global state: two exports at once
     fail with 'CURRENT_PATCHER is None'), then deduplicated. `prepare_one` lets the flow run each
-    model as its own task."""
+    model as its own task. With `artifacts`, arguments whose values the model's constants fix get
+    those values (golden.upstream, on XLA:CPU in this process), stored there for the workers."""
     zoo = zoo or load_zoo()
     prepared = Prepared()
     for spec in specs:
@@ -63,6 +69,10 @@ def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
         prepared.graphs[name] = graph
         prepared.splits[name] = split
     prepared.unique = dedupe(prepared.records)
+    if artifacts is not None and any(needed_values(r) for r in prepared.records if r.ok):
+        from opbyop.golden.xla_cpu import XlaCpu
+
+        prepared.upstream_failures = attach(prepared.unique, prepared.splits, XlaCpu(), artifacts)
     return prepared
 
 
@@ -86,8 +96,9 @@ def depth_histogram(records: Iterable[OpRecord], results: dict[str, OpResult]) -
 
 
 def blocking_ops(records: Iterable[OpRecord], results: dict[str, OpResult]) -> list[tuple[OpResult, int]]:
-    """Unique ops short of GOLDEN, most occurrences first: what to fix first."""
+    """Unique ops the compiler or the device failed, most occurrences first: what to fix first (opbyop's
+    own gaps, not_simulated and analyzer_error, are not the compiler's blockers)."""
     weight: Counter = Counter(r.signature for r in records if r.ok)
-    failing = [(results[s], n) for s, n in weight.items() if s in results and results[s].status is not Status.SUCCESS
-               and results[s].status is not Status.SKIPPED]
+    failing = [(results[s], n) for s, n in weight.items() if s in results and results[s].status.is_verdict
+               and results[s].status is not Status.SUCCESS]
     return sorted(failing, key=lambda item: (-item[1], item[0].depth.rank))

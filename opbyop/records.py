@@ -127,7 +127,8 @@ class Provenance(BaseModel):
 
 class OperandKind(str, Enum):
     ARGUMENT = "argument"  # fed through an argument of the single-op module
-    CONSTANT = "constant"  # produced by constants in the model: kept inside the module
+    CONSTANT = "constant"  # a constant, or formed from constants (iota, broadcast ...): kept inside the module
+    COMPUTED = "computed"  # computed from constants by upstream ops: an argument fed its real value
     CAPTURED = "captured"  # used inside the op's regions from outside: an extra argument
 
 
@@ -188,6 +189,9 @@ class UniqueOp(BaseModel):
     operands: list[OperandDesc] = Field(default_factory=list)
     provenance: Provenance  # of the first occurrence
     occurrences: list[Occurrence]
+    # argument index -> artifact digest (.npy) of its real value, for COMPUTED operands whose value
+    # was computed from the model's constants (golden.upstream); other arguments are drawn from the seed
+    input_values: dict[int, str] = Field(default_factory=dict)
 
     @property
     def models(self) -> list[str]:
@@ -247,7 +251,9 @@ class GoldenComparison(BaseModel):
     allclose: bool
     passed: bool
     pcc_threshold: float
-    method: str = "pcc"  # how the verdict was reached: pcc | exact | allclose (scalars, constants, integers)
+    method: str = "pcc"  # how the verdict was reached: pcc | exact (integers, booleans) | allclose
+    #   (scalars, constant outputs) | shape (the output's shape differs for real)
+    message: str | None = None  # why the outputs could not be compared value by value
     seconds: float = 0.0
 
 

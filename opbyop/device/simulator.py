@@ -31,10 +31,16 @@ class DeviceSimulator:
             self._devices[spec] = open_device(spec)
         return self._devices[spec]
 
+    def load(self, program_text: str) -> Binary:
+        return Binary.load(program_text)
+
     def run(self, program_text: str, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], DeviceRun]:
         """Outputs of the program's entry on `inputs`, and what the run cost; SimulationError on failure."""
+        return self.run_binary(self.load(program_text), inputs)
+
+    def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], DeviceRun]:
+        """Like run, for a program already loaded (its types read before the run, e.g. for narrowing)."""
         started = time.perf_counter()
-        binary = Binary.load(program_text)
         device = self.device_for(binary.program.spec)
         device.memory.reset_peaks()
         pushed, outputs = [], []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from pydantic import BaseModel, Field
 
@@ -41,40 +43,134 @@ def pcc(actual: np.ndarray, expected: np.ndarray) -> float | None:
     return float(np.clip(np.mean((a - a.mean()) * (e - e.mean())) / (sa * se), -1.0, 1.0))
 
 
+class OutputMismatch(ValueError):
+    """The device output cannot be compared with the golden one: a device failure, both shapes named."""
+
+
+def as_golden_shape(actual: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """The device's output in the golden output's representation, or OutputMismatch.
+
+    Converted, because they are only how the device represents a value: a complex tensor as a
+    trailing dimension of 2 (real, imaginary); a 64-bit integer as two 32-bit words (low, high); a
+    rank-0 tensor as a 1-element tensor; size-1 dims.
+    """
+    a, e = np.asarray(actual), np.asarray(expected)
+    if np.iscomplexobj(e) and not np.iscomplexobj(a) and a.shape == e.shape + (2,):
+        a = a[..., 0] + 1j * a[..., 1]
+    elif e.dtype.kind in "iu" and e.dtype.itemsize == 8 and a.shape == e.shape + (2,) and a.dtype.itemsize <= 4:
+        words = a.astype(np.int64).astype(np.uint64) & np.uint64(0xFFFFFFFF)  # (low, high) 32-bit words
+        a = (words[..., 0] | (words[..., 1] << np.uint64(32))).view(e.dtype)
+    if a.shape == e.shape:
+        return a
+    if a.size == e.size and tuple(d for d in a.shape if d != 1) == tuple(d for d in e.shape if d != 1):
+        return a.reshape(e.shape)
+    raise OutputMismatch(f"device output shape {a.shape} differs from golden shape {e.shape}")
+
+
+def _exact_equal(a: np.ndarray, e: np.ndarray) -> bool:
+    """Integers and booleans compared by value, whatever their widths and signedness (ui64 included)."""
+    if a.dtype == e.dtype:
+        return bool(np.array_equal(a, e))
+    return bool(np.array_equal(a.astype(object), e.astype(object)))
+
+
+def _is_exact_type(dtype: str) -> bool:
+    return dtype.startswith(("i", "ui"))  # integers and i1
+
+
+@dataclass
+class _Figures:
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+
+def _errors(a: np.ndarray, e: np.ndarray) -> _Figures:
+    """Max absolute and relative error; equal infinities and NaN against NaN count as equal."""
+    if a.size == 0:
+        return _Figures()
+    if np.iscomplexobj(a) or np.iscomplexobj(e):
+        a, e = np.asarray(a, dtype=np.complex128), np.asarray(e, dtype=np.complex128)
+    else:
+        a, e = _float64(a), _float64(e)
+    with np.errstate(invalid="ignore", over="ignore"):
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        diff = np.where(same, 0.0, np.abs(a - e))
+    max_abs = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("inf")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        max_rel = float(np.nanmax(np.where(same, 0.0, diff / (np.abs(e) + 1e-12))))
+    return _Figures(max_abs, max_rel)
+
+
+def _float64(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x).astype(np.float64)
+
+
+def _judge(a: np.ndarray, e: np.ndarray, dtype: str, t: DtypeThreshold) -> tuple[bool, float | None, bool, str]:
+    """(passed, pcc, allclose, method) for one output of the golden's shape."""
+    if a.size == 0:
+        return True, None, True, "exact"  # nothing to compare: equal shapes are the whole verdict
+    if _is_exact_type(dtype) or e.dtype == np.bool_:
+        ok = _exact_equal(a, e)
+        return ok, 1.0 if ok else 0.0, ok, "exact"
+    if np.iscomplexobj(e):  # PCC over real and imaginary parts together
+        a = np.stack([np.real(a), np.imag(a)], axis=-1)
+        e = np.stack([np.real(e), np.imag(e)], axis=-1)
+    a64, e64 = _float64(a), _float64(e)
+    close = bool(np.allclose(a64, e64, rtol=t.rtol, atol=t.atol, equal_nan=True))
+    finite = e64[np.isfinite(e64)]
+    if e64.size == 1 or finite.size == 0 or np.all(finite == finite[0]):
+        return close, None, close, "allclose"  # PCC says nothing about a scalar or a constant
+    p = pcc(a64, e64)
+    ok = p is not None and p >= t.pcc and (close or not t.require_allclose)
+    return ok, p, close, "pcc"
+
+
 def compare(actual: list[np.ndarray], expected: list[np.ndarray], dtypes: list[str],
             thresholds: Thresholds) -> GoldenComparison:
-    """Every output must pass; the figures reported are the worst over the outputs."""
+    """Every output must pass; the figures reported are the worst over the outputs. Outputs whose
+    shapes differ for real fail, naming both shapes (OutputMismatch is never raised from here)."""
     if len(actual) != len(expected):
-        raise ValueError(f"{len(actual)} device outputs for {len(expected)} golden outputs")
+        return _mismatch(f"{len(actual)} device outputs for {len(expected)} golden outputs", thresholds)
     worst_pcc: float | None = 1.0
-    max_abs = max_rel = 0.0
+    figures = _Figures()
     all_close = passed = True
     used = thresholds.default.pcc
+    methods: list[str] = []
     for a, e, dtype in zip(actual, expected, dtypes):
         t = thresholds.for_dtype(dtype)
         used = t.pcc
-        a64, e64 = np.asarray(a).astype(np.float64), np.asarray(e).astype(np.float64)
-        if a64.shape != e64.shape:
-            raise ValueError(f"device output shape {a64.shape} differs from golden shape {e64.shape}")
-        with np.errstate(invalid="ignore"):
-            same = (a64 == e64) | (np.isnan(a64) & np.isnan(e64))  # equal infinities, NaN for NaN
-            diff = np.where(same, 0.0, np.abs(a64 - e64))
-        if diff.size:
-            max_abs = max(max_abs, float(np.nanmax(diff)) if np.isfinite(diff).any() else float("inf"))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                max_rel = max(max_rel, float(np.nanmax(np.where(same, 0.0, diff / (np.abs(e64) + 1e-12)))))
-        close = bool(np.allclose(a64, e64, rtol=t.rtol, atol=t.atol, equal_nan=True))
-        all_close &= close
-        if dtype.startswith(("i", "ui")):  # integers and booleans: exact
-            ok = bool(np.array_equal(a64, e64))
-            p = 1.0 if ok else 0.0
-        else:
-            p = pcc(a64, e64)
-            ok = p is not None and p >= t.pcc and (close or not t.require_allclose)
+        e = np.asarray(e)
+        try:
+            a = as_golden_shape(a, e)
+        except OutputMismatch as mismatch:
+            return _mismatch(str(mismatch), thresholds)
+        errors = _errors(a, e)
+        figures = _Figures(max(figures.max_abs, errors.max_abs), max(figures.max_rel, errors.max_rel))
+        ok, p, close, method = _judge(a, e, dtype, t)
         passed &= ok
-        if p is None or worst_pcc is None:
-            worst_pcc = None
-        else:
-            worst_pcc = min(worst_pcc, p)
-    return GoldenComparison(pcc=worst_pcc, max_abs_error=max_abs, max_rel_error=max_rel,
-                            allclose=all_close, passed=passed, pcc_threshold=used)
+        all_close &= close
+        methods.append(method)
+        if method == "pcc":
+            worst_pcc = None if p is None or worst_pcc is None else min(worst_pcc, p)
+    if "pcc" not in methods:
+        worst_pcc = None
+    method = "pcc" if "pcc" in methods else ("allclose" if "allclose" in methods else "exact")
+    return GoldenComparison(pcc=worst_pcc, max_abs_error=figures.max_abs, max_rel_error=figures.max_rel,
+                            allclose=all_close, passed=passed, pcc_threshold=used, method=method)
+
+
+def _mismatch(message: str, thresholds: Thresholds) -> GoldenComparison:
+    return GoldenComparison(pcc=None, max_abs_error=float("inf"), max_rel_error=float("inf"), allclose=False,
+                            passed=False, pcc_threshold=thresholds.default.pcc, method="shape", message=message)
+
+
+def verdict(comparison: GoldenComparison) -> str:
+    """One line saying why a comparison failed, by the method that judged it."""
+    if comparison.message:
+        return comparison.message
+    if comparison.method == "exact":
+        return f"output mismatch: values differ (exact comparison), max abs error {comparison.max_abs_error:.3g}"
+    if comparison.method == "allclose":
+        return f"output mismatch: not allclose, max abs error {comparison.max_abs_error:.3g}"
+    return (f"output mismatch: pcc {comparison.pcc} < {comparison.pcc_threshold}, "
+            f"max abs error {comparison.max_abs_error:.3g}")

@@ -16,7 +16,7 @@ from opbyop.golden.dtypes import is_float, numpy_dtype
 from opbyop.records import OperandDesc, TensorDesc
 
 # op name -> operand indices that must be drawn from (0.5, 2.0)
-_POSITIVE_OPERANDS: dict[str, tuple[int, ...]] = {
+POSITIVE_OPERANDS: dict[str, tuple[int, ...]] = {
     "stablehlo.log": (0,), "stablehlo.sqrt": (0,), "stablehlo.rsqrt": (0,),
     "stablehlo.log_plus_one": (0,), "stablehlo.cbrt": (0,), "stablehlo.divide": (1,),
     "stablehlo.remainder": (1,), "stablehlo.power": (0,), "stablehlo.atan2": (1,),
@@ -64,10 +64,12 @@ def _draw(rng: np.random.Generator, desc: TensorDesc, positive: bool, bound: int
 
 
 def make_inputs(op_name: str, inputs: Sequence[TensorDesc], operands: Sequence[OperandDesc],
-                attributes: dict[str, Any], signature: str, seed: int) -> list[np.ndarray]:
-    """One array per argument of the single-op module."""
+                attributes: dict[str, Any], signature: str, seed: int,
+                known: dict[int, np.ndarray] | None = None) -> list[np.ndarray]:
+    """One array per argument of the single-op module; `known` (argument -> value) wins over a draw."""
+    known = known or {}
     rng = np.random.default_rng(op_seed(seed, signature))
-    positive = _POSITIVE_OPERANDS.get(op_name, ())
+    positive = POSITIVE_OPERANDS.get(op_name, ())
     by_argument: dict[int, OperandDesc] = {}
     for o in operands:
         if o.argument is not None:
@@ -77,5 +79,6 @@ def make_inputs(op_name: str, inputs: Sequence[TensorDesc], operands: Sequence[O
         operand = by_argument.get(arg)
         index = operand.index if operand is not None else -1
         bound = _index_bounds(op_name, index, operands, attributes)
-        arrays.append(_draw(rng, desc, index in positive, bound))
+        drawn = _draw(rng, desc, index in positive, bound)  # drawn anyway: the other draws stay as they were
+        arrays.append(known[arg] if arg in known else drawn)
     return arrays

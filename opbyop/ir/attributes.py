@@ -9,6 +9,8 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import stablehlo
 
+from opbyop.ir.dense import parse_dense
+
 _SMALL_ELEMENTS = 16  # dense constants up to this many elements are recorded by value
 
 
@@ -27,22 +29,36 @@ def _plain(value: Any) -> Any:
 
 
 def _dense(attr: ir.Attribute) -> dict[str, Any]:
-    dense = ir.DenseElementsAttr(attr)
-    shaped = ir.ShapedType(dense.type)
-    out: dict[str, Any] = {"type": str(dense.type), "shape": list(shaped.shape)}
-    if dense.is_splat:
-        out["splat"] = _scalar(dense.get_splat_value())
-        return out
-    try:
-        values = np.array(dense)
-    except (TypeError, ValueError, RuntimeError):  # bf16, i1 ... have no buffer protocol
-        out["sha256"] = hashlib.sha256(str(attr).encode()).hexdigest()
-        return out
-    if values.size <= _SMALL_ELEMENTS:
-        out["values"] = values.reshape(-1).tolist()
+    return dense_summary(str(attr))
+
+
+def dense_summary(text: str) -> dict[str, Any]:
+    """A dense constant as JSON-ready data: type and shape, and its value (splat, up to 16 values)
+    or the sha256 of its values. Every element type: bf16, f16, i1, ui64, complex ([re, im])."""
+    values = parse_dense(text)
+    out: dict[str, Any] = {"type": text[text.rindex(":") + 1:].strip(), "shape": list(values.shape)}
+    flat = values.reshape(-1)
+    if flat.size > 1 and bool(np.all(flat == flat[0])):
+        out["splat"] = _json_scalar(flat[0])
+    elif flat.size == 1:
+        out["splat"] = _json_scalar(flat[0])
+    elif flat.size <= _SMALL_ELEMENTS:
+        out["values"] = [_json_scalar(v) for v in flat]
     else:
-        out["sha256"] = hashlib.sha256(values.tobytes()).hexdigest()
+        out["sha256"] = hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
     return out
+
+
+def _json_scalar(value: Any) -> Any:
+    """A numpy scalar as a JSON value: complex as [re, im], NaN and infinities as their names."""
+    if isinstance(value, (complex, np.complexfloating)):
+        return [_json_scalar(float(value.real)), _json_scalar(float(value.imag))]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    number = float(value)
+    return number if np.isfinite(number) else str(number)
 
 
 def _scalar(attr: ir.Attribute) -> Any:
@@ -99,4 +115,50 @@ def to_value(attr: ir.Attribute) -> Any:
 
 
 def op_attributes(op: ir.Operation) -> dict[str, Any]:
-    return {name: to_value(op.attributes[name]) for name in op.attributes}
+    out: dict[str, Any] = {}
+    for name in op.attributes:
+        try:
+            out[name] = to_value(op.attributes[name])
+        except TypeError:  # an attribute the bindings cannot hand over (complex dense): read its text
+            text = attribute_text(op, name)
+            out[name] = dense_summary(text) if text.startswith("dense<") else text
+    return out
+
+
+def safe_attributes(op: ir.Operation) -> list[ir.Attribute]:
+    """The attributes the Python bindings can hand over (a complex constant's value they cannot)."""
+    found = []
+    for name in op.attributes:
+        try:
+            found.append(op.attributes[name])
+        except TypeError:
+            continue
+    return found
+
+
+def attribute_text(op: ir.Operation, name: str) -> str:
+    """The printed value of attribute `name` of `op`, read from the op's generic form."""
+    asm = op.get_asm(print_generic_op_form=True, large_elements_limit=None)
+    key = f"{name} = "
+    start = asm.find(key)
+    while start > 0 and asm[start - 1] not in "{ ,":
+        start = asm.find(key, start + 1)
+    if start < 0:
+        raise KeyError(name)
+    i = start + len(key)
+    depth, j, quoted = 0, i, False
+    while j < len(asm):
+        ch = asm[j]
+        if ch == '"' and asm[j - 1] != "\\":
+            quoted = not quoted
+        elif not quoted:
+            if ch in "<([{":
+                depth += 1
+            elif ch in ">)]}":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                break
+        j += 1
+    return asm[i:j].strip()

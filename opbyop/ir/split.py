@@ -1,10 +1,15 @@
 """Split a model's @main into standalone single-op modules, one record per op occurrence.
 
-Each op becomes `func.func @main(<its non-constant operands>) -> <its results>`:
-- an operand computed only from constants (constant, iota and ops over them) stays a constant: its
-  producing chain is cloned into the module, so the compiler sees what it sees in the model (XLA
-  and tt-mlir both assume e.g. a reduce's init value is a constant);
+Each op becomes `func.func @main(<its operands>) -> <its results>`, holding that op and only what
+must be a compile-time constant for it to compile:
+- an operand that is a constant, or is formed from constants by constant-forming ops (iota,
+  broadcast_in_dim, reshape, convert, transpose), keeps that chain inside the module: the compiler
+  sees what it sees in the model (XLA and tt-mlir both assume e.g. a reduce's init value is a constant);
+- every other producer becomes an argument, even one fed only by constants: a failure upstream (a
+  while loop, a select_and_scatter) then never lands on this op. Where such an operand's value is
+  fixed by the model's constants (OperandKind.COMPUTED), golden.upstream computes it for the inputs;
 - values an op's regions use from outside (while / case bodies) become extra arguments;
+- functions the op (or its kept chain) refers to travel with it;
 - an op that cannot be extracted becomes a record with `split_error`; the others carry on.
 """
 
@@ -16,7 +21,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 from pydantic import BaseModel
 
-from opbyop.ir.attributes import op_attributes
+from opbyop.ir.attributes import op_attributes, safe_attributes
 from opbyop.ir.context import make_context
 from opbyop.ir.normalize import (
     body_ops,
@@ -31,9 +36,14 @@ from opbyop.ir.provenance import provenance_of
 from opbyop.records import OperandDesc, OperandKind, OpRecord, TensorDesc, ValueRef
 
 # Ops whose value is fixed at compile time although they are not constants themselves, when all
-# their operands are. Random and opaque ops are excluded: folding them would change the program.
+# their operands are. Random and opaque ops are excluded: their value is not the program's to fix.
 _NOT_FOLDABLE = {"stablehlo.rng", "stablehlo.rng_bit_generator", "stablehlo.custom_call",
                  "stablehlo.infeed", "stablehlo.outfeed", "stablehlo.recv", "stablehlo.send"}
+# Ops that only form constants (no arithmetic): with the constants they start from, they stay
+# inside the module of an op they feed. Anything else is that op's argument.
+CONSTANT_FORMING = frozenset({"stablehlo.constant", "stablehlo.iota", "stablehlo.broadcast_in_dim",
+                              "stablehlo.broadcast", "stablehlo.reshape", "stablehlo.convert",
+                              "stablehlo.transpose"})
 
 
 class SplitResult(BaseModel):
@@ -95,9 +105,11 @@ class _Splitter:
             for j, r in enumerate(op.results):
                 self.producer[r] = (i, j)
         self._descs: dict[ir.Type, TensorDesc] = {}  # MLIR types are uniqued: describe each once
-        self.foldable: list[bool] = []
+        self.constant_fed: list[bool] = []  # the op's value is fixed by the model's constants
+        self.kept: list[bool] = []  # ... and it only forms a constant: kept inside the modules it feeds
         for i in range(len(self.ops)):  # in program order: producers are decided first
-            self.foldable.append(self._is_foldable(i))
+            self.constant_fed.append(self._is_constant_fed(i))
+            self.kept.append(self._is_kept(i))
 
     def desc(self, t: ir.Type) -> TensorDesc:
         found = self._descs.get(t)
@@ -111,19 +123,25 @@ class _Splitter:
         position, result = self.producer[value]
         return ValueRef(position=position, result=result)
 
-    def _is_foldable(self, i: int) -> bool:
+    def _is_constant_fed(self, i: int) -> bool:
         op = self.ops[i]
         if op.name in _NOT_FOLDABLE:
             return False
         for v in list(op.operands) + _captured(op):
             if v in self.arg_index or v not in self.producer:
                 return False
-            if not self.foldable[self.producer[v][0]]:
+            if not self.constant_fed[self.producer[v][0]]:
                 return False
         return True
 
+    def _is_kept(self, i: int) -> bool:
+        op = self.ops[i]
+        if op.name not in CONSTANT_FORMING or len(op.regions) > 0:
+            return False
+        return all(v in self.producer and self.kept[self.producer[v][0]] for v in op.operands)
+
     def _constant_chain(self, values: list[ir.Value]) -> list[int]:
-        """Positions of every op needed to compute `values` from constants, in program order."""
+        """Positions of the constant-forming ops that form `values`, in program order."""
         needed: set[int] = set()
         stack = [self.producer[v][0] for v in values]
         while stack:
@@ -152,9 +170,13 @@ class _Splitter:
         constants: list[ir.Value] = []
         operands: list[OperandDesc] = []
         for index, v in enumerate(own + captured):
-            kind = OperandKind.CAPTURED if index >= len(own) else OperandKind.ARGUMENT
+            producer = self.producer[v][0] if v in self.producer else None
+            if producer is not None and self.constant_fed[producer] and not self.kept[producer]:
+                kind = OperandKind.COMPUTED
+            else:
+                kind = OperandKind.CAPTURED if index >= len(own) else OperandKind.ARGUMENT
             desc = self.desc(v.type)
-            if v in self.producer and self.foldable[self.producer[v][0]]:
+            if producer is not None and self.kept[producer]:
                 constants.append(v)
                 operands.append(OperandDesc(index=index, kind=OperandKind.CONSTANT, tensor=desc))
                 continue
@@ -163,7 +185,8 @@ class _Splitter:
             operands.append(OperandDesc(index=index, kind=kind, tensor=desc,
                                         argument=arguments.index(v)))
 
-        callees = self._callees(op)
+        chain = self._constant_chain(constants)
+        callees = self._callees([op] + [self.ops[p] for p in chain])
         module = ir.Module.create(op.location)
         with ir.InsertionPoint(module.body), op.location:
             for name in callees:  # functions the op refers to (custom_call's called_computations ...)
@@ -172,7 +195,7 @@ class _Splitter:
             entry = fn.add_entry_block()
             mapping: dict[ir.Value, ir.Value] = dict(zip(arguments, entry.arguments))
             with ir.InsertionPoint(entry):
-                for p in self._constant_chain(constants):
+                for p in chain:
                     self._clone_into(self.ops[p], mapping)
                 clone = self._clone_into(op, mapping)
                 func.ReturnOp(list(clone.results))
@@ -188,14 +211,14 @@ class _Splitter:
             "module_text": module.operation.get_asm(enable_debug_info=True),
         })
 
-    def _callees(self, op: ir.Operation) -> list[str]:
-        """Functions of the model that `op` (or anything nested in it) refers to, transitively."""
+    def _callees(self, ops: list[ir.Operation]) -> list[str]:
+        """Functions of the model that `ops` (or anything nested in them) refer to, transitively."""
         found: list[str] = []
-        pending = [op]
+        pending = list(ops)
         while pending:
             for name in _symbol_refs(pending.pop()):
                 if name not in self.functions:
-                    raise ValueError(f"{op.name} refers to @{name}, which the module does not define")
+                    raise ValueError(f"{ops[0].name} refers to @{name}, which the module does not define")
                 if name not in found:
                     found.append(name)
                     pending.append(self.functions[name])
@@ -252,8 +275,8 @@ def _symbol_refs(op: ir.Operation) -> list[str]:
                 collect(item)
 
     def visit(inner: ir.Operation) -> ir.WalkResult:
-        for name in inner.attributes:
-            collect(inner.attributes[name])
+        for attr in safe_attributes(inner):  # a complex constant's value is no symbol reference
+            collect(attr)
         return ir.WalkResult.ADVANCE
 
     op.walk(visit)

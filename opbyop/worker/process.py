@@ -195,13 +195,14 @@ class OpWorker:
             if message is None:
                 self.kill()
                 self.restarts += 1
-                return _Lost(Status.TIMEOUT, step, f"no result within {timeout:.0f} s during {step}",
+                return _Lost(_lost_status(step, Status.TIMEOUT), step, f"no result within {timeout:.0f} s during {step}",
                              self._log_tail(log_offset), child_pid)
             if isinstance(message, EOFError):
                 returncode = self._proc.wait() if self._proc is not None else None
                 self.close()
                 self.restarts += 1
-                return _Lost(Status.CRASHED, step, f"worker process died ({_describe_exit(returncode)}) during {step}",
+                return _Lost(_lost_status(step, Status.CRASHED), step,
+                             f"worker process died ({_describe_exit(returncode)}) during {step}",
                              self._log_tail(log_offset), child_pid)
             if getattr(message, "id", None) != request.id:
                 self.kill()  # a stale or foreign message: never credit it to this request
@@ -210,8 +211,8 @@ class OpWorker:
                 step = message.stage
                 continue
             if isinstance(message, Failure):  # a bug in opbyop, not in the op: recorded, never a lost run
-                return _Lost(Status.CRASHED, step, f"opbyop failed during {step} (not the compiler): {message.error}",
-                             "", child_pid)
+                return _Lost(Status.ANALYZER_ERROR, step,
+                             f"opbyop failed during {step} (not the compiler): {message.error}", "", child_pid)
             if isinstance(message, (Reply, WholeReply)) and message.result.compile is not None:
                 # the compiler prints its diagnostics (with MLIR locations) to stderr, not into the exception
                 message.result.compile.diagnostics = self._diagnostics(log_offset)
@@ -275,6 +276,12 @@ def write_values(graph: ModelGraph, path: Path) -> Path:
 
 def parameter_indices(graph: ModelGraph) -> list[int]:
     return [i for i, a in enumerate(graph.arguments) if a.kind is ArgumentKind.PARAMETER]
+
+
+def _lost_status(step: str, compiler_status: Status) -> Status:
+    """A child lost while compiling is the compiler's crash or hang; while simulating or running XLA:CPU,
+    it is opbyop's (the simulator, or its golden reference), never counted against the compiler."""
+    return compiler_status if step == "compile" else Status.ANALYZER_ERROR
 
 
 def _describe_exit(returncode: int | None) -> str:
