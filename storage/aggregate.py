@@ -1,7 +1,9 @@
 """The nightly aggregation: the named SQL queries run for one run against its predecessor.
 
-The previous run, unless given, is the last completed run of the same chip and compiler options
-(comparing across chips or options would report the difference in settings as regressions).
+The previous run, unless given, is the last completed run of the same chip, compiler options and
+models (comparing across chips or options would report the difference in settings as regressions,
+across models every op of the other models as new or removed). Model by model, each model is
+compared with the last comparable run that split that model (model_comparisons).
 """
 
 from __future__ import annotations
@@ -60,6 +62,41 @@ class NightlySummary:
     model_trend: QueryResult
     top_failures: QueryResult
     skipped: list[SkippedFile] = field(default_factory=list)
+
+
+@dataclass
+class ModelComparison:
+    """One model of a run against the last comparable run that had it (None: the first such run)."""
+
+    model: str
+    previous_run_id: str | None
+    depth_histogram: list[dict[str, Any]]
+    regressions: list[dict[str, Any]] = field(default_factory=list)
+    progressions: list[dict[str, Any]] = field(default_factory=list)
+    new_ops: list[dict[str, Any]] = field(default_factory=list)
+    removed_ops: list[dict[str, Any]] = field(default_factory=list)
+
+
+CHANGE_KINDS = {"regression": "regressions", "progression": "progressions", "new": "new_ops", "removed": "removed_ops"}
+
+
+def model_comparisons(con: StoreConnection, run_id: str) -> list[ModelComparison]:
+    """Every model of `run_id` (that split) with its depth histogram and its changes against its own
+    previous comparable run: one query per distinct previous run, not per model."""
+    histogram = run_query(con, "depth_histogram", run_id=run_id).records()
+    previous = {r["model"]: r["previous_run_id"] for r in run_query(con, "previous_model_runs", run_id=run_id).records()}
+    out = {model: ModelComparison(model, prev, [h for h in histogram if h["model"] == model])
+           for model, prev in previous.items()}
+    for prev in sorted({p for p in previous.values() if p}):
+        models = sorted(m for m, p in previous.items() if p == prev)
+        for row in run_query(con, "model_changes", run_id=run_id, prev_run_id=prev, models=models).records():
+            getattr(out[row["model"]], CHANGE_KINDS[row.pop("change")]).append(row)
+    return [out[m] for m in sorted(out)]
+
+
+def model_comparisons_for(root: Path | str | None, run_id: str) -> list[ModelComparison]:
+    with StoreConnection(root) as con:
+        return model_comparisons(con, run_id)
 
 
 def nightly(con: StoreConnection, run_id: str, previous: str | None = None, n: int = 30,
