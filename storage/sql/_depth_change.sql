@@ -1,7 +1,11 @@
 WITH cur AS (
-    SELECT signature, op_name, status, depth, failed_stage, message FROM results WHERE run_id = $run_id
+    SELECT r.signature, r.op_name, r.status, r.depth, r.failed_stage, r.message FROM results r
+    JOIN statuses st ON st.status = r.status WHERE r.run_id = $run_id AND st.verdict
 ), prev AS (
-    SELECT signature, status, depth, failed_stage, message FROM results WHERE run_id = $prev_run_id
+    -- only the compiler's and the device's verdicts compare: an op that went from success to
+    -- not_simulated is opbyop's change, not a regression of the compiler
+    SELECT r.signature, r.status, r.depth, r.failed_stage, r.message FROM results r
+    JOIN statuses st ON st.status = r.status WHERE r.run_id = $prev_run_id AND st.verdict
 ), occ AS (
     SELECT signature, count(*) AS occurrences, list(DISTINCT model ORDER BY model) AS models
     FROM ops WHERE run_id = $run_id AND split_error IS NULL GROUP BY signature

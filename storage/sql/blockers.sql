@@ -1,10 +1,12 @@
--- Per model: the unique ops that keep it from passing (short of GOLDEN), heaviest first, weighted
--- by how often each occurs in that model.
+-- Per model: the unique ops that keep it from passing (the compiler or the device failed them),
+-- heaviest first, weighted by how often each occurs in that model. opbyop's own gaps
+-- (not_simulated, analyzer_error) and skipped ops are not blockers: see query opbyop_gaps.
 WITH o AS (
     SELECT model, signature, position, framework_op FROM ops WHERE run_id = $run_id AND split_error IS NULL
 ), r AS (
-    SELECT signature, op_name, status, depth, failed_stage, message FROM results
-    WHERE run_id = $run_id AND depth <> 'GOLDEN'
+    SELECT r.signature, r.op_name, r.status, r.depth, r.failed_stage, r.message
+    FROM results r JOIN statuses st ON st.status = r.status
+    WHERE r.run_id = $run_id AND st.verdict AND r.status <> 'success'
 ), totals AS (
     SELECT model, count(*) AS model_ops FROM o GROUP BY model
 )

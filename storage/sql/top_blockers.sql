@@ -1,9 +1,11 @@
--- Across models: the unique ops short of GOLDEN that block the most models and occurrences.
+-- Across models: the unique ops the compiler or the device failed that block the most models and
+-- occurrences (opbyop's own gaps are in query opbyop_gaps).
 WITH o AS (
     SELECT model, signature FROM ops WHERE run_id = $run_id AND split_error IS NULL
 ), r AS (
-    SELECT signature, op_name, status, depth, failed_stage, message FROM results
-    WHERE run_id = $run_id AND depth <> 'GOLDEN'
+    SELECT r.signature, r.op_name, r.status, r.depth, r.failed_stage, r.message
+    FROM results r JOIN statuses st ON st.status = r.status
+    WHERE r.run_id = $run_id AND st.verdict AND r.status <> 'success'
 )
 SELECT r.signature, r.op_name, r.status, r.depth, r.failed_stage, r.message,
        count(DISTINCT o.model) AS models_blocked,
