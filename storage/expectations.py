@@ -160,9 +160,12 @@ class ExpectationReport(BaseModel):
     run_id: str
     checked: int = 0
     matched: int = 0
-    not_compared: int = 0  # skipped ops that stopped short of their expectation: nothing to say
+    not_compared: int = 0  # ops short of their expectation without a verdict (skipped, opbyop's or infra's)
     unexpected_failures: list[Mismatch] = Field(default_factory=list)
     unexpected_passes: list[Mismatch] = Field(default_factory=list)
+    # short of their expectation because of opbyop or the infrastructure (not_simulated, analyzer_error,
+    # infra_error): neither the compiler's regression nor a reason to lower the expectation
+    not_judged: list[Mismatch] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -178,14 +181,20 @@ def compare(run_id: str, ops: list[OpOutcome], expectations: Expectations) -> Ex
         if r.depth.rank == expected.rank:
             report.matched += 1
             continue
-        if r.status is Status.SKIPPED and r.depth.rank < expected.rank:
+        if not r.status.is_verdict and r.depth.rank < expected.rank:
             report.not_compared += 1
+            if r.status is not Status.SKIPPED:
+                report.not_judged.append(_mismatch(r, expected, rule))
             continue
-        mismatch = Mismatch(signature=r.signature, op_name=r.op_name, expected=expected, actual=r.depth,
-                            status=r.status, failed_stage=r.failed_stage, message=r.message,
-                            rule=rule.key if rule else "default", models=list(r.models), occurrences=r.occurrences)
+        mismatch = _mismatch(r, expected, rule)
         (report.unexpected_failures if r.depth.rank < expected.rank else report.unexpected_passes).append(mismatch)
     return report
+
+
+def _mismatch(r: OpOutcome, expected: Stage, rule: Expectation | None) -> Mismatch:
+    return Mismatch(signature=r.signature, op_name=r.op_name, expected=expected, actual=r.depth,
+                            status=r.status, failed_stage=r.failed_stage, message=r.message,
+                    rule=rule.key if rule else "default", models=list(r.models), occurrences=r.occurrences)
 
 
 def _reason(r: OpOutcome) -> str:
@@ -197,7 +206,8 @@ def _reason(r: OpOutcome) -> str:
 def from_outcomes(ops: list[OpOutcome], previous: Expectations | None = None) -> Expectations:
     """Expectations that a run meets exactly: every op short of GOLDEN gets an entry, grouped into
     one op_kind entry when every op of that kind stopped at the same depth (at least two of them).
-    Reasons written by hand in `previous` are kept; skipped ops keep their previous entry."""
+    Reasons written by hand in `previous` are kept; ops without a verdict (skipped, opbyop's or the
+    infrastructure's) keep their previous entry."""
     previous = previous or Expectations()
     kept_reason = {e.key: e.reason for e in previous.expectations}
     by_kind: dict[str, list[OpOutcome]] = defaultdict(list)
@@ -205,7 +215,7 @@ def from_outcomes(ops: list[OpOutcome], previous: Expectations | None = None) ->
         by_kind[r.op_name].append(r)
     entries: list[Expectation] = []
     for kind, group in sorted(by_kind.items()):
-        measured = [r for r in group if r.status is not Status.SKIPPED]
+        measured = [r for r in group if r.status.is_verdict]
         depths = {r.depth for r in measured}
         if len(measured) >= 2 and len(measured) == len(group) and len(depths) == 1 and Stage.GOLDEN not in depths:
             key = f"op_kind {kind}"
@@ -213,7 +223,7 @@ def from_outcomes(ops: list[OpOutcome], previous: Expectations | None = None) ->
                                        reason=kept_reason.get(key) or _reason(measured[0])))
             continue
         for r in sorted(group, key=lambda r: r.signature):
-            if r.status is Status.SKIPPED:
+            if not r.status.is_verdict:  # no verdict to expect: what was expected stays
                 old = previous.rule_for(r.signature, r.op_name)
                 if old is not None and old.signature:
                     entries.append(old)

@@ -3,8 +3,10 @@
 One OpTest per (unique op, model it occurs in), each with its own op's real start and end time,
 `status` always filled for ops that were attempted (crashed / timeout are mapped by the stage that
 failed and keep their real status in `config`), the failing stage in `config`, and `message` the
-compiler's / device's words verbatim (never a stage prefix in it). Skipped ops are skipped=True,
-success=False (nothing ran: never reported as passing). Split failures have no compiled op and no
+compiler's / device's words verbatim (never a stage prefix in it). Ops without a verdict of the
+compiler or the device (skipped; not_simulated, analyzer_error, infra_error: opbyop's or the
+infrastructure's) are skipped=True, success=False, status None, their fault in `config` (never
+reported as passing, never counted as the compiler's failure). Split failures have no compiled op and no
 timing of their own and are left out (they are counted in the models table).
 """
 
@@ -81,7 +83,7 @@ def optest_status(result: OpResult) -> TestStatus | None:
               Status.RUN_FAILED: TestStatus.RUN_FAILED, Status.GOLDEN_FAILED: TestStatus.GOLDEN_FAILED}
     if result.status in direct:
         return direct[result.status]
-    if result.status is Status.SKIPPED:
+    if not result.status.is_verdict:  # skipped, or opbyop's / the infrastructure's: no verdict on the op
         return None
     stage = result.failed_stage
     if stage is Stage.GOLDEN:
@@ -111,6 +113,7 @@ def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend
     short = result.signature[:16]
     config = {
         "run_id": run.run_id, "signature": result.signature, "status": result.status.value,
+        "fault": result.status.fault.value, "narrowing": result.narrowing,
         "depth": result.depth.value, "failed_stage": result.failed_stage.value if result.failed_stage else None,
         "compile_stage_reached": (result.compile.reached.value if result.compile and result.compile.reached
                                   else None),
@@ -130,7 +133,7 @@ def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend
         test_duration=result.ended_at - result.started_at,
         test_case_name=f"{result.op_name}[{short}]",
         filepath=(p.source.file if p.source else model),
-        success=result.status is Status.SUCCESS, skipped=result.status is Status.SKIPPED,
+        success=result.status is Status.SUCCESS, skipped=not result.status.is_verdict,
         message=result.message, config=config, frontend=frontend, model_name=model,
         op_kind=result.op_name.split(".", 1)[-1], op_name=result.op_name,
         framework_op_name=p.framework_op or p.aten_op or "",

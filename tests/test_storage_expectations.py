@@ -80,3 +80,15 @@ def test_update_groups_whole_op_kinds_and_keeps_hand_written_reasons(tmp_path: P
     path = save_expectations(updated, tmp_path / "expectations.yaml")
     assert load_expectations(path) == updated
     assert path.read_text().startswith("# Expected depth")
+
+
+def test_opbyops_own_gaps_are_neither_unexpected_failures_nor_new_expectations() -> None:
+    gap = samples.result(samples.TANH, samples.Status.NOT_SIMULATED, samples.Stage.DEVICE_RUN,
+                         "not simulated: ttnn.tanh")
+    bug = samples.result(samples.DOT, samples.Status.ANALYZER_ERROR, samples.Stage.DEVICE_RUN, "simulator error")
+    report = compare("r", outcomes([gap, bug, samples.result(samples.ADD, samples.Status.SUCCESS)]), Expectations())
+    assert report.ok and report.matched == 1 and report.not_compared == 2
+    assert {m.op_name for m in report.not_judged} == {"stablehlo.tanh", "stablehlo.dot_general"}
+    previous = Expectations(expectations=[Expectation(signature=samples.TANH.signature[:16], depth=Stage.TTIR,
+                                                      reason="known")])
+    assert from_outcomes(outcomes([gap, bug]), previous).expectations == previous.expectations

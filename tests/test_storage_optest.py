@@ -6,6 +6,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
+import pytest
+
 from opbyop.records import Stage, Status
 from storage import optest, samples
 from storage.dataset import Store
@@ -55,3 +57,12 @@ def test_crash_and_skip_mapping() -> None:
     assert optest.optest_status(crashed_on_device) is optest.TestStatus.RUN_FAILED
     skipped = samples.result(samples.ADD, Status.SKIPPED)
     assert optest.optest_status(skipped) is None  # nothing ran: never reported as passing
+
+
+@pytest.mark.parametrize("status", [Status.NOT_SIMULATED, Status.ANALYZER_ERROR, Status.INFRA_ERROR])
+def test_outcomes_without_a_verdict_are_skipped_tests_naming_their_fault(status: Status) -> None:
+    result = samples.result(samples.ADD, status, Stage.DEVICE_RUN, "not simulated: ttnn.sort")
+    record = samples.record("mlp", 0, samples.ADD, "fc1", line=3)
+    test = optest.optest(samples.run_info("r", result.started_at, ["mlp"]), result, [record], "torch")
+    assert test.skipped and not test.success and test.status is None
+    assert test.config["fault"] == status.fault.value and test.config["status"] == status.value
