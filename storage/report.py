@@ -40,6 +40,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         summary: NightlySummary = nightly(con, run_id, previous, n=n)
         ops = run_query(con, "run_ops", run_id=run_id).records()
         models = run_query(con, "run_models", run_id=run_id).records()
+        gaps = run_query(con, "opbyop_gaps", run_id=run_id).records()
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
     if expectations is not None:
@@ -60,6 +61,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "kind_depth_matrix": summary.kind_depth_matrix.records(),
         "models": models,
         "ops": ops,
+        "gaps": gaps,
         "expectations": expectation_report,
         "skipped": skipped,
     }

@@ -60,6 +60,7 @@ def test_report_renders_in_headless_chromium(history_store: Store, tmp_path: Pat
     assert re.search(r"<td[^>]*>stablehlo.gather</td>", html)
     assert "2 of 2 rows" in html  # models table
     assert re.search(r'id="unexpected-passes".*?stablehlo\.dot_general', html, re.S)
+    assert "pass rate (compiler and device verdicts)" in html and "every op got a verdict" in html
 
     png = tmp_path / "report.png"
     shot = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,1000", out.as_uri())
