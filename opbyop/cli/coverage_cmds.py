@@ -118,7 +118,7 @@ def _rows(results: list[Path], rows: Optional[Path]) -> list:
 
 def _store_rows(text: str) -> list:
     """Rows of storage/sql/ttnn_programs.sql as JSON; each program read from the artifact store."""
-    from opbyop.corpus.coverage import CoverageRow
+    from opbyop.corpus.coverage import CoverageRow, classified
     from opbyop.device.program import emitted_ops
     from opbyop.records import Status
     from opbyop.workspace import Workspace
@@ -135,7 +135,7 @@ def _store_rows(text: str) -> list:
         except FileNotFoundError:
             ttnn = []
         out.append(CoverageRow(label=row["signature"], op=row["op_name"], dtype=row.get("dtype") or "",
-                               status=Status(row["status"]), message=row.get("message"), ttnn_ops=tuple(ttnn),
+                               status=classified(Status(row["status"]), row.get("message")), message=row.get("message"), ttnn_ops=tuple(ttnn),
                                chip=row.get("chip") or "", narrowing=row.get("narrowing")))
     return out
 

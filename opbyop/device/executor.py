@@ -24,8 +24,10 @@ from opbyop.records import DeviceRun, OpPlacement
 if TYPE_CHECKING:
     from opbyop.device.runtime import Device, DeviceTensor
 
-# Ops the executor handles itself (no numerical kernel).
-CONTROL_OPS = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached"}
+# Ops the executor handles itself (no numerical kernel): memory, const-eval, control flow.
+CONTROL_OPS = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached", "ttcore.while_loop", "ttcore.case"}
+# A while loop that has not finished after this many iterations is reported, not run forever.
+MAX_LOOP_ITERATIONS = 100_000
 
 
 class SimulationError(Exception):
@@ -114,8 +116,10 @@ class Executor:
                 owned.discard(id(tensor))
                 self.device.release(tensor, force=bool(op.attrs.get("force")))
             return
-        if op.name == "ttcore.load_cached":
-            results = self._const_eval(op, [env[v] for v in op.operands])
+        if op.name in ("ttcore.load_cached", "ttcore.while_loop", "ttcore.case"):
+            inputs = [env[v] for v in op.operands]
+            results = {"ttcore.load_cached": self._const_eval, "ttcore.while_loop": self._while_loop,
+                       "ttcore.case": self._case}[op.name](op, inputs)
             for v, t in zip(op.results, results):
                 env[v] = t
                 owned.add(id(t))
@@ -175,6 +179,63 @@ class Executor:
         for t in entry.results:
             t.refs += 1
         return entry.results
+
+
+    # -- control flow (tt-mlir's ttcore.while_loop / ttcore.case call functions of the program) ----
+    def _callee(self, ref: object) -> Function:
+        name = str(ref).lstrip("@")
+        if name not in self.program.functions:
+            raise NotSimulated(f"call of a function the program does not define: @{name}")
+        return self.program.functions[name]
+
+    def _while_loop(self, op: Op, state: list[DeviceTensor | None]) -> list[DeviceTensor]:
+        """StableHLO while: run the condition program on the state, the body while it says true.
+        The loop's results are the state entries `output_indices` names; each is a tensor this op
+        alone holds (a state passed through unchanged is copied, never aliased)."""
+        condition, body = self._callee(op.attrs["condition_program"]), self._callee(op.attrs["body_program"])
+        held: list[DeviceTensor] = []  # state tensors produced by the body: this op holds them
+        current: list = list(state)
+        for _ in range(MAX_LOOP_ITERATIONS):
+            flags = self.run(condition, [t for t in current if t is not None])
+            go = bool(np.asarray(flags[0].values).reshape(-1)[0] != 0) if flags else False
+            for t in flags:
+                self.device.release(t)
+            if not go:
+                break
+            produced = self.run(body, [t for t in current if t is not None])
+            for t in held:
+                self.device.release(t)
+            held = current = produced
+        else:
+            raise SimulationError(f"{op.name} ({_short(op.location)}) did not finish in {MAX_LOOP_ITERATIONS:,} "
+                                  "iterations")
+        indices = op.attrs.get("output_indices") or list(range(len(op.results)))
+        results = [self._fresh(current[int(i)], held) for i in indices]
+        for t in held:
+            if all(t is not r for r in results):
+                self.device.release(t)
+        return results
+
+    def _case(self, op: Op, inputs: list[DeviceTensor | None]) -> list[DeviceTensor]:
+        """StableHLO case: the branch the index names; an index out of range takes the last branch."""
+        index_tensor, operands = inputs[0], [t for t in inputs[1:] if t is not None]
+        branches = op.attrs["branch_programs"]
+        branches = branches if isinstance(branches, list) else [branches]
+        index = int(np.asarray(index_tensor.values).reshape(-1)[0]) if index_tensor is not None else 0
+        chosen = self._callee(branches[index if 0 <= index < len(branches) else -1])
+        produced = self.run(chosen, operands)
+        results = [self._fresh(t, produced) for t in produced]
+        return results
+
+    def _fresh(self, tensor: DeviceTensor, held: list[DeviceTensor]) -> DeviceTensor:
+        """`tensor` itself when this op holds it (produced by a branch or body), else a copy."""
+        from opbyop.device.runtime import DeviceTensor
+
+        if any(tensor is h for h in held):
+            return tensor
+        buffer = self.device.memory.allocate(tensor.layout, tensor.shape, f"copy of {tensor.name}")
+        return DeviceTensor(values=tensor.values.copy(), dtype=tensor.dtype, layout=tensor.layout,
+                            device=self.device, buffer=buffer, name=tensor.name)
 
 
 @dataclass

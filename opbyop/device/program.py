@@ -22,6 +22,7 @@ from opbyop.device.layout import Layout, parse_layout
 from opbyop.errors import OpbyopError
 from opbyop.ir.attributes import to_value
 from opbyop.ir.context import make_context
+from opbyop.ir.dense import parse_dense
 
 _LOAD_CACHED = re.compile(r"ttcore\.load_cached\((@[\w.]+), \[([^\]]*)\]\)")
 _PROPERTIES = re.compile(r"\) <\{(.*)\}> :")
@@ -175,40 +176,15 @@ _DENSE_TOKEN = re.compile(r"true|false|[-+]?0x[0-9A-Fa-f]+|[-+]?(?:inf|nan)|[-+]
 
 
 def dense_values(attr: ir.Attribute) -> np.ndarray:
-    """The numpy value of a DenseElementsAttr (ttnn.constant), in its element type, read from its
-    printed form: `dense<"0x...">` (raw little-endian bytes), nested lists, or a splat."""
+    """The numpy value of a DenseElementsAttr (ttnn.constant), exactly, for every element type
+    (hex-encoded bf16, i1, ui64 ... are read from the printed form by opbyop.ir.dense)."""
     if not isinstance(attr, ir.DenseElementsAttr):
         raise ProgramError(f"expected dense elements, got {attr}", "this constant form is not simulated")
     shape = tuple(attr.type.shape)
-    element = str(attr.type.element_type)
-    dtype = np.dtype(_DENSE_DTYPES.get(element, np.float64))
-    count = int(np.prod(shape)) if shape else 1
-    text = str(attr)
-    body = text[len("dense<"):text.rindex(">", 0, text.rindex(":"))].strip()
-    if body.startswith(('"0x', "'0x")):
-        data = bytes.fromhex(body.strip("\"'")[2:])
-        if dtype == np.bool_ and len(data) != count:  # i1 packed one bit per element
-            return np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")[:count].astype(bool).reshape(shape)
-        values = np.frombuffer(data, dtype=dtype)
-        return (np.full(shape, values[0]) if values.size == 1 and count != 1 else values.reshape(shape)).copy()
-    tokens = [_dense_token(t, dtype) for t in _DENSE_TOKEN.findall(body)]
-    if len(tokens) == 1:
-        return np.full(shape, tokens[0], dtype=dtype)
-    if len(tokens) != count:
-        raise ProgramError(f"constant of {count} elements holds {len(tokens)} values", "report this program")
-    return np.array(tokens, dtype=dtype).reshape(shape)
-
-
-def _dense_token(token: str, dtype: np.dtype) -> Any:
-    if token in ("true", "false"):
-        return token == "true"
-    if token.lstrip("+-").startswith("0x"):  # a float written as its bit pattern
-        bits = int(token, 16)
-        if dtype.kind != "f":
-            return bits
-        width = {2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
-        return np.array(bits, dtype=width).view(dtype).item()
-    return float(token) if dtype.kind == "f" or "." in token or "e" in token.lower() or "n" in token else int(token)
+    try:
+        return np.array(attr).reshape(shape)
+    except (TypeError, ValueError, RuntimeError):  # no buffer protocol (bf16 ...)
+        return parse_dense(str(attr))
 
 
 def load_program(text: str, ctx: ir.Context | None = None) -> Program:
@@ -231,7 +207,10 @@ def load_program(text: str, ctx: ir.Context | None = None) -> Program:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
-    entry = next((n for n, f in functions.items() if f.kind == "forward_device"), "main")
+    # @main when it is a device program; control flow adds forward_device functions of its own
+    # (while bodies, case branches) that are never the entry
+    entry = "main" if functions.get("main") is not None and functions["main"].kind in ("forward_device", "") else \
+        next((n for n, f in functions.items() if f.kind == "forward_device"), "main")
     if entry not in functions:
         raise ProgramError("the TTNN program has no entry function", "pass a ttnn_runtime dump of tt-mlir")
     return Program(functions=functions, entry=entry, spec=DeviceSpec.from_system_desc(text), text=text)

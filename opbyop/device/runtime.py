@@ -117,8 +117,8 @@ class Binary:
 
     @property
     def program_names(self) -> list[str]:
-        names = [n for n, f in self.program.functions.items() if f.kind == "forward_device"]
-        return names or [self.program.entry]
+        names = [n for n, f in self.program.functions.items() if f.kind == "forward_device" and n != self.program.entry]
+        return [self.program.entry] + names
 
     def function(self, program_index: int):
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from opbyop.device.kernels.base import Call
-from opbyop.device.kernels import creation, data_movement, eltwise, matmul_conv, reduction
+from opbyop.device.kernels import creation, data_movement, eltwise, indexing, matmul_conv, reduction
 
 Kernel = Callable[[Call], list]
 
@@ -18,6 +18,7 @@ KERNELS: dict[str, Kernel] = {
     **eltwise.KERNELS,
     **reduction.KERNELS,
     **data_movement.KERNELS,
+    **indexing.KERNELS,
     **creation.KERNELS,
     **matmul_conv.KERNELS,
 }

@@ -26,7 +26,15 @@ def _constant(call: Call) -> list:
     return [dense_values(call.op.raw["value"]).reshape(call.out_shape)]
 
 
+def _rand(call: Call) -> list:
+    """ttnn.rand: uniform in [low, high) from the op's seed. The chip's generator is not the host's:
+    the values are random alike, never equal (no golden can compare them)."""
+    rng = np.random.default_rng(int(call.attr("seed", 0)))
+    low, high = float(call.attr("low", 0.0)), float(call.attr("high", 1.0))
+    return [rng.uniform(low, high, size=call.out_shape)]
+
+
 KERNELS: dict[str, Callable[[Call], list]] = {
     "ttnn.full": _full(None), "ttnn.zeros": _full(0.0), "ttnn.ones": _full(1.0), "ttnn.empty": _full(0.0),
-    "ttnn.arange": _arange, "ttnn.constant": _constant,
+    "ttnn.arange": _arange, "ttnn.constant": _constant, "ttnn.rand": _rand,
 }

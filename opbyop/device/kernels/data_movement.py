@@ -56,24 +56,32 @@ def _embedding(call: Call) -> list:
     return [weight[np.clip(ids.astype(np.int64), 0, weight.shape[0] - 1)].reshape(call.out_shape)]
 
 
-def _rows_gather(call: Call) -> list:
-    """tt-mlir's lowering of gathers: index vectors (one coordinate per entry of `sizes`) pick rows.
+# How each storage format's bits are read: (numpy type of the bits, how values become bits).
+_BITS = {"f32": np.uint32, "tf32": np.uint32, "si32": np.uint32, "u32": np.uint32, "bf16": np.uint16, "f16": np.uint16,
+         "u16": np.uint16, "u8": np.uint8}
+_FROM_BITS = {"f32": np.float32, "tf32": np.float32, "si32": np.int32, "u32": np.uint32, "f16": np.float16,
+              "u16": np.uint16, "u8": np.uint8}
 
-    The operand is viewed as (prod(sizes), rest): each index vector addresses one row; with
-    `column` the rows are single elements. The indices tensor is (1, coordinates, n) as tt-mlir
-    builds it. Only 1-element windows are supported.
-    """
-    x, indices = (np.asarray(t) for t in call.tensors[:2])
-    sizes = [int(s) for s in call.attr("sizes")]
-    windows = [int(w) for w in call.attr("windows")]
-    if any(w != 1 for w in windows):
-        raise NotSimulated(f"ttnn.rows_gather with windows {windows}")
-    rows = int(np.prod(sizes))
-    if indices.size % len(sizes) or x.size % rows:
-        raise NotSimulated(f"ttnn.rows_gather of {x.shape} by indices {indices.shape} over sizes {sizes}")
-    coords = indices.reshape(len(sizes), -1).astype(np.int64)
-    linear = np.ravel_multi_index(tuple(np.clip(c, 0, s - 1) for c, s in zip(coords, sizes)), sizes)
-    return [x.reshape(rows, -1)[linear].reshape(call.out_shape)]
+
+def _to_bits(x: np.ndarray, fmt: str) -> np.ndarray:
+    if fmt == "bf16":  # a bf16 value is the top half of its f32 bits (values are stored rounded)
+        return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    return np.ascontiguousarray(x, dtype=_FROM_BITS[fmt]).view(_BITS[fmt])
+
+
+def _from_bits(bits: np.ndarray, fmt: str) -> np.ndarray:
+    if fmt == "bf16":
+        return (bits.astype(np.uint32) << 16).view(np.float32)
+    return bits.view(_FROM_BITS[fmt])
+
+
+def _bitcast_convert(call: Call) -> list:
+    """Reinterpret the stored bits in the result's format (same width, e.g. f32 <-> si32)."""
+    src_type, dst_type = call.op.operand_types[0], call.out_types[0]
+    src, dst = (t.storage if t is not None else "f32" for t in (src_type, dst_type))
+    if src not in _BITS or dst not in _BITS or np.dtype(_BITS[src]).itemsize != np.dtype(_BITS[dst]).itemsize:
+        raise NotSimulated(f"ttnn.bitcast_convert from {src} to {dst}")
+    return [_from_bits(_to_bits(np.asarray(call.tensors[0]), src), dst).reshape(call.out_shape)]
 
 
 KERNELS: dict[str, Callable[[Call], list]] = {
@@ -82,5 +90,5 @@ KERNELS: dict[str, Callable[[Call], list]] = {
         "ttnn.to_memory_config", "ttnn.to_device", "ttnn.from_device", "ttnn.to_dtype", "ttnn.clone")},
     "ttnn.permute": _permute, "ttnn.transpose": _transpose, "ttnn.slice_static": _slice,
     "ttnn.concat": _concat, "ttnn.repeat": _repeat, "ttnn.repeat_interleave": _repeat_interleave,
-    "ttnn.pad": _pad, "ttnn.embedding": _embedding, "ttnn.rows_gather": _rows_gather,
+    "ttnn.pad": _pad, "ttnn.bitcast_convert": _bitcast_convert, "ttnn.assign": _to_result_shape, "ttnn.embedding": _embedding,
 }

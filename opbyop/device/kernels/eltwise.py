@@ -109,6 +109,31 @@ def _scalar_binary(fn: _Binary) -> Callable[[Call], list]:
     return kernel
 
 
+def reduce_precision(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
+    """f32 values rounded to a float with the given exponent and mantissa widths, as XLA defines
+    stablehlo.reduce_precision (xla/service/elemental_ir_emitter.cc, EmitReducePrecisionIR):
+    mantissa rounded to nearest even, exponents above the range become infinity, below it zero
+    (no subnormals), NaN stays NaN."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    bits = x.view(np.uint32).copy()
+    if mantissa_bits < 23:
+        shift = np.uint32(23 - mantissa_bits)
+        last = (bits >> shift) & np.uint32(1)
+        bits = (bits + ((np.uint32(1) << (shift - np.uint32(1))) - np.uint32(1)) + last) & ~((np.uint32(1) << shift) - np.uint32(1))
+    if exponent_bits < 8:
+        bias = (1 << (exponent_bits - 1)) - 1
+        exponent = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64) - 127
+        sign = bits & np.uint32(0x80000000)
+        bits = np.where(exponent > bias, sign | np.uint32(0x7F800000), bits)
+        bits = np.where(exponent <= -bias, sign, bits)
+    out = bits.view(np.float32)
+    return np.where(np.isnan(x), x, out)
+
+
+def _reduce_precision(call: Call) -> list:
+    return [reduce_precision(call.tensors[0], int(call.attr("exponent_bits")), int(call.attr("mantissa_bits")))]
+
+
 _BINARY: dict[str, _Binary] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
     "maximum": np.maximum, "minimum": np.minimum, "pow": np.power, "pow_tensor": np.power,
@@ -139,5 +164,5 @@ KERNELS: dict[str, Callable[[Call], list]] = {
     **{f"ttnn.{name}": _compare(fn) for name, fn in _COMPARE.items()},
     **{f"ttnn.{name}": _unary(fn) for name, fn in _UNARY.items()},
     "ttnn.clamp_scalar": _clamp_scalar, "ttnn.clamp_tensor": _clamp_tensor, "ttnn.pow_scalar": _pow_scalar,
-    "ttnn.where": _where, "ttnn.leaky_relu": _leaky_relu,
+    "ttnn.where": _where, "ttnn.leaky_relu": _leaky_relu, "ttnn.reduce_precision": _reduce_precision,
 }

@@ -47,20 +47,15 @@ def _windows(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
     return view, oh, ow
 
 
-def _conv2d(call: Call) -> list:
-    x, weight = (np.asarray(t, dtype=np.float32) for t in call.tensors[:2])
-    bias = np.asarray(call.tensors[2], dtype=np.float32).reshape(-1) if len(call.tensors) >= 3 else None
-    n, h, w = int(call.attr("batch_size")), int(call.attr("input_height")), int(call.attr("input_width"))
-    cin, cout, groups = int(call.attr("in_channels")), int(call.attr("out_channels")), int(call.attr("groups", 1))
-    kh, kw = (int(k) for k in call.attr("kernel_size"))
-    sh, sw = _pairs(call.attr("stride", [1, 1]), 2)
-    dh, dw = _pairs(call.attr("dilation", [1, 1]), 2)
-    top, bottom, left, right = _pairs(call.attr("padding", [0, 0]), 4) if len(call.attr("padding", [0, 0])) == 4 \
-        else [call.attr("padding")[0]] * 2 + [call.attr("padding")[1]] * 2
-    image = x.reshape(n, h, w, cin)
+def conv_nhwc(image: np.ndarray, weight: np.ndarray, stride: tuple[int, int], dilation: tuple[int, int],
+              pads: tuple[int, int, int, int], groups: int, fidelity: str, fp32_acc: bool) -> np.ndarray:
+    """(N, H, W, Cin) convolved with an (O, Cin/groups, kh, kw) kernel -> (N*OH*OW, O), every
+    window product on the matrix engine (TF32 operands, fidelity phases)."""
+    n, _, _, cin = image.shape
+    cout, _, kh, kw = weight.shape
+    top, bottom, left, right = pads
     image = np.pad(image, ((0, 0), (top, bottom), (left, right), (0, 0)))
-    windows, oh, ow = _windows(image, kh, kw, sh, sw, dh, dw)
-    fidelity, fp32_acc = call.fidelity
+    windows, oh, ow = _windows(image, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
     per_group_in, per_group_out = cin // groups, cout // groups
     outputs = []
     for g in range(groups):
@@ -68,10 +63,69 @@ def _conv2d(call: Call) -> list:
         wg = weight[g * per_group_out:(g + 1) * per_group_out]  # (O, I, kh, kw)
         wmat = np.transpose(wg, (2, 3, 1, 0)).reshape(kh * kw * per_group_in, per_group_out)
         outputs.append(fidelity_matmul(np.ascontiguousarray(cols), wmat, fidelity, fp32_acc))
-    out = np.concatenate(outputs, axis=1)
-    if bias is not None:
-        out = out + bias
-    return [out.reshape(call.out_shape)]
+    return np.concatenate(outputs, axis=1)
+
+
+def _four(padding: list) -> tuple[int, int, int, int]:
+    """ttnn conv padding: [h, w] (symmetric) or [top, bottom, left, right]."""
+    p = [int(v) for v in padding]
+    return (p[0], p[1], p[2], p[3]) if len(p) == 4 else (p[0], p[0], p[1], p[1])
+
+
+def _bias(call: Call) -> np.ndarray | None:
+    return np.asarray(call.tensors[2], dtype=np.float32).reshape(-1) if len(call.tensors) >= 3 else None
+
+
+def _conv2d(call: Call) -> list:
+    x, weight = (np.asarray(t, dtype=np.float32) for t in call.tensors[:2])
+    n, h, w = int(call.attr("batch_size")), int(call.attr("input_height")), int(call.attr("input_width"))
+    cin, groups = int(call.attr("in_channels")), int(call.attr("groups", 1))
+    out = conv_nhwc(x.reshape(n, h, w, cin), weight, tuple(_pairs(call.attr("stride", [1, 1]), 2)),
+                    tuple(_pairs(call.attr("dilation", [1, 1]), 2)), _four(call.attr("padding", [0, 0])), groups,
+                    *call.fidelity)
+    bias = _bias(call)
+    return [(out if bias is None else out + bias).reshape(call.out_shape)]
+
+
+def _conv1d(call: Call) -> list:
+    """ttnn.conv1d: (N, L, Cin) with an (O, Cin/groups, k) kernel: conv2d over an (L x 1) image."""
+    x, weight = (np.asarray(t, dtype=np.float32) for t in call.tensors[:2])
+    n, length, cin = int(call.attr("batch_size")), int(call.attr("input_length")), int(call.attr("in_channels"))
+    padding = [int(p) for p in np.atleast_1d(call.attr("padding", [0, 0]))]
+    left, right = (padding[0], padding[-1])
+    out = conv_nhwc(x.reshape(n, length, 1, cin), weight[..., None], (int(call.attr("stride", 1)), 1),
+                    (int(call.attr("dilation", 1)), 1), (left, right, 0, 0), int(call.attr("groups", 1)), *call.fidelity)
+    bias = _bias(call)
+    return [(out if bias is None else out + bias).reshape(call.out_shape)]
+
+
+def _conv_transpose2d(call: Call) -> list:
+    """ttnn.conv_transpose2d (torch's ConvTranspose2d): weight (Cin, Cout/groups, kh, kw); every input
+    pixel's product with each kernel tap lands at (h*stride + i*dilation - pad, ...)."""
+    x, weight = (np.asarray(t, dtype=np.float32) for t in call.tensors[:2])
+    n, h, w = int(call.attr("batch_size")), int(call.attr("input_height")), int(call.attr("input_width"))
+    cin, cout, groups = int(call.attr("in_channels")), int(call.attr("out_channels")), int(call.attr("groups", 1))
+    kh, kw = (int(k) for k in call.attr("kernel_size"))
+    sh, sw = _pairs(call.attr("stride", [1, 1]), 2)
+    dh, dw = _pairs(call.attr("dilation", [1, 1]), 2)
+    top, bottom, left, right = _four(call.attr("padding", [0, 0]))
+    oph, opw = _pairs(call.attr("output_padding", [0, 0]), 2)
+    oh = (h - 1) * sh - top - bottom + dh * (kh - 1) + oph + 1
+    ow = (w - 1) * sw - left - right + dw * (kw - 1) + opw + 1
+    full = np.zeros((n, (h - 1) * sh + dh * (kh - 1) + 1 + oph, (w - 1) * sw + dw * (kw - 1) + 1 + opw, cout), np.float32)
+    image = x.reshape(n * h * w, cin)
+    per_in, per_out = cin // groups, cout // groups
+    fidelity, fp32_acc = call.fidelity
+    for i in range(kh):
+        for j in range(kw):
+            for g in range(groups):
+                tap = weight[g * per_in:(g + 1) * per_in, :, i, j]  # (Cin/g, Cout/g)
+                part = fidelity_matmul(np.ascontiguousarray(image[:, g * per_in:(g + 1) * per_in]), tap, fidelity, fp32_acc)
+                full[:, i * dh:i * dh + (h - 1) * sh + 1:sh, j * dw:j * dw + (w - 1) * sw + 1:sw,
+                     g * per_out:(g + 1) * per_out] += part.reshape(n, h, w, per_out)
+    out = full[:, top:top + oh, left:left + ow, :]
+    bias = _bias(call)
+    return [(out if bias is None else out + bias).reshape(call.out_shape)]
 
 
 def _pool(reduce: str) -> Callable[[Call], list]:
@@ -94,12 +148,38 @@ def _pool(reduce: str) -> Callable[[Call], list]:
     return kernel
 
 
+def _max_pool_with_indices(call: Call) -> list:
+    """ttnn.max_pool2d_with_indices: the maximum of each window and its index h*W + w in the input
+    image (the first maximum in row-major window order on ties, as torch's max_pool2d)."""
+    x = np.asarray(call.tensors[0], dtype=np.float32)
+    n, h, w = int(call.attr("batch_size")), int(call.attr("input_height")), int(call.attr("input_width"))
+    c = int(call.attr("channels"))
+    kh, kw = (int(k) for k in call.attr("kernel_size"))
+    sh, sw = _pairs(call.attr("stride", [kh, kw]), 2)
+    dh, dw = _pairs(call.attr("dilation", [1, 1]), 2)
+    top, bottom, left, right = _four(call.attr("padding", [0, 0]))
+    if call.attr("ceil_mode", False):
+        raise NotSimulated(f"{call.op.name} with ceil_mode")
+    image = np.pad(x.reshape(n, h, w, c), ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=-np.inf)
+    flat = np.pad(np.arange(h * w, dtype=np.int64).reshape(1, h, w, 1), ((0, 0), (top, bottom), (left, right), (0, 0)),
+                  constant_values=-1)
+    windows, oh, ow = _windows(image, kh, kw, sh, sw, dh, dw)
+    where, _, _ = _windows(np.ascontiguousarray(np.broadcast_to(flat, (n, h + top + bottom, w + left + right, c))),
+                           kh, kw, sh, sw, dh, dw)
+    cells = windows.reshape(n, oh, ow, kh * kw, c)
+    first = np.argmax(cells, axis=3)  # argmax returns the first maximum
+    values = np.take_along_axis(cells, first[:, :, :, None, :], axis=3)[:, :, :, 0, :]
+    indices = np.take_along_axis(where.reshape(n, oh, ow, kh * kw, c), first[:, :, :, None, :], axis=3)[:, :, :, 0, :]
+    return [values.reshape(call.out_types[0].shape), indices.reshape(call.out_types[1].shape)]
+
+
 def _global_avg_pool(call: Call) -> list:
     x = np.asarray(call.tensors[0], dtype=np.float32)
     return [x.mean(axis=(-3, -2) if x.ndim == 4 else -2, keepdims=True).reshape(call.out_shape)]
 
 
 KERNELS: dict[str, Callable[[Call], list]] = {
-    "ttnn.matmul": _matmul, "ttnn.linear": _matmul, "ttnn.conv2d": _conv2d,
+    "ttnn.matmul": _matmul, "ttnn.linear": _matmul, "ttnn.conv2d": _conv2d, "ttnn.conv1d": _conv1d,
+    "ttnn.conv_transpose2d": _conv_transpose2d, "ttnn.max_pool2d_with_indices": _max_pool_with_indices,
     "ttnn.max_pool2d": _pool("max"), "ttnn.avg_pool2d": _pool("avg"), "ttnn.global_avg_pool2d": _global_avg_pool,
 }

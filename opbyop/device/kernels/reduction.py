@@ -64,6 +64,44 @@ def _layer_norm(call: Call) -> list:
     return _affine(call, centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + eps))
 
 
+_BATCH_NORM_OPERANDS = ("input", "running_mean", "running_var", "weight", "bias")
+
+
+def _batch_norm_operands(call: Call) -> dict[str, np.ndarray]:
+    """ttnn.batch_norm_* operands by name; `operandSegmentSizes` says which optional ones are there."""
+    sizes = call.attr("operandSegmentSizes") or [1] * len(call.tensors)
+    names = [n for n, present in zip(_BATCH_NORM_OPERANDS, sizes) if int(present)]
+    return {n: np.asarray(t, dtype=np.float32) for n, t in zip(names, call.tensors)}
+
+
+def _affine_channels(x: np.ndarray, mean: np.ndarray, var: np.ndarray, eps: float, ops: dict) -> np.ndarray:
+    out = (x - mean) / np.sqrt(var + np.float32(eps))
+    if "weight" in ops:
+        out = out * ops["weight"]
+    if "bias" in ops:
+        out = out + ops["bias"]
+    return out
+
+
+def _batch_norm_inference(call: Call) -> list:
+    """Channels on dimension 1, statistics shaped (1, C, 1, 1) (ttnn.batch_norm, training=False)."""
+    ops = _batch_norm_operands(call)
+    eps = float(call.attr("epsilon", 1e-5))
+    return [_affine_channels(ops["input"], ops["running_mean"], ops["running_var"], eps, ops)]
+
+
+def _batch_norm_training(call: Call) -> list:
+    """Normalised by the batch's own statistics (population variance, as StableHLO's
+    batch_norm_training defines them); also returns them."""
+    ops = _batch_norm_operands(call)
+    x = ops["input"]
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    mean = x.mean(axis=axes, keepdims=True, dtype=np.float32)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True, dtype=np.float32)
+    eps = float(call.attr("epsilon", 1e-5))
+    return [_affine_channels(x, mean, var, eps, ops), mean, var]
+
+
 def _cumsum(call: Call) -> list:
     x = np.asarray(call.tensors[0])
     return [np.cumsum(x, axis=int(call.attr("dim", 0)), dtype=x.dtype if x.dtype.kind in "iu" else np.float32)]
@@ -74,4 +112,5 @@ KERNELS: dict[str, Callable[[Call], list]] = {
     "ttnn.min": _reduce(np.min), "ttnn.prod": _reduce(np.prod), "ttnn.argmax": _argmax,
     "ttnn.softmax": _softmax, "ttnn.rms_norm": _rms_norm, "ttnn.layer_norm": _layer_norm,
     "ttnn.moreh_cumsum": _cumsum, "ttnn.cumsum": _cumsum,
+    "ttnn.batch_norm_inference": _batch_norm_inference, "ttnn.batch_norm_training": _batch_norm_training,
 }

@@ -1,0 +1,130 @@
+"""Ops that address elements by index: tt-mlir's row gathers and scatters, dynamic slices, sort, topk.
+
+`ttnn.rows_gather` / `ttnn.rows_scatter` are how this tt-mlir lowers StableHLO gather, scatter,
+dynamic_update_slice and pad-like updates (read from the programs it emits; the ops are not in the
+public tt-mlir sources this was checked against, so their semantics are taken from what the
+compiler builds around them and checked against XLA through the corpus):
+- the operand is (batch, *sizes, rest): `sizes` are the dimensions an index vector addresses,
+  `rest` everything after them (1 when `column`: the vectors address single elements);
+- indices are (batch, len(sizes), n): n index vectors, one coordinate per entry of `sizes`;
+- each vector is the start of a window of `windows` elements over the `sizes` dimensions;
+- gather: out (batch, n, *windows, rest); window starts are clamped into the operand as
+  StableHLO's gather clamps them (or out-of-range elements are zero with `fill_out_of_bounds`);
+- scatter: updates (batch, n, *windows, rest) combine into the operand with `reduce` (invalid =
+  replace, sum, max, min, prod); a window that does not fit is skipped, as StableHLO's scatter does.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from opbyop.device.kernels.base import Call, NotSimulated
+
+
+def _geometry(call: Call, x: np.ndarray, indices: np.ndarray) -> tuple[list[int], list[int], int, int, np.ndarray]:
+    """(sizes, windows, batch, rest, starts[batch, n, coords])."""
+    sizes = [int(s) for s in call.attr("sizes")]
+    windows = [int(w) for w in call.attr("windows", [1] * len(sizes))]
+    if len(windows) != len(sizes):
+        raise NotSimulated(f"{call.op.name} with windows {windows} over sizes {sizes}")
+    batch = indices.shape[0] if indices.ndim == 3 else 1
+    per_batch = int(np.prod(sizes))
+    if x.size % (batch * per_batch) or indices.size % (batch * len(sizes)):
+        raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes}")
+    rest = x.size // (batch * per_batch)
+    starts = indices.reshape(batch, len(sizes), -1).astype(np.int64).transpose(0, 2, 1)
+    return sizes, windows, batch, rest, starts
+
+
+def _window_index(sizes: list[int], windows: list[int]) -> np.ndarray:
+    """Offsets of every element of one window, as coordinates: (prod(windows), len(sizes))."""
+    grids = np.meshgrid(*[np.arange(w) for w in windows], indexing="ij")
+    return np.stack([g.reshape(-1) for g in grids], axis=1) if grids else np.zeros((1, 0), np.int64)
+
+
+def _rows_gather(call: Call) -> list:
+    x, indices = (np.asarray(t) for t in call.tensors[:2])
+    sizes, windows, batch, rest, starts = _geometry(call, x, indices)
+    table = x.reshape(batch, *sizes, rest)
+    offsets = _window_index(sizes, windows)
+    limit = np.array(sizes) - np.array(windows)
+    fill = bool(call.attr("fill_out_of_bounds", False))
+    n = starts.shape[1]
+    out = np.zeros((batch, n, offsets.shape[0], rest), dtype=x.dtype)
+    for b in range(batch):
+        for i in range(n):
+            start = starts[b, i]
+            inside = bool(np.all((start >= 0) & (start <= limit)))
+            if fill and not inside:
+                continue  # the whole window reads as zeros
+            coords = np.clip(start, 0, np.maximum(limit, 0)) + offsets
+            out[b, i] = table[(b, *coords.T)]
+    return [out.reshape(call.out_shape)]
+
+
+_COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray] | None] = {
+    "invalid": None, "none": None, "sum": np.add, "add": np.add, "max": np.maximum, "min": np.minimum,
+    "prod": np.multiply, "mul": np.multiply,
+}
+
+
+def _rows_scatter(call: Call) -> list:
+    x, indices, updates = (np.asarray(t) for t in call.tensors[:3])
+    sizes, windows, batch, rest, starts = _geometry(call, x, indices)
+    reduce = str(call.attr("reduce", "invalid")).lower()
+    if reduce not in _COMBINE:
+        raise NotSimulated(f"ttnn.rows_scatter with reduce {reduce}")
+    combine = _COMBINE[reduce]
+    out = x.reshape(batch, *sizes, rest).copy()
+    offsets = _window_index(sizes, windows)
+    n = starts.shape[1]
+    values = updates.astype(out.dtype, copy=False).reshape(batch, n, offsets.shape[0], rest)
+    limit = np.array(sizes) - np.array(windows)
+    for b in range(batch):
+        for i in range(n):  # in order: with repeated indices the last update wins (replace)
+            start = starts[b, i]
+            if not np.all((start >= 0) & (start <= limit)):
+                continue
+            where = (b, *(start + offsets).T)
+            out[where] = values[b, i] if combine is None else combine(out[where], values[b, i])
+    return [out.reshape(call.out_shape)]
+
+
+def _slice_dynamic(call: Call) -> list:
+    """x[begins:ends:step] with begins and ends as device tensors (already clamped by the program)."""
+    x = np.asarray(call.tensors[0])
+    begins, ends = (np.asarray(t).reshape(-1).astype(np.int64) for t in call.tensors[1:3])
+    steps = call.attr("step") or [1] * x.ndim
+    index = tuple(slice(int(b), int(e), int(s)) for b, e, s in zip(begins, ends, steps))
+    return [x[index].reshape(call.out_shape)]
+
+
+def _stable_order(x: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """Stable argsort along `axis`; descending keeps equal elements in their original order too."""
+    if not descending:
+        return np.argsort(x, axis=axis, kind="stable")
+    _, codes = np.unique(x, return_inverse=True)  # ranks work for every dtype (no negation overflow)
+    return np.argsort(-codes.reshape(x.shape), axis=axis, kind="stable")
+
+
+def _sort(call: Call) -> list:
+    x = np.asarray(call.tensors[0])
+    axis = int(call.attr("dim", -1))
+    order = _stable_order(x, axis, bool(call.attr("descending", False)))
+    return [np.take_along_axis(x, order, axis=axis), order]
+
+
+def _topk(call: Call) -> list:
+    x = np.asarray(call.tensors[0])
+    axis, k = int(call.attr("dim", -1)), int(call.attr("k"))
+    order = _stable_order(x, axis, bool(call.attr("largest", True)))
+    order = np.take(order, np.arange(k), axis=axis)
+    return [np.take_along_axis(x, order, axis=axis), order]
+
+
+KERNELS: dict[str, Callable[[Call], list]] = {
+    "ttnn.rows_gather": _rows_gather, "ttnn.rows_scatter": _rows_scatter, "ttnn.slice_dynamic": _slice_dynamic,
+    "ttnn.sort": _sort, "ttnn.topk": _topk,
+}
