@@ -1,20 +1,32 @@
-"""Turn what a user names (zoo model, file, package.module:factory) into a ModelGraph."""
+"""Turn what a user names (zoo model, file, package.module:factory) into a ModelGraph.
+
+A `package.module:name` is either a factory (callable with no arguments, or only `seed`) that
+returns a torch nn.Module, `(module, example inputs)`, or a JAX function; or a JAX function itself
+(a callable that takes the model's inputs). Whatever the user's code does wrong (raises, is not
+callable, returns something else, does not accept the inputs given) becomes an ExportError that
+says so, never a traceback.
+"""
 
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
 import time
+import traceback
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from opbyop.config import InputSpec, Zoo, ZooEntry, config_dir, load_zoo
-from opbyop.errors import ExportError, UnknownModelError
-from opbyop.frontends.graph import ModelGraph
+from opbyop.errors import ExportError, ModuleError, OpbyopError, UnknownModelError
+from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.ir.parse import read_module_source
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")
+_FORMS = ("a factory returning a torch.nn.Module, (module, example_inputs) or a JAX function; "
+          "or a JAX function taking the inputs")
 
 
 def example_inputs(specs: Sequence[InputSpec], seed: int) -> list[np.ndarray]:
@@ -34,18 +46,27 @@ def example_inputs(specs: Sequence[InputSpec], seed: int) -> list[np.ndarray]:
     return arrays
 
 
-def _import_factory(spec: str) -> Callable[..., Any]:
+def _import_factory(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
         raise UnknownModelError(f"cannot import {module_name} for '{spec}': {e}",
                                 "make the package importable (pip install -e it, or set PYTHONPATH)") from None
+    except Exception as e:  # the user's module raised while importing
+        raise ExportError(f"importing {module_name} for '{spec}' raised {_describe(e)}",
+                          "fix the module so that it imports") from None
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise UnknownModelError(f"{module_name} has no attribute '{attr}'",
-                                "name a callable that returns an nn.Module or a JAX function") from None
+        raise UnknownModelError(f"{module_name} has no attribute '{attr}'", f"name {_FORMS}") from None
+
+
+def _describe(e: BaseException) -> str:
+    """`Type: message (at file:line)`: where in the user's code it was raised."""
+    frames = traceback.extract_tb(e.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(e).__name__}: {e}{where}"
 
 
 def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | None = None,
@@ -55,73 +76,149 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     if spec in zoo.names():
         return load_entry(zoo.get(spec), seed=seed)
     path = Path(spec)
-    if path.suffix in MLIR_SUFFIXES or path.is_file():
-        return load_stablehlo_file(path)
+    if path.suffix in MLIR_SUFFIXES or path.is_file() or path.is_dir():
+        return load_stablehlo_file(path, seed=seed)
     if ":" in spec:
-        entry = ZooEntry(name=_safe_name(spec), frontend="torch", factory=spec, inputs=list(inputs or []))
-        return load_entry(entry, seed=seed, infer_frontend=True)
+        return load_entry(factory_entry(spec, inputs or []), seed=seed)
     zoo.get(spec)  # raises UnknownModelError listing the zoo
     raise AssertionError("unreachable")
 
 
-def _safe_name(spec: str) -> str:
-    return spec.replace(":", ".").replace("/", ".").lower()
+def factory_entry(spec: str, inputs: Sequence[InputSpec]) -> ZooEntry:
+    """A zoo entry for a user's `package.module:name` (its frontend follows from what it returns)."""
+    return ZooEntry(name=factory_name(spec), frontend="torch", factory=spec, inputs=list(inputs))
 
 
-def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = False) -> ModelGraph:
+def factory_name(spec: str) -> str:
+    """The model name a `package.module:name` is recorded under (a valid zoo name)."""
+    name = re.sub(r"[^a-z0-9_.-]", ".", spec.replace(":", ".").lower()).lstrip("._-")
+    return name or "model"
+
+
+def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> ModelGraph:
+    """A zoo entry (or a user's factory) -> ModelGraph. The frontend follows from what the factory
+    returns (an nn.Module is torch, any other callable JAX); `infer_frontend` is kept for callers."""
     if entry.frontend == "stablehlo":
-        graph = load_stablehlo_file(config_dir() / (entry.path or ""))
+        graph = load_stablehlo_file(config_dir() / (entry.path or ""), seed=seed)
         graph.name = entry.name
         return graph
-    factory = _import_factory(entry.factory or "")
-    made = factory(seed=seed, **entry.kwargs) if _takes_seed(factory) else factory(**entry.kwargs)
-    specs = entry.inputs
+    made = _make(_import_factory(entry.factory or ""), entry, seed)
     values: list[np.ndarray] | None = None
     if isinstance(made, tuple):  # a user's factory may return (model, example inputs)
-        made, given = made
-        values = [np.asarray(v.detach().numpy() if hasattr(v, "detach") else v) for v in given]
-    if values is None:
-        if not specs:
-            raise ExportError(f"{entry.name} has no example inputs",
-                              "give input shapes (--input 1x3x224x224xf32) or return (model, inputs)")
-        values = example_inputs(specs, seed)
-    names = [s.name or f"input{i}" for i, s in enumerate(specs)] or [f"input{i}" for i in range(len(values))]
+        made, values = _unpack(made, entry)
     import torch
 
+    if not isinstance(made, torch.nn.Module) and not callable(made):
+        raise ExportError(f"{entry.factory} returned {type(made).__name__}, not an nn.Module or a function",
+                          f"name {_FORMS}")
+    if values is None:
+        if not entry.inputs:
+            raise ExportError(f"{entry.name} has no example inputs",
+                              "give input shapes (--input 1x3x224x224xf32) or return (model, inputs)")
+        values = example_inputs(entry.inputs, seed)
+    names = [s.name or f"input{i}" for i, s in enumerate(entry.inputs)] or [f"input{i}" for i in range(len(values))]
     if isinstance(made, torch.nn.Module):
         from opbyop.frontends.torch_export import export_torch
 
         tensors = [torch.from_numpy(np.ascontiguousarray(v)) for v in values]
         return export_torch(made, tensors, entry.name, names)
-    if callable(made) and (entry.frontend == "jax" or infer_frontend):
-        from opbyop.frontends.jax_export import export_jax
+    from opbyop.frontends.jax_export import export_jax
 
-        return export_jax(made, values, entry.name, names)
-    raise ExportError(f"{entry.factory} returned {type(made).__name__}, not an nn.Module or a function",
-                      "return a torch.nn.Module (torch) or a callable over arrays (JAX)")
+    return export_jax(made, values, entry.name, names)
+
+
+def _make(factory: Any, entry: ZooEntry, seed: int) -> Any:
+    """Call the factory, or take the named callable as the model itself when it needs the inputs."""
+    if not callable(factory):
+        raise ExportError(f"{entry.factory} is {type(factory).__name__} {factory!r:.60}, not callable",
+                          f"name {_FORMS}")
+    if _takes_inputs(factory, entry.kwargs):
+        return factory  # a JAX function itself: it takes the model's inputs
+    try:
+        return factory(seed=seed, **entry.kwargs) if _takes_seed(factory) else factory(**entry.kwargs)
+    except Exception as e:
+        raise ExportError(f"{entry.factory} raised {_describe(e)}",
+                          "fix the factory: called with no arguments (or seed=N) it must return "
+                          "a model") from None
+
+
+def _unpack(made: tuple, entry: ZooEntry) -> tuple[Any, list[np.ndarray]]:
+    if len(made) != 2 or not isinstance(made[1], (list, tuple)):
+        raise ExportError(f"{entry.factory} returned a tuple of {len(made)} that is not (model, [inputs])",
+                          "return the model alone, or (model, [example input tensors])")
+    try:
+        return made[0], [np.asarray(v.detach().numpy() if hasattr(v, "detach") else v) for v in made[1]]
+    except Exception as e:
+        raise ExportError(f"{entry.factory} returned example inputs that are not arrays: {_describe(e)}",
+                          "return (model, [torch tensors or numpy arrays])") from None
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
 
 
 def _takes_seed(factory: Callable[..., Any]) -> bool:
-    import inspect
+    sig = _signature(factory)
+    return sig is not None and "seed" in sig.parameters
+
+
+def _takes_inputs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
+    """True when `fn` cannot be called without positional arguments: it is a model function, not a
+    factory. Classes (an nn.Module subclass) are factories."""
+    sig = _signature(fn)
+    if sig is None or inspect.isclass(fn):
+        return False
+    return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               and p.name != "seed" and p.name not in kwargs for p in sig.parameters.values())
+
+
+def load_stablehlo_file(path: Path, seed: int = 0) -> ModelGraph:
+    """A StableHLO file, with example inputs for @main's arguments drawn from `seed` (no framework
+    output: XLA:CPU is not run here, in this process, on a module it may die of)."""
+    from opbyop.ir.parse import bytecode_to_text, check_nesting
+
+    start = time.perf_counter()
+    path = Path(path)
+    source = read_module_source(path)
+    text = source if isinstance(source, str) else bytecode_to_text(source, str(path))
+    check_nesting(text, str(path))
+    graph = ModelGraph(name=path.stem, frontend="stablehlo", module_text=text, arguments=[])
+    _attach_values(graph, seed, str(path))
+    graph.export_seconds = time.perf_counter() - start
+    return graph
+
+
+def _attach_values(graph: ModelGraph, seed: int, where: str) -> None:
+    """@main's arguments as inputs, with values drawn from `seed`."""
+    from jaxlib.mlir import ir
+
+    from opbyop.golden.inputs import make_inputs
+    from opbyop.ir.context import make_context
+    from opbyop.ir.normalize import normalized_text
+    from opbyop.ir.parse import parse_module
+    from opbyop.ir.split import tensor_desc
 
     try:
-        return "seed" in inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def load_stablehlo_file(path: Path) -> ModelGraph:
-    start = time.perf_counter()
-    source = read_module_source(path)
-    text = source if isinstance(source, str) else _bytecode_to_text(source, path)
-    return ModelGraph(name=path.stem, frontend="stablehlo", module_text=text, arguments=[],
-                      export_seconds=time.perf_counter() - start)
-
-
-def _bytecode_to_text(data: bytes, path: Path) -> str:
-    from opbyop.ir.context import make_context
-    from opbyop.ir.parse import parse_module
-
-    ctx = make_context()
-    with ctx:
-        return parse_module(data, ctx, str(path)).operation.get_asm(enable_debug_info=True)
+        text = normalized_text(graph.module_text, where)
+        with make_context() as ctx:
+            module = parse_module(text, ctx, where)
+            main = next((op for op in module.body.operations if op.operation.name == "func.func"
+                         and ir.StringAttr(op.attributes["sym_name"]).value == "main"), None)
+            if main is None:
+                raise ModuleError(f"{where} has no func.func @main", "name the entry function @main")
+            types = [tensor_desc(t) for t in main.type.inputs]
+    except OpbyopError:
+        raise
+    except Exception as e:  # a module the splitter will describe better: no values
+        graph.notes.append(f"no example inputs: {type(e).__name__}: {e}")
+        return
+    try:
+        values = make_inputs("", types, [], {}, graph.name, seed)
+    except ValueError as e:  # an argument no array can stand for (a token, a tuple ...)
+        graph.notes.append(f"no example inputs: {e}")
+        return
+    graph.arguments = [Argument(f"arg{i}", ArgumentKind.INPUT, t) for i, t in enumerate(types)]
+    graph.argument_values = values

@@ -111,6 +111,24 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
+def _first_lines(e: BaseException, lines: int = 3, width: int = 600) -> str:
+    """The start of an exception's message: torch's carry whole graphs after their first lines."""
+    text = " ".join(line.strip() for line in str(e).strip().splitlines()[:lines] if line.strip())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _short_location(loc: Any) -> str:
+    """`file.py:27` (and the framework op) from a torch-mlir location, else the location as printed."""
+    import re
+
+    text = str(loc)
+    fw = re.search(r"fw=([\w.]+)", text)
+    where = re.search(r'callsite\("([^"]+)":(\d+)', text)
+    if where is None:
+        return text
+    return f"{where[1]}:{where[2]}" + (f" ({fw[1]})" if fw else "")
+
+
 def _flatten_outputs(out: Any) -> list[torch.Tensor]:
     leaves = torch.utils._pytree.tree_leaves(out)
     return [x for x in leaves if isinstance(x, torch.Tensor)]
@@ -131,10 +149,24 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
     weights = [w.detach() for _, w in named]
     inputs = list(inputs)
     with torch.no_grad():
-        reference = _flatten_outputs(model(*inputs))
+        try:
+            reference = _flatten_outputs(model(*inputs))
+        except Exception as e:  # the inputs given do not fit the model (shape, dtype, count)
+            given = ", ".join(f"{'x'.join(map(str, t.shape)) or 'scalar'}x{_TORCH_TO_MLIR_DTYPE.get(t.dtype, t.dtype)}"
+                              for t in inputs)
+            raise ExportError(f"{name} cannot run on the example inputs ({given}): {_first_lines(e)}",
+                              "give the shapes and dtypes its forward takes (--input 1x3x224x224xf32, "
+                              "one --input per argument)") from None
 
     context = ir.Context()
     torch_d.register_dialect(context)
+    diagnostics: list[str] = []
+
+    def collect(d: Any) -> bool:  # torch-mlir's own words; otherwise they only reach stderr
+        diagnostics.append(f"{_short_location(d.location)}: {d.message}")
+        return True
+
+    context.attach_diagnostic_handler(collect)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -142,8 +174,16 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
                                           output_type="stablehlo", fx_importer=_importer(context),
                                           func_name="main")
     except Exception as e:
-        raise ExportError(f"torch-mlir could not export {name}: {type(e).__name__}: {e}",
-                          "check the model exports with torch.export.export(model, inputs) first") from e
+        if type(e).__module__.startswith("torch_mlir") or diagnostics:
+            raise ExportError(
+                f"torch-mlir could not lower {name} to StableHLO (torch.export traced it): "
+                + ("; ".join(diagnostics[:5]) or _first_lines(e)),
+                "torch-mlir has no StableHLO lowering for the op named there: rewrite that part of the "
+                "model with ops it lowers, or export the model to StableHLO another way and pass the .mlir "
+                "file") from None
+        raise ExportError(f"torch.export could not trace {name}: {type(e).__name__}: {_first_lines(e)}",
+                          "make forward traceable by torch.export.export(model, inputs): no Python branches "
+                          "on tensor values (torch.cond), no data-dependent shapes; or pass a .mlir file") from None
     text = module.operation.get_asm(enable_debug_info=True)
 
     input_names = list(input_names or [f"input{i}" for i in range(len(inputs))])
