@@ -6,6 +6,8 @@ the parallel path); a failing op never stops the others.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Optional
@@ -14,27 +16,40 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from opbyop.cli.app import app, console, fail, input_specs
+from opbyop.cli.app import (STATUS_STYLE, MathFidelity, app, console, cut, fail, full_by_default, input_specs,
+                            positive_seconds, print_error, status_text, styled)
 from opbyop.errors import OpbyopError
 from opbyop.messages import normalize_message
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
-STATUS_STYLE = {Status.SUCCESS: "green", Status.SKIPPED: "cyan", Status.GOLDEN_FAILED: "yellow",
-                Status.RUN_FAILED: "magenta", Status.COMPILE_FAILED: "red", Status.CRASHED: "bold red",
-                Status.TIMEOUT: "bold red"}
+__all__ = ["STATUS_STYLE"]  # every Status, styled: opbyop.cli.app
 
 ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, or a .ttsys path")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
-Fidelity = typer.Option(None, "--math-fidelity", help="lofi | hifi2 | hifi3 | hifi4")
+Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
 Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")
-Timeout = typer.Option(120.0, "--timeout", help="seconds per op")
+Timeout = typer.Option(120.0, "--timeout", callback=positive_seconds, help="seconds per op (above 0)")
+Full = typer.Option(False, "--full", help="print messages whole (they are whole anyway when stdout is not a terminal)")
 
 
-def _settings(optimization_level: int, math_fidelity: str | None, fp32: bool | None, run_device: bool, seed: int):
+def worker_name(kind: str) -> str:
+    """A worker name no other process uses: its scratch and $TMPDIR are its own, so any number of
+    commands may share one OPBYOP_HOME (two `cli` workers once deleted each other's descriptor)."""
+    return f"{kind}-{os.getpid()}"
+
+
+def _drop_scratch(workspace_root: Path, name: str) -> None:
+    """The private $TMPDIR of a worker that has exited (it only links to the shared assets)."""
+    shutil.rmtree(workspace_root / "scratch" / f"tmp-{name}", ignore_errors=True)
+
+
+def _settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
+              seed: int):
     from opbyop.config import CompilerOptions, load_thresholds
     from opbyop.worker.protocol import AnalysisSettings
 
-    options = CompilerOptions(optimization_level=optimization_level, math_fidelity=math_fidelity, fp32_dest_acc_en=fp32)
+    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
+    options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
     return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,
                             run_golden=run_device)
 
@@ -52,48 +67,54 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
     desc = resolve(chip)
     zoo = load_zoo()
     if inputs:  # a user factory with explicit input shapes
-        from opbyop.config import ZooEntry
+        from opbyop.frontends.loader import factory_entry, factory_name
 
-        zoo = zoo.model_copy(update={"models": zoo.models + [
-            ZooEntry(name=m.replace(":", ".").lower(), frontend="torch", factory=m, inputs=input_specs(inputs))
-            for m in models if ":" in m]})
-        models = [m.replace(":", ".").lower() if ":" in m else m for m in models]
-    prepared = prepare(models, zoo, settings.seed)
-    for name, error in prepared.errors.items():
-        console.print(f"[red]{name}: {error}[/red]", highlight=False)
+        specs = input_specs(inputs)
+        zoo = zoo.model_copy(update={"models": zoo.models + [factory_entry(m, specs) for m in models if ":" in m]})
+        models = [factory_name(m) if ":" in m else m for m in models]
     workspace = Workspace.default()
+    prepared = prepare(models, zoo, settings.seed, artifacts=workspace.artifacts)
+    for name, error in prepared.errors.items():
+        print_error(f"{name}: {error}")
+    if not prepared.graphs:
+        raise OpbyopError(f"no model could be loaded ({len(prepared.errors)} failed, errors above)",
+                          "fix the models named above; `opbyop split MODEL` shows one model's problem alone")
     for op in prepared.unique:
         workspace.ops.put(op)
     results: dict[str, OpResult] = {}
     wholes: dict[str, WholeModelResult] = {}
-    with OpWorker(desc.path, workspace.root, chip=desc.chip, name="cli") as worker, Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=True) as progress:
-        task = progress.add_task("ops", total=len(prepared.unique))
-        for op in prepared.unique:
-            progress.update(task, description=op.op_name)
-            results[op.signature] = worker.analyze(op, settings, timeout)
-            progress.advance(task)
-        if whole:
-            for name, graph in prepared.graphs.items():
-                progress.update(task, description=f"{name} (whole model)")
-                wholes[name] = worker.analyze_whole(graph, settings, timeout=max(timeout, 600.0))
+    name = worker_name("cli")
+    try:
+        with OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker, Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=console, transient=True) as progress:
+            task = progress.add_task("ops", total=len(prepared.unique))
+            for op in prepared.unique:
+                progress.update(task, description=op.op_name)
+                results[op.signature] = worker.analyze(op, settings, timeout)
+                progress.advance(task)
+            if whole:
+                for model, graph in prepared.graphs.items():
+                    progress.update(task, description=f"{model} (whole model)")
+                    wholes[model] = worker.analyze_whole(graph, settings, timeout=max(timeout, 600.0))
+    finally:
+        _drop_scratch(workspace.root, name)
     return prepared, results, wholes, desc
 
 
-def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModelResult]) -> None:
+def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModelResult], full: bool) -> None:
     from opbyop.pipeline import blocking_ops, depth_histogram
 
+    full = full or full_by_default()
     occurrences = Counter(r.signature for r in prepared.records if r.ok)
     table = Table("op", "occ.", "inputs", "depth", "status", "failed at", "ms", "pcc", "cycles", "message")
     for op in prepared.unique:
         r = results[op.signature]
-        style = STATUS_STYLE.get(r.status, "")
         table.add_row(op.op_name.replace("stablehlo.", ""), str(occurrences[op.signature]),
-                      " ".join(map(str, op.inputs))[:40], r.depth.value, f"[{style}]{r.status.value}[/{style}]",
+                      cut(" ".join(map(str, op.inputs)), 40, full), r.depth.value, status_text(r.status),
                       r.failed_stage.value if r.failed_stage else "", f"{r.seconds * 1000:.0f}",
                       f"{r.golden.pcc:.4f}" if r.golden and r.golden.pcc is not None else "",
-                      str(r.device.cycles) if r.device else "", (r.message or "")[:60])
+                      str(r.device.cycles) if r.device else "", cut(r.message, 60, full))
     console.print(table)
 
     depth = depth_histogram(prepared.records, results)
@@ -102,7 +123,10 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
     for stage in Stage:
         summary.add_row(stage.value, str(depth.get(stage, 0)))
     console.print(summary)
-    console.print("  ".join(f"[{STATUS_STYLE.get(s, '')}]{s.value}: {n}[/]" for s, n in statuses.most_common()))
+    line = styled()
+    for s, n in statuses.most_common():
+        line.append_text(status_text(s, f"{s.value}: {n}  "))
+    console.print(line)
 
     groups: dict[str, list[OpResult]] = defaultdict(list)
     for r in results.values():
@@ -111,61 +135,67 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
     if groups:
         failures = Table("failed at: message (normalised)", "unique ops", "op kinds", title="failures")
         for key, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-            failures.add_row(key[:120], str(len(rs)), ", ".join(sorted({r.op_name for r in rs}))[:60])
+            failures.add_row(cut(key, 120, full), str(len(rs)), cut(", ".join(sorted({r.op_name for r in rs})), 60, full))
         console.print(failures)
         blockers = Table("op", "occurrences", "depth", "status", "signature", title="most blocking ops first")
         for r, n in blocking_ops(prepared.records, results)[:15]:
-            blockers.add_row(r.op_name, str(n), r.depth.value, r.status.value, r.signature[:12])
+            blockers.add_row(r.op_name, str(n), r.depth.value, status_text(r.status), r.signature[:12])
         console.print(blockers)
     if wholes:
         view = Table("model", "ops", "unique", "whole model", "depth", "pcc vs framework", "cycles", "peak DRAM",
                      "message", title="whole model beside op by op")
         for name, w in wholes.items():
             split = prepared.splits[name]
-            view.add_row(name, str(len(split.ops)), str(len({r.signature for r in split.ops})),
-                         f"[{STATUS_STYLE.get(w.status, '')}]{w.status.value}[/]", w.depth.value,
-                         f"{w.pcc:.5f}" if w.pcc is not None else "", str(w.device.cycles) if w.device else "",
-                         f"{w.device.peak_dram_bytes:,}" if w.device else "", (w.message or "")[:50])
+            view.add_row(name, str(len(split.ops)), str(len({r.signature for r in split.ops})), status_text(w.status),
+                         w.depth.value, f"{w.pcc:.5f}" if w.pcc is not None else "",
+                         str(w.device.cycles) if w.device else "",
+                         f"{w.device.peak_dram_bytes:,}" if w.device else "", cut(w.message, 50, full))
         console.print(view)
+    if not full and any(len(r.message or "") > 60 for r in results.values()):
+        console.print("messages are cut to fit: --full prints them whole", style="dim")
 
 
-def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: str | None,
+def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: MathFidelity | None,
                     fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
-                    run_device: bool) -> None:
+                    run_device: bool, full: bool) -> None:
     try:
         settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed)
         prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs)
     except OpbyopError as e:
         fail(e)
-    _render(prepared, results, wholes)
+    _render(prepared, results, wholes, full)
+    if prepared.errors:  # the others were analysed and printed; the exit code still tells
+        raise typer.Exit(1)
 
 
 Models = typer.Argument(..., help="zoo names, .mlir/.mlirbc files, package.module:factory")
 Whole = typer.Option(True, "--whole/--no-whole", help="also compile (and run) each model whole")
-Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32")
+Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32 (one per input)")
 
 
 @app.command()
 def compile(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
-            math_fidelity: Optional[str] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc, whole: bool = Whole,
-            timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0)) -> None:
+            math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
+            whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
+            full: bool = Full) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=False)
+                    run_device=False, full=full)
 
 
 @app.command()
 def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
-        math_fidelity: Optional[str] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc, whole: bool = Whole,
-        timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0)) -> None:
+        math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
+        whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
+        full: bool = Full) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=True)
+                    run_device=True, full=full)
 
 
 @app.command()
 def repro(op: str = typer.Argument(..., help="signature prefix, or model:position"), chip: str = ChipOption,
-          optimization_level: int = OptLevel, math_fidelity: Optional[str] = Fidelity,
+          optimization_level: int = OptLevel, math_fidelity: Optional[MathFidelity] = Fidelity,
           fp32_dest_acc: Optional[bool] = Fp32Acc, run_device: bool = typer.Option(True, "--run/--compile-only"),
           timeout: float = Timeout) -> None:
     """Re-compile (and re-run) one stored op: its stages, message and artifact paths."""
@@ -177,14 +207,18 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
     try:
         unique = workspace.ops.get(op)
         desc = resolve(chip)
-    except KeyError as e:
+        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
+    except (KeyError, ValueError) as e:
         fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
     except OpbyopError as e:
         fail(e)
-    settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
-    with OpWorker(desc.path, workspace.root, chip=desc.chip, name="repro") as worker:
-        result = worker.analyze(unique, settings, timeout)
-    console.print(f"[bold]{unique.op_name}[/bold] {unique.signature}")
+    name = worker_name("repro")
+    try:
+        with OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
+            result = worker.analyze(unique, settings, timeout)
+    finally:
+        _drop_scratch(workspace.root, name)
+    console.print(styled((unique.op_name, "bold"), " ", unique.signature))
     console.print("from: " + ", ".join(f"{o.model}:{o.position}" for o in unique.occurrences[:10]))
     if unique.provenance.framework_op or unique.provenance.source:
         p = unique.provenance
@@ -194,16 +228,15 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
     for stage in Stage:
         reached = stage.rank <= result.depth.rank
         seconds = compiled.stage_seconds.get(stage) if compiled else None
-        stages.add_row(stage.value, "yes" if reached else ("[red]failed[/red]" if stage == result.failed_stage else "-"),
+        stages.add_row(stage.value, "yes" if reached else (styled(("failed", "red")) if stage == result.failed_stage else "-"),
                        f"{seconds:.3f}" if seconds is not None else "")
     console.print(stages)
-    style = STATUS_STYLE.get(result.status, "")
-    console.print(f"status: [{style}]{result.status.value}[/]")
+    console.print(styled("status: ", status_text(result.status)))
     if result.message:
-        console.print(f"message: {result.message}", highlight=False)
+        console.print(f"message: {result.message}")
     if compiled:
         for line in compiled.diagnostics:
-            console.print(f"  compiler: {line}", highlight=False)
+            console.print(f"  compiler: {line}")
         for kind, digest in compiled.artifacts.items():
             console.print(f"  {kind}: {workspace.artifacts.path(digest)}")
     module = workspace.root / "repro" / f"{unique.signature[:16]}.mlir"
@@ -218,15 +251,17 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
 def system_desc(chip: str = typer.Argument("p150", help="p150, p100, n150, or a .ttsys path to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
     """Produce (Blackhole, from the plugin's mock mode), provide (n150) or validate a system descriptor."""
-    import shutil
-
     from opbyop.compiler.system_desc import resolve
 
     try:
         desc = resolve(chip)
     except OpbyopError as e:
         fail(e)
-    console.print(f"{desc.chip}: {desc.path} ({desc.source}, schema {desc.schema_hash[:16]}..., sha256 {desc.sha256[:16]}...)")
+    console.print(f"{desc.chip}: {desc.path} ({desc.source}, schema {desc.schema_hash[:16]}..., "
+                  f"sha256 {desc.sha256[:16]}...)")
     if out is not None:
-        shutil.copyfile(desc.path, out)
+        try:
+            shutil.copyfile(desc.path, out)
+        except OSError as e:
+            fail(OpbyopError(f"cannot write {out}: {e.strerror or e}", "choose a writable path for --out"))
         console.print(f"written to {out}")

@@ -9,6 +9,7 @@ import numpy as np
 import typer
 
 from opbyop.cli.app import app, console, fail
+from opbyop.cli.compile_run import _drop_scratch, worker_name
 from opbyop.errors import OpbyopError
 
 image = typer.Typer(help="Device images: one zip that runs a compiled model without compiling.",
@@ -17,9 +18,10 @@ app.add_typer(image, name="image")
 
 
 @image.command("build")
-def build(model: str = typer.Argument(..., help="zoo name or package.module:factory"),
+def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, or package.module:factory"),
           out: Path = typer.Option(..., "-o", "--out", help="image file to write (.zip)"),
-          chip: str = typer.Option("p150", "--chip"), seed: int = typer.Option(0)) -> None:
+          chip: str = typer.Option("p150", "--chip"), seed: int = typer.Option(0),
+          input: list[str] = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32")) -> None:
     """Compile MODEL whole and write its device image."""
     from opbyop.jaxenv import prepare_jax
 
@@ -35,25 +37,37 @@ def build(model: str = typer.Argument(..., help="zoo name or package.module:fact
     from opbyop.worker.protocol import AnalysisSettings
     from opbyop.workspace import Workspace
 
+    from opbyop.cli.app import input_specs
+
     try:
         desc = resolve(chip)
-        graph = load_model(model, seed=seed)
+        graph = load_model(model, inputs=input_specs(input), seed=seed)
     except OpbyopError as e:
         fail(e)
+    if graph.argument_values is None or len(graph.argument_values) != len(graph.arguments):
+        fail(OpbyopError(f"{model} has no example values for its arguments ({'; '.join(graph.notes) or 'unknown'})",
+                         "build the image from a zoo model or a factory, or give @main tensor arguments"))
     workspace = Workspace.default()
-    with OpWorker(desc.path, workspace.root, chip=desc.chip, name="image") as worker:
-        result = worker.analyze_whole(graph, AnalysisSettings(thresholds=load_thresholds(), seed=seed))
+    name = worker_name("image")
+    try:
+        with OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
+            result = worker.analyze_whole(graph, AnalysisSettings(thresholds=load_thresholds(), seed=seed))
+    finally:
+        _drop_scratch(workspace.root, name)
     if result.compile is None or not result.compile.ok:
-        fail(OpbyopError(f"{model} did not compile whole: {result.message}", "see `opbyop compile " + model + "`"))
+        fail(OpbyopError(f"{model} did not compile whole: {result.message}", f"see `opbyop compile {model}`"), code=1)
     artifacts = workspace.artifacts
     program = artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
     flatbuffer = artifacts.read(result.compile.artifacts["flatbuffer"])
     parameters = {i: v for i, (a, v) in enumerate(zip(graph.arguments, graph.argument_values or []))
                   if a.kind is ArgumentKind.PARAMETER}
     outputs = [TensorDesc(shape=tuple(r.shape), dtype=str(r.dtype)) for r in graph.reference_outputs or []]
-    build_image(out, model=graph.name, program_text=program, flatbuffer=flatbuffer,
-                spec=DeviceSpec.from_system_desc(program), inputs=inputs_of(graph.arguments), parameters=parameters,
-                outputs=outputs, plugin_version=plugin_version())
+    try:
+        build_image(out, model=graph.name, program_text=program, flatbuffer=flatbuffer,
+                    spec=DeviceSpec.from_system_desc(program), inputs=inputs_of(graph.arguments),
+                    parameters=parameters, outputs=outputs, plugin_version=plugin_version())
+    except OpbyopError as e:
+        fail(e)
     console.print(f"wrote {out} ({out.stat().st_size:,} bytes); whole-model run: {result.status.value}, pcc {result.pcc}")
 
 
@@ -63,14 +77,14 @@ def info(path: Path) -> None:
     from opbyop.device.image import DeviceImage
 
     try:
-        console.print(DeviceImage.load(path).info(), highlight=False)
+        console.print(DeviceImage.load(path).info())
     except OpbyopError as e:
         fail(e)
 
 
 @image.command("run")
 def run_image(path: Path, inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz with one array per input"),
-              seed: int = typer.Option(0), iterations: int = typer.Option(1)) -> None:
+              seed: int = typer.Option(0), iterations: int = typer.Option(1, min=1)) -> None:
     """Run the image on the simulated device (inputs from an .npz, or drawn from a seed)."""
     from opbyop.device.image import DeviceImage
     from opbyop.golden.dtypes import numpy_dtype
@@ -78,8 +92,7 @@ def run_image(path: Path, inputs: Optional[Path] = typer.Option(None, "--inputs"
     try:
         loaded = DeviceImage.load(path)
         if inputs is not None:
-            with np.load(inputs, allow_pickle=False) as npz:
-                arrays = [npz[k] for k in npz.files]
+            arrays = _read_inputs(inputs)
         else:
             rng = np.random.default_rng(seed)
             arrays = [(rng.standard_normal(t.tensor.shape) if t.tensor.dtype.startswith("f")
@@ -88,5 +101,25 @@ def run_image(path: Path, inputs: Optional[Path] = typer.Option(None, "--inputs"
         outputs = loaded.run(arrays, iterations=iterations)
     except OpbyopError as e:
         fail(e)
+    except Exception as e:  # the simulator's own failure on this program: named, never a traceback
+        fail(OpbyopError(f"the image's program failed on the simulated device: {type(e).__name__}: {e}",
+                         "check the inputs against `opbyop image info`; if they fit, rebuild the image"), code=1)
     for i, out in enumerate(outputs):
         console.print(f"output {i}: shape {out.shape}, mean {float(np.mean(out)):.6g}, std {float(np.std(out)):.6g}")
+
+
+def _read_inputs(path: Path) -> list[np.ndarray]:
+    """One array per input from an .npz (never pickles); anything else is refused with its reason."""
+    from opbyop.errors import ImageError
+
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if not hasattr(npz, "files"):
+                raise ImageError(f"{path} holds one array, not an .npz of inputs",
+                                 "save the inputs with numpy.savez(path, input0, input1, ...)")
+            return [npz[k] for k in npz.files]
+    except ImageError:
+        raise
+    except (OSError, ValueError, EOFError) as e:
+        raise ImageError(f"cannot read inputs from {path}: {type(e).__name__}: {e}",
+                         "pass an .npz written by numpy.savez, one array per input") from None

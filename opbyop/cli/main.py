@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from opbyop.cli.app import app, console
+from opbyop.cli.app import app, err_console, styled
 
 
 def _register_plugins() -> None:
@@ -16,7 +16,7 @@ def _register_plugins() -> None:
         try:
             ep.load()(app)
         except ImportError as e:  # a missing optional package must not break the other commands
-            console.print(f"[yellow]warning:[/yellow] commands from {ep.value} unavailable: {e}")
+            err_console.print(styled(("warning: ", "yellow"), f"commands from {ep.value} unavailable: {e}"))
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from opbyop.cli.app import app, console, fail, input_specs
+from opbyop.cli.app import app, console, fail, input_specs, styled
 from opbyop.errors import OpbyopError
 
 
@@ -59,7 +59,7 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
         p = r.provenance
         table.add_row(str(r.position), r.op_name, " ".join(map(str, r.inputs)), " ".join(map(str, r.outputs)),
                       p.framework_op or "", p.module_path or "", f"{Path(p.source.file).name}:{p.source.line}" if p.source else "",
-                      r.signature[:12] if r.ok else f"[red]split failed: {r.split_error}[/red]")
+                      r.signature[:12] if r.ok else styled(("split failed: ", "red"), str(r.split_error)))
     console.print(table)
     kinds = Counter(r.op_name for r in result.ops)
     histogram = Table("op kind", "count")
