@@ -10,22 +10,22 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from opbyop.cli.app import make_console, positive_seconds, print_error, styled
 from opbyop.errors import OpbyopError
 from storage.files import SkippedFile, default_root
 
-console = Console()
-err_console = Console(stderr=True)
+console = make_console()  # data printed literally; a pipe gets whole lines
+err_console = make_console(stderr=True)
 
 STORE_HELP = "store root (default: $OPBYOP_STORE, else $OPBYOP_HOME/store (default ./.opbyop/store))"
 FORMATS = ("table", "csv", "json")
 
 
-def _fail(error: OpbyopError) -> None:
-    err_console.print(f"[red]error:[/red] {error}", highlight=False)
-    raise typer.Exit(2)
+def _fail(error: OpbyopError, code: int = 2) -> None:
+    print_error(error)
+    raise typer.Exit(code)
 
 
 def _root(store: Optional[Path]) -> Path:
@@ -33,19 +33,18 @@ def _root(store: Optional[Path]) -> Path:
 
 
 def _check_run(store: Optional[Path], run: str) -> None:
-    """A clear error for a run id that is not there (rather than an empty answer)."""
+    """A clear error for a run id that is not there, or whose files cannot all be read (rather than
+    an empty or partial answer that looks like a real one)."""
     from storage.dataset import Store
 
-    s = Store(_root(store))
-    s.run(run)
-    _warn_skipped(s.skipped)
+    Store(_root(store)).check_readable(run)
 
 
 def _warn_skipped(skipped: list[SkippedFile]) -> None:
     if skipped:
-        err_console.print(f"[yellow]warning:[/yellow] {len(skipped)} unreadable file(s) skipped:", highlight=False)
+        err_console.print(styled(("warning: ", "yellow"), f"{len(skipped)} unreadable file(s) skipped:"))
         for s in skipped:
-            err_console.print(f"  {s}", highlight=False, soft_wrap=True)
+            err_console.print(f"  {s}", soft_wrap=True)
 
 
 def _cell(value: Any) -> str:
@@ -75,43 +74,76 @@ def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title:
         console.print(f"{len(rows)} row(s)", style="dim")
 
 
+def _timeout_option() -> Any:
+    from storage.readonly import DEFAULT_TIMEOUT_S
+
+    return typer.Option(DEFAULT_TIMEOUT_S, "--timeout", callback=positive_seconds,
+                        help="seconds before the query is stopped (Ctrl-C stops it too)")
+
+
+MEMORY_HELP = "DuckDB's memory limit, e.g. 2GB (default: half the machine's memory)"
+
+
+def _query_failed(e: OpbyopError) -> None:
+    from storage.readonly import QueryInterrupted
+
+    _fail(e, 130 if isinstance(e, QueryInterrupted) else 2)
+
+
 def sql(query: str = typer.Argument(..., help='a read-only query, e.g. "SELECT * FROM runs"'),
         fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
-        store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+        store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+        timeout: float = _timeout_option(),
+        memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=MEMORY_HELP)) -> None:
     """Run a read-only SQL query over the store (views: runs, ops, results, models, occurrences, stages, statuses)."""
     from storage.readonly import run_sql
 
     try:
-        result = run_sql(query, _root(store))
+        result = run_sql(query, _root(store), timeout=timeout, memory_limit=memory_limit)
     except OpbyopError as e:
-        _fail(e)
+        _query_failed(e)
     _warn_skipped(result.skipped)
     print_rows(result.columns, result.rows, fmt)
 
 
-def query(name: str = typer.Argument(..., help="a named aggregation from storage/sql (see --list)"),
+def query(name: Optional[str] = typer.Argument(None, help="a named aggregation from storage/sql (see --list)"),
           run: Optional[str] = typer.Option(None, "--run", help="run id"),
           previous: Optional[str] = typer.Option(None, "--previous", help="previous run id (default: the last "
                                                  "completed run of the same chip and options)"),
-          n: int = typer.Option(30, "--n", help="number of runs for trends and pass rates"),
-          limit: int = typer.Option(50, "--limit"),
+          n: int = typer.Option(30, "--n", min=1, help="number of runs for trends and pass rates"),
+          limit: int = typer.Option(50, "--limit", min=0),
           fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
-          store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+          store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
+          list_queries: bool = typer.Option(False, "--list", help="list the named queries and their parameters"),
+          timeout: float = _timeout_option(),
+          memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=MEMORY_HELP)) -> None:
     """Run one named aggregation query (depth_histogram, blockers, regressions, trend ...)."""
     from storage.aggregate import previous_run_id, run_query
+    from storage.queries import get_query, load_queries
     from storage.readonly import StoreConnection
 
+    if list_queries or name is None:
+        rows = [(q.name, ", ".join(q.params), q.description) for q in load_queries().values()]
+        print_rows(["query", "parameters", "description"], rows, fmt, title="named queries (opbyop query NAME)")
+        return
     try:
-        with StoreConnection(_root(store)) as con:
+        wanted = get_query(name)
+        if run is not None:
+            _check_run(store, run)
+        if previous is not None:
+            _check_run(store, previous)
+        if "run_id" in wanted.params and run is None:
+            raise OpbyopError(f"query {name!r} is about one run", "pass --run RUN_ID (`opbyop runs` lists them)")
+        with StoreConnection(_root(store), memory_limit=memory_limit, timeout=timeout) as con:
             prev = previous or (previous_run_id(con, run) if run else None)
             result = run_query(con, name, run_id=run, prev_run_id=prev, n=n, limit=limit)
     except OpbyopError as e:
-        _fail(e)
+        _query_failed(e)
     _warn_skipped(result.skipped)
     print_rows(result.columns, result.rows, fmt, title=f"{name} {run or ''} {f'vs {prev}' if prev else ''}")
 
 
-def runs(limit: int = typer.Option(50, "--limit"),
+def runs(limit: int = typer.Option(50, "--limit", min=0),
          fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
          store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """List the runs in the store, newest first."""
@@ -133,13 +165,14 @@ def report(run: str = typer.Option(..., "--run", help="run id"),
                                                        help="expectations file (default: configs/expectations.yaml)"),
            no_expectations: bool = typer.Option(False, "--no-expectations"),
            previous: Optional[str] = typer.Option(None, "--previous", help="run to compare with"),
-           n: int = typer.Option(30, "--n", help="runs in the trend"),
+           n: int = typer.Option(30, "--n", min=1, help="runs in the trend"),
            store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Write the self-contained HTML report of a run."""
     from storage.report import write_report
 
     target = out or Path(f"report-{run}.html")
     try:
+        _check_run(store, run)
         write_report(_root(store), run, target, expectations, not no_expectations, previous, n)
     except OpbyopError as e:
         _fail(e)
@@ -218,6 +251,7 @@ def export_optest_cmd(run: str = typer.Option(..., "--run", help="run id"),
 
     try:
         s = Store(_root(store))
+        s.check_readable(run)
         count = export_optest(s, run, out, job_id)
     except OpbyopError as e:
         _fail(e)

@@ -138,9 +138,31 @@ class Store:
     def run(self, run_id: str) -> RunInfo:
         rows = self.read_table("runs", run_id).to_pylist()
         if not rows:
+            corrupt = self.unreadable(run_id, tables=("runs",))
+            if corrupt:
+                raise StoreError(f"run {run_id!r} cannot be read: its runs file is corrupt ({corrupt[0]})",
+                                 resume_fix(run_id))
             raise StoreError(f"run {run_id!r} is not in the store at {self.root}",
                              "list the runs with `opbyop runs`, or pass --store / set OPBYOP_STORE")
         return convert.run_from_row(rows[0])
+
+    def unreadable(self, run_id: str, tables: Collection[str] = TABLES) -> list[SkippedFile]:
+        """The data files of `run_id` whose footer does not parse (corrupt or truncated)."""
+        check_run_id(run_id)
+        found = [f for t in tables for path in data_files(self.root, t, run_id)
+                 if isinstance(f := read_footer(path), SkippedFile)]
+        self._note(found)
+        return found
+
+    def check_readable(self, run_id: str) -> RunInfo:
+        """The run, if every file of it can be read; else a StoreError naming the corrupt files: an
+        answer computed without them would be wrong (e.g. '0 checked' for an unreadable results file)."""
+        run = self.run(run_id)
+        corrupt = self.unreadable(run_id)
+        if corrupt:
+            raise StoreError(f"run {run_id!r} has {len(corrupt)} corrupt file(s): "
+                             + "; ".join(str(c) for c in corrupt), resume_fix(run_id))
+        return run
 
     def has_run(self, run_id: str) -> bool:
         return bool(run_dirs(self.root, "runs", check_run_id(run_id)))
@@ -194,6 +216,16 @@ class Store:
                 _replace_run_dir(run_dir(self.root, table, day, run.run_id), table, data)
         return run
 
+    def update_run(self, run: RunInfo) -> None:
+        """Rewrite the row of a run already stored (e.g. phases measured after it was finished), under
+        the run's lock; its results, ops and models are untouched."""
+        with RunWriter(self) as w:
+            w.lock(run.run_id)
+            dirs = run_dirs(self.root, "runs", check_run_id(run.run_id))
+            if not dirs:
+                raise StoreError(f"run {run.run_id!r} is not in the store at {self.root}", "write the run first")
+            write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), dirs[0] / RUN_PART)
+
     def delete_run(self, run_id: str) -> None:
         self._remove_run_dirs(check_run_id(run_id))
 
@@ -202,6 +234,11 @@ class Store:
             for d in run_dirs(self.root, table, run_id):
                 if keep_day is None or partition_date(d) != keep_day:
                     remove_dir(d)
+
+
+def resume_fix(run_id: str) -> str:
+    return (f"resume the run to rewrite its files: opbyop analyze MODELS --run-id {run_id} (the ops whose results "
+            "were lost are analysed again)")
 
 
 def _dedupe(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -287,8 +324,9 @@ class RunWriter:
         run = run.model_copy(update={"status": "running", "ended_at": None})
         if existing:
             self.day = partition_date(existing[0])
-            if self.store.has_run(run.run_id):
+            if self.store.has_run(run.run_id) and not self.store.unreadable(run.run_id, tables=("runs",)):
                 run = run.model_copy(update={"started_at": self.store.run(run.run_id).started_at})
+            # else its runs file is corrupt: rewritten below, from `run` (the date partition is kept)
         else:
             self.day = convert.utc(run.started_at).date()
         self.run = run

@@ -103,7 +103,7 @@ def read_part(path: Path, table: str) -> pa.Table | SkippedFile:
         return conform(pq.ParquetFile(path).read(), schema_of(table))
     except (pa.ArrowException, OSError, ValueError) as e:
         log.warning("skipping unreadable Parquet file %s: %s", path, e)
-        return SkippedFile(path, f"{type(e).__name__}: {e}")
+        return SkippedFile(path, f"{type(e).__name__}: {str(e).strip()}")
 
 
 _footers: dict[tuple[str, int, int], int | None] = {}  # (path, size, mtime) -> schema version
@@ -121,7 +121,7 @@ def read_footer(path: Path) -> int | None | SkippedFile:
         return _footers[key]
     except (pa.ArrowException, OSError, ValueError) as e:
         log.warning("skipping unreadable Parquet file %s: %s", path, e)
-        return SkippedFile(path, f"{type(e).__name__}: {e}")
+        return SkippedFile(path, f"{type(e).__name__}: {str(e).strip()}")
 
 
 def _hidden_sibling(path: Path, kind: str) -> Path:

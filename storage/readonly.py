@@ -4,10 +4,18 @@ Two locks, both DuckDB's own: the statement types are checked with DuckDB's pars
 pass), and the connection is an in-memory one whose views are created first, after which external
 access is switched off (except the store's directory, which the views read), and the configuration
 is locked so that no statement can switch it back on.
+
+And two limits: DuckDB's memory limit (set before the lock), and a time limit. A query runs in a
+thread of its own while the calling thread waits, so that Ctrl-C (which Python only delivers to a
+thread running Python code) and the deadline both reach it: either interrupts the connection.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -21,6 +29,24 @@ from storage.dataset import DatasetScan, Store
 from storage.files import SkippedFile
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+DEFAULT_TIMEOUT_S = 300.0  # for `opbyop sql` and `opbyop query`; the library's own queries have none
+
+
+def default_memory_limit() -> str:
+    """Half the machine's memory: a runaway query fails instead of starving everything else."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return "4GB"
+    return f"{max(total // 2 >> 20, 256)}MB"
+
+
+class QueryInterrupted(StoreError):
+    """The user interrupted a query (Ctrl-C)."""
+
+
+class QueryTimeout(StoreError):
+    """A query ran past its time limit."""
 
 
 def check_read_only(sql: str) -> None:
@@ -60,12 +86,21 @@ class QueryResult:
 class StoreConnection:
     """An in-memory DuckDB connection with the store's views, locked down to reading."""
 
-    def __init__(self, root: Path | str | None = None, scan: DatasetScan | None = None):
+    def __init__(self, root: Path | str | None = None, scan: DatasetScan | None = None,
+                 memory_limit: str | None = None, timeout: float | None = None):
+        self.timeout = timeout  # seconds per query unless a query says otherwise; None: no limit
         store = Store(root)
         self.root = store.root
         self.scan = scan or store.scan()
         self.con = duckdb.connect(":memory:")
         create_views(self.con, self.scan)
+        self.memory_limit = memory_limit or default_memory_limit()
+        try:
+            self.con.execute("SET memory_limit = $limit", {"limit": self.memory_limit})
+        except duckdb.Error as e:
+            self.con.close()
+            raise StoreError(f"memory limit {self.memory_limit!r} is not a size DuckDB reads ({e})",
+                             "give a size like 2GB or 512MB") from None
         allowed = str(self.root.resolve()).rstrip("/") + "/"
         self.con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
         self.con.execute("SET enable_external_access = false")
@@ -77,18 +112,60 @@ class StoreConnection:
     def skipped(self) -> list[SkippedFile]:
         return self.scan.skipped
 
-    def query(self, sql: str, params: dict[str, Any] | None = None) -> QueryResult:
+    def query(self, sql: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> QueryResult:
+        """Run a read-only query; `timeout` seconds (default: the connection's) and Ctrl-C interrupt it."""
         check_read_only(sql)
-        try:
+        timeout = self.timeout if timeout is None else timeout
+
+        def execute() -> tuple[list[str], list[tuple[Any, ...]]]:
             cursor = self.con.execute(sql, params or {})
+            return [d[0] for d in cursor.description or []], cursor.fetchall()
+
+        try:
+            columns, rows = self._interruptible(execute, timeout)
         except duckdb.PermissionException as e:
             raise StoreError(f"refused by DuckDB: {e}",
                              "query the views (runs, ops, results, models, occurrences); "
                              "files and extensions are out of reach") from None
+        except duckdb.OutOfMemoryException as e:
+            first = str(e).strip().splitlines()[0]
+            raise StoreError(f"the query needs more memory than its limit of {self.memory_limit} ({first})",
+                             "narrow it (WHERE, LIMIT, fewer joins), or raise the limit (--memory-limit)") from None
         except duckdb.Error as e:
             raise StoreError(f"the query failed: {e}", "check table and column names with DESCRIBE <view>") from None
-        columns = [d[0] for d in cursor.description or []]
-        return QueryResult(columns, cursor.fetchall(), list(self.scan.skipped))
+        return QueryResult(columns, rows, list(self.scan.skipped))
+
+    def _interruptible(self, execute: Any, timeout: float | None) -> Any:
+        """`execute()` in a thread of its own; this thread waits, and interrupts the connection on
+        Ctrl-C (KeyboardInterrupt) or at the deadline."""
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                outcome["value"] = execute()
+            except BaseException as e:  # re-raised in the calling thread
+                outcome["error"] = e
+
+        thread = threading.Thread(target=target, name="duckdb-query", daemon=True)
+        deadline = time.monotonic() + timeout if timeout is not None and math.isfinite(timeout) else None
+        thread.start()
+        try:
+            while thread.is_alive():
+                wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
+                if wait <= 0:
+                    self.con.interrupt()
+                    thread.join()
+                    raise QueryTimeout(f"the query ran longer than its limit of {timeout:g} s and was stopped",
+                                       "narrow it (WHERE, LIMIT, fewer joins), or allow more time (--timeout)")
+                thread.join(wait)
+        except KeyboardInterrupt:
+            self.con.interrupt()
+            thread.join()
+            raise QueryInterrupted("the query was interrupted (Ctrl-C)", "nothing was changed; run it again "
+                                   "when you want its answer") from None
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["value"]
 
     def close(self) -> None:
         self.con.close()
@@ -101,11 +178,12 @@ class StoreConnection:
         self.close()
 
 
-def connect(root: Path | str | None = None) -> StoreConnection:
-    return StoreConnection(root)
+def connect(root: Path | str | None = None, memory_limit: str | None = None) -> StoreConnection:
+    return StoreConnection(root, memory_limit=memory_limit)
 
 
-def run_sql(sql: str, root: Path | str | None = None, params: dict[str, Any] | None = None) -> QueryResult:
-    """One read-only query over the store at `root`."""
-    with StoreConnection(root) as con:
-        return con.query(sql, params)
+def run_sql(sql: str, root: Path | str | None = None, params: dict[str, Any] | None = None,
+            timeout: float | None = None, memory_limit: str | None = None) -> QueryResult:
+    """One read-only query over the store at `root`, within `timeout` seconds and `memory_limit`."""
+    with StoreConnection(root, memory_limit=memory_limit) as con:
+        return con.query(sql, params, timeout)
