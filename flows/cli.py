@@ -27,16 +27,19 @@ def _defaults_for_laptop() -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from opbyop.cli.app import positive_seconds  # option checks shared with the other commands
+
     @app.command()
     def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
                                                               "(default: the zoo's 'default' tag)"),
                 chip: str = typer.Option("p150", "--chip"),
-                workers: Optional[int] = typer.Option(None, "--workers", help="LocalCluster workers"),
+                workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
                 address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler"),
                 run_id: Optional[str] = typer.Option(None, "--run-id", help="resume or replace this run"),
                 reuse: bool = typer.Option(True, "--reuse/--no-reuse", help="reuse cached op results"),
                 whole: bool = typer.Option(True, "--whole/--no-whole"),
-                timeout: float = typer.Option(120.0, "--timeout", help="seconds per op")) -> None:
+                timeout: float = typer.Option(120.0, "--timeout", callback=positive_seconds,
+                                              help="seconds per op (above 0)")) -> None:
         """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
         _defaults_for_laptop()
         from flows.analyze import RunSummary, analyze as analyze_flow, new_run_id
