@@ -139,33 +139,44 @@ class StoreConnection:
         """`execute()` in a thread of its own; this thread waits, and interrupts the connection on
         Ctrl-C (KeyboardInterrupt) or at the deadline."""
         outcome: dict[str, Any] = {}
+        done = threading.Event()  # not thread.is_alive(): a join interrupted by Ctrl-C may report a live thread dead
 
         def target() -> None:
             try:
                 outcome["value"] = execute()
             except BaseException as e:  # re-raised in the calling thread
                 outcome["error"] = e
+            finally:
+                done.set()
 
         thread = threading.Thread(target=target, name="duckdb-query", daemon=True)
         deadline = time.monotonic() + timeout if timeout is not None and math.isfinite(timeout) else None
-        thread.start()
         try:
-            while thread.is_alive():
+            thread.start()
+            while not done.is_set():
                 wait = 0.25 if deadline is None else min(0.25, deadline - time.monotonic())
                 if wait <= 0:
-                    self.con.interrupt()
-                    thread.join()
+                    self._stop(done)
                     raise QueryTimeout(f"the query ran longer than its limit of {timeout:g} s and was stopped",
                                        "narrow it (WHERE, LIMIT, fewer joins), or allow more time (--timeout)")
-                thread.join(wait)
+                done.wait(wait)
         except KeyboardInterrupt:
-            self.con.interrupt()
-            thread.join()
+            self._stop(done)
             raise QueryInterrupted("the query was interrupted (Ctrl-C)", "nothing was changed; run it again "
                                    "when you want its answer") from None
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
+
+    def _stop(self, done: threading.Event) -> None:
+        """Interrupt until the query's thread is done (an interrupt that lands before the query
+        starts is lost, so it is repeated)."""
+        while not done.is_set():
+            self.con.interrupt()
+            try:
+                done.wait(0.1)
+            except KeyboardInterrupt:  # a second Ctrl-C: already stopping
+                continue
 
     def close(self) -> None:
         self.con.close()

@@ -5,6 +5,12 @@ grid, harvested rows ...), the TTNN program and its flatbuffer, the parameters a
 pickle: loading an untrusted pickle runs its code). Loading checks everything before use: a corrupt
 or truncated archive, a member path that escapes the archive, an oversized member, a version
 mismatch and a checksum mismatch are each refused with a message that says what to do.
+
+Size limits hold for what a member really expands to, not what it declares: only the two methods
+images are written with (stored, deflate) are read, and zipfile bounds each deflate step by the
+bytes still declared; bzip2 and lzma members are refused (a bzip2 member expands in one step, to
+gigabytes from kilobytes, whatever its header says). The archive inside (constants.npz) is held to
+the same limits, against the same total.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ FORMAT_VERSION = 1
 MAX_MEMBER_BYTES = 4 << 30
 MAX_TOTAL_BYTES = 8 << 30
 MAX_COMPRESSION_RATIO = 200  # a zip bomb expands far beyond this
+READ_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
+_METHOD_NAMES = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+_UNTRUSTED = "do not load images from untrusted sources"
 _REBUILD = "rebuild the image with `opbyop image build MODEL -o FILE` on this installation"
 
 
@@ -124,10 +133,11 @@ class DeviceImage:
             zf = zipfile.ZipFile(path)
         except zipfile.BadZipFile as e:
             raise ImageError(f"{path} is not a readable zip archive ({e}): corrupt or truncated", _REBUILD) from None
+        budget = _Budget(path)
         with zf:
-            _check_members(zf, path)
+            _check_members(zf, path, budget)
             try:
-                manifest = Manifest.model_validate_json(zf.read(MANIFEST))
+                manifest = Manifest.model_validate_json(_read_member(zf, MANIFEST))
             except KeyError:
                 raise ImageError(f"{path} has no {MANIFEST}: not an opbyop device image", _REBUILD) from None
             except ValidationError as e:
@@ -139,7 +149,7 @@ class DeviceImage:
             data = {}
             for name, digest in manifest.members.items():
                 try:
-                    data[name] = zf.read(name)
+                    data[name] = _read_member(zf, name)
                 except (KeyError, zipfile.BadZipFile, EOFError, zlib.error, RuntimeError, NotImplementedError) as e:
                     raise ImageError(f"{path}: member {name} is missing or unreadable ({e})", _REBUILD) from None
                 if hashlib.sha256(data[name]).hexdigest() != digest:
@@ -148,8 +158,19 @@ class DeviceImage:
             device = DeviceInfo.model_validate_json(data[DEVICE])
         except ValidationError as e:
             raise ImageError(f"{path}: invalid {DEVICE}: {e.errors()[0]['msg']}", _REBUILD) from None
-        constants = _read_constants(data[CONSTANTS], path)
-        return cls(manifest, device, data[PROGRAM].decode(), data.get(FLATBUFFER), constants)
+        constants = _read_constants(data[CONSTANTS], path, budget)
+        try:
+            program = data[PROGRAM].decode()
+        except UnicodeDecodeError:
+            raise ImageError(f"{path}: {PROGRAM} is not text", _REBUILD) from None
+        from opbyop.errors import ModuleError
+        from opbyop.ir.parse import check_nesting
+
+        try:
+            check_nesting(program, f"{path}: {PROGRAM}")  # the device's MLIR parser would die of it
+        except ModuleError as e:
+            raise ImageError(e.problem, _UNTRUSTED) from None
+        return cls(manifest, device, program, data.get(FLATBUFFER), constants)
 
     def get_input_shapes(self) -> list[tuple[int, ...]]:
         """Shapes of the inputs a caller provides (parameters are in the image)."""
@@ -179,6 +200,10 @@ class DeviceImage:
         if len(inputs) != len(expected):
             raise ImageError(f"the image takes {len(expected)} inputs ({expected}), got {len(inputs)}",
                              "pass one array per input shape `opbyop image info` lists")
+        for i, (array, shape) in enumerate(zip(inputs, expected)):
+            if tuple(np.shape(array)) != tuple(shape):
+                raise ImageError(f"input {i} has shape {tuple(np.shape(array))}, the image takes {tuple(shape)}",
+                                 "pass one array per input shape `opbyop image info` lists")
         values: list[np.ndarray] = []
         given = iter(inputs)
         for i in range(len(self.manifest.inputs)):
@@ -191,11 +216,37 @@ class DeviceImage:
             device.close()
 
 
-def _read_constants(data: bytes, path: Path) -> dict[int, np.ndarray]:
-    """The parameters, after checking each array's declared size against its bytes: numpy would
-    allocate whatever a crafted header claims before reading a byte."""
+def _read_member(zf: zipfile.ZipFile, name: str, chunk: int = 1 << 20) -> bytes:
+    """A member read in bounded steps: zf.read() decompresses in one step of up to 2 GiB whatever
+    the member declares (and only then cuts it to the declared size)."""
+    out = io.BytesIO()
+    with zf.open(name) as f:
+        while block := f.read(chunk):
+            out.write(block)
+    return out.getvalue()
+
+
+class _Budget:
+    """Bytes an image may expand to, outer members and nested archive together."""
+
+    def __init__(self, path: Path, limit: int = MAX_TOTAL_BYTES):
+        self.path, self.limit, self.used = path, limit, 0
+
+    def spend(self, nbytes: int, what: str) -> None:
+        self.used += nbytes
+        if self.used > self.limit:
+            raise ImageError(f"{self.path}: {what} brings the image to {self.used:,} bytes, over the "
+                             f"{self.limit:,} limit", _REBUILD)
+
+
+def _read_constants(data: bytes, path: Path, budget: _Budget | None = None) -> dict[int, np.ndarray]:
+    """The parameters, after holding the nested archive to the image's limits and checking each
+    array's declared size against its bytes: numpy would allocate whatever a crafted header claims
+    before reading a byte."""
+    budget = budget or _Budget(path)
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as npz:
+            _check_members(npz, path, budget, inside=CONSTANTS)
             for info in npz.infolist():
                 with npz.open(info) as f:
                     version = np.lib.format.read_magic(f)
@@ -207,7 +258,7 @@ def _read_constants(data: bytes, path: Path) -> dict[int, np.ndarray]:
                 declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
                 if declared > info.file_size:
                     raise ImageError(f"{path}: {info.filename} claims {declared:,} bytes but holds {info.file_size:,}",
-                                     "do not load images from untrusted sources")
+                                     _UNTRUSTED)
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {int(k[3:]): npz[k] for k in npz.files}
     except ImageError:
@@ -216,31 +267,36 @@ def _read_constants(data: bytes, path: Path) -> dict[int, np.ndarray]:
         raise ImageError(f"{path}: the parameters cannot be read ({type(e).__name__}: {e})", _REBUILD) from None
 
 
-def _check_members(zf: zipfile.ZipFile, path: Path) -> None:
-    total = 0
+def _check_members(zf: zipfile.ZipFile, path: Path, budget: _Budget | None = None, inside: str | None = None) -> None:
+    """Every member of `zf` (the image, or the archive `inside` it): a safe path, no link, a method
+    images are written with, within the size and ratio limits, and intact (CRC)."""
+    budget = budget or _Budget(path)
+    where = f"{path}: " + (f"{inside} member" if inside else "member")
     for info in zf.infolist():
         name = info.filename
         pure = PurePosixPath(name)
         if (not pure.parts or pure.is_absolute() or ".." in pure.parts or "\\" in name or name.startswith("/")
                 or ":" in pure.parts[0] or name in (".", "")):
-            raise ImageError(f"{path}: member path '{name}' escapes the archive", "do not load images from untrusted sources")
+            raise ImageError(f"{where} path '{name}' escapes the archive", _UNTRUSTED)
         if (info.external_attr >> 16) & 0o170000 == 0o120000:
-            raise ImageError(f"{path}: member '{name}' is a symbolic link", "do not load images from untrusted sources")
+            raise ImageError(f"{where} '{name}' is a symbolic link", _UNTRUSTED)
+        if info.compress_type not in READ_METHODS:
+            method = _METHOD_NAMES.get(info.compress_type, f"method {info.compress_type}")
+            raise ImageError(f"{where} '{name}' is compressed with {method}; images are written with "
+                             f"{' or '.join(READ_METHODS.values())} only (other methods expand unchecked)", _UNTRUSTED)
         if info.file_size > MAX_MEMBER_BYTES:
-            raise ImageError(f"{path}: member '{name}' is {info.file_size:,} bytes, over the {MAX_MEMBER_BYTES:,} limit",
+            raise ImageError(f"{where} '{name}' is {info.file_size:,} bytes, over the {MAX_MEMBER_BYTES:,} limit",
                              "images hold one model; rebuild it")
-        if info.compress_size and info.file_size / info.compress_size > MAX_COMPRESSION_RATIO and info.file_size > 1 << 20:
-            raise ImageError(f"{path}: member '{name}' expands {info.file_size // info.compress_size}x (a zip bomb?)",
-                             "do not load images from untrusted sources")
-        total += info.file_size
-    if total > MAX_TOTAL_BYTES:
-        raise ImageError(f"{path}: members total {total:,} bytes, over the {MAX_TOTAL_BYTES:,} limit", _REBUILD)
-    try:
+        if info.file_size > 1 << 20 and info.file_size > MAX_COMPRESSION_RATIO * max(info.compress_size, 1):
+            raise ImageError(f"{where} '{name}' expands {info.file_size // max(info.compress_size, 1):,}x "
+                             f"(over {MAX_COMPRESSION_RATIO}x: a zip bomb?)", _UNTRUSTED)
+        budget.spend(info.file_size, f"{'member' if not inside else inside + ' member'} '{name}'")
+    try:  # reads every member in bounded steps: stored and deflate only, as checked above
         bad = zf.testzip()
     except (zlib.error, zipfile.BadZipFile, EOFError, OSError, RuntimeError, NotImplementedError) as e:
-        raise ImageError(f"{path}: a member cannot be decompressed ({e}): corrupt or truncated", _REBUILD) from None
+        raise ImageError(f"{where} cannot be decompressed ({e}): corrupt or truncated", _REBUILD) from None
     if bad is not None:
-        raise ImageError(f"{path}: member {bad} fails its CRC check (corrupt or truncated)", _REBUILD)
+        raise ImageError(f"{where} {bad} fails its CRC check (corrupt or truncated)", _REBUILD)
 
 
 def _check_version(manifest: Manifest, path: Path, plugin_version: str | None) -> None:
