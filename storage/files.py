@@ -10,6 +10,7 @@ are built under a hidden name and renamed into place.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
@@ -128,20 +129,44 @@ def _hidden_sibling(path: Path, kind: str) -> Path:
     return path.with_name(f".{path.name}{kind}{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def mount_point(path: Path) -> Path:
+    """The file system `path` is on (its mount point)."""
+    path = next((p for p in (Path(path), *Path(path).parents) if p.exists()), Path("/")).resolve()
+    while not os.path.ismount(path) and path.parent != path:
+        path = path.parent
+    return path
+
+
 def write_parquet_atomic(table: pa.Table, path: Path) -> Path:
-    """Write `table` to `path`: all of it or nothing is ever visible under that name."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write `table` to `path`: all of it or nothing is ever visible under that name. A full disk
+    is a StoreError naming the file system (the partial file is removed)."""
     tmp = _hidden_sibling(path, ".tmp-")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             pq.write_table(table, f, compression="zstd")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if _disk_full(e):
+            mount = mount_point(path)
+            raise StoreError(f"the disk is full: cannot write {path.name} to the store on {mount}",
+                             f"free space on {mount}, then resume: what was stored is kept") from None
         raise
     return path
+
+
+def _disk_full(e: BaseException) -> bool:
+    """ENOSPC and friends, whether as OSError or wrapped by pyarrow (ArrowIOError's message)."""
+    if isinstance(e, OSError) and e.errno in DISK_FULL:
+        return True
+    return isinstance(e, (OSError, pa.ArrowException)) and any(
+        os.strerror(code) in str(e) for code in DISK_FULL)
 
 
 def new_part_name(directory: Path) -> str:

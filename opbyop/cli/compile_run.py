@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter, defaultdict
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,6 +37,20 @@ def worker_name(kind: str) -> str:
     """A worker name no other process uses: its scratch and $TMPDIR are its own, so any number of
     commands may share one OPBYOP_HOME (two `cli` workers once deleted each other's descriptor)."""
     return f"{kind}-{os.getpid()}"
+
+
+@contextmanager
+def worker_errors() -> Iterator[None]:
+    """A compiler worker that cannot start becomes an OpbyopError naming the descriptor to check."""
+    from opbyop.worker.process import WorkerStartError
+
+    try:
+        yield
+    except WorkerStartError as e:
+        first = str(e).strip().splitlines()
+        raise OpbyopError(f"the compiler worker could not start: {' | '.join(first[-3:])}",
+                          "check the chip's descriptor with `opbyop system-desc CHIP` (the worker's log is in "
+                          "OPBYOP_HOME/logs)") from None
 
 
 def _drop_scratch(workspace_root: Path, name: str) -> None:
@@ -85,7 +100,7 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
     wholes: dict[str, WholeModelResult] = {}
     name = worker_name("cli")
     try:
-        with OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker, Progress(
+        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker, Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 console=console, transient=True) as progress:
             task = progress.add_task("ops", total=len(prepared.unique))
@@ -214,8 +229,10 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
         fail(e)
     name = worker_name("repro")
     try:
-        with OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
+        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
             result = worker.analyze(unique, settings, timeout)
+    except OpbyopError as e:
+        fail(e)
     finally:
         _drop_scratch(workspace.root, name)
     console.print(styled((unique.op_name, "bold"), " ", unique.signature))

@@ -5,9 +5,14 @@ imports them.
 
 from __future__ import annotations
 
+import errno
+import os
+import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 
-from opbyop.cli.app import app, err_console, styled
+from opbyop.cli.app import app, err_console, print_error, styled
+from opbyop.errors import OpbyopError
 
 
 def _register_plugins() -> None:
@@ -23,7 +28,34 @@ def main() -> None:
     from opbyop.cli import compile_run, coverage_cmds, device_cmds, split_cmds  # noqa: F401  (they register their commands)
 
     _register_plugins()
-    app()
+    try:
+        app()
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise
+        print_error(disk_full(e))
+        sys.exit(1)
+    except OpbyopError as e:  # a command that let one through: still the user's message, not a traceback
+        print_error(e)
+        sys.exit(2)
+
+
+def disk_full(e: OSError) -> OpbyopError:
+    """One line for a full disk: which file system, and what to do."""
+    from opbyop.workspace import Workspace
+
+    where = Path(e.filename) if e.filename else Workspace.default().root  # where opbyop writes
+    mount = _mount_point(where)
+    return OpbyopError(f"the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}) on {mount}",
+                       f"free space on {mount} (or point OPBYOP_HOME elsewhere), then run the same command again: "
+                       "what was already done is kept")
+
+
+def _mount_point(path: Path) -> Path:
+    path = next((p for p in (path, *path.parents) if p.exists()), Path("/")).resolve()
+    while not os.path.ismount(path) and path.parent != path:
+        path = path.parent
+    return path
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@
   opbyop carries one made by re-encoding the Blackhole descriptor with n150 values
   (configs/system_descs/README.md), validated like any other.
 - A path: a descriptor a user collected on real hardware.
-Every descriptor is checked up front: FlatBuffers identifier TTSY and the plugin's schema hash.
+Every descriptor is checked up front: FlatBuffers identifier TTSY and the plugin's schema hash. A
+user's descriptor must also compile a tiny module (in a child process, whose death is reported):
+a descriptor whose header is right but whose body is corrupt would otherwise make every op of a
+run a compiler crash. The verdict is cached by the file's sha256.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -54,10 +59,15 @@ def cache_dir() -> Path:
 
 
 def _describe(path: Path, chip: str, source: str) -> SystemDesc:
-    data = path.read_bytes()
+    if path.is_dir():
+        raise SystemDescError(f"{path} is a directory, not a system descriptor", _FIX_SCHEMA)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SystemDescError(f"cannot read {path}: {e.strerror or e}", "check the path and its permissions") from None
     try:
         root = read_root(data)
-    except FlatbufferError as e:
+    except (FlatbufferError, struct.error, ValueError) as e:
         raise SystemDescError(f"{path} is not a system descriptor: {e}", _FIX_SCHEMA) from None
     if root.identifier != "TTSY" or root.schema_hash is None:
         raise SystemDescError(f"{path} is not a system descriptor (identifier {root.identifier!r})", _FIX_SCHEMA)
@@ -102,6 +112,65 @@ def generate_mock(board: str, out: Path) -> Path:
     return out
 
 
+_TRIAL_MODULE = """module {
+  func.func @main(%a: tensor<32x32xf32>, %b: tensor<32x32xf32>) -> tensor<32x32xf32> {
+    %0 = stablehlo.add %a, %b : tensor<32x32xf32>
+    return %0 : tensor<32x32xf32>
+  }
+}
+"""
+
+
+def _trial_script(out: Path) -> str:
+    return textwrap.dedent(f"""
+        import jax.extend
+        backend = jax.extend.backend.get_backend("tt")
+        options = jax.extend.backend.get_compile_options(num_replicas=1, num_partitions=1)
+        options.env_option_overrides = [("export_path", {str(out)!r})]
+        backend.compile_and_load({_TRIAL_MODULE!r}, [backend.local_devices()[0]], options)
+    """)
+
+
+def check_by_compiling(desc: SystemDesc, timeout: float = 600.0) -> None:
+    """Compile a tiny module for `desc` in a child process; a descriptor the compiler cannot use
+    (it fails, or dies) raises SystemDescError with the compiler's last words. Cached by sha256."""
+    verdict = cache_dir() / "checked" / f"{desc.sha256}.ok"
+    if verdict.exists():
+        return
+    verdict.parent.mkdir(parents=True, exist_ok=True)
+    work = verdict.parent / f".trial-{os.getpid()}"
+    with startup_lock():
+        tmp = private_tmpdir(work / "tmp", ensure_assets())
+        env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp),
+               "TT_COMPILE_ONLY_SYSTEM_DESC": str(Path(desc.path).resolve())}
+        try:
+            proc = subprocess.run([sys.executable, "-c", _trial_script(work / "export")], env=env,
+                                  capture_output=True, text=True, timeout=timeout, cwd=tmp)
+            compiled = any((work / "export").glob("fb_*.ttnn"))
+        except subprocess.TimeoutExpired:
+            proc, compiled = None, False
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    if proc is not None and proc.returncode == 0 and compiled:
+        verdict.write_text(f"{desc.path}\n")
+        return
+    if proc is None:
+        what = f"did not finish within {timeout:.0f} s"
+    elif proc.returncode < 0:
+        what = f"died ({signal.Signals(-proc.returncode).name})" if -proc.returncode in signal.valid_signals() \
+            else f"died (signal {-proc.returncode})"
+    else:
+        what = "failed" if proc.returncode else "wrote no flatbuffer"
+    lines = [line.strip() for line in ((proc.stderr or "") + (proc.stdout or "") if proc else "").splitlines()
+             if line.strip()]
+    errors = [line for line in lines if any(w in line.lower() for w in ("error", "fatal", "abort"))]
+    last = " | ".join(errors[-2:] or lines[-1:])
+    raise SystemDescError(
+        f"{desc.path} passes the header checks, but the compiler {what} compiling a one-op module for it"
+        + (f": {last}" if last else "") + "; its body is corrupt or not what this plugin reads",
+        _FIX_SCHEMA)
+
+
 def plugin_schema_hash() -> str:
     """The schema hash of descriptors this plugin writes (read from its own p150 descriptor)."""
     return resolve("p150", check=False).schema_hash
@@ -129,4 +198,6 @@ def resolve(chip: str, check: bool = True) -> SystemDesc:
                 f"{desc.path} has system-desc schema {desc.schema_hash[:12]}..., but jax-tt-plugin "
                 f"{plugin_version()} expects {expected[:12]}...; the compiler would stop at TTNN with "
                 "'system desc schema mismatch'", _FIX_SCHEMA)
+    if check and desc.source == "user":
+        check_by_compiling(desc)
     return desc
