@@ -27,7 +27,11 @@ class ArtifactStore:
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-            partial.write_bytes(data)
+            try:
+                partial.write_bytes(data)
+            except BaseException:  # a full disk: no partial file left behind
+                partial.unlink(missing_ok=True)
+                raise
             partial.replace(target)  # atomic: readers see all of it or nothing
         return digest
 

@@ -269,7 +269,11 @@ def write_values(graph: ModelGraph, path: Path) -> Path:
     arrays = {f"arg{i}": v for i, v in enumerate(graph.argument_values or [])}
     arrays.update({f"ref{i}": v for i, v in enumerate(graph.reference_outputs or [])})
     partial = path.with_name(f".{path.name}.partial.npz")
-    np.savez(partial, **arrays)
+    try:
+        np.savez(partial, **arrays)
+    except BaseException:  # a full disk: no partial file left behind
+        partial.unlink(missing_ok=True)
+        raise
     partial.replace(path)
     return path
 
