@@ -220,3 +220,48 @@ def test_case_takes_the_indexed_branch_and_the_last_one_out_of_range(index, want
     x = RNG.standard_normal((3, 50)).astype(np.float32)
     (out,), _ = DeviceSimulator().run((DATA / "ttnn_case.mlir").read_text(), [np.array(index, np.int32), x])
     np.testing.assert_allclose(out, want(x), rtol=1e-6)
+
+
+# -- what the chip lacks, as the compiled program holds it -------------------------------------------
+def test_complex_inputs_reach_the_program_as_real_and_imaginary_words():
+    """stablehlo.add on complex64 compiled for n150: arguments and result are tensor<13x2xf32>."""
+    a = (RNG.standard_normal(13) + 1j * RNG.standard_normal(13)).astype(np.complex64)
+    b = (RNG.standard_normal(13) + 1j * RNG.standard_normal(13)).astype(np.complex64)
+    (out,), _ = DeviceSimulator().run((DATA / "ttnn_add_complex64.mlir").read_text(), [a, b])
+    assert out.shape == (13, 2)
+    np.testing.assert_allclose(out[:, 0] + 1j * out[:, 1], a + b, rtol=1e-6)
+
+
+def test_ui64_add_carries_between_its_32_bit_words():
+    """stablehlo.add on ui64 compiled for n150: two u32 words per value; the program computes the
+    carry of the low words with bitwise ops and a logical right shift by 31."""
+    a = np.array([2**32 - 1, 2**33 + 5, 7, 2**63, 2**64 - 1] + [3] * 8, np.uint64)
+    b = np.array([1, 2**32 - 1, 2**40, 2**63 - 1, 0] + [4] * 8, np.uint64)
+    (out,), _ = DeviceSimulator().run((DATA / "ttnn_add_ui64.mlir").read_text(), [a, b])
+    words = np.ascontiguousarray(out.astype(np.uint32))
+    np.testing.assert_array_equal(words.view(np.uint64).reshape(-1), a + b)
+
+
+def test_remainder_takes_the_divisor_sign_like_tt_metal():
+    a = np.array([-7.5, 7.5, -7.5, 3.0, 1.0], np.float32)
+    b = np.array([2.0, -2.0, -2.0, 0.0, 3.0], np.float32)
+    got = run("ttnn.remainder", [a, b], a.shape)[0]
+    np.testing.assert_array_equal(got[[0, 1, 2, 4]], torch.remainder(torch.from_numpy(a), torch.from_numpy(b)).numpy()[[0, 1, 2, 4]])
+    assert np.isnan(got[3])
+    ints = run("ttnn.remainder", [np.array([-7, 7], np.int32), np.array([2, -2], np.int32)], (2,), formats=["si32", "si32"])[0]
+    np.testing.assert_array_equal(ints, [1, -1])
+
+
+def test_right_shifts_logical_and_arithmetic():
+    a, s = np.array([-16, 16, -1], np.int32), np.array([2, 2, 31], np.int32)
+    logical = run("ttnn.logical_right_shift", [a, s], (3,), formats=["si32", "si32"])[0]
+    np.testing.assert_array_equal(logical, (a.view(np.uint32) >> s.astype(np.uint32)).view(np.int32))
+    arithmetic = run("ttnn.bitwise_right_shift", [a, s], (3,), formats=["si32", "si32"])[0]
+    np.testing.assert_array_equal(arithmetic, [-4, 4, -1])
+
+
+def test_scalars_stay_rank_0_in_every_format():
+    from opbyop.device.formats import store
+
+    for fmt in ("f32", "bf16", "f16", "bfp_bf8", "si32", "u32"):
+        assert store(np.array(1.25, np.float32), fmt).shape == (), fmt

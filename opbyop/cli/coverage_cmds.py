@@ -4,6 +4,7 @@ coverage of the TTNN ops the compiler emits, with golden pass rates per TTNN op 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -49,13 +50,16 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
             form: list[str] = typer.Option([], "--form", help="args | const"),
             file: list[str] = typer.Option([], "--file", help="file name glob; repeatable"),
             timeout: float = typer.Option(120.0, "--timeout", help="seconds per op"),
+            math_fidelity: Optional[str] = typer.Option(None, "--math-fidelity", help="lofi | hifi2 | hifi3 | hifi4"),
+            fp32_dest_acc: Optional[bool] = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc"),
             seed: int = typer.Option(0)) -> None:
-    """Analyse corpus files (compile, simulated device, golden) one warm worker; resumable."""
+    """Analyse corpus files (compile, simulated device, golden) in one warm worker; resumable (one
+    results directory per chip and compiler options)."""
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax()
     from opbyop.compiler.system_desc import resolve
-    from opbyop.config import load_thresholds
+    from opbyop.config import CompilerOptions, load_thresholds
     from opbyop.corpus.generate import load_manifest
     from opbyop.corpus.run import run_entries, select
     from opbyop.worker.process import OpWorker
@@ -69,9 +73,15 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
         fail(e)
     if not entries:
         fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
-    settings = AnalysisSettings(thresholds=load_thresholds(), seed=seed)
+    try:
+        options = CompilerOptions(math_fidelity=math_fidelity, fp32_dest_acc_en=fp32_dest_acc)
+    except ValueError as e:
+        fail(OpbyopError(f"invalid compiler option: {e}", "use --math-fidelity lofi|hifi2|hifi3|hifi4"))
+    settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed)
     workspace = Workspace.default()
-    with OpWorker(desc.path, workspace.root, chip=desc.chip, name="corpus") as worker:
+    # a name of its own: workers sharing a name share a private TMPDIR, and the plugin deletes its
+    # descriptor there when either process exits (the other one then fails every compile)
+    with OpWorker(desc.path, workspace.root, chip=desc.chip, name=f"corpus-{os.getpid()}") as worker:
         summary = run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
                               workspace.artifacts.read_text)
     console.print(f"{summary.analysed} analysed, {summary.skipped} already in {out}", highlight=False)

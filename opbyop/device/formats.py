@@ -2,14 +2,19 @@
 
 - bf16 (FP16-B): round to nearest even at 7 mantissa bits.
 - TF32: srcA/srcB registers hold 10 mantissa bits (truncated), so FPU math never sees full f32.
-- Block floating point (bfp8/4/2, B variant: 8-bit shared exponent): blocks of 16 consecutive
-  elements of a row share the block's largest exponent; each element keeps a sign and 7/3/1
-  magnitude bits, its hidden 1 made explicit and shifted right by its exponent's distance to the
-  shared one (truncated), so small values next to a large one lose low bits or flush to zero
-  (TT-Buda 'Data Formats' page).
+- Block floating point (bfp8/4/2 with 7/3/1 magnitude bits), as tt-metal packs it
+  (tt_metal/impl/data_format/blockfloat_common.cpp, convert_u32_to_bfp with its default
+  truncate_bfp_mantissa = false): each row of a 16x16 tile face (16 consecutive elements of a tile
+  row) shares the largest exponent among them; each element's mantissa, hidden 1 made explicit,
+  is shifted right by its distance to the shared exponent and ROUNDED to nearest even (clamped to
+  the largest magnitude, never carried into the exponent). The B formats (bfp_bf*) keep f32's
+  8-bit exponent; the A formats (bfp_f*) rebias it to 5 bits (bias 15): exponents above 31
+  saturate to the largest value, below 0 become 2**-15 (the packer keeps the hidden 1). Small
+  values beside a large one lose their low bits or flush to zero.
 - Math fidelity: the multiplier consumes operand mantissas in phases (srcA 5 high + 6 low bits,
   srcB 7 high + 4 low bits); LoFi multiplies only the high parts, HiFi2 adds srcA's low part,
-  HiFi3 srcB's low part, HiFi4 all four partial products (the exact TF32 product).
+  HiFi3 srcB's low part, HiFi4 all four partial products (the exact TF32 product) (TT-Buda user
+  guide, 'Data Formats and Math Fidelity').
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import numpy as np
 
 BFP_MANTISSA_BITS = {"bfp_bf8": 7, "bfp_bf4": 3, "bfp_bf2": 1, "bfp_f8": 7, "bfp_f4": 3, "bfp_f2": 1}
 BFP_BLOCK = 16
+BFP_A_FORMATS = {"bfp_f8", "bfp_f4", "bfp_f2"}  # 5-bit shared exponent (bias 15); bfp_bf* keep 8 bits
 FIDELITY_PHASES = {"lofi": 1, "hifi2": 2, "hifi3": 3, "hifi4": 4}
 BYTES_PER_ELEMENT = {"f32": 4.0, "tf32": 4.0, "f16": 2.0, "bf16": 2.0, "si32": 4.0, "u32": 4.0, "u16": 2.0,
                      "u8": 1.0, "bfp_bf8": 1.0 + 1 / 16, "bfp_f8": 1.0 + 1 / 16, "bfp_bf4": 0.5 + 1 / 16,
@@ -26,7 +32,8 @@ INTEGER_FORMATS = {"si32": np.int32, "u32": np.uint32, "u16": np.uint16, "u8": n
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    # reshape: np.ascontiguousarray makes a rank-0 array rank 1
+    return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).reshape(np.shape(x))
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
@@ -49,27 +56,44 @@ def to_tf32(x: np.ndarray) -> np.ndarray:
 
 
 def quantize_bfp(x: np.ndarray, fmt: str) -> np.ndarray:
-    """Round-trip through a block floating point format; blocks run along the last dimension."""
-    bits = BFP_MANTISSA_BITS[fmt]
+    """Round-trip f32 values through a block floating point format as tt-metal's packer converts
+    them (blockfloat_common.cpp: get_max_exp, convert_u32_to_bfp, convert_bfp_to_u32). Blocks are
+    16 consecutive elements of the last dimension, counted from its start (a tile row is two face
+    rows of 16; the tile's padding is zeros, which never raise a block's exponent)."""
+    width = BFP_MANTISSA_BITS[fmt]
+    exp_a = fmt in BFP_A_FORMATS
     x = np.asarray(x, dtype=np.float32)
-    if x.ndim == 0:
-        x = x.reshape(1)
     shape = x.shape
-    width = shape[-1]
-    padded_width = -(-width // BFP_BLOCK) * BFP_BLOCK
-    flat = np.zeros(shape[:-1] + (padded_width,), dtype=np.float32)
-    flat[..., :width] = x
-    blocks = flat.reshape(-1, BFP_BLOCK)
-    finite = np.where(np.isfinite(blocks), blocks, 0.0)
-    _, exponents = np.frexp(finite)  # |v| = m * 2**e with m in [0.5, 1)
-    shared = exponents.max(axis=1, keepdims=True)
-    # `bits` magnitude bits per element, the hidden 1 among them: |v| < 2**shared in steps of
-    # 2**(shared - bits)
-    step = np.ldexp(np.float32(1.0), (shared - bits).astype(np.int32))
-    limit = np.ldexp(np.float32(1.0), shared.astype(np.int32)) - step
-    quantized = np.clip(np.trunc(finite / step) * step, -limit, limit)
-    quantized = np.where(np.isfinite(blocks), quantized, blocks)
-    return quantized.reshape(flat.shape)[..., :width].reshape(shape).astype(np.float32)
+    rows = x.reshape(-1, shape[-1]) if x.ndim else x.reshape(1, 1)
+    padded = -(-rows.shape[1] // BFP_BLOCK) * BFP_BLOCK
+    blocks = np.zeros((rows.shape[0], padded), np.float32)
+    blocks[:, :rows.shape[1]] = rows
+    blocks = blocks.reshape(-1, BFP_BLOCK)
+
+    bits = blocks.view(np.uint32).astype(np.int64)
+    sign = bits >> 31
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    zero = (bits & 0x7FFFFFFF) == 0
+    if exp_a:  # rebias 127 -> 15; out of range saturates (high) or keeps only the hidden 1 (low)
+        exponent = exponent - 127 + 15
+        mantissa = np.where(exponent > 31, 0x7FFFFF, np.where(exponent < 0, 0, mantissa))
+        exponent = np.clip(exponent, 0, 31)
+    shared = exponent.max(axis=1, keepdims=True)
+    mantissa = (mantissa | (1 << 23)) >> np.minimum(shared - exponent, 63)
+    shift = 24 - width  # keep `width` bits: the hidden 1 and width - 1 fraction bits at the shared exponent
+    rounding = mantissa & ((1 << shift) - 1)
+    kept = mantissa >> shift
+    tie = 1 << (shift - 1)
+    kept = kept + ((rounding > tie) | ((rounding == tie) & ((kept & 1) == 1)))
+    kept = np.where(zero, 0, np.minimum(kept, (1 << width) - 1))
+    unbiased = shared - (15 if exp_a else 127)
+    with np.errstate(over="ignore"):  # a block whose shared exponent is inf/NaN's
+        values = np.ldexp(kept.astype(np.float64), (unbiased - (width - 1)).astype(np.int32)).astype(np.float32)
+    values = np.where((sign == 1) & (kept != 0), -values, values)  # a zero result drops its sign
+    values = np.where(np.isfinite(blocks), values, blocks)  # inf and NaN keep their encoding
+    out = values.reshape(rows.shape[0], padded)[:, :rows.shape[1]]
+    return out.reshape(shape)
 
 
 def store(x: np.ndarray, fmt: str) -> np.ndarray:
@@ -86,9 +110,10 @@ def store(x: np.ndarray, fmt: str) -> np.ndarray:
         dtype = INTEGER_FORMATS[fmt]
         info = np.iinfo(dtype)
         values = np.asarray(x)
-        if values.dtype.kind == "f":
-            values = np.trunc(np.nan_to_num(values, nan=0.0, posinf=info.max, neginf=info.min))
-        return np.clip(values, info.min, info.max).astype(dtype)
+        if values.dtype.kind in "iub":  # integer results keep their low bits (two's complement)
+            return values.astype(dtype)
+        values = np.trunc(np.nan_to_num(values, nan=0.0, posinf=info.max, neginf=info.min))
+        return np.clip(values, info.min, info.max).astype(dtype)  # floats saturate
     if fmt == "i1":
         return np.asarray(x).astype(bool)
     raise ValueError(f"no data format {fmt!r} on Tensix")
@@ -99,6 +124,16 @@ def split_operand(x: np.ndarray, high_bits: int) -> tuple[np.ndarray, np.ndarray
     t = to_tf32(x)
     high = truncate_mantissa(t, high_bits - 1)
     return high, t - high
+
+
+def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray:
+    """a * b element-wise on the FPU (ELWMUL): TF32 operands, the fidelity's partial products."""
+    a_hi, a_lo = split_operand(np.asarray(a, np.float32), 5)
+    b_hi, b_lo = split_operand(np.asarray(b, np.float32), 7)
+    terms = [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][:FIDELITY_PHASES[fidelity]]
+    with np.errstate(all="ignore"):
+        product = sum(x * y for x, y in terms).astype(np.float32)
+        return np.where(np.isfinite(a) & np.isfinite(b), product, np.multiply(a, b, dtype=np.float32))
 
 
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32) -> np.ndarray:

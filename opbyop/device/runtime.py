@@ -138,9 +138,13 @@ def close_device(device: Device) -> None:
     device.close()
 
 
-def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, name: str = "input") -> DeviceTensor:
-    """Copy a host array to the device (default: DRAM interleaved, row-major)."""
+def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, name: str = "input",
+              shape: tuple[int, ...] | None = None) -> DeviceTensor:
+    """Copy a host array to the device (default: DRAM interleaved, row-major). `shape`, the shape
+    the program declares for it, says when the runtime must split each value in two words first."""
     host = np.asarray(host)
+    if shape is not None and tuple(shape) == host.shape + (2,):
+        host = in_words(host)
     fmt = _HOST_FORMAT.get(mlir_dtype(host.dtype), mlir_dtype(host.dtype))
     layout = layout or DRAM_ROW_MAJOR.with_(dtype=fmt)
     values = store(host, layout.dtype)
@@ -150,6 +154,22 @@ def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, na
         raise SimulationError(str(e)) from None
     return device.track(DeviceTensor(values=values, dtype=layout.dtype, layout=layout, device=device,
                                      buffer=buffer, name=name))
+
+
+def in_words(host: np.ndarray) -> np.ndarray:
+    """What the chip lacks, held as a trailing dimension of 2 (what tt-mlir compiles it to): a complex
+    value as (real, imaginary) f32, a 64-bit integer as its (low, high) 32-bit words."""
+    if np.iscomplexobj(host):
+        return np.stack([host.real, host.imag], axis=-1).astype(np.float32)
+    if host.dtype.kind in "iu" and host.dtype.itemsize == 8:
+        return np.ascontiguousarray(host).view(np.uint32).reshape(host.shape + (2,))  # little-endian: low first
+    raise ValueError(f"no two-word form of {host.dtype} values")
+
+
+def input_shape(binary: Binary, program_index: int, input_index: int) -> tuple[int, ...] | None:
+    """The shape program `program_index` declares for input `input_index`."""
+    t = binary.input_types(program_index)[input_index]
+    return t.shape if t is not None else None
 
 
 def wait(x: DeviceTensor | Iterable[DeviceTensor] | concurrent.futures.Future) -> None:

@@ -10,7 +10,8 @@ import numpy as np
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
 from opbyop.device.placement import Policy
-from opbyop.device.runtime import Binary, Device, get_layout, open_device, run_of, submit, to_device, to_host
+from opbyop.device.runtime import (Binary, Device, get_layout, input_shape, open_device, run_of, submit, to_device,
+                                   to_host)
 from opbyop.records import DeviceRun
 
 __all__ = ["DeviceSimulator", "NotSimulatedError", "SimulationError", "SimulatorBugError"]
@@ -46,7 +47,8 @@ class DeviceSimulator:
         pushed, outputs = [], []
         try:
             for i, x in enumerate(inputs):
-                pushed.append(to_device(x, device, get_layout(binary, 0, i), name=f"input {i}"))
+                pushed.append(to_device(x, device, get_layout(binary, 0, i), name=f"input {i}",
+                                        shape=input_shape(binary, 0, i)))
             outputs = submit(device, binary, 0, pushed, self.policy)
             host = [to_host(t) for t in outputs]
             run = run_of(outputs[0]) if outputs else DeviceRun()

@@ -13,7 +13,8 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.device.executor import SimulationError
-from opbyop.device.runtime import Binary, Device, deallocate, get_layout, run_of, submit, to_device, to_host
+from opbyop.device.runtime import (Binary, Device, deallocate, get_layout, input_shape, run_of, submit, to_device,
+                                   to_host)
 from opbyop.records import DeviceRun
 
 
@@ -34,7 +35,8 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     expected = len(binary.function(0).arguments)
     if expected != len(values):
         raise SimulationError(f"the compiled program takes {expected} arguments, the model has {len(values)}")
-    resident = {i: to_device(values[i], device, get_layout(binary, 0, i), name=f"weight {i}") for i in parameters}
+    resident = {i: to_device(values[i], device, get_layout(binary, 0, i), name=f"weight {i}",
+                             shape=input_shape(binary, 0, i)) for i in parameters}
     pushed = sum(t.buffer.nbytes for t in resident.values() if t.buffer is not None)
     runs: list[DeviceRun] = []
     outputs: list = []
@@ -43,7 +45,7 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
         for _ in range(max(1, iterations)):
             for t in outputs:
                 deallocate(t)
-            inputs = {i: to_device(v, device, get_layout(binary, 0, i), name=f"input {i}")
+            inputs = {i: to_device(v, device, get_layout(binary, 0, i), name=f"input {i}", shape=input_shape(binary, 0, i))
                       for i, v in enumerate(values) if i not in resident}
             outputs = submit(device, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))])
             runs.append(run_of(outputs[0]) if outputs else DeviceRun())

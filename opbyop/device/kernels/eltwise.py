@@ -7,6 +7,8 @@ from typing import Callable
 import numpy as np
 from scipy import special
 
+from opbyop.device.formats import fidelity_multiply
+from opbyop.device.kernels import sfpu
 from opbyop.device.kernels.base import Call, NotSimulated
 
 _Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -43,10 +45,39 @@ def _binary(fn: _Binary) -> Callable[[Call], list]:
     return kernel
 
 
-def _unary(fn: _Unary) -> Callable[[Call], list]:
+def on_fpu(call: Call) -> bool:
+    """Whether an element-wise binary op runs on the FPU (matrix engine) rather than the SFPU:
+    ttnn routes every f32 op and every same-type int32/uint32/uint16 add/sub/mul to the SFPU
+    (ttnn/cpp/ttnn/operations/eltwise/binary_ng/device/binary_ng_device_operation.cpp,
+    is_binary_sfpu_op); bf16 and block-float operands go through the FPU."""
+    formats = [t.storage for t in call.op.operand_types[:2] if t is not None]
+    return any(f == "bf16" or f.startswith("bfp") for f in formats)
+
+
+def _multiply(call: Call) -> list:
+    """On the FPU the product goes through the fidelity's phases (the op's compute config, else
+    tt-metal's default HiFi4, exact for bf16 operands); on the SFPU it is the f32 product."""
+    if len(call.tensors) < 2 or not on_fpu(call):
+        return _scalar_binary(np.multiply)(call)
+    a, b = (np.asarray(x, np.float32) for x in call.tensors[:2])
+    with np.errstate(all="ignore"):
+        a = fused(a, call.attr("input_tensor_a_activations"))
+        b = fused(b, call.attr("input_tensor_b_activations"))
+        a, b = np.broadcast_arrays(a, b)
+        return [fused(fidelity_multiply(a, b, call.fidelity[0]), call.attr("activations"))]
+
+
+# Unary ops that work on integers as integers (the SFPU's int32 paths); the rest compute in f32.
+_INTEGER_UNARY = {"abs", "neg", "sign", "bitwise_not", "logical_not", "relu"}
+
+
+def _unary(name: str, fn: _Unary) -> Callable[[Call], list]:
     def kernel(call: Call) -> list:
+        x = _float_or_int(call.tensors[0])
+        if not (name in _INTEGER_UNARY and x.dtype.kind in "iub"):
+            x = x.astype(np.float32)  # an int32 beyond 2**24 would lose its low bits here
         with np.errstate(all="ignore"):
-            return [fn(_float_or_int(call.tensors[0]).astype(np.float32))]
+            return [fn(x)]
     return kernel
 
 
@@ -64,11 +95,46 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.fmod(a, b)  # StableHLO remainder: sign of the dividend
+    """ttnn.remainder is torch's: a - floor(a / b) * b, the sign of the divisor (not StableHLO's
+    truncated remainder), NaN for a zero float divisor (tt-metal
+    tt_metal/hw/ckernels/wormhole_b0/metal/llk_api/llk_sfpu/ckernel_sfpu_binary_remainder.h)."""
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        return np.remainder(a, np.where(b == 0, 1, b)) * (b != 0)
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    return np.where(b == 0, np.float32(np.nan), np.remainder(a, np.where(b == 0, 1, b)))
+
+
+def _fmod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ttnn.fmod: the sign of the dividend (C fmod)."""
+    return np.fmod(a, b)
+
+
+def _logical_right_shift(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Zeros shifted in, whatever the sign: the 32-bit pattern shifted as unsigned."""
+    if a.dtype.kind == "i":
+        return (a.astype(np.int32).view(np.uint32) >> b.astype(np.uint32)).view(np.int32)
+    return np.right_shift(a, b)
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
     return (0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))).astype(np.float32)
+
+
+def _bf16_destination(call: Call) -> bool:
+    """A unary op on bf16 / block-float data runs with a 16-bit destination register (ttnn enables
+    fp32_dest_acc_en for f32 and 32-bit integer inputs only)."""
+    t = call.op.operand_types[0] if call.op.operand_types else None
+    return t is not None and (t.storage == "bf16" or t.storage.startswith("bfp"))
+
+
+def _exp(call: Call) -> list:
+    return [sfpu.exp(call.tensors[0], sfpu.asks_for_approximation(call.attrs), _bf16_destination(call))]
+
+
+def _gelu_op(call: Call) -> list:
+    mode = call.attr("approximate")
+    approximate: bool | str = mode if isinstance(mode, str) and mode != "none" else sfpu.asks_for_approximation(call.attrs)
+    return [sfpu.gelu(np.asarray(call.tensors[0], np.float32), approximate)]
 
 
 def _clamp_scalar(call: Call) -> list:
@@ -139,7 +205,8 @@ _BINARY: dict[str, _Binary] = {
     "maximum": np.maximum, "minimum": np.minimum, "pow": np.power, "pow_tensor": np.power,
     "remainder": _remainder, "atan2": np.arctan2,
     "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
-    "logical_left_shift": np.left_shift, "logical_right_shift": np.right_shift,
+    "logical_left_shift": np.left_shift, "logical_right_shift": _logical_right_shift, "fmod": _fmod,
+    "bitwise_left_shift": np.left_shift, "bitwise_right_shift": np.right_shift,  # arithmetic on signed values
 }
 _COMPARE: dict[str, _Binary] = {
     "eq": np.equal, "ne": np.not_equal, "gt": np.greater, "ge": np.greater_equal, "lt": np.less,
@@ -155,14 +222,15 @@ _UNARY: dict[str, _Unary] = {
     "silu": lambda x: x / (1.0 + np.exp(-x)), "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "tan": np.tan, "atan": np.arctan, "erf": special.erf,
     "floor": np.floor, "ceil": np.ceil, "sign": np.sign, "round": np.round, "isfinite": np.isfinite,
-    "logical_not": lambda x: (x == 0).astype(np.float32), "bitwise_not": lambda x: ~x.astype(np.int32),
+    "logical_not": lambda x: (x == 0).astype(np.float32), "bitwise_not": lambda x: ~x if x.dtype.kind in "iu" else ~x.astype(np.int32),
     "hardsigmoid": lambda x: np.clip(x / 6.0 + 0.5, 0, 1),
 }
 
 KERNELS: dict[str, Callable[[Call], list]] = {
     **{f"ttnn.{name}": _scalar_binary(fn) for name, fn in _BINARY.items()},
     **{f"ttnn.{name}": _compare(fn) for name, fn in _COMPARE.items()},
-    **{f"ttnn.{name}": _unary(fn) for name, fn in _UNARY.items()},
+    **{f"ttnn.{name}": _unary(name, fn) for name, fn in _UNARY.items()},
     "ttnn.clamp_scalar": _clamp_scalar, "ttnn.clamp_tensor": _clamp_tensor, "ttnn.pow_scalar": _pow_scalar,
     "ttnn.where": _where, "ttnn.leaky_relu": _leaky_relu, "ttnn.reduce_precision": _reduce_precision,
+    "ttnn.multiply": _multiply, "ttnn.exp": _exp, "ttnn.gelu": _gelu_op,
 }

@@ -6,6 +6,7 @@ from typing import Callable
 
 import numpy as np
 
+from opbyop.device.formats import fidelity_multiply, round_bf16, to_tf32
 from opbyop.device.kernels.base import Call
 
 
@@ -17,13 +18,72 @@ def _dims(call: Call, ndim: int) -> tuple[int, ...] | None:
     return tuple(int(d) % ndim for d in dims)
 
 
-def _reduce(fn: Callable) -> Callable[[Call], list]:
+# What tt-metal pads a tile's unused rows and columns with before reducing: the op's neutral value
+# (ttnn/cpp/ttnn/operations/reduction/generic/generic_reductions.cpp pads every input again, since
+# tensors may arrive pre-padded with zeros). The padded tiles take part in the reduction.
+NEUTRAL = {"sum": 0.0, "mean": 0.0, "max": -np.inf, "min": np.inf}
+TILE = 32
+
+
+def pad_tiles(x: np.ndarray, value: float) -> np.ndarray:
+    """`x` with its last two dimensions padded to whole 32x32 tiles with `value`."""
+    if x.ndim == 0:
+        x = x.reshape(1)
+    pads = [(0, 0)] * max(0, x.ndim - 2) + [(0, -(-d // TILE) * TILE - d) for d in x.shape[-2:]]
+    return np.pad(x, pads, constant_values=value)
+
+
+def tile_reduce(x: np.ndarray, axes: tuple[int, ...] | None, kind: str, fidelity: str, fp32_acc: bool,
+                storage: str = "f32") -> np.ndarray:
+    """A float reduction as the FPU does it, on tile-padded data, keeping the reduced dimensions.
+
+    sum / mean: each value times a scaler (1, or 1/N for the mean with N the logical count) on the
+    matrix engine: the input in srcA, the scaler in srcB packed as bf16 (ttnn reduce program
+    factories pack it with pack_two_bfloat16_into_uint32), TF32 operands, the fidelity's phases;
+    partial sums kept in f32 (fp32_dest_acc_en) or rounded to bf16 tile by tile.
+    max / min: compared in srcA, which holds f32 data as TF32."""
+    ndim = max(1, x.ndim)
+    axes = tuple(range(ndim)) if axes is None else axes
+    logical = int(np.prod([np.shape(x.reshape(-1) if x.ndim == 0 else x)[a] for a in axes])) if axes else 1
+    padded = pad_tiles(np.asarray(x, np.float32), NEUTRAL[kind])
+    if kind in ("max", "min"):
+        values = to_tf32(padded) if storage in ("f32", "tf32") else padded
+        out = (values.max if kind == "max" else values.min)(axis=axes, keepdims=True)
+    else:
+        scaler = np.float32(1.0) if kind == "sum" else round_bf16(np.float32(1.0 / max(1, logical)))
+        products = fidelity_multiply(padded, np.full(padded.shape, scaler, np.float32), fidelity)
+        out = products.sum(axis=axes, keepdims=True, dtype=np.float32) if fp32_acc else _bf16_sum(products, axes)
+    return _unpad(out, np.shape(x), axes)
+
+
+def _bf16_sum(products: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """The sum over `axes` with the destination register holding bf16 between tiles."""
+    moved = np.moveaxis(products, axes, tuple(range(-len(axes), 0)))
+    flat = moved.reshape(moved.shape[:moved.ndim - len(axes)] + (-1,))
+    acc = np.zeros(flat.shape[:-1], np.float32)
+    for start in range(0, flat.shape[-1], TILE):
+        acc = round_bf16(acc + flat[..., start:start + TILE].sum(axis=-1, dtype=np.float32))
+    return acc.reshape(tuple(1 if i in axes else d for i, d in enumerate(products.shape)))
+
+
+def _reduce(kind: str, fn: Callable) -> Callable[[Call], list]:
     def kernel(call: Call) -> list:
         x = np.asarray(call.tensors[0])
-        x = x if x.dtype.kind in "iu" else x.astype(np.float32)
-        out = fn(x, axis=_dims(call, x.ndim), keepdims=bool(call.attr("keep_dim", False)))
+        dims = _dims(call, max(1, x.ndim))
+        if x.dtype.kind in "iub" or kind not in NEUTRAL:  # integer paths and prod: exact
+            out = fn(x if x.dtype.kind in "iu" else x.astype(np.float32), axis=dims, keepdims=True)
+        else:
+            storage = call.op.operand_types[0].storage if call.op.operand_types and call.op.operand_types[0] else "f32"
+            out = tile_reduce(x, dims, kind, *call.fidelity, storage=storage)
         return [np.asarray(out).reshape(call.out_shape)]
     return kernel
+
+
+def _unpad(out: np.ndarray, shape: tuple[int, ...], dims: tuple[int, ...] | None) -> np.ndarray:
+    """The logical part of a reduction of tile-padded data (reduced dimensions have size 1)."""
+    dims = tuple(range(max(1, len(shape)))) if dims is None else dims
+    full = shape or (1,)
+    return out[tuple(slice(0, 1 if i in dims else d) for i, d in enumerate(full))]
 
 
 def _argmax(call: Call) -> list:
@@ -108,8 +168,8 @@ def _cumsum(call: Call) -> list:
 
 
 KERNELS: dict[str, Callable[[Call], list]] = {
-    "ttnn.sum": _reduce(np.sum), "ttnn.mean": _reduce(np.mean), "ttnn.max": _reduce(np.max),
-    "ttnn.min": _reduce(np.min), "ttnn.prod": _reduce(np.prod), "ttnn.argmax": _argmax,
+    "ttnn.sum": _reduce("sum", np.sum), "ttnn.mean": _reduce("mean", np.mean), "ttnn.max": _reduce("max", np.max),
+    "ttnn.min": _reduce("min", np.min), "ttnn.prod": _reduce("prod", np.prod), "ttnn.argmax": _argmax,
     "ttnn.softmax": _softmax, "ttnn.rms_norm": _rms_norm, "ttnn.layer_norm": _layer_norm,
     "ttnn.moreh_cumsum": _cumsum, "ttnn.cumsum": _cumsum,
     "ttnn.batch_norm_inference": _batch_norm_inference, "ttnn.batch_norm_training": _batch_norm_training,
