@@ -227,6 +227,8 @@ class OpPlacement(BaseModel):
     legal: int
     rejected: dict[str, int] = Field(default_factory=dict)  # failure reason -> count
     fixed_by_compiler: bool = False
+    t_stream: str = ""  # the chosen t-streaming: "" none, "R4" four slices of rows, "C2" two of columns
+    policy: str = ""  # the balancer policy that chose it (fewest_cycles | fewest_cores | nlp)
 
 
 class DeviceRun(BaseModel):

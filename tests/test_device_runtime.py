@@ -10,7 +10,7 @@ from opbyop.device.arch import BLACKHOLE_P150, WORMHOLE_N150
 from opbyop.device.executor import SimulationError
 from opbyop.device.layout import Layout
 from opbyop.device.memory import DeviceMemory, OutOfMemory
-from opbyop.device.placement import Policy, candidates, place, work_of
+from opbyop.device.placement import Policy, Reason, candidates, nlp_targets, place, work_of
 from opbyop.device.program import Op, TensorType
 from opbyop.device.runtime import (Binary, deallocate, get_layout, open_device, run_of, submit, to_device, to_host,
                                    to_layout)
@@ -189,12 +189,55 @@ def test_placement_enumerates_rejects_with_reasons_and_picks_by_policy():
     op = matmul(1024, 4096, 1024)
     fastest = place(op, BLACKHOLE_P150)
     assert fastest.legal < fastest.candidates and fastest.rejected
-    assert set(fastest.rejected) <= {"IllegalStackForGrid", "L1UsageOverMaxLimit", "PaddingConstraintsNotSatisfied",
-                                     "InputBufferAllocationFailure", "ExceededDramChannelCapacity"}
+    assert set(fastest.rejected) <= {"IllegalStackForGrid", "IllegalStreaming", "L1UsageOverMaxLimit",
+                                     "PaddingConstraintsNotSatisfied", "InputBufferAllocationFailure",
+                                     "ExceededDramChannelCapacity"}
+    assert fastest.policy == "fewest_cycles"
     fewest = place(op, BLACKHOLE_P150, Policy.FEWEST_CORES)
     assert fewest.grid[0] * fewest.grid[1] < fastest.grid[0] * fastest.grid[1]
     assert fewest.cycles > fastest.cycles
     assert fastest.l1_bytes_per_core <= BLACKHOLE_P150.l1_per_core
+
+
+def test_t_streaming_makes_an_op_fit_where_whole_blocks_do_not():
+    """A 32x32x32-tile matmul on one core: its whole output block overflows L1; streamed in slices
+    of rows or columns (the balancer's t-streaming) it fits."""
+    models = [m for m in candidates(work_of(matmul(1024, 1024, 1024)), WORMHOLE_N150) if m.grid == (1, 1)]
+    unstreamed = [m for m in models if not m.stream]
+    assert unstreamed and all(m.reason in (Reason.L1_USAGE_OVER_MAX_LIMIT, Reason.INPUT_BUFFER_ALLOCATION_FAILURE)
+                              for m in unstreamed)
+    assert Reason.L1_USAGE_OVER_MAX_LIMIT in {m.reason for m in unstreamed}  # inputs fit, the output block not
+    legal = [m for m in models if m.reason is None]
+    assert legal and {m.stream for m in legal} == {"R", "C"} and all(m.t >= 2 for m in legal)
+    # each slice re-reads the operand its cut does not divide: more slices, more cycles
+    by_t = {m.t: m.cycles for m in legal if m.stream == "R" and m.k_block == 1 and m.buffer_factor == 2}
+    assert by_t and list(by_t.values()) == sorted(by_t.values())
+
+
+def test_streaming_rejections_name_their_reason():
+    odd = work_of(matmul(96, 64, 64))  # 3 tiles of rows: two slices of 1.5 tiles are not a thing
+    rejected = {m.reason for m in candidates(odd, WORMHOLE_N150) if m.grid == (1, 1) and m.stream == "R" and m.t == 2}
+    assert rejected == {Reason.ILLEGAL_STREAMING}
+    f32 = lambda *s: TensorType(s, "f32", TILE_F32)  # noqa: E731
+    permute = Op("ttnn.permute", [0], [1], [f32(64, 128)], [f32(128, 64)], {"permutation": [1, 0]})
+    streamed = [m for m in candidates(work_of(permute), WORMHOLE_N150) if m.stream]
+    assert streamed and all(m.reason is Reason.OPERAND_ACCESS_PREVENTS_STREAMING for m in streamed)
+    add = Op("ttnn.add", [0, 1], [2], [f32(64, 128)] * 2, [f32(64, 128)], {})
+    assert any(m.stream and m.reason is None for m in candidates(work_of(add), WORMHOLE_N150))
+
+
+def test_nlp_policy_keeps_pace_with_its_neighbours_on_fewer_cores():
+    """A small add between two big matmuls: fewest-cycles spreads it over many cores, the NLP
+    policy gives it the fewest cores that still finish within its neighbours' time."""
+    f32 = lambda *s: TensorType(s, "f32", TILE_F32)  # noqa: E731
+    ops = [matmul(1024, 2048, 1024), Op("ttnn.add", [0, 1], [2], [f32(256, 1024)] * 2, [f32(256, 1024)], {}),
+           matmul(1024, 2048, 1024)]
+    targets = nlp_targets(ops, WORMHOLE_N150)
+    fastest = place(ops[1], WORMHOLE_N150)
+    nlp = place(ops[1], WORMHOLE_N150, Policy.NLP, targets[1])
+    assert targets[1] == targets[0] > fastest.cycles  # the neighbours are the slower ones
+    assert nlp.policy == "nlp" and nlp.grid[0] * nlp.grid[1] < fastest.grid[0] * fastest.grid[1]
+    assert fastest.cycles <= nlp.cycles <= targets[1]
 
 
 def test_big_blocks_on_few_cores_exceed_l1():

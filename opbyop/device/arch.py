@@ -94,10 +94,16 @@ class DeviceSpec(BaseModel):
         return cls(**values)
 
 
-# Not in the descriptor: clock and bandwidths (public spec sheets), used by the cost model only.
+# Not in the descriptor: clock and bandwidths, used by the cost model only. Sources:
+# - clock and DRAM bandwidth: Tenstorrent's board specifications, docs.tenstorrent.com/aibs/wormhole/
+#   specifications.html (n150: AI clock 1 GHz, 288 GB/s) and docs.tenstorrent.com/aibs/blackhole/
+#   specifications (p150: up to 1.35 GHz, 512 GB/s); bytes per cycle = bandwidth / clock;
+# - NoC: what one worker core injects or absorbs per cycle in Tenstorrent's NoC performance
+#   estimator, tenstorrent/tt-npe tt_npe/cpp/include/device_models/wormhole_b0.hpp (28.1 B/cycle)
+#   and blackhole.hpp (60.9 B/cycle).
 _PERFORMANCE: dict[str, dict[str, float]] = {
-    "wormhole_b0": {"clock_mhz": 1000, "dram_bytes_per_cycle": 288.0, "noc_bytes_per_cycle": 32.0},
-    "blackhole": {"clock_mhz": 1350, "dram_bytes_per_cycle": 380.0, "noc_bytes_per_cycle": 64.0},
+    "wormhole_b0": {"clock_mhz": 1000, "dram_bytes_per_cycle": 288e9 / 1.0e9, "noc_bytes_per_cycle": 28.1},
+    "blackhole": {"clock_mhz": 1350, "dram_bytes_per_cycle": 512e9 / 1.35e9, "noc_bytes_per_cycle": 60.9},
 }
 
 # Presets from the chips' SoC descriptors (facts/tt-device.md), for use without a compiled program.

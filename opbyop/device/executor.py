@@ -17,7 +17,7 @@ from opbyop.device.formats import store
 from opbyop.device.kernels import KERNELS, Call
 from opbyop.device.kernels.base import NotSimulated
 from opbyop.device.memory import OutOfMemory
-from opbyop.device.placement import PlacementError, Policy, place
+from opbyop.device.placement import PlacementError, Policy, nlp_targets, place
 from opbyop.device.program import Function, Op, Program, TensorType
 from opbyop.records import DeviceRun, OpPlacement
 
@@ -80,9 +80,11 @@ class Executor:
         for t in {id(t): t for t in args}.values():  # an argument passed twice is held once
             t.refs += 1
             owned.add(id(t))
+        # the NLP policy matches each op's time to its neighbours': their best times, known up front
+        targets = nlp_targets(function.ops, self.device.spec) if self.policy is Policy.NLP else [None] * len(function.ops)
         try:
-            for op in function.ops:
-                self._step(op, env, owned)
+            for op, target in zip(function.ops, targets):
+                self._step(op, env, owned, target)
             return [self._own_output(env[v], owned) for v in function.returns if env[v] is not None]
         except (OutOfMemory, PlacementError) as e:
             raise SimulationError(str(e)) from None
@@ -106,7 +108,7 @@ class Executor:
                             device=self.device, buffer=buffer, name=tensor.name)
 
     # -- one op ----------------------------------------------------------------------------
-    def _step(self, op: Op, env: dict, owned: set[int]) -> None:
+    def _step(self, op: Op, env: dict, owned: set[int], target_cycles: int | None = None) -> None:
         if op.name == "ttnn.get_device":
             env[op.results[0]] = None
             return
@@ -137,7 +139,7 @@ class Executor:
             raise SimulatorBugError(f"simulator error in {op.name} ({_short(op.location)}): "
                                   f"{type(e).__name__}: {e}") from None
         self.stats.ttnn_ops += 1
-        placement = place(op, self.device.spec, self.policy)
+        placement = place(op, self.device.spec, self.policy, target_cycles)
         if placement is not None:
             self._check_l1(op, placement.l1_bytes_per_core)
             self.stats.placements.append(placement)

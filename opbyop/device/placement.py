@@ -1,11 +1,25 @@
 """Placing one TTNN compute op on the core grid (the pybuda balancer's idea, seed 001).
 
-For each op, candidate op models are enumerated: a grid of cores (r, c) within the worker grid, a
-block of output tiles per core, a K block, and a buffer factor (2 = double-buffered). Each is
-checked against the chip (L1 per core, DRAM per channel, tile counts) and rejected with one reason
-from the seed's list; a policy picks one legal model. Cycles are a model, not a measurement:
-compute per core (tiles x cycles per tile, by math fidelity and data format) against the data it
-must read from DRAM and over the NoC, overlapped when double-buffered.
+For each op, candidate op models are enumerated as the balancer did: a grid of cores (r, c) within
+the worker grid (harvested rows excluded), a t-streaming direction and factor (the output cut into
+t slices streamed through the cores one after another, along rows "R" or columns "C"), a block of
+output tiles per core, a K block (matmul) and a buffer factor (2 = double-buffered). Each
+candidate is checked against the chip and rejected with ONE of the balancer's reasons; a policy
+picks one legal model: fewest cycles, fewest cores, or the NLP policy (execution times matched
+to the neighbouring ops').
+
+Cycles are a model, not a measurement. Every constant comes from a published figure, cited:
+- matrix engine (tenstorrent/tt-metal tech_reports/matrix_engine/matrix_engine.md): a matmul of
+  8x16 x 16x16 per cycle (4,096 FLOP/cycle at LoFi, divided by the fidelity's phases), a 16x16
+  reduction per cycle (sum/average times the phases, max not), an 8x16 element-wise add/sub/mul
+  per cycle (multiply times the phases);
+- vector unit: a tile is 4 faces x 8 iterations of the 32-lane SFPU (ITERATIONS = 8 per face in
+  tt-metal's ckernel_sfpu_*.h); the accurate exp_21f body is 17 instructions per iteration, the
+  fast exp 2.125 cycles per iteration (ckernel_sfpu_exp.h, _sfpu_exp_21f_bf16_tti_ BODY_LEN and
+  the replay-buffer comment);
+- op dispatch: "roughly 4k cycles constant dispatch time regardless the kernel"
+  (tenstorrent/tt-metal issue #12074);
+- DRAM and NoC bandwidths and clocks: see opbyop/device/arch.py (_PERFORMANCE).
 """
 
 from __future__ import annotations
@@ -14,7 +28,8 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
-from typing import Iterable
+from functools import lru_cache
+from typing import Iterable, Sequence
 
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.formats import BYTES_PER_ELEMENT, FIDELITY_PHASES
@@ -23,17 +38,28 @@ from opbyop.records import OpPlacement
 
 TILE = 32
 TILE_ELEMENTS = TILE * TILE
-OP_OVERHEAD_CYCLES = 2_000  # dispatch and kernel launch, per op
-MATMUL_TILE_CYCLES = 16  # one 32x32x32 tile product at LoFi on bf16 operands
-SFPU_TILE_CYCLES = 64  # one tile of a transcendental on the vector unit
-FPU_TILE_CYCLES = 16  # one tile of an element-wise add/multiply
-STREAM_TILES = 8  # element-wise and data-movement ops stream through L1 in chunks of this many tiles
+# tech_reports/matrix_engine: 8x16 x 16x16 per cycle = 4,096 FLOP; a 32x32x32 tile product is 65,536 FLOP
+MATMUL_TILE_CYCLES = 2 * TILE ** 3 // 4096  # 16 cycles per tile product at LoFi, x fidelity phases
+# tech_reports/matrix_engine: a 16x16 reduction per cycle: a 32x32 tile in 4 cycles (x phases for sum/avg)
+REDUCE_TILE_CYCLES = TILE_ELEMENTS // (16 * 16)
+# tech_reports/matrix_engine: 8x16 element-wise per cycle: a tile in 8 cycles (x phases for multiply)
+ELTWISE_TILE_CYCLES = TILE_ELEMENTS // (8 * 16)
+# a tile is 4 faces x 8 SFPU iterations of 32 lanes (ckernel_sfpu_*.h: ITERATIONS = 8 per face)
+SFPU_ITERATIONS_PER_TILE = 4 * 8
+SFPU_TRANSCENDENTAL_CYCLES = 17 * SFPU_ITERATIONS_PER_TILE  # exp_21f: 17 instructions per iteration
+SFPU_SIMPLE_CYCLES = 4 * SFPU_ITERATIONS_PER_TILE  # load, op, store, advance: the shortest SFPU body
+OP_OVERHEAD_CYCLES = 4_000  # tt-metal issue #12074: ~4k cycles of dispatch per op
+STREAM_SLICE_CYCLES = 200  # per streamed slice: a circular-buffer handshake (an estimate, no published figure)
+STREAM_TILES = 8  # element-wise and data-movement ops move tiles through L1 in chunks of this many
+STREAM_FACTORS = (1, 2, 4, 8, 16, 32)
 
 
 class Reason(str, Enum):
     """Why a candidate op model was rejected (the seed balancer's names)."""
 
     ILLEGAL_STACK_FOR_GRID = "IllegalStackForGrid"
+    ILLEGAL_STREAMING = "IllegalStreaming"
+    OPERAND_ACCESS_PREVENTS_STREAMING = "OperandAccessPreventsStreaming"
     L1_USAGE_OVER_MAX_LIMIT = "L1UsageOverMaxLimit"
     EXCEEDED_DRAM_CHANNEL_CAPACITY = "ExceededDramChannelCapacity"
     INPUT_BUFFER_ALLOCATION_FAILURE = "InputBufferAllocationFailure"
@@ -43,13 +69,15 @@ class Reason(str, Enum):
 class Policy(str, Enum):
     FEWEST_CYCLES = "fewest_cycles"
     FEWEST_CORES = "fewest_cores"
-    BALANCED = "balanced"  # fewest cores that still meet a target time (e.g. the slowest neighbour's)
+    NLP = "nlp"  # fewest cores whose time meets the neighbouring ops' (pybuda's NLP balancer policy)
 
 
 @dataclass(frozen=True)
 class Candidate:
     grid: tuple[int, int]
-    block: tuple[int, int]  # output tiles per core (rows, columns)
+    stream: str  # "" (none), "R" (slices of output rows) or "C" (slices of output columns)
+    t: int  # t-stream factor: slices streamed one after another
+    block: tuple[int, int]  # output tiles per core per slice (rows, columns)
     k_block: int
     buffer_factor: int
     l1_bytes: int
@@ -60,12 +88,16 @@ class Candidate:
     def cores(self) -> int:
         return self.grid[0] * self.grid[1]
 
+    @property
+    def stream_label(self) -> str:
+        return f"{self.stream}{self.t}" if self.stream else ""
+
 
 @dataclass(frozen=True)
 class Work:
     """An op reduced to what placement needs: an (M x N) tile output, K tiles deep."""
 
-    kind: str  # matmul | eltwise | sfpu | data
+    kind: str  # matmul | eltwise | multiply | reduce_sum | reduce_max | sfpu | sfpu_simple | data
     m_tiles: int
     n_tiles: int
     k_tiles: int
@@ -75,13 +107,29 @@ class Work:
     inputs: int
     fidelity: str
     total_bytes: int  # everything read and written, for the DRAM bound
+    streamable: str = "RC"  # directions the op's operand access allows streaming along
 
 
-MATRIX_OPS = {"ttnn.matmul", "ttnn.linear", "ttnn.conv2d"}
-SFPU_OPS = {"ttnn.exp", "ttnn.log", "ttnn.sqrt", "ttnn.rsqrt", "ttnn.tanh", "ttnn.sigmoid", "ttnn.gelu",
-            "ttnn.silu", "ttnn.sin", "ttnn.cos", "ttnn.erf", "ttnn.reciprocal", "ttnn.pow_scalar", "ttnn.divide",
-            "ttnn.softmax", "ttnn.rms_norm", "ttnn.layer_norm", "ttnn.pow"}
-NOT_PLACED = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached", "ttnn.reshape"}  # no kernel, no cores
+MATRIX_OPS = {"ttnn.matmul", "ttnn.linear", "ttnn.conv2d", "ttnn.conv1d", "ttnn.conv_transpose2d"}
+SFPU_OPS = {"ttnn.exp", "ttnn.log", "ttnn.log1p", "ttnn.expm1", "ttnn.sqrt", "ttnn.rsqrt", "ttnn.tanh", "ttnn.sigmoid",
+            "ttnn.gelu", "ttnn.silu", "ttnn.sin", "ttnn.cos", "ttnn.tan", "ttnn.atan", "ttnn.atan2", "ttnn.erf",
+            "ttnn.reciprocal", "ttnn.pow_scalar", "ttnn.pow", "ttnn.pow_tensor", "ttnn.divide", "ttnn.remainder",
+            "ttnn.cbrt", "ttnn.softmax", "ttnn.rms_norm", "ttnn.layer_norm", "ttnn.batch_norm_inference",
+            "ttnn.batch_norm_training"}
+FPU_ELTWISE_OPS = {"ttnn.add", "ttnn.subtract"}
+REDUCE_SUM_OPS = {"ttnn.sum", "ttnn.mean"}
+REDUCE_MAX_OPS = {"ttnn.max", "ttnn.min", "ttnn.argmax"}
+DATA_OPS = {"ttnn.permute", "ttnn.concat", "ttnn.slice_static", "ttnn.slice_dynamic", "ttnn.repeat",
+            "ttnn.repeat_interleave", "ttnn.to_layout", "ttnn.typecast", "ttnn.pad", "ttnn.embedding",
+            "ttnn.rows_gather", "ttnn.rows_scatter", "ttnn.transpose", "ttnn.sort", "ttnn.topk", "ttnn.bitcast_convert",
+            "ttnn.assign", "ttnn.clone", "ttnn.to_memory_config", "ttnn.max_pool2d", "ttnn.avg_pool2d",
+            "ttnn.max_pool2d_with_indices", "ttnn.cumsum", "ttnn.moreh_cumsum", "ttnn.global_avg_pool2d"}
+# Ops whose operand access prevents streaming: they read across the whole tensor (transposes,
+# gathers, sorts along the last dimension) before writing any slice.
+NOT_STREAMABLE = {"ttnn.permute", "ttnn.transpose", "ttnn.rows_gather", "ttnn.rows_scatter", "ttnn.sort",
+                  "ttnn.topk", "ttnn.softmax", "ttnn.cumsum", "ttnn.moreh_cumsum", "ttnn.embedding"}
+NOT_PLACED = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached", "ttnn.reshape", "ttcore.while_loop",
+              "ttcore.case"}  # no kernel of their own, no cores
 
 
 def _tiles(n: int) -> int:
@@ -96,6 +144,22 @@ def _size(t: TensorType | None) -> int:
     return math.ceil(math.prod(t.shape or (1,)) * _bytes(t)) if t else 0
 
 
+def _kind(name: str) -> str:
+    if name in SFPU_OPS:
+        return "sfpu"
+    if name in FPU_ELTWISE_OPS:
+        return "eltwise"
+    if name == "ttnn.multiply":
+        return "multiply"
+    if name in REDUCE_SUM_OPS:
+        return "reduce_sum"
+    if name in REDUCE_MAX_OPS:
+        return "reduce_max"
+    if name in DATA_OPS or not name.startswith("ttnn."):
+        return "data"
+    return "sfpu_simple"  # comparisons, logical and bitwise ops, abs, neg ... on the vector unit
+
+
 def work_of(op: Op) -> Work | None:
     """The placement problem of `op`; None for ops that occupy no cores."""
     if op.name in NOT_PLACED or not op.result_types or op.result_types[0] is None:
@@ -107,26 +171,100 @@ def work_of(op: Op) -> Work | None:
     fidelity = str(config.get("math_fidelity", "hifi4"))
     in_b = TILE_ELEMENTS * (_bytes(tensors[0]) if tensors else 4.0)
     out_b = TILE_ELEMENTS * _bytes(out)
+    shape = out.shape or (1,)
     if op.name in MATRIX_OPS:
-        shape = out.shape or (1,)
         m = math.prod(shape[:-1]) if len(shape) > 1 else 1
-        if op.name == "ttnn.conv2d":
-            kh, kw = (int(k) for k in op.attrs.get("kernel_size", [1, 1]))
-            k = kh * kw * int(op.attrs.get("in_channels", 1)) // max(1, int(op.attrs.get("groups", 1)))
-            batch = 1
+        batch = 1
+        if op.name.startswith("ttnn.conv"):
+            kernel = op.attrs.get("kernel_size", [1, 1])
+            kernel = [int(k) for k in (kernel if isinstance(kernel, list) else [kernel])]
+            k = math.prod(kernel) * int(op.attrs.get("in_channels", 1)) // max(1, int(op.attrs.get("groups", 1)))
         else:
             a = tensors[0].shape or (1,)
             k = a[-2] if op.attrs.get("transpose_a") else a[-1]
             batch = math.prod(shape[:-2]) if len(shape) > 2 else 1
             m = shape[-2] if len(shape) > 1 else 1
-        return Work("matmul", _tiles(m), _tiles(shape[-1]), _tiles(k), batch, in_b, out_b, 2, fidelity, total)
-    shape = out.shape or (1,)
-    rows = math.prod(shape[:-1]) if len(shape) > 1 else 1
-    kind = "sfpu" if op.name in SFPU_OPS else ("eltwise" if op.name.startswith("ttnn.") else "data")
-    if op.name in ("ttnn.permute", "ttnn.concat", "ttnn.slice_static", "ttnn.repeat", "ttnn.to_layout",
-                   "ttnn.typecast", "ttnn.pad", "ttnn.embedding", "ttnn.rows_gather", "ttnn.transpose"):
-        kind = "data"
-    return Work(kind, _tiles(rows), _tiles(shape[-1]), 1, 1, in_b, out_b, max(1, len(tensors)), fidelity, total)
+        # K is read in full by every output block: streaming may cut M or N, never K
+        return Work("matmul", _tiles(m), _tiles(shape[-1]), _tiles(k), batch, in_b, out_b, 2, fidelity, total, "RC")
+    kind = _kind(op.name)
+    source = tensors[0].shape if tensors and tensors[0].shape else shape
+    rows = math.prod(source[:-1]) if len(source) > 1 else 1
+    streamable = "" if op.name in NOT_STREAMABLE else "RC"
+    if kind in ("reduce_sum", "reduce_max"):
+        streamable = "R"  # the reduced (last) dimension cannot be cut: rows stream, columns do not
+    return Work(kind, _tiles(rows), _tiles(source[-1]), 1, 1, in_b, out_b, max(1, len(tensors)), fidelity, total,
+                streamable)
+
+
+def _per_tile_cycles(work: Work) -> int:
+    phases = FIDELITY_PHASES.get(work.fidelity, 4)
+    return {"eltwise": ELTWISE_TILE_CYCLES, "multiply": ELTWISE_TILE_CYCLES * phases,
+            "reduce_sum": REDUCE_TILE_CYCLES * phases, "reduce_max": REDUCE_TILE_CYCLES,
+            "sfpu": SFPU_TRANSCENDENTAL_CYCLES, "sfpu_simple": SFPU_SIMPLE_CYCLES}.get(work.kind, 0)
+
+
+def _cost(work: Work, spec: DeviceSpec, grid: tuple[int, int], block: tuple[int, int], t: int, stream: str,
+          buffer_factor: int) -> int:
+    """Cycles of one op model: compute per core against its data movement (overlapped when
+    double-buffered), plus dispatch and one handshake per streamed slice."""
+    tiles_per_core = block[0] * block[1] * work.batch * t
+    if work.kind == "matmul":
+        compute = tiles_per_core * work.k_tiles * MATMUL_TILE_CYCLES * FIDELITY_PHASES.get(work.fidelity, 4)
+        m_core = block[0] * (t if stream == "R" else 1)
+        n_core = block[1] * (t if stream == "C" else 1)
+        # every slice re-reads the operand its cut does not divide: in0 once per C slice, in1 per R slice
+        in0 = m_core * work.k_tiles * (t if stream == "C" else 1)
+        in1 = n_core * work.k_tiles * (t if stream == "R" else 1)
+        noc_bytes = (in0 + in1) * work.in_bytes_per_tile * work.batch + tiles_per_core * work.out_bytes_per_tile
+    else:
+        compute = tiles_per_core * _per_tile_cycles(work) * (work.inputs if work.kind == "eltwise" else 1)
+        noc_bytes = tiles_per_core * (work.inputs * work.in_bytes_per_tile + work.out_bytes_per_tile)
+    noc = noc_bytes / spec.noc_bytes_per_cycle  # this core's reads and writes through its NoC interface
+    dram = work.total_bytes / spec.dram_bytes_per_cycle  # the whole op's traffic, shared by all cores
+    data = max(noc, dram)
+    body = max(compute, data) if buffer_factor >= 2 else compute + data
+    return int(OP_OVERHEAD_CYCLES + body + (t - 1) * STREAM_SLICE_CYCLES)
+
+
+def _l1(work: Work, block: tuple[int, int], k_block: int, buffer_factor: int) -> tuple[int, int]:
+    """(input buffers, total) bytes of L1 per core: a slice's blocks stay resident while K streams."""
+    if work.kind == "matmul":
+        in_block = (block[0] * k_block + k_block * block[1]) * work.in_bytes_per_tile
+        out_block = block[0] * block[1] * work.out_bytes_per_tile
+    else:  # element-wise and data movement move their tiles through small circular buffers
+        chunk = min(block[0] * block[1], STREAM_TILES)
+        in_block = chunk * work.inputs * work.in_bytes_per_tile
+        out_block = chunk * work.out_bytes_per_tile
+    inputs = int(buffer_factor * in_block)
+    return inputs, int(inputs + out_block)
+
+
+def _shape_reason(work: Work, spec: DeviceSpec, grid: tuple[int, int], stream: str, t: int) -> Reason | None:
+    """What rules a grid and stream out whatever the blocks and buffers: the stack, the streaming,
+    the padding (checked in the balancer's order)."""
+    rows, cols = spec.worker_grid
+    if grid[0] > rows or grid[1] > cols or grid[0] > work.m_tiles or grid[1] > work.n_tiles:
+        return Reason.ILLEGAL_STACK_FOR_GRID
+    if stream and stream not in work.streamable:
+        return Reason.OPERAND_ACCESS_PREVENTS_STREAMING
+    if stream:
+        cut = work.m_tiles if stream == "R" else work.n_tiles
+        per_core = math.ceil(cut / (grid[0] if stream == "R" else grid[1]))
+        if t > per_core or per_core % t:
+            return Reason.ILLEGAL_STREAMING  # a slice must be a whole number of tiles on every core
+    if work.kind == "matmul" and (work.m_tiles % grid[0] or work.n_tiles % grid[1]):
+        return Reason.PADDING_CONSTRAINTS_NOT_SATISFIED
+    return None
+
+
+def _memory_reason(work: Work, spec: DeviceSpec, inputs: int, l1: int) -> Reason | None:
+    if inputs > spec.l1_per_core:
+        return Reason.INPUT_BUFFER_ALLOCATION_FAILURE
+    if l1 > spec.l1_per_core:
+        return Reason.L1_USAGE_OVER_MAX_LIMIT
+    if work.total_bytes / spec.num_dram_channels > spec.dram_per_channel:
+        return Reason.EXCEEDED_DRAM_CHANNEL_CAPACITY
+    return None
 
 
 def _grids(spec: DeviceSpec) -> Iterable[tuple[int, int]]:
@@ -136,75 +274,60 @@ def _grids(spec: DeviceSpec) -> Iterable[tuple[int, int]]:
             yield (r, c)
 
 
-def _cost(work: Work, spec: DeviceSpec, block: tuple[int, int], buffer_factor: int) -> int:
-    tiles_per_core = block[0] * block[1] * work.batch
-    if work.kind == "matmul":
-        per_tile = MATMUL_TILE_CYCLES * FIDELITY_PHASES.get(work.fidelity, 4) * (2 if work.in_bytes_per_tile >= 4096 else 1)
-        compute = tiles_per_core * work.k_tiles * per_tile
-        noc_bytes = (block[0] + block[1]) * work.k_tiles * work.in_bytes_per_tile * work.batch
-    else:
-        per_tile = {"sfpu": SFPU_TILE_CYCLES, "eltwise": FPU_TILE_CYCLES}.get(work.kind, 0)
-        compute = tiles_per_core * per_tile * work.inputs
-        noc_bytes = tiles_per_core * (work.inputs * work.in_bytes_per_tile + work.out_bytes_per_tile)
-    noc = noc_bytes / spec.noc_bytes_per_cycle  # this core's reads and writes
-    dram = work.total_bytes / spec.dram_bytes_per_cycle  # the whole op's traffic, shared by all cores
-    data = max(noc, dram)
-    body = max(compute, data) if buffer_factor >= 2 else compute + data
-    return int(OP_OVERHEAD_CYCLES + body)
+def _block(work: Work, grid: tuple[int, int], stream: str, t: int) -> tuple[int, int]:
+    m = math.ceil(work.m_tiles / grid[0])
+    n = math.ceil(work.n_tiles / grid[1])
+    return (math.ceil(m / t), n) if stream == "R" else (m, math.ceil(n / t)) if stream == "C" else (m, n)
 
 
-def _check(work: Work, spec: DeviceSpec, grid: tuple[int, int], block: tuple[int, int], k_block: int,
-           buffer_factor: int) -> tuple[int, Reason | None]:
-    if work.kind == "matmul":  # whole output blocks stay in L1 while K streams through
-        in_block = (block[0] * k_block + k_block * block[1]) * work.in_bytes_per_tile
-        out_block = block[0] * block[1] * work.out_bytes_per_tile
-    else:  # element-wise and data movement stream their tiles through small circular buffers
-        chunk = min(block[0] * block[1], STREAM_TILES)
-        in_block = chunk * work.inputs * work.in_bytes_per_tile
-        out_block = chunk * work.out_bytes_per_tile
-    l1 = int(buffer_factor * in_block + out_block)
-    if grid[0] > spec.worker_grid[0] or grid[1] > spec.worker_grid[1]:
-        return l1, Reason.ILLEGAL_STACK_FOR_GRID
-    if grid[0] > work.m_tiles or grid[1] > work.n_tiles:
-        return l1, Reason.ILLEGAL_STACK_FOR_GRID
-    if work.kind == "matmul" and (work.m_tiles % grid[0] or work.n_tiles % grid[1]):
-        return l1, Reason.PADDING_CONSTRAINTS_NOT_SATISFIED
-    if buffer_factor * in_block > spec.l1_per_core:
-        return l1, Reason.INPUT_BUFFER_ALLOCATION_FAILURE
-    if l1 > spec.l1_per_core:
-        return l1, Reason.L1_USAGE_OVER_MAX_LIMIT
-    if work.total_bytes / spec.num_dram_channels > spec.dram_per_channel:
-        return l1, Reason.EXCEEDED_DRAM_CHANNEL_CAPACITY
-    return l1, None
+@lru_cache(maxsize=4096)
+def candidates(work: Work, spec: DeviceSpec,
+               fixed: tuple[tuple[int, int], tuple[int, int], int] | None = None) -> tuple[Candidate, ...]:
+    """Every candidate op model; `fixed` = (grid, block, k_block) when the compiler chose them.
 
-
-def candidates(work: Work, spec: DeviceSpec, fixed: tuple[tuple[int, int], tuple[int, int], int] | None = None) -> list[Candidate]:
-    """Every candidate op model; `fixed` = (grid, block, k_block) when the compiler chose them."""
-    options = []
+    A grid and stream that their shape rules out count once (whatever blocks and buffers would go
+    with them); the others once per K block and buffer factor. Stream factors are tried up to
+    the first one the op's tiles cannot take."""
+    shapes: list[tuple[tuple[int, int], str, int]] = []
     if fixed is not None:
-        options = [(fixed[0], fixed[1], fixed[2])]
+        shapes = [(fixed[0], "", 1)]
     else:
-        k_blocks = [k for k in (1, 2, 4, 8) if work.k_tiles % k == 0] if work.kind == "matmul" else [1]
         for grid in _grids(spec):
-            block = (math.ceil(work.m_tiles / grid[0]), math.ceil(work.n_tiles / grid[1]))
-            options.extend((grid, block, k) for k in k_blocks)
-    out = []
-    for grid, block, k_block in options:
-        for buffer_factor in (1, 2):
-            l1, reason = _check(work, spec, grid, block, k_block, buffer_factor)
-            out.append(Candidate(grid, block, k_block, buffer_factor, l1,
-                                 _cost(work, spec, block, buffer_factor), reason))
-    return out
+            shapes.append((grid, "", 1))
+            if grid[0] > work.m_tiles or grid[1] > work.n_tiles:
+                continue  # the stack alone rules it out: no streams to try
+            for direction, cut in (("R", math.ceil(work.m_tiles / grid[0])), ("C", math.ceil(work.n_tiles / grid[1]))):
+                for t in STREAM_FACTORS[1:]:
+                    shapes.append((grid, direction, t))
+                    if t >= cut:
+                        break
+    k_blocks = [fixed[2]] if fixed is not None else \
+        [k for k in (1, 2, 4, 8) if work.k_tiles % k == 0] if work.kind == "matmul" else [1]
+    out: list[Candidate] = []
+    for grid, stream, t in shapes:
+        block = fixed[1] if fixed is not None else _block(work, grid, stream, t)
+        reason = _shape_reason(work, spec, grid, stream, t)
+        if reason is not None and fixed is None:
+            inputs, l1 = _l1(work, block, k_blocks[0], 1)
+            out.append(Candidate(grid, stream, t, block, k_blocks[0], 1, l1, 0, reason))
+            continue
+        for k_block in k_blocks:
+            for buffer_factor in (1, 2):
+                inputs, l1 = _l1(work, block, k_block, buffer_factor)
+                out.append(Candidate(grid, stream, t, block, k_block, buffer_factor, l1,
+                                     _cost(work, spec, grid, block, t, stream, buffer_factor),
+                                     reason or _memory_reason(work, spec, inputs, l1)))
+    return tuple(out)
 
 
-def choose(models: list[Candidate], policy: Policy, target_cycles: int | None = None) -> Candidate | None:
+def choose(models: Sequence[Candidate], policy: Policy, target_cycles: int | None = None) -> Candidate | None:
     legal = [m for m in models if m.reason is None]
     if not legal:
         return None
     if policy is Policy.FEWEST_CORES:
         return min(legal, key=lambda m: (m.cores, m.cycles))
-    if policy is Policy.BALANCED:
-        target = target_cycles if target_cycles is not None else int(min(m.cycles for m in legal) * 1.1)
+    if policy is Policy.NLP:
+        target = target_cycles if target_cycles is not None else min(m.cycles for m in legal)
         meeting = [m for m in legal if m.cycles <= target]
         return min(meeting, key=lambda m: (m.cores, m.cycles)) if meeting else min(legal, key=lambda m: m.cycles)
     return min(legal, key=lambda m: (m.cycles, m.cores, -m.buffer_factor))
@@ -224,6 +347,24 @@ def _compiler_choice(op: Op, work: Work) -> tuple[tuple[int, int], tuple[int, in
 
 class PlacementError(Exception):
     pass
+
+
+def nlp_targets(ops: Sequence[Op], spec: DeviceSpec, window: int = 1) -> list[int | None]:
+    """Per op, the execution time the NLP policy aims for: the slowest best time among the op and
+    its `window` placed neighbours on each side (ops that occupy no cores are skipped), so each
+    op takes the fewest cores that keep pace with its neighbours."""
+    best: list[int | None] = []
+    for op in ops:
+        work = work_of(op)
+        legal = [m.cycles for m in candidates(work, spec, _compiler_choice(op, work)) if m.reason is None] \
+            if work is not None else []
+        best.append(min(legal) if legal else None)
+    placed = [i for i, b in enumerate(best) if b is not None]
+    targets: list[int | None] = [None] * len(ops)
+    for position, i in enumerate(placed):
+        neighbours = placed[max(0, position - window):position + window + 1]
+        targets[i] = max(best[j] for j in neighbours)  # type: ignore[type-var]
+    return targets
 
 
 def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
@@ -247,4 +388,4 @@ def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
     return OpPlacement(ttnn_op=op.name, grid=chosen.grid, block_tiles=chosen.block, buffer_factor=chosen.buffer_factor,
                        l1_bytes_per_core=chosen.l1_bytes, cycles=chosen.cycles, candidates=len(models),
                        legal=sum(1 for m in models if m.reason is None), rejected=dict(rejected),
-                       fixed_by_compiler=fixed is not None)
+                       fixed_by_compiler=fixed is not None, t_stream=chosen.stream_label, policy=policy.value)
