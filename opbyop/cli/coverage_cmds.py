@@ -53,38 +53,85 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
             math_fidelity: Optional[str] = typer.Option(None, "--math-fidelity", help="lofi | hifi2 | hifi3 | hifi4"),
             fp32_dest_acc: Optional[bool] = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc"),
             seed: int = typer.Option(0)) -> None:
-    """Analyse corpus files (compile, simulated device, golden) in one warm worker; resumable (one
-    results directory per chip and compiler options)."""
+    """Analyse corpus files (compile, device, golden) in one warm worker; resumable."""
+    from opbyop.config import CompilerOptions
+    from opbyop.corpus.generate import load_manifest
+    from opbyop.corpus.run import select
+
+    try:
+        entries = select(load_manifest(directory).entries, op, dtype, form, file)
+        options = CompilerOptions(math_fidelity=math_fidelity, fp32_dest_acc_en=fp32_dest_acc)
+    except OpbyopError as e:
+        fail(e)
+    except ValueError as e:
+        fail(OpbyopError(f"invalid compiler option: {e}", "use --math-fidelity lofi|hifi2|hifi3|hifi4"))
+    if not entries:
+        fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
+    try:
+        summary = _run_chunk(directory, entries, out, chip, options, timeout, seed)
+    except OpbyopError as e:
+        fail(e)
+    console.print(f"{summary.analysed} analysed, {summary.skipped} already in {out}", highlight=False)
+
+
+@corpus.command("nightly")
+def nightly_cmd(config: Optional[Path] = typer.Option(None, "--config", help="default: configs/corpus.yaml"),
+                seed: int = typer.Option(0)) -> None:
+    """The corpus as a nightly target: generate it, run every chip one dtype at a time, print coverage."""
+    from opbyop.corpus.catalog import ALL_DTYPES
+    from opbyop.corpus.config import load_corpus_config
+    from opbyop.corpus.coverage import CoverageRow, coverage
+    from opbyop.corpus.generate import generate
+    from opbyop.corpus.run import read_results, select
+    from opbyop.workspace import Workspace
+
+    try:
+        settings = load_corpus_config(config)
+        root = Workspace.default().root
+        directory = root / "corpus"
+        manifest = generate(directory, settings.ops or None,
+                            [d.replace("complex64", "complex<f32>") for d in settings.dtypes] or None)
+    except OpbyopError as e:
+        fail(e)
+    chunks = [d for d in ALL_DTYPES if not settings.dtypes or d in settings.dtypes
+              or d.replace("complex<f32>", "complex64") in settings.dtypes]
+    for chip in settings.chips:
+        out = root / "corpus-results" / Path(chip).stem
+        for dtype in chunks:  # a fresh worker per chunk: never the whole corpus in one process
+            entries = select(manifest.entries, dtypes=[dtype], forms=settings.forms or None)
+            if not entries:
+                continue
+            try:
+                summary = _run_chunk(directory, entries, out, chip, settings.compiler, settings.op_timeout_s, seed)
+            except Exception as e:  # a chunk that cannot start (descriptor, worker) never stops the others
+                console.print(Text(f"{chip} {dtype}: {type(e).__name__}: {e}", style="red"))
+                continue
+            console.print(Text(f"{chip} {dtype}: {summary.analysed} analysed, {summary.skipped} already done"))
+        report = coverage(CoverageRow.from_corpus(r) for r in read_results(out))
+        _console().print(_ops_table(report))
+        _console().print(_dtype_table(report))
+
+
+def _run_chunk(directory: Path, entries: list, out: Path, chip: str, options, timeout: float, seed: int):
+    """Entries through one warm worker; results appended to `out`."""
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax()
     from opbyop.compiler.system_desc import resolve
-    from opbyop.config import CompilerOptions, load_thresholds
-    from opbyop.corpus.generate import load_manifest
-    from opbyop.corpus.run import run_entries, select
+    from opbyop.config import load_thresholds
+    from opbyop.corpus.run import run_entries
     from opbyop.worker.process import OpWorker
     from opbyop.worker.protocol import AnalysisSettings
     from opbyop.workspace import Workspace
 
-    try:
-        entries = select(load_manifest(directory).entries, op, dtype, form, file)
-        desc = resolve(chip)
-    except OpbyopError as e:
-        fail(e)
-    if not entries:
-        fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
-    try:
-        options = CompilerOptions(math_fidelity=math_fidelity, fp32_dest_acc_en=fp32_dest_acc)
-    except ValueError as e:
-        fail(OpbyopError(f"invalid compiler option: {e}", "use --math-fidelity lofi|hifi2|hifi3|hifi4"))
+    desc = resolve(chip)
     settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed)
     workspace = Workspace.default()
     # a name of its own: workers sharing a name share a private TMPDIR, and the plugin deletes its
     # descriptor there when either process exits (the other one then fails every compile)
     with OpWorker(desc.path, workspace.root, chip=desc.chip, name=f"corpus-{os.getpid()}") as worker:
-        summary = run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
-                              workspace.artifacts.read_text)
-    console.print(f"{summary.analysed} analysed, {summary.skipped} already in {out}", highlight=False)
+        return run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
+                           workspace.artifacts.read_text)
 
 
 @app.command("coverage")

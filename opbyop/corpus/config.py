@@ -1,0 +1,24 @@
+"""configs/corpus.yaml: the corpus as a nightly target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from opbyop.config import CompilerOptions, config_dir, load_config
+
+
+class CorpusConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    chips: list[str] = Field(default_factory=lambda: ["n150", "p150"], min_length=1)
+    ops: list[str] = Field(default_factory=list, description="catalog builders; empty: all")
+    dtypes: list[str] = Field(default_factory=list, description="element types; empty: all")
+    forms: list[str] = Field(default_factory=list, description="args | const; empty: both")
+    op_timeout_s: float = Field(120.0, gt=0)
+    compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+
+
+def load_corpus_config(path: Path | None = None) -> CorpusConfig:
+    return load_config(CorpusConfig, path or config_dir() / "corpus.yaml", "corpus configuration")
