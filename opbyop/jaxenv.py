@@ -42,7 +42,29 @@ def prepare_jax(system_desc: Path | None = None) -> None:
     os.environ.update(wanted)
     if system_desc is None:
         os.environ.pop(_DESC_VAR, None)
+    if not _backends_initialised():
+        _add_xla_flags()
     import jax
 
     # f64/i64 operands must reach XLA unchanged (facts/stack.md, golden section).
     jax.config.update("jax_enable_x64", True)
+    if system_desc is None and not _backends_initialised():
+        import jax.extend
+
+        from opbyop.compiler.assets import startup_lock
+
+        # Every JAX process loads libtt while discovering plugins, and its loading unpacks the
+        # plugin's assets: two processes at once fail ('failed to extract embedded tt-metal
+        # runtime archive'), so this one waits its turn like the compiler workers do.
+        with startup_lock():
+            jax.extend.backend.get_backend("cpu")
+
+
+def _add_xla_flags() -> None:
+    """opbyop's XLA flags (golden.xla_cpu.FAST_FLAGS) beside the user's own XLA_FLAGS."""
+    from opbyop.golden.xla_cpu import opbyop_xla_flags
+
+    extra = opbyop_xla_flags()
+    current = os.environ.get("XLA_FLAGS", "")
+    if extra and extra not in current:
+        os.environ["XLA_FLAGS"] = f"{current} {extra}".strip()

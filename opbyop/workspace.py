@@ -34,6 +34,11 @@ class Workspace:
         return Path(os.environ.get("OPBYOP_STORE", self.root / "store"))
 
     @property
+    def xla_cache(self) -> Path:
+        """XLA:CPU's compiled golden executables, by op signature (golden.xla_cpu)."""
+        return self.root / "xla-cache"
+
+    @property
     def scratch(self) -> Path:
         return self.root / "scratch"
 

@@ -1,50 +1,103 @@
 """Run StableHLO modules on XLA:CPU through jax's public backend API, executables cached.
 
-The process must have chosen its JAX platforms first (opbyop.jaxenv.prepare_jax).
+The process must have chosen its JAX platforms first (opbyop.jaxenv.prepare_jax), which also gives
+XLA opbyop's flags: a single op is compiled once and run once, so XLA's LLVM optimisation costs
+more than it saves (benchmarks/bench_golden.py: compile about 2x faster, outputs unchanged).
+
+Executables are cached in memory by the op's signature and, with `cache_dir`, on disk (XLA's own
+serialised executables, keyed by signature, jaxlib version and XLA flags): a warm run pays
+deserialisation (under a millisecond) instead of compilation. The cache lives in the workspace,
+written by opbyop alone: XLA documents that deserialising untrusted bytes is unsafe.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+# Flags opbyop gives XLA in its processes (OPBYOP_XLA_FLAGS overrides them; empty: XLA's defaults).
+OPBYOP_XLA_FLAGS = "OPBYOP_XLA_FLAGS"
+FAST_FLAGS = "--xla_backend_optimization_level=0"
+
+
+def opbyop_xla_flags() -> str:
+    return os.environ.get(OPBYOP_XLA_FLAGS, FAST_FLAGS)
 
 
 class XlaCpu:
     """Compile-once, run-many golden executor; the cache is keyed by the op's signature."""
 
-    def __init__(self, cache_size: int = 4096):
+    def __init__(self, cache_size: int = 4096, cache_dir: Path | None = None):
         import jax
         import jax.extend
+        import jaxlib
 
         self._jax = jax
         self._backend = jax.extend.backend.get_backend("cpu")
         self._device = self._backend.local_devices()[0]
+        self._options = jax.extend.backend.get_compile_options(num_replicas=1, num_partitions=1)
         self._cache: OrderedDict[str, object] = OrderedDict()
         self._cache_size = cache_size
+        self._cache_dir = cache_dir
+        self._salt = f"{jaxlib.__version__}|{os.environ.get('XLA_FLAGS', '')}"
         self.compiles = 0
 
-    def _executable(self, module_text: str, key: str | None) -> object:
+    def executable(self, module_text: str, key: str | None = None) -> object:
+        """The compiled module, from memory, from the disk cache, or compiled now."""
         key = key or hashlib.sha256(module_text.encode()).hexdigest()
         exe = self._cache.get(key)
-        if exe is None:
-            import jax.extend
-
-            options = jax.extend.backend.get_compile_options(num_replicas=1, num_partitions=1)
-            exe = self._backend.compile_and_load(module_text, [self._device], options)
-            self.compiles += 1
-            self._cache[key] = exe
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        else:
+        if exe is not None:
             self._cache.move_to_end(key)
+            return exe
+        exe = self._load(key)
+        if exe is None:
+            exe = self._backend.compile_and_load(module_text, [self._device], self._options)
+            self.compiles += 1
+            self._save(key, exe)
+        self._cache[key] = exe
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
         return exe
+
+    def execute(self, exe: object, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        buffers = [self._jax.device_put(np.asarray(x), self._device) for x in inputs]
+        results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()  # type: ignore[attr-defined]
+        return [np.asarray(r[0]) for r in results]
 
     def run(self, module_text: str, inputs: Sequence[np.ndarray], key: str | None = None) -> list[np.ndarray]:
         """Execute the module's @main on `inputs`; returns its results as numpy arrays."""
-        exe = self._executable(module_text, key)
-        buffers = [self._jax.device_put(np.asarray(x), self._device) for x in inputs]
-        results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()
-        return [np.asarray(r[0]) for r in results]
+        return self.execute(self.executable(module_text, key), inputs)
+
+    # -- the disk cache --------------------------------------------------------------------
+    def _path(self, key: str) -> Path | None:
+        if self._cache_dir is None:
+            return None
+        digest = hashlib.sha256(f"{self._salt}|{key}".encode()).hexdigest()
+        return self._cache_dir / digest[:2] / f"{digest}.xla"
+
+    def _load(self, key: str) -> object | None:
+        path = self._path(key)
+        if path is None or not path.exists():
+            return None
+        try:
+            return self._backend.deserialize_executable(path.read_bytes(), [self._device], self._options)
+        except Exception:  # a truncated or stale entry: compile again (and overwrite it)
+            return None
+
+    def _save(self, key: str, exe: object) -> None:
+        path = self._path(key)
+        if path is None:
+            return
+        try:
+            data = exe.serialize()  # type: ignore[attr-defined]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+            partial.write_bytes(data)
+            partial.replace(path)
+        except OSError:  # a full disk costs the cache, never the op
+            return

@@ -38,14 +38,16 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
 
     prepare_jax(system_desc)
     from opbyop.analysis import OpAnalyzer, describe_exception
-    from opbyop.artifacts import ArtifactStore
     from opbyop.compiler.plugin import TTCompiler
     from opbyop.compiler.system_desc import plugin_version
     from opbyop.device.simulator import DeviceSimulator
     from opbyop.golden.xla_cpu import XlaCpu
 
     scratch = workspace / "scratch" / f"child-{os.getpid()}"
-    analyzer = OpAnalyzer(TTCompiler(), XlaCpu(), DeviceSimulator(), ArtifactStore(workspace / "artifacts"), scratch)
+    from opbyop.workspace import Workspace
+
+    home = Workspace(workspace)
+    analyzer = OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(), home.artifacts, scratch)
     conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
     while True:
         try:
