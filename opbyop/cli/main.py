@@ -8,8 +8,11 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
+
+import typer
 
 from opbyop.cli.app import app, err_console, print_error, styled
 from opbyop.errors import OpbyopError
@@ -24,10 +27,17 @@ def _register_plugins() -> None:
             err_console.print(styled(("warning: ", "yellow"), f"commands from {ep.value} unavailable: {e}"))
 
 
-def main() -> None:
+@cache
+def build_app() -> typer.Typer:
+    """The app with every command: opbyop's own and the plugins' (once per process)."""
     from opbyop.cli import compile_run, coverage_cmds, device_cmds, split_cmds  # noqa: F401  (they register their commands)
 
     _register_plugins()
+    return app
+
+
+def main() -> None:
+    build_app()
     try:
         app()
     except OSError as e:

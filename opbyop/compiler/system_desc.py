@@ -187,6 +187,8 @@ def resolve(chip: str, check: bool = True) -> SystemDesc:
         desc = _describe(config_dir() / "system_descs" / VENDORED[chip], chip, "vendored")
     else:
         path = Path(chip)
+        if path.is_dir():
+            raise SystemDescError(f"{path} is a directory, not a system descriptor", _FIX_SCHEMA)
         if not path.is_file():
             raise SystemDescError(
                 f"unknown chip {chip!r}", f"use one of {', '.join([*MOCK_BOARDS, *VENDORED])} or a .ttsys path")

@@ -114,7 +114,8 @@ def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> M
     if values is None:
         if not entry.inputs:
             raise ExportError(f"{entry.name} has no example inputs",
-                              "give input shapes (--input 1x3x224x224xf32) or return (model, inputs)")
+                              "return (model, example inputs) from the factory (what `opbyop analyze` needs), or give "
+                              "their shapes with --input 1x3x224x224xf32 (split, compile, run, image build)")
         values = example_inputs(entry.inputs, seed)
     names = [s.name or f"input{i}" for i, s in enumerate(entry.inputs)] or [f"input{i}" for i in range(len(values))]
     if isinstance(made, torch.nn.Module):

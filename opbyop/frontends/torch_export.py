@@ -11,9 +11,12 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import time
 import warnings
-from typing import Any, Sequence
+from contextlib import contextmanager, redirect_stderr
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -111,6 +114,20 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
+@contextmanager
+def _quiet_torch_logs() -> Iterator[None]:
+    """torch.export logs warnings and prints whole partial graphs to stderr when it fails; the
+    error it raises (shown to the user) says it all."""
+    logger = logging.getLogger("torch")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def _first_lines(e: BaseException, lines: int = 3, width: int = 600) -> str:
     """The start of an exception's message: torch's carry whole graphs after their first lines."""
     text = " ".join(line.strip() for line in str(e).strip().splitlines()[:lines] if line.strip())
@@ -168,7 +185,7 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
 
     context.attach_diagnostic_handler(collect)
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_torch_logs():
             warnings.simplefilter("ignore")
             module = fx.export_and_import(_Functional(model, names, len(inputs)), *inputs, *weights,
                                           output_type="stablehlo", fx_importer=_importer(context),
