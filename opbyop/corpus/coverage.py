@@ -109,8 +109,25 @@ class Coverage:
 
     @property
     def simulated_share(self) -> float:
+        """Share of the emitted TTNN ops the current simulator implements."""
         seen = [o for o in self.ops if o.programs]
         return sum(o.simulated for o in seen) / len(seen) if seen else 1.0
+
+    @property
+    def missing_in_runs(self) -> list[str]:
+        """TTNN ops these results' own runs named as not simulated (what the simulator that
+        produced them lacked, whatever the current one has)."""
+        return sorted(o.ttnn_op for o in self.ops if o.not_simulated_runs)
+
+    @property
+    def compiled(self) -> int:
+        return sum(d.compiled for d in self.dtypes)
+
+    @property
+    def unreached(self) -> int:
+        """Compiled ops without a device verdict because of the simulator (not simulated, or a
+        simulator error): the figure the issue started from (about a quarter)."""
+        return sum(d.unreached for d in self.dtypes)
 
     @property
     def dtype_names(self) -> list[str]:
