@@ -131,7 +131,7 @@ class DeviceImage:
             raise ImageError(f"no device image at {path}", "check the path")
         try:
             zf = zipfile.ZipFile(path)
-        except zipfile.BadZipFile as e:
+        except (zipfile.BadZipFile, NotImplementedError, EOFError, OSError, ValueError) as e:
             raise ImageError(f"{path} is not a readable zip archive ({e}): corrupt or truncated", _REBUILD) from None
         budget = _Budget(path)
         with zf:
