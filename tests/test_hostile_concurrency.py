@@ -1,0 +1,49 @@
+"""Two `opbyop` commands on one OPBYOP_HOME (issue 11): each worker has its own name, scratch and
+$TMPDIR, so neither deletes the other's system descriptor ('system desc does not exist' made every
+op of the first command compile_failed). Real commands, real compiler, tiny models."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OPBYOP = [sys.executable, "-m", "opbyop.cli.main"]
+ADD = """module {
+  func.func @main(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {
+    %0 = stablehlo.add %a, %b : tensor<2x3xf32>
+    %1 = stablehlo.tanh %0 : tensor<2x3xf32>
+    return %1 : tensor<2x3xf32>
+  }
+}
+"""
+
+
+def test_two_commands_sharing_a_home_both_succeed(tmp_path):
+    home = tmp_path / "home"
+    env = {**os.environ, "OPBYOP_HOME": str(home)}
+    env.pop("JAX_PLATFORMS", None)
+    model = tmp_path / "add.mlir"
+    model.write_text(ADD)
+    first = subprocess.Popen([*OPBYOP, "run", "mlp", "--no-whole"], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not list(home.glob("logs/cli-*.log")) and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # the first command's worker is starting: the second now shares the home
+        second = subprocess.run([*OPBYOP, "run", str(model)], env=env, capture_output=True, text=True, timeout=600)
+        out_first, _ = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == 0, out_first
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "compile_failed" not in out_first and "system desc does not exist" not in out_first, out_first
+    assert "success:" in out_first and "crashed" not in out_first, out_first
+    # the .mlir's @main takes two arguments: its whole-model run gets them, and runs on the device
+    assert "takes 2 arguments" not in second.stdout and "DEVICE_RUN" in second.stdout.split("whole model")[-1], \
+        second.stdout
+    assert not list((home / "scratch").glob("tmp-*")), "a worker's private $TMPDIR was left behind"
+    assert len(list(home.glob("logs/cli-*.log"))) == 2  # one log per command: neither wrote into the other's
