@@ -265,3 +265,24 @@ def test_scalars_stay_rank_0_in_every_format():
 
     for fmt in ("f32", "bf16", "f16", "bfp_bf8", "si32", "u32"):
         assert store(np.array(1.25, np.float32), fmt).shape == (), fmt
+
+
+def test_outputs_reach_the_host_in_the_framework_type_the_program_records():
+    """stablehlo.add on i1 compiled for n150 computes in bf16 (true + true = 2.0); the runtime hands
+    the framework an i1 (`ttcore.local_shape`), nonzero being true, as a C++ cast would."""
+    a = np.array([True, True, False, False] * 3 + [True])
+    b = np.array([True, False, True, False] * 3 + [True])
+    (out,), _ = DeviceSimulator().run((DATA / "ttnn_add_i1.mlir").read_text(), [a, b])
+    assert out.dtype == np.bool_
+    np.testing.assert_array_equal(out, a | b)
+
+
+def test_host_conversion_wraps_integers_and_keeps_two_word_values():
+    from opbyop.device.runtime import as_host_type
+
+    i8 = TensorType((3,), "i8", None)
+    np.testing.assert_array_equal(as_host_type(np.array([512, 127, 129], np.int32), i8), [0, 127, -127])
+    np.testing.assert_array_equal(as_host_type(np.array([2.0, 0.0, -0.5], np.float32), TensorType((3,), "i1", None)),
+                                  [True, False, True])
+    words = np.zeros((3, 2), np.uint32)
+    assert as_host_type(words, TensorType((3,), "ui64", None)) is words  # two words each: the comparison reads them

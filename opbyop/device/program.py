@@ -68,6 +68,9 @@ class Function:
     ops: list[Op]
     returns: list[int]
     return_types: list[TensorType | None]
+    # The framework's type of each result (`ttcore.local_shape`): what the runtime hands the host
+    # when the program holds it otherwise (an i1 as bf16, an i8 as si32 ...); None where absent.
+    host_return_types: list[TensorType | None] = field(default_factory=list)
 
 
 @dataclass
@@ -243,7 +246,28 @@ def _function(op: ir.Operation, vid: Any) -> Function:
                       attrs={n: _attribute(a) for n, a in raw.items()}, location=str(inner.location), raw=raw))
     return Function(name=name, kind=kind, arguments=[vid(a) for a in block.arguments],
                     argument_types=[ttype(a.type) for a in block.arguments], ops=ops, returns=returns,
-                    return_types=return_types)
+                    return_types=return_types, host_return_types=_local_types(op, "res_attrs", len(returns)))
+
+
+_LOCAL_SHAPE = re.compile(r"local_shape = tensor<([^>]*(?:<[^>]*>)?)>")
+
+
+def _local_types(op: ir.Operation, attribute: str, count: int) -> list[TensorType | None]:
+    """`ttcore.local_shape = #ttcore<local_shape local_shape = tensor<13xi1>>` of each argument or
+    result: the framework's shape and element type."""
+    out: list[TensorType | None] = [None] * count
+    if attribute not in op.attributes:
+        return out
+    for i, entry in enumerate(ir.ArrayAttr(op.attributes[attribute])):
+        m = _LOCAL_SHAPE.search(str(entry))
+        if m is None or i >= count:
+            continue
+        parts = m.group(1).split("x")
+        dims = []
+        while parts and parts[0].isdigit():
+            dims.append(int(parts.pop(0)))
+        out[i] = TensorType(shape=tuple(dims), dtype="x".join(parts), layout=None)
+    return out
 
 
 _EMITTED = re.compile(r'"((?:ttnn|ttcore)\.\w+)"\(|\b(ttcore\.load_cached)\(')

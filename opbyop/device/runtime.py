@@ -30,7 +30,7 @@ from opbyop.device.layout import DRAM_ROW_MAJOR, Layout
 from opbyop.device.memory import Buffer, DeviceMemory, OutOfMemory
 from opbyop.device.placement import Policy
 from opbyop.device.program import Program, TensorType, load_program
-from opbyop.golden.dtypes import mlir_dtype
+from opbyop.golden.dtypes import mlir_dtype, numpy_dtype
 from opbyop.records import DeviceRun
 
 # Host element types the device holds in another format (no f64/i64 on Tensix; unsigned spelt u*).
@@ -164,6 +164,28 @@ def in_words(host: np.ndarray) -> np.ndarray:
     if host.dtype.kind in "iu" and host.dtype.itemsize == 8:
         return np.ascontiguousarray(host).view(np.uint32).reshape(host.shape + (2,))  # little-endian: low first
     raise ValueError(f"no two-word form of {host.dtype} values")
+
+
+def as_host_type(values: np.ndarray, host: TensorType | None) -> np.ndarray:
+    """A program output as the runtime hands it to the framework, in the type the program records
+    for it (`ttcore.local_shape`), converted elementwise as C++'s static_cast does: a boolean held
+    as bf16 is true when nonzero, an i8 computed as si32 keeps its low byte. Values held as two
+    words (complex, 64-bit integers) keep their trailing dimension of 2."""
+    if host is None or tuple(values.shape) != tuple(host.shape):
+        return values
+    try:
+        dtype = numpy_dtype(host.dtype)
+    except ValueError:
+        return values
+    if values.dtype == dtype:
+        return values
+    if dtype == np.bool_:
+        return values != 0
+    if dtype.kind in "iu":
+        if values.dtype.kind == "f":
+            values = np.trunc(np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0))
+        return values.astype(np.int64).astype(dtype)  # modulo 2**bits, as a two's complement cast
+    return values.astype(dtype)
 
 
 def input_shape(binary: Binary, program_index: int, input_index: int) -> tuple[int, ...] | None:

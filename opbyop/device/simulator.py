@@ -10,8 +10,8 @@ import numpy as np
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
 from opbyop.device.placement import Policy
-from opbyop.device.runtime import (Binary, Device, get_layout, input_shape, open_device, run_of, submit, to_device,
-                                   to_host)
+from opbyop.device.runtime import (Binary, Device, as_host_type, get_layout, input_shape, open_device, run_of, submit,
+                                   to_device, to_host)
 from opbyop.records import DeviceRun
 
 __all__ = ["DeviceSimulator", "NotSimulatedError", "SimulationError", "SimulatorBugError"]
@@ -50,7 +50,9 @@ class DeviceSimulator:
                 pushed.append(to_device(x, device, get_layout(binary, 0, i), name=f"input {i}",
                                         shape=input_shape(binary, 0, i)))
             outputs = submit(device, binary, 0, pushed, self.policy)
-            host = [to_host(t) for t in outputs]
+            framework = binary.function(0).host_return_types
+            host = [as_host_type(to_host(t), framework[i] if i < len(framework) else None)
+                    for i, t in enumerate(outputs)]
             run = run_of(outputs[0]) if outputs else DeviceRun()
         except SimulationError as e:
             e.run.seconds = time.perf_counter() - started
