@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -39,7 +40,7 @@ def generate_cmd(out: Path = typer.Argument(..., help="directory to write the .m
         manifest = generate(out, op or None, dtypes or None)
     except OpbyopError as e:
         fail(e)
-    console.print(f"wrote {len(manifest.entries)} modules to {out}", highlight=False)
+    console.print(Text(f"wrote {len(manifest.entries)} modules to {out}"))
 
 
 @corpus.command("run")
@@ -71,7 +72,7 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
         summary = _run_chunk(directory, entries, out, chip, options, timeout, seed)
     except OpbyopError as e:
         fail(e)
-    console.print(f"{summary.analysed} analysed, {summary.skipped} already in {out}", highlight=False)
+    console.print(Text(f"{summary.analysed} analysed, {summary.skipped} already in {out}"))
 
 
 @corpus.command("nightly")
@@ -211,7 +212,8 @@ def _ops_table(report) -> Table:
     seen = [o for o in report.ops if o.programs]
     title = (f"TTNN ops emitted: {len(seen)}, simulated {sum(o.simulated for o in seen)} "
              f"({100 * report.simulated_share:.0f}%); golden passes / device verdicts per dtype")
-    table = Table("TTNN op", "programs", "simulated", "not simulated runs", "pass rate", *dtypes, title=title)
+    table = Table("TTNN op", "programs", "simulated", "not simulated runs", "pass rate", *[escape(d) for d in dtypes],
+                  title=title)
     for o in report.ops:
         rate = o.pass_rate
         table.add_row(Text(o.ttnn_op), str(o.programs), "yes" if o.simulated else Text("NO", style="red"),
@@ -228,7 +230,7 @@ def _dtype_table(report) -> Table:
     for d in report.dtypes:
         s = d.statuses
         rate = d.pass_rate
-        table.add_row(d.dtype, str(sum(s.values())), str(d.compiled), str(d.verdicts), str(s[Status.SUCCESS]),
+        table.add_row(Text(d.dtype), str(sum(s.values())), str(d.compiled), str(d.verdicts), str(s[Status.SUCCESS]),
                       f"{100 * rate:.1f}%" if rate is not None else "", str(s[Status.GOLDEN_FAILED]),
                       str(s[Status.RUN_FAILED]), str(s[Status.NOT_SIMULATED]), str(s[Status.ANALYZER_ERROR]))
     return table
@@ -238,7 +240,7 @@ def _failures_table(report) -> Table:
     table = Table("status", "op", "variant", "dtype", "form", "chip", "file / signature", "message",
                   title="ops short of a pass after compiling")
     for r in report.failures():
-        table.add_row(r.status.value, r.op, r.variant, r.dtype, r.form, r.chip, Text(r.label),
+        table.add_row(r.status.value, *(Text(v) for v in (r.op, r.variant, r.dtype, r.form, r.chip, r.label)),
                       Text((r.message or "")[:160]))
     return table
 
