@@ -286,3 +286,20 @@ def test_host_conversion_wraps_integers_and_keeps_two_word_values():
                                   [True, False, True])
     words = np.zeros((3, 2), np.uint32)
     assert as_host_type(words, TensorType((3,), "ui64", None)) is words  # two words each: the comparison reads them
+
+
+def test_integer_fill_keeps_its_bits_in_an_unsigned_tensor():
+    from opbyop.device.formats import store
+
+    filled = run("ttnn.full", [None], [ttype((2,), "u32")], fill_value=-7, shape="2")[0]
+    np.testing.assert_array_equal(store(filled, "u32"), [2**32 - 7] * 2)
+    assert store(run("ttnn.full", [None], [ttype((2,), "u32")], fill_value=-7.5, shape="2")[0], "u32").tolist() == [0, 0]
+
+
+def test_rng_bit_generator_gives_state_and_bits_of_the_declared_shapes():
+    state = np.array([[1, 0], [2, 0]], np.uint32)
+    outs = [ttype((2, 2), "u32"), ttype((3, 50), "u32")]
+    new_state, bits = run("ttnn.rng_bit_generator", [state], outs, formats=["u32"], philox=False)
+    assert new_state.shape == (2, 2) and bits.shape == (3, 50) and not np.array_equal(new_state, state)
+    assert len(np.unique(bits)) > 100  # random bits, not a constant
+    np.testing.assert_array_equal(bits, run("ttnn.rng_bit_generator", [state], outs, formats=["u32"])[1])
