@@ -120,12 +120,15 @@ def _run_chunk(directory: Path, entries: list, out: Path, chip: str, options, ti
     prepare_jax()
     from opbyop.compiler.system_desc import resolve
     from opbyop.config import load_thresholds
-    from opbyop.corpus.run import run_entries
+    from opbyop.corpus.run import RunSummary, pending, run_entries
     from opbyop.worker.process import OpWorker
     from opbyop.worker.protocol import AnalysisSettings
     from opbyop.workspace import Workspace
 
     desc = resolve(chip)
+    todo = pending(out, desc.chip, entries)
+    if not todo:  # all done: no worker to start
+        return RunSummary(skipped=len(entries))
     settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed)
     workspace = Workspace.default()
     # a name of its own: workers sharing a name share a private TMPDIR, and the plugin deletes its

@@ -77,6 +77,12 @@ Analyse = Callable[[UniqueOp], OpResult]
 ReadProgram = Callable[[str], str]  # artifact sha256 -> text
 
 
+def pending(out: Path, chip: str, entries: Iterable[CorpusEntry]) -> list[CorpusEntry]:
+    """The entries `out` holds no result for on `chip` (what a resumed run still has to do)."""
+    done = {(r.entry.file, r.chip) for r in read_results(out)} if results_path(out).exists() else set()
+    return [e for e in entries if (e.file, chip) not in done]
+
+
 def run_entries(directory: Path, entries: Iterable[CorpusEntry], out: Path, chip: str, analyse: Analyse,
                 read_program: ReadProgram, progress: Callable[[CorpusEntry], None] = lambda e: None) -> RunSummary:
     """Analyse each entry not yet in `out` for `chip`; append each result as it arrives."""
