@@ -12,7 +12,8 @@ current simulator's results (resumed if present). The baseline is measured in th
 A full corpus takes about 15-20 minutes per chip and simulator on 2 shared cores.
 
 Printed: TTNN ops emitted and how many each simulator ran, per-op pass rates before/after, per-dtype
-golden pass rates before/after, and compiled ops left without a device verdict by the simulator.
+golden pass rates before/after, and compiled ops left without a verdict by opbyop itself
+(not simulated, or an analyzer error: a simulator exception, or no golden reference).
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def show(before: Coverage, after: Coverage, chip: str) -> None:
 
     summary = Figures(f"{chip}: the corpus through tt-mlir and the simulator",
                       ["", "corpus ops", "compiled", "TTNN ops emitted", "not simulated (named by runs)",
-                       "compiled ops without a device verdict (simulator)", "device verdicts", "golden pass rate"])
+                       "compiled, no verdict (opbyop: not simulated, analyzer error)", "device verdicts", "golden pass rate"])
     for label, c in (("before", before), ("after", after)):
         verdicts = sum(d.verdicts for d in c.dtypes)
         passes = sum(d.statuses[Status.SUCCESS] for d in c.dtypes)
@@ -96,7 +97,7 @@ def show(before: Coverage, after: Coverage, chip: str) -> None:
 
     dtypes = Figures(f"{chip}: golden pass rate per dtype (passes / device verdicts)",
                      ["dtype", "ops", "compiled", "verdicts before", "pass before", "verdicts after", "pass after",
-                      "no verdict before (simulator)", "no verdict after (simulator)"])
+                      "no verdict before (opbyop)", "no verdict after (opbyop)"])
     old_d = {d.dtype: d for d in before.dtypes}
     for d in after.dtypes:
         b = old_d.get(d.dtype)

@@ -97,7 +97,7 @@ class DtypeRates:
 
     @property
     def unreached(self) -> int:
-        """Compiled, but no device verdict because of opbyop (not simulated, analyzer error)."""
+        """Compiled, but no verdict because of opbyop (not simulated, analyzer error)."""
         return self.statuses[Status.NOT_SIMULATED] + self.statuses[Status.ANALYZER_ERROR]
 
 
@@ -125,8 +125,8 @@ class Coverage:
 
     @property
     def unreached(self) -> int:
-        """Compiled ops without a device verdict because of the simulator (not simulated, or a
-        simulator error): the figure the issue started from (about a quarter)."""
+        """Compiled ops without a verdict because of opbyop itself (not simulated, or an analyzer
+        error: a simulator exception or a golden reference XLA cannot give)."""
         return sum(d.unreached for d in self.dtypes)
 
     @property
