@@ -105,11 +105,12 @@ def run(args: argparse.Namespace, work: Path) -> None:
         console.print(f"plain Dask, {workers} workers ...")
         with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                           dashboard_address=None) as cluster, Client(cluster) as client:
-            client.register_plugin(on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()}))
-            client.run(on_dask.warm_up, desc.chip)
+            plugin = on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()})
+            client.register_plugin(plugin)
+            client.run(on_dask.warm_up, plugin.name, desc.chip)
             start = time.perf_counter()
-            client.gather(client.map(on_dask.analyze_op, ops, chip=desc.chip, settings=settings, timeout=300,
-                                     pure=False))
+            client.gather(client.map(on_dask.analyze_op, [plugin.name] * len(ops), ops, chip=desc.chip,
+                                     settings=settings, timeout=300, pure=False))
             timings[f"plain Dask, {workers} workers"] = time.perf_counter() - start
 
     store = Store(workspace.store)
@@ -173,16 +174,18 @@ def dask_task_runner(ops, desc, workspace) -> float:
     from opbyop.worker import dask as on_dask
     from opbyop.worker.protocol import AnalysisSettings
 
+    plugin = on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()})
+
     @task(cache_policy=NONE, persist_result=False)
     def op_task(op, chip: str):
-        return on_dask.analyze_op(op, chip, AnalysisSettings(), 300)
+        return on_dask.analyze_op(plugin.name, op, chip, AnalysisSettings(), 300)
 
     @flow(task_runner=DaskTaskRunner(cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": True,
                                                      "dashboard_address": None}))
     def fan_out() -> float:
         client = get_run_context().task_runner.client
-        client.register_plugin(on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()}))
-        client.run(on_dask.warm_up, desc.chip)
+        client.register_plugin(plugin)
+        client.run(on_dask.warm_up, plugin.name, desc.chip)
         start = time.perf_counter()
         futures = [op_task.submit(op, desc.chip) for op in ops]
         for f in futures:

@@ -1,42 +1,55 @@
 """The `analyze` flow: models -> single ops -> one task per unique op on Dask -> the result store.
 
-1. split every model (a model that fails is recorded, the others go on);
+1. split every model (a model that fails is recorded, the others go on); none left: the run is
+   stored as failed, no cluster is started;
 2. dedupe across models; reuse results of ops already analysed with the same signature, compiler
    version, chip and options (configurable) and of ops this run id already finished (a re-run
-   of an interrupted run completes it);
-3. one Prefect task per remaining op, its work on the Dask cluster's warm op workers; results are
-   written to the store in batches as they arrive, so an interruption loses only the batch in flight;
-4. each model compiled whole and run stitched, beside the op-by-op view;
-5. the run is finished in the store; the summary says how many ops failed and why.
+   of an interrupted run completes it; a run started without a run id gets one derived from its
+   flow run, so Prefect's Retry of that flow run resumes it);
+3. the cluster's op workers are warmed up; if none can start (a descriptor no compiler accepts), the
+   run stops here with that one error;
+4. each model's whole-model analysis goes to the cluster first, then one Prefect task per remaining
+   op; results are written to the store in batches as they arrive, so an interruption loses only
+   the batch in flight;
+5. the run is finished in the store with its phases (where its time went); the summary says how
+   many ops failed and why; the report and artifacts follow.
 """
 
 from __future__ import annotations
 
+import queue
 import time
-import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from distributed import Client
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
-from prefect.futures import as_completed
-from prefect.states import Completed, Failed
+from prefect.context import get_run_context
+from prefect.futures import PrefectFuture
+from prefect.states import Cancelled, Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
+from flows import handoff as handoffs
 from flows.cluster import dask_client
+from flows.phases import PhaseClock, format_phases
+from flows.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
 from opbyop import __version__
-from opbyop.compiler.system_desc import plugin_version, resolve
+from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.config import AnalysisConfig, load_thresholds, load_zoo
+from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import Prepared, prepare, summarize
-from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.records import RETRYABLE, OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
-from opbyop.worker.process import parameter_indices
+from opbyop.worker.process import WorkerStartError, parameter_indices
 from opbyop.worker.protocol import AnalysisSettings
 from opbyop.workspace import Workspace
-from storage.dataset import Store
+from storage.dataset import RunWriter, Store
+from tasks.gate import ClusterGate
 from tasks.models import split_model, stage_whole_model
 from tasks.ops import analyze_op, whole_model
 from tasks.store import publish
@@ -44,6 +57,7 @@ from tasks.store import publish
 BATCH_SIZE = 25
 BATCH_SECONDS = 10.0
 TASK_THREADS = 16  # Prefect task threads: each mostly waits on Dask, a few keep the workers fed
+POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between results
 
 
 class RunSummary(BaseModel):
@@ -56,18 +70,26 @@ class RunSummary(BaseModel):
     failures: dict[str, int] = Field(default_factory=dict)  # failed stage -> unique ops
     model_errors: dict[str, str] = Field(default_factory=dict)
     whole: dict[str, str] = Field(default_factory=dict)  # model -> whole-model status
+    phases: dict[str, float] = Field(default_factory=dict)  # phase -> seconds
+    error: str | None = None  # why the run stopped before its end
     report: str | None = None  # path of the HTML report
 
     def line(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items(), key=lambda kv: -kv[1]))
         failed = "; ".join(f"{n} failed at {s}" for s, n in self.failures.items())
         errors = f"; {len(self.model_errors)} models could not be split" if self.model_errors else ""
+        stopped = f"; stopped: {self.error}" if self.error else ""
         return (f"run {self.run_id}: {self.ops_unique} unique ops of {self.ops_total} ({self.reused} reused): "
-                f"{counts}" + (f" ({failed})" if failed else "") + errors)
+                f"{counts or 'nothing analysed'}" + (f" ({failed})" if failed else "") + errors + stopped)
 
 
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+class RunFailed(Exception):
+    """The data of a Failed analyze state: what Prefect raises when that state's result is asked for,
+    carrying the run's summary for callers that read it (never a bare model Prefect cannot raise)."""
+
+    def __init__(self, summary: RunSummary):
+        super().__init__(summary.line())
+        self.summary = summary
 
 
 def _git_sha() -> str:
@@ -80,22 +102,64 @@ def _git_sha() -> str:
         return ""
 
 
-def _prepare(config: AnalysisConfig) -> Prepared:
-    """Each model split in its own task (one at a time: torch.export is not thread-safe)."""
-    return prepare(config.models, load_zoo(), config.seed,
-                   prepare_one=lambda spec, zoo, seed: split_model.submit(spec, zoo, seed).result())
-
-
 def _label(op: UniqueOp) -> str:
     return f"{op.op_name.removeprefix('stablehlo.')}-{op.signature[:10]}"
+
+
+def claim_flow_run(logger) -> None:  # noqa: ANN001
+    """Label this flow run with its process (so a later run can tell it was killed), and mark
+    this host's runs whose process is gone as Crashed. Best effort: never stops the run."""
+    from prefect.client.orchestration import get_client
+
+    from flows.crashed import label_flow_run, sweep
+
+    try:
+        with get_client(sync_client=True) as client:
+            label_flow_run(client, get_run_context().flow_run.id)
+            for crashed in sweep(client):
+                logger.warning("flow run %s was left Running by a killed process: marked Crashed", crashed)
+    except Exception as e:  # an API that refuses labels must not cost the run
+        logger.warning("could not check for crashed flow runs: %s: %s", type(e).__name__, e)
+
+
+def _prepare(config: AnalysisConfig, clock: PhaseClock, handoff: handoffs.Handoff, workspace: Workspace) -> Prepared:
+    """Each model split in its own task (one at a time: torch.export is not thread-safe), or taken
+    from the caller that split it ahead; then deduplicated, with the values of constant-fed
+    arguments computed upstream (opbyop.pipeline.prepare)."""
+    start, exporting = time.monotonic(), 0.0
+
+    def one(spec: str, zoo, seed: int):  # noqa: ANN001, ANN202
+        nonlocal exporting
+        waited = time.monotonic()
+        outcome = split_model.submit(spec, zoo, seed, handoff.splits.get((spec, seed))).result()
+        exporting += time.monotonic() - waited
+        clock.add("export", outcome.seconds)
+        return outcome.triple
+
+    prepared = prepare(config.models, load_zoo(), config.seed, prepare_one=one, artifacts=workspace.artifacts)
+    clock.add("split", time.monotonic() - start - exporting)
+    return prepared
+
+
+@dataclass
+class FanOut:
+    """What the cluster produced, and why it stopped early (if it did)."""
+
+    results: dict[str, OpResult] = field(default_factory=dict)
+    wholes: dict[str, WholeModelResult] = field(default_factory=dict)
+    error: str | None = None  # the run could not go on (no op worker could start ...)
+    interrupted: bool = False  # the caller asked the run to stop
 
 
 @flow(name="analyze", task_runner=ThreadPoolTaskRunner(max_workers=TASK_THREADS), persist_result=False)
 def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None):
     """Analyse models op by op on a Dask cluster and store every op's result."""
+    handoff = handoffs.current() or handoffs.Handoff()
+    clock = PhaseClock(handoff.phases, handoff.started)
     prepare_jax()  # this process exports JAX models on the CPU; compilers live in the workers
     logger = get_run_logger()
-    run_id = run_id or new_run_id()
+    run_id = run_id or run_id_for(get_run_context().flow_run)
+    claim_flow_run(logger)
     workspace = Workspace.default()
     store = Store(workspace.store)
     desc = resolve(config.chip)
@@ -105,97 +169,203 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
                   plugin_version=plugin_version(), opbyop_version=__version__, git_sha=_git_sha(),
                   options_key=config.compiler.key(), config=config.model_dump(mode="json"))
 
-    prepared = _prepare(config)
+    prepared = _prepare(config, clock, handoff, workspace)
     for spec, error in prepared.errors.items():
         logger.error("model %s produced no ops: %s", spec, error)
     for op in prepared.unique:
         workspace.ops.put(op)
 
     with store.writer() as writer:
-        run = writer.start(run)
-        writer.add_ops(prepared.records)
-        results: dict[str, OpResult] = {}
-        done = writer.completed_signatures(exclude=(Status.CRASHED, Status.TIMEOUT))
-        resumed = {r.signature: r for r in store.results(run_id) if r.signature in done}
-        results.update(resumed)
-        todo = [op for op in prepared.unique if op.signature not in results]
-        if config.reuse_cached and todo:
-            cached = store.lookup_cached([op.signature for op in todo], run.plugin_version, run.chip, run.options_key,
-                                         exclude_run=run_id)
-            reused = [r.model_copy(update={"reused_from": source}) for source, r in
-                      (cached[op.signature] for op in todo if op.signature in cached)]
-            writer.add_results(reused)
-            results.update({r.signature: r for r in reused})
-            todo = [op for op in todo if op.signature not in results]
-        logger.info("%d unique ops: %d to analyse, %d from this run id, %d reused from earlier runs",
-                    len(prepared.unique), len(todo), len(resumed), len(results) - len(resumed))
+        with clock.phase("store"):
+            run = writer.start(run)
+            writer.add_ops(prepared.records)
+            results, todo = _known_results(writer, store, prepared, run, config.reuse_cached, logger)
+        out = FanOut(results=results)
+        wholes_todo = prepared.graphs if config.whole_model else {}
+        if config.models and not prepared.graphs:
+            out.error = "no model could be split"
+        elif handoff.stop.is_set():
+            out.interrupted = True
+        elif todo or wholes_todo:  # no cluster for zero ops
+            _on_cluster(out, config, desc, settings, workspace, todo, prepared, wholes_todo, writer, clock, handoff,
+                        logger)
+        with clock.phase("store"):
+            models = [summarize(name, prepared, out.wholes.get(name)) for name in prepared.graphs]
+            models += [summarize(spec, prepared) for spec in prepared.errors]
+            status = "failed" if out.error or out.interrupted else "completed"
+            run = writer.finish(run.model_copy(update={"ended_at": datetime.now(timezone.utc),
+                                                       "phases": clock.as_dict()}), models, status=status)
 
-        wholes: dict[str, WholeModelResult] = {}
-        with dask_client(config.cluster) as client:
-            client.register_plugin(on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()}))
-            client.run(on_dask.warm_up, desc.chip)  # start every worker's compiler before timing ops
-            progress = create_progress_artifact(progress=0.0, description=f"run {run_id}: ops analysed")
-            futures = {analyze_op.submit(op, _label(op), desc.chip, settings, config.op_timeout_s): op for op in todo}
-            whole_futures = {}
-            if config.whole_model:
-                for name, graph in prepared.graphs.items():
-                    module_text, values = stage_whole_model.submit(graph, workspace.scratch).result()
-                    whole_futures[name] = whole_model.submit(name, module_text, values, parameter_indices(graph),
-                                                             desc.chip, settings, max(600.0, config.op_timeout_s))
-            batch: list[OpResult] = []
-            flushed = time.monotonic()
+    summary = _summary(run_id, prepared, out)
+    if out.interrupted:
+        summary.phases = clock.as_dict()
+        logger.warning(summary.line())
+        return Cancelled(message=f"interrupted; {summary.line()}", data=summary)
+    _artifacts(summary, prepared, out.results)
+    report_path = workspace.root / "reports" / f"{run_id}.html"
+    with clock.phase("report"):
+        summary.report = str(publish(workspace.store, run_id, report_path, clock.as_dict()))
+    summary.phases = clock.as_dict()
+    store.update_run(run.model_copy(update={"phases": summary.phases}))
+    logger.info("%s\nphases: %s", summary.line(), format_phases(summary.phases))
+    if out.error:
+        return Failed(message=summary.line(), data=RunFailed(summary))
+    return Completed(message=summary.line(), data=summary)
+
+
+def _known_results(writer: RunWriter, store: Store, prepared: Prepared, run: RunInfo, reuse: bool,
+                   logger) -> tuple[dict[str, OpResult], list[UniqueOp]]:  # noqa: ANN001
+    """(results this run already has or may reuse, ops still to analyse)."""
+    results: dict[str, OpResult] = {}
+    done = writer.completed_signatures(exclude=RETRYABLE)
+    resumed = {r.signature: r for r in store.results(run.run_id) if r.signature in done}
+    results.update(resumed)
+    todo = [op for op in prepared.unique if op.signature not in results]
+    if reuse and todo:
+        cached = store.lookup_cached([op.signature for op in todo], run.plugin_version, run.chip, run.options_key,
+                                     exclude_run=run.run_id)
+        reused = [r.model_copy(update={"reused_from": source}) for source, r in
+                  (cached[op.signature] for op in todo if op.signature in cached)]
+        writer.add_results(reused)
+        results.update({r.signature: r for r in reused})
+        todo = [op for op in todo if op.signature not in results]
+    logger.info("%d unique ops: %d to analyse, %d from this run id, %d reused from earlier runs",
+                len(prepared.unique), len(todo), len(resumed), len(results) - len(resumed))
+    return results, todo
+
+
+def _on_cluster(out: FanOut, config: AnalysisConfig, desc: SystemDesc, settings: AnalysisSettings,
+                workspace: Workspace, todo: list[UniqueOp], prepared: Prepared, wholes: dict, writer: RunWriter,
+                clock: PhaseClock, handoff: handoffs.Handoff, logger) -> None:  # noqa: ANN001
+    """Warm the cluster's op workers, then the fan-out; fills `out`."""
+    try:
+        with clock.phase("cluster"):
+            cluster = dask_client(config.cluster)
+            client = cluster.__enter__()
+    except OpbyopError as e:
+        out.error = str(e)
+        logger.error(out.error)
+        return
+    try:
+        plugin = on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()})
+        with clock.phase("warm-up"):
+            error = _warm_up(client, plugin, desc)
+        if error:
+            out.error = error
+            logger.error(error)
+            return
+        if handoff.stop.is_set():
+            out.interrupted = True
+            return
+        _fan_out(out, client, plugin.name, config, desc, settings, workspace, todo, prepared, wholes, writer, clock,
+                 handoff, logger)
+    finally:
+        cluster.__exit__(None, None, None)
+
+
+def _warm_up(client: Client, plugin: on_dask.OpWorkerPlugin, desc: SystemDesc) -> str | None:
+    """Start every Dask worker's op worker before timing ops; the error that stops the run when
+    none can start (a worker that cannot while others can only loses the ops it is given)."""
+    client.register_plugin(plugin)
+    outcomes = client.run(on_dask.warm_up, plugin.name, desc.chip, on_error="return")
+    failures = {w: r for w, r in outcomes.items() if isinstance(r, BaseException)}
+    if not outcomes:
+        return (f"the Dask cluster at {client.scheduler.address} has no workers; fix: start some "
+                f"(dask worker {client.scheduler.address}), or leave the address empty for a local cluster")
+    if len(failures) < len(outcomes):
+        return None
+    first = next(iter(failures.values()))
+    kind = "descriptor or compiler" if isinstance(first, WorkerStartError) else "cluster"
+    return (f"no op worker could start on any of the {len(outcomes)} Dask workers with the {desc.chip} system "
+            f"descriptor {desc.path} (a {kind} problem, nothing analysed): {type(first).__name__}: {first}; "
+            f"fix: check the descriptor with `opbyop system-desc {desc.path}`, or choose another --chip")
+
+
+def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, desc: SystemDesc,
+             settings: AnalysisSettings, workspace: Workspace, todo: list[UniqueOp], prepared: Prepared,
+             wholes: dict, writer: RunWriter, clock: PhaseClock, handoff: handoffs.Handoff,
+             logger) -> None:  # noqa: ANN001
+    gate = ClusterGate()
+    started = time.monotonic()
+    # the whole models first: the longest jobs, beside the ops, never in front of the batch writes
+    whole_futures = {}
+    for name, graph in wholes.items():
+        staged = stage_whole_model.submit(graph, workspace.scratch)
+        whole_futures[name] = whole_model.submit(name, staged, parameter_indices(graph), desc.chip, settings,
+                                                 max(600.0, config.op_timeout_s), plugin, gate)
+    progress = create_progress_artifact(progress=0.0, description=f"ops analysed, run {writer.run.run_id}")
+    futures = {analyze_op.submit(op, _label(op), desc.chip, settings, config.op_timeout_s, plugin, gate): op
+               for op in todo}
+    done: queue.Queue[PrefectFuture] = queue.Queue()
+    for future in list(futures) + list(whole_futures.values()):
+        future.add_done_callback(done.put)
+    whole_of = {f: name for name, f in whole_futures.items()}
+    batch: list[OpResult] = []
+    flushed, finished = time.monotonic(), 0
+    remaining = len(futures) + len(whole_futures)
+    try:
+        while remaining:
+            if handoff.stop.is_set():
+                out.interrupted = True
+                break
             try:
-                for i, future in enumerate(as_completed(list(futures)), start=1):
-                    result = _op_result(future, futures[future])
-                    results[result.signature] = result
-                    batch.append(result)
-                    if len(batch) >= BATCH_SIZE or time.monotonic() - flushed > BATCH_SECONDS:
+                future = done.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if batch and time.monotonic() - flushed > BATCH_SECONDS:  # results reach the store in a lull too
+                    with clock.phase("store"):
                         writer.add_results(batch)
-                        batch, flushed = [], time.monotonic()
-                        update_progress_artifact(progress, progress=100.0 * i / max(1, len(futures)))
-            finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
-                writer.add_results(batch)
-            update_progress_artifact(progress, progress=100.0)
-            for name, future in whole_futures.items():
-                wholes[name] = _whole_result(future)
-        models = [summarize(name, prepared, wholes.get(name)) for name in prepared.graphs]
-        models += [summarize(spec, prepared) for spec in prepared.errors]
-        run = run.model_copy(update={"ended_at": datetime.now(timezone.utc)})
-        writer.finish(run, models)
+                    batch, flushed = [], time.monotonic()
+                continue
+            remaining -= 1
+            if future in whole_of:
+                out.wholes[whole_of[future]] = _whole_result(future)
+                clock.add("whole model", time.monotonic() - started)
+                continue
+            result = _op_result(future, futures[future])
+            out.results[result.signature] = result
+            batch.append(result)
+            finished += 1
+            if finished == len(futures):
+                clock.add("fan-out", time.monotonic() - started)
+            if len(batch) >= BATCH_SIZE or time.monotonic() - flushed > BATCH_SECONDS:
+                with clock.phase("store"):
+                    writer.add_results(batch)
+                batch, flushed = [], time.monotonic()
+                update_progress_artifact(progress, progress=100.0 * finished / max(1, len(futures)))
+    finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
+        if remaining:
+            gate.close()  # cancels the work in flight: the run is stopping
+        with clock.phase("store"):
+            writer.add_results(batch)
+    if not out.interrupted:
+        update_progress_artifact(progress, progress=100.0)
 
-    summary = _summary(run_id, prepared, results, wholes)
-    _artifacts(summary, prepared, results)
-    summary.report = str(publish(workspace.store, run_id, workspace.root / "reports" / f"{run_id}.html"))
-    logger.info(summary.line())
-    if prepared.unique or not config.models:
-        return Completed(message=summary.line(), data=summary)
-    return Failed(message=summary.line(), data=summary)
 
-
-def _op_result(future, op: UniqueOp) -> OpResult:
-    """The task's result; a task that failed for good (the cluster, twice) is that op's crash."""
+def _op_result(future: PrefectFuture, op: UniqueOp) -> OpResult:
+    """The task's result; a task that failed for good (the cluster, twice) is that op's infra_error."""
     try:
         return future.result()
     except Exception as e:
-        return OpResult(signature=op.signature, op_name=op.op_name, status=Status.CRASHED, depth=Stage.SPLIT,
-                        failed_stage=None, message=f"orchestration failed for this op: {type(e).__name__}: {e}")
+        return OpResult(signature=op.signature, op_name=op.op_name, status=Status.INFRA_ERROR, depth=Stage.SPLIT,
+                        failed_stage=None, message=f"the cluster failed while running this op: {type(e).__name__}: {e}")
 
 
-def _whole_result(future) -> WholeModelResult:
+def _whole_result(future: PrefectFuture) -> WholeModelResult:
     try:
         return future.result()
     except Exception as e:
-        return WholeModelResult(status=Status.CRASHED, depth=Stage.SPLIT,
-                                message=f"orchestration failed for the whole model: {type(e).__name__}: {e}")
+        return WholeModelResult(status=Status.INFRA_ERROR, depth=Stage.SPLIT,
+                                message=f"the cluster failed while running the whole model: {type(e).__name__}: {e}")
 
 
-def _summary(run_id: str, prepared: Prepared, results: dict[str, OpResult],
-             wholes: dict[str, WholeModelResult]) -> RunSummary:
+def _summary(run_id: str, prepared: Prepared, out: FanOut) -> RunSummary:
+    results = out.results
     failures = Counter(r.failed_stage.value for r in results.values() if r.failed_stage is not None)
     return RunSummary(run_id=run_id, models=list(prepared.graphs), ops_total=len(prepared.records),
                       ops_unique=len(prepared.unique), reused=sum(1 for r in results.values() if r.reused_from),
                       statuses=dict(Counter(r.status.value for r in results.values())), failures=dict(failures),
-                      model_errors=prepared.errors, whole={m: w.status.value for m, w in wholes.items()})
+                      model_errors=prepared.errors, whole={m: w.status.value for m, w in out.wholes.items()},
+                      error=out.error)
 
 
 def _artifacts(summary: RunSummary, prepared: Prepared, results: dict[str, OpResult]) -> None:
@@ -205,4 +375,5 @@ def _artifacts(summary: RunSummary, prepared: Prepared, results: dict[str, OpRes
         rows.append({"model": name, "ops": len(split.ops), "unique": len({r.signature for r in split.ops}),
                      **{s.value: statuses.get(s.value, 0) for s in Status},
                      "whole model": summary.whole.get(name, "-")})
+    rows += [{"model": name, "ops": 0, "unique": 0, "error": error} for name, error in summary.model_errors.items()]
     create_table_artifact(table=rows, key="run-summary", description=summary.line())

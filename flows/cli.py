@@ -1,21 +1,32 @@
 """`opbyop analyze`: the analyze flow on a laptop, nothing started by hand.
 
-Prefect's ephemeral API, a LocalCluster and the local store; a progress bar fed from the store
-(the run's results appear there in batches), then the summary and the report's path.
+At once, side by side: a Prefect server (or the one PREFECT_API_URL names), a LocalCluster whose op
+workers warm up (or the scheduler --address names), and this process importing the flow. Then the
+flow, with a progress bar fed from the store (results land there in batches); at the end the
+summary, where the time went, and the report's path.
+
+Ctrl-C asks the flow to stop: what was analysed is stored, the run is marked failed, the server and
+the cluster are stopped, and the command to resume the run is printed. The server and the cluster
+are tied to this process: they die with it even on kill -9 (flows/tied.py).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
+import sys
 import threading
+import time
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 console = Console()
+STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
 
 
 def _defaults_for_laptop() -> None:
@@ -24,6 +35,85 @@ def _defaults_for_laptop() -> None:
     apply_defaults()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+
+
+def resume_command(names: list[str], chip: str, workers: int | None, address: str | None, reuse: bool, whole: bool,
+                   timeout: float, run_id: str) -> str:
+    words = ["opbyop", "analyze", *names, "--chip", chip]
+    words += ["--workers", str(workers)] if workers else []
+    words += ["--address", address] if address else []
+    words += [] if reuse else ["--no-reuse"]
+    words += [] if whole else ["--no-whole"]
+    words += ["--timeout", f"{timeout:g}"] if timeout != 120.0 else []
+    return shlex.join(words + ["--run-id", run_id])
+
+
+class Launch:
+    """What one CLI run starts, all at once from this (the main) thread, and stops together: the
+    Prefect server, the Dask cluster, and the models' split (in a thread of this process)."""
+
+    def __init__(self, workers: int | None, address: str | None, chip: str, log_dir):  # noqa: ANN001
+        from flows.cluster import ClusterProcess
+        from flows.handoff import Handoff
+        from flows.server import PrefectApi
+
+        self.handoff = Handoff()
+        self.api = PrefectApi(log_dir)
+        if self.api.started_here:  # before Prefect is imported, which reads it once
+            os.environ["PREFECT_API_URL"] = self.api.url or ""
+        self.cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
+        self._waits = {"server": self._background(self.api.wait)}
+        if self.cluster is not None:
+            self._waits["cluster"] = self._background(self.cluster.wait)
+
+    def _background(self, wait) -> tuple[threading.Thread, dict]:  # noqa: ANN001
+        """wait() in a thread, noting when it returned: each start-up is timed on its own."""
+        box: dict[str, object] = {}
+
+        def run() -> None:
+            try:
+                box["value"] = wait()
+                box["seconds"] = time.monotonic() - self.handoff.started
+            except BaseException as e:
+                box["error"] = e
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread, box
+
+    def wait(self) -> str | None:
+        """Wait for the server and the cluster; the cluster's address (None: the one given)."""
+        for name, (thread, box) in self._waits.items():
+            while thread.is_alive():
+                thread.join(timeout=0.2)  # short joins: Ctrl-C stays responsive
+            if "error" in box:
+                raise box["error"]  # type: ignore[misc]
+            if name != "server" or self.api.started_here:
+                self.handoff.phases[name] = float(box["seconds"])  # type: ignore[arg-type]
+        return self._waits["cluster"][1]["value"] if "cluster" in self._waits else None  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Flush what Prefect still has to send, then stop the cluster and the server side by side."""
+        if "prefect" in sys.modules and self.api.started_here:
+            _drain_prefect()
+        stops = [threading.Thread(target=c.close) for c in (self.cluster, self.api) if c is not None]
+        for thread in stops:
+            thread.start()
+        for thread in stops:
+            thread.join()
+
+
+def _drain_prefect() -> None:
+    """Logs and events still queued go to the server before it stops (else they are lost, and
+    Prefect's exit handlers retry against a server that is gone)."""
+    try:
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        for service in (APILogWorker, EventsWorker):
+            service.drain_all(timeout=10)
+    except Exception:  # a missing flush must not hide the run's outcome
+        pass
 
 
 def register(app: typer.Typer) -> None:
@@ -42,75 +132,142 @@ def register(app: typer.Typer) -> None:
                                               help="seconds per op (above 0)")) -> None:
         """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
         _defaults_for_laptop()
-        from flows.analyze import RunSummary, analyze as analyze_flow, new_run_id
+        from flows.run_ids import new_run_id
         from opbyop.config import AnalysisConfig, ClusterConfig, load_zoo
         from opbyop.errors import OpbyopError
         from opbyop.workspace import Workspace
-        from storage.dataset import Store
 
         try:
             names = models or [m.name for m in load_zoo().tagged("default")]
             config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
                                     op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers))
         except OpbyopError as e:
-            console.print(f"[red]error:[/red] {e}")
+            console.print(f"[red]error:[/red] {escape(str(e))}")
             raise typer.Exit(2)
         run_id = run_id or new_run_id()
+        resume = resume_command(names, chip, workers, address, reuse, whole, timeout, run_id)
+        workspace = Workspace.default()
+        launch = Launch(workers, address, chip, workspace.root / "logs")
         outcome: dict[str, object] = {}
+        try:
+            _start(launch, config, run_id, outcome)
+            _watch(outcome["thread"], workspace.store, run_id)
+        except KeyboardInterrupt:
+            _interrupted(launch, outcome.get("thread"), outcome.get("handoff"), resume)
+        except OpbyopError as e:
+            launch.close()
+            console.print(f"[red]error:[/red] {escape(str(e))}")
+            raise typer.Exit(1)
+        try:
+            _finish(outcome, resume)  # the outcome first, then the clean-up
+        finally:
+            launch.close()
+
+    def _start(launch: Launch, config, run_id: str, outcome: dict) -> None:  # noqa: ANN001
+        """Start the flow in a thread (the main thread stays free for Ctrl-C): outcome gets the
+        thread, the handoff, and at the end the flow's state or the error that stopped it."""
+        from flows.handoff import handing_off
+
+        handoff = launch.handoff
+        outcome["handoff"] = handoff
+        handoff.start_splits(config.models, config.seed)
+        from flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
+
+        address = launch.wait()
+        if address:
+            config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"address": address})})
 
         def target() -> None:
             try:
-                outcome["state"] = analyze_flow(config=config, run_id=run_id, return_state=True)
-            except BaseException as e:  # shown to the user below, with the run id to resume
+                with handing_off(handoff):
+                    outcome["state"] = analyze_flow(config=config, run_id=run_id, return_state=True)
+            except BaseException as e:  # shown to the user, with the run id to resume
                 outcome["error"] = e
 
-        thread = threading.Thread(target=target, name="analyze-flow")
+        thread = threading.Thread(target=target, name="analyze-flow", daemon=True)
+        outcome["thread"] = thread
         thread.start()
-        store = Store(Workspace.default().store)
+
+    def _watch(thread: threading.Thread, store_root, run_id: str) -> None:  # noqa: ANN001
+        from storage.dataset import Store
+
+        store = Store(store_root)
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console) as progress:
             task = progress.add_task(f"run {run_id}: starting", total=None)
             total = 0
             while thread.is_alive():
-                thread.join(timeout=2.0)
+                thread.join(timeout=0.5)
                 total = total or _total(store, run_id)  # the run's ops are stored once, before the fan-out
                 if total:
                     progress.update(task, total=total, completed=_done(store, run_id),
                                     description=f"run {run_id}: ops")
-        if "error" in outcome:
-            console.print(f"[red]the run failed:[/red] {outcome['error']}\n"
-                          f"resume it with: opbyop analyze {' '.join(names)} --run-id {run_id}")
-            raise typer.Exit(1)
-        state = outcome["state"]
-        summary = state.result(raise_on_failure=False) if state.is_completed() else None
-        if not isinstance(summary, RunSummary):
-            console.print(f"[red]{state.name}:[/red] {state.message}")
-            raise typer.Exit(1)
-        _print(summary)
 
-    def _total(store, run_id: str) -> int:
+    def _interrupted(launch: Launch, thread: threading.Thread | None, handoff, resume: str) -> None:  # noqa: ANN001
+        console.print("[yellow]interrupted:[/yellow] storing what was analysed, stopping the cluster and server")
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        try:
+            if handoff is not None:
+                handoff.stop.set()
+            while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+                thread.join(timeout=0.2)
+        except KeyboardInterrupt:  # a second Ctrl-C: leave now
+            pass
+        launch.close()
+        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        if thread is not None and thread.is_alive():
+            os._exit(130)  # the flow thread is stuck in Prefect's engine: do not wait for it at exit
+        raise typer.Exit(130)
+
+    def _total(store, run_id: str) -> int:  # noqa: ANN001
         try:
             return len({r.signature for r in store.ops(run_id) if r.signature})
         except Exception:  # the run's files may not exist yet
             return 0
 
-    def _done(store, run_id: str) -> int:
+    def _done(store, run_id: str) -> int:  # noqa: ANN001
         try:
             return len(store.completed_signatures(run_id))
         except Exception:
             return 0
 
 
-def _print(summary) -> None:
-    table = Table("status", "unique ops", title=f"run {summary.run_id}")
+def _finish(outcome: dict, resume: str) -> None:
+    from flows.analyze import RunFailed, RunSummary
+
+    if "error" in outcome:
+        console.print(f"[red]the run failed:[/red] {escape(str(outcome['error']))}", highlight=False)
+        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        raise typer.Exit(1)
+    state = outcome["state"]
+    data = state.result(raise_on_failure=False)
+    summary = data.summary if isinstance(data, RunFailed) else data
+    if not isinstance(summary, RunSummary):
+        console.print(f"[red]{escape(state.name)}:[/red] {escape(state.message or '')}", highlight=False)
+        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        raise typer.Exit(1)
+    _print(summary)
+    if not state.is_completed():
+        console.print(f"[red]{escape(state.name)}:[/red] {escape(summary.error or state.message or '')}",
+                      highlight=False)
+        raise typer.Exit(1)
+
+
+def _print(summary) -> None:  # noqa: ANN001
+    from flows.phases import format_phases
+
+    table = Table("status", "unique ops", title=f"run {escape(summary.run_id)}")
     for status, n in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
         table.add_row(status, str(n))
     console.print(table)
     for model, status in summary.whole.items():
-        console.print(f"whole model {model}: {status}")
+        console.print(f"whole model {escape(model)}: {escape(status)}", highlight=False)
     for model, error in summary.model_errors.items():
-        console.print(f"[red]{model}: {error}[/red]")
-    console.print(summary.line(), highlight=False)
+        console.print(f"[red]{escape(model)}: {escape(error)}[/red]", highlight=False)
+    console.print(summary.line(), highlight=False, markup=False)
+    if summary.phases:
+        console.print(f"time: {format_phases(summary.phases)}", highlight=False, markup=False)
     if summary.report:
-        console.print(f"report: {summary.report}")
-    console.print(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' GROUP BY 1\"")
+        console.print(f"report: {summary.report}", highlight=False, markup=False)
+    console.print(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' "
+                  f"GROUP BY 1\"", highlight=False, markup=False, soft_wrap=True)

@@ -1,33 +1,167 @@
-"""The Dask cluster a run uses: an existing scheduler by address, or a LocalCluster on loopback."""
+"""The Dask cluster a run uses: an existing scheduler by address, or a LocalCluster on loopback.
+
+The scheduler of either kind gets opbyop's settings: a worker that dies fails the ops it held at once
+(allowed-failures 0: tasks/ops.py re-runs each of them alone, instead of Dask retrying them together
+on the next worker, which the culprit would kill too), and a worker is sent no ops beyond the one it
+runs (worker-saturation 1.0). A scheduler reads those settings at start-up, into attributes; on an
+existing scheduler the attributes are set (and read back) through Client.run_on_scheduler.
+
+`python -m flows.cluster` is the LocalCluster the CLI starts in a child process at once, beside the
+Prefect server and the export, warming its op workers before the flow asks for them (ClusterProcess).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import subprocess
+import sys
+import time
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Iterator
 
 import dask
 from distributed import Client, LocalCluster
 
+from flows.tied import spawn_tied, stop
 from opbyop.config import ClusterConfig
+from opbyop.errors import OpbyopError
 
 ADDRESS_ENV = "OPBYOP_DASK_ADDRESS"
+SCHEDULER_SETTINGS = {"distributed.scheduler.allowed-failures": 0,
+                      "distributed.scheduler.worker-saturation": 1.0}
+_ATTRIBUTES = {"distributed.scheduler.allowed-failures": "allowed_failures",
+               "distributed.scheduler.worker-saturation": "WORKER_SATURATION"}
+
+
+def local_cluster(workers: int) -> LocalCluster:
+    """Every listener on loopback; no dashboard (it would still open 8787 unless given a port)."""
+    with dask.config.set(SCHEDULER_SETTINGS):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                            dashboard_address="127.0.0.1:0")
+
+
+def apply_scheduler_settings(client: Client) -> None:
+    """Set opbyop's settings on the scheduler the client talks to and check that they hold there."""
+    wanted = {_ATTRIBUTES[k]: v for k, v in SCHEDULER_SETTINGS.items()}
+
+    def configure(dask_scheduler, values=wanted):  # noqa: ANN001  (runs on the scheduler: pickled by value)
+        for name, value in values.items():
+            setattr(dask_scheduler, name, value)
+        return {name: getattr(dask_scheduler, name) for name in values}
+
+    try:
+        actual = client.run_on_scheduler(configure)
+    except Exception as e:
+        raise OpbyopError(f"could not apply allowed-failures and worker-saturation on the Dask scheduler at "
+                          f"{client.scheduler.address}: {type(e).__name__}: {e}",
+                          "start that scheduler with DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 and "
+                          "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0 in its environment") from None
+    if actual != wanted:
+        raise OpbyopError(f"the Dask scheduler at {client.scheduler.address} kept {actual} instead of {wanted}",
+                          "start that scheduler with DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES=0 and "
+                          "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION=1.0 in its environment")
 
 
 @contextmanager
 def dask_client(config: ClusterConfig) -> Iterator[Client]:
     """A client for the run; a LocalCluster it started is closed with it, an existing one is not."""
     address = config.address or os.environ.get(ADDRESS_ENV)
-    # A worker that dies running an op fails that op at once (recorded as crashed) instead of
-    # being retried on the next worker, which the same op would kill too; and a worker holds only
-    # the op it runs (no queued extra), so its death costs no other op.
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0,
-                          "distributed.scheduler.worker-saturation": 1.0}):
-        if address:
-            with Client(address, set_as_default=True) as client:
-                yield client
-            return
-        workers = config.workers or os.cpu_count() or 1
-        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          dashboard_address=None) as cluster, Client(cluster, set_as_default=True) as client:
+    if address:
+        try:
+            client = Client(address, set_as_default=True, timeout=30)
+        except OSError as e:
+            raise OpbyopError(f"no Dask scheduler answers at {address}: {e}",
+                              "start it (dask scheduler), or leave the address empty for a local cluster") from None
+        with client:
+            apply_scheduler_settings(client)
             yield client
+        return
+    with local_cluster(config.workers or os.cpu_count() or 1) as cluster, \
+            Client(cluster, set_as_default=True) as client:
+        yield client
+
+
+class ClusterProcess:
+    """A LocalCluster in a child process of the CLI, its op workers warming up at once.
+
+    Its own session (a terminal's Ctrl-C reaches only the CLI, which then stops the run in order) and
+    tied to the CLI (flows/tied.py): it dies with it, even on kill -9, and its Dask workers with it
+    (they exit when their parent does)."""
+
+    def __init__(self, workers: int, chip: str, log_dir: Path):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / "dask-cluster.log"
+        with open(self.log_path, "wb") as log:
+            self._proc = spawn_tied([sys.executable, "-m", "flows.cluster", "--workers", str(workers), "--chip", chip],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+        self.address: str | None = None
+
+    def wait(self, timeout: float = 180.0) -> str:
+        """The scheduler's address, once the cluster is up (its op workers may still be warming)."""
+        if self.address:
+            return self.address
+        assert self._proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = b""
+        while not line and time.monotonic() < deadline:
+            line = self._proc.stdout.readline()  # one line, written once the cluster is up
+            if not line and self._proc.poll() is not None:
+                break
+        if not line:
+            raise OpbyopError(f"the local Dask cluster did not start: {self._log_tail()}", f"see {self.log_path}")
+        self.address = json.loads(line)["address"]
+        return self.address
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            try:
+                self._proc.stdin.close()  # asks the cluster to close in order
+            except OSError:
+                pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        stop(self._proc)  # its session: the Dask workers and their op workers too
+
+    def _log_tail(self) -> str:
+        try:
+            return " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        except OSError:
+            return ""
+
+
+def serve(workers: int, chip: str) -> None:
+    """Run a LocalCluster until stdin closes; print its address; warm its op workers for `chip`."""
+    from opbyop.compiler.system_desc import resolve
+    from opbyop.worker import dask as on_dask
+    from opbyop.workspace import Workspace
+
+    with local_cluster(workers) as cluster, Client(cluster) as client:
+        print(json.dumps({"address": cluster.scheduler_address}), flush=True)
+        try:
+            desc = resolve(chip)
+            plugin = on_dask.OpWorkerPlugin(str(Workspace.default().root), {desc.chip: desc.path.read_bytes()})
+            client.register_plugin(plugin)
+            client.run(on_dask.warm_up, plugin.name, desc.chip)
+        except Exception as e:  # the flow's own warm-up meets the same error and reports it
+            print(f"warm-up failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        sys.stdin.read()  # until the CLI closes the pipe (or dies)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="a LocalCluster for one CLI run (see ClusterProcess)")
+    parser.add_argument("--workers", type=int, required=True)
+    parser.add_argument("--chip", required=True)
+    args = parser.parse_args(argv)
+    from opbyop.jaxenv import prepare_jax
+
+    prepare_jax()
+    serve(args.workers, args.chip)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,8 +1,10 @@
-"""The nightly flow: the zoo from configs/nightly.yaml on every target, then expectations.
+"""The nightly flow: the zoo from configs/nightly.yaml on every target, compared night over night.
 
 Each target (chip x compiler options) is one `analyze` subflow run; its aggregation, report and
-artifacts come with it. The nightly adds the expectations check: unexpected failures AND
-unexpected passes, so configs/expectations.yaml stays true.
+artifacts come with it. The nightly then compares each model with that model's previous comparable
+night (same chip and options, the model split there), checks the expectations (unexpected failures
+AND unexpected passes, so configs/expectations.yaml stays true) and publishes one `nightly-summary`
+artifact. The targets' run ids derive from the nightly's flow run: a retry of the nightly resumes them.
 """
 
 from __future__ import annotations
@@ -11,19 +13,27 @@ from pathlib import Path
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.states import Completed
+from prefect.context import get_run_context
+from prefect.states import Completed, Failed
 from pydantic import BaseModel, Field
 
-from flows.analyze import analyze, new_run_id
+from flows.analyze import RunFailed, RunSummary, analyze, claim_flow_run, run_id_for
+from flows.nightly_summary import TargetOutcome, nightly_markdown
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
 from opbyop.workspace import Workspace
+from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
-from storage.expectations import compare, load_expectations
+from storage.expectations import Expectations, compare, load_expectations, run_outcomes
 
 
 class Target(BaseModel):
     chip: str = "p150"
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+
+    @property
+    def title(self) -> str:
+        options = self.compiler.model_dump(exclude_none=True, exclude_defaults=True)
+        return f"{self.chip} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
 
 
 class NightlyConfig(BaseModel):
@@ -31,6 +41,11 @@ class NightlyConfig(BaseModel):
     targets: list[Target] = Field(default_factory=lambda: [Target()])
     op_timeout_s: float = 120.0
     reuse_cached: bool = True
+    whole_model: bool = True
+
+
+class NightlyFailed(Exception):
+    """The data of a Failed nightly state: which targets did not complete."""
 
 
 def load_nightly(path: Path | None = None) -> NightlyConfig:
@@ -38,26 +53,43 @@ def load_nightly(path: Path | None = None) -> NightlyConfig:
 
 
 @flow(name="nightly", persist_result=False)
-def nightly(config_file: str | None = None, models: list[str] | None = None,
+def nightly(config_file: str | None = None, models: list[str] | None = None, expectations_file: str | None = None,
             cluster: ClusterConfig = ClusterConfig()):
-    """Every target of the nightly configuration, one analysis run each, then the expectations check."""
+    """Every target of the nightly configuration, one analysis run each, compared with the previous
+    night per model and checked against the expectations."""
     logger = get_run_logger()
+    claim_flow_run(logger)
     config = load_nightly(Path(config_file) if config_file else None)
+    expectations = load_expectations(Path(expectations_file) if expectations_file else None)
     store = Store(Workspace.default().store)
-    expectations = load_expectations()
-    lines = []
-    for target in config.targets:
-        run_id = new_run_id()
-        state = analyze(config=AnalysisConfig(models=models or config.models, chip=target.chip,
-                                              compiler=target.compiler, op_timeout_s=config.op_timeout_s,
-                                              reuse_cached=config.reuse_cached, cluster=cluster),
-                        run_id=run_id, return_state=True)
-        lines.append(f"- {target.chip} {target.compiler.model_dump(exclude_none=True)}: {state.message}")
-        if not store.has_run(run_id):
-            continue
-        report = compare(run_id, store.results(run_id), store.ops(run_id), expectations)
-        lines.append(f"  - expectations: {len(report.unexpected_failures)} unexpected failures, "
-                     f"{len(report.unexpected_passes)} unexpected passes")
-    create_markdown_artifact(markdown="# Nightly\n\n" + "\n".join(lines) + "\n", key="nightly-summary")
+    base = run_id_for(get_run_context().flow_run)
+    outcomes = [_run_target(i, target, base, config, models, cluster, store, expectations)
+                for i, target in enumerate(config.targets)]
+    create_markdown_artifact(markdown=nightly_markdown(base, outcomes), key="nightly-summary",
+                             description=f"nightly {base}: per target and model, against the previous night")
+    lines = [f"{o.title}: {o.message}" for o in outcomes]
     logger.info("\n".join(lines))
-    return Completed(message="; ".join(line.strip("- ") for line in lines if not line.startswith("  ")))
+    failed = [o for o in outcomes if not o.ok]
+    if failed:
+        message = f"{len(failed)} of {len(outcomes)} targets did not complete: " + "; ".join(
+            f"{o.title}: {o.message}" for o in failed)
+        return Failed(message=message, data=NightlyFailed(message))
+    return Completed(message="; ".join(lines))
+
+
+def _run_target(index: int, target: Target, base: str, config: NightlyConfig, models: list[str] | None,
+                cluster: ClusterConfig, store: Store, expectations: Expectations) -> TargetOutcome:
+    run_id = f"{base}-t{index}"
+    analysis = AnalysisConfig(models=models or config.models, chip=target.chip, compiler=target.compiler,
+                              op_timeout_s=config.op_timeout_s, reuse_cached=config.reuse_cached,
+                              whole_model=config.whole_model, cluster=cluster)
+    state = analyze(config=analysis, run_id=run_id, return_state=True)
+    outcome = TargetOutcome(title=target.title, run_id=run_id, state=state.name, message=state.message or "")
+    data = state.result(raise_on_failure=False) if state.is_final() else None
+    summary = data.summary if isinstance(data, RunFailed) else data
+    if isinstance(summary, RunSummary):
+        outcome.model_errors = summary.model_errors
+    if store.has_run(run_id):
+        outcome.expectations = compare(run_id, run_outcomes(store.root, run_id), expectations)
+        outcome.comparisons = model_comparisons_for(store.root, run_id)
+    return outcome

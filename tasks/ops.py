@@ -2,26 +2,40 @@
 
 The task body runs in a flow thread and only hands the op to Dask (a few ms), so every op is its own
 visible task run while the per-op orchestration cost stays small next to the op's own work
-(measured in benchmarks/bench_orchestration.py). Op failures are results, never exceptions; only
-infrastructure errors (a lost connection to the scheduler) raise, and only those are retried.
+(measured in benchmarks/bench_orchestration.py). Op failures are results, never exceptions.
+
+A Dask worker that dies fails every op it held, though at most one of them killed it: each such op is
+run once more alone on the cluster (tasks/gate.py), and only an op that kills a worker again is
+`crashed`. The cluster itself failing (connection lost, scheduler gone) is `infra_error`: worth one
+retry of the task, then recorded as such.
 """
 
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import CancelledError
+from typing import Callable, TypeVar
 
-from distributed import KilledWorker, default_client
+from distributed import Client, KilledWorker, default_client
 from distributed.comm.core import CommClosedError
 from prefect import task
 from prefect.cache_policies import NONE
+from prefect.states import Cancelled
 
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker import dask as on_dask
 from opbyop.worker.protocol import AnalysisSettings
+from tasks.gate import ClusterGate, GateClosed
+
+T = TypeVar("T")
 
 
 class InfrastructureError(RuntimeError):
     """The cluster, not the op, failed: worth one retry."""
+
+
+class KilledTwice(RuntimeError):
+    """The work killed a Dask worker, then killed another one running alone."""
 
 
 def _retry_infrastructure(task, task_run, state) -> bool:  # noqa: ANN001  (Prefect's hook signature)
@@ -34,32 +48,66 @@ def _retry_infrastructure(task, task_run, state) -> bool:  # noqa: ANN001  (Pref
     return False
 
 
+def run_isolated(gate: ClusterGate, submit: Callable[[Client], object]) -> T:
+    """The result of the Dask future `submit(client)` returns. Its work shares the cluster with the
+    other ops; if its worker dies, it runs once more alone; KilledTwice if that worker dies too."""
+    client = default_client()
+    for alone in (False, True):
+        with gate.exclusive() if alone else gate.shared():
+            future = submit(client)
+            try:
+                with gate.in_flight(future):
+                    return future.result()  # the op worker enforces the op's time limit; queueing is free
+            except KilledWorker:
+                if alone:
+                    raise KilledTwice() from None
+            except (CommClosedError, OSError, CancelledError, TimeoutError) as e:
+                if gate.closed:
+                    raise GateClosed("the run is stopping") from None
+                raise InfrastructureError(f"lost the Dask cluster: {type(e).__name__}: {e}") from e
+            finally:
+                future.release()
+    raise AssertionError("unreachable")
+
+
 @task(name="analyze-op", task_run_name="{label}", retries=1, retry_delay_seconds=2,
       retry_condition_fn=_retry_infrastructure, cache_policy=NONE, persist_result=False)
-def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, timeout: float) -> OpResult:
+def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, timeout: float, plugin: str,
+               gate: ClusterGate) -> OpResult:
     """Compile, simulate and check one unique op on a Dask worker."""
-    client = default_client()
     started = utcnow()
-    future = client.submit(on_dask.analyze_op, op, chip, settings, timeout, pure=False,
-                           key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
+
+    def submit(client: Client):
+        return client.submit(on_dask.analyze_op, plugin, op, chip, settings, timeout, pure=False,
+                             key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
+
     try:
-        return future.result()  # the op worker enforces `timeout` on the op itself; queueing is free
-    except KilledWorker as e:
+        return run_isolated(gate, submit)
+    except GateClosed as e:
+        return Cancelled(message=str(e))
+    except KilledTwice:
         return OpResult(signature=op.signature, op_name=op.op_name, status=Status.CRASHED, depth=Stage.SPLIT,
                         failed_stage=None, started_at=started, ended_at=utcnow(),
-                        message=f"the Dask worker running this op died ({e}); the stage it was in is unknown")
-    except (CommClosedError, OSError) as e:
-        raise InfrastructureError(f"lost the Dask cluster while running {op.signature[:12]}: {e}") from e
+                        message="killed the Dask worker running it, twice: the second time it ran alone on the "
+                                "cluster (the stage it was in is unknown)")
 
 
-@task(name="whole-model", task_run_name="whole-{model}", cache_policy=NONE, persist_result=False)
-def whole_model(model: str, module_text: str, values_path: str, parameters: list[int], chip: str,
-                settings: AnalysisSettings, timeout: float) -> WholeModelResult:
-    """Compile the whole model and run it stitched on a Dask worker."""
-    future = default_client().submit(on_dask.analyze_whole, model, module_text, values_path, parameters, chip,
-                                     settings, timeout, pure=False, key=f"whole-{model}-{uuid.uuid4().hex[:8]}")
+@task(name="whole-model", task_run_name="whole-{model}", retries=1, retry_delay_seconds=2,
+      retry_condition_fn=_retry_infrastructure, cache_policy=NONE, persist_result=False)
+def whole_model(model: str, staged: tuple[str, str], parameters: list[int], chip: str, settings: AnalysisSettings,
+                timeout: float, plugin: str, gate: ClusterGate) -> WholeModelResult:
+    """Compile the whole model and run it stitched on a Dask worker. `staged` is (module text, npz of
+    its values) from stage_whole_model."""
+    module_text, values_path = staged
+
+    def submit(client: Client):
+        return client.submit(on_dask.analyze_whole, plugin, model, module_text, values_path, parameters, chip,
+                             settings, timeout, pure=False, key=f"whole-{model}-{uuid.uuid4().hex[:8]}")
+
     try:
-        return future.result()
-    except KilledWorker as e:
+        return run_isolated(gate, submit)
+    except GateClosed as e:
+        return Cancelled(message=str(e))
+    except KilledTwice:
         return WholeModelResult(status=Status.CRASHED, depth=Stage.SPLIT, failed_stage=None,
-                                message=f"the Dask worker running the whole model died ({e})")
+                                message="killed the Dask worker running it, twice: the second time alone")

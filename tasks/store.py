@@ -1,11 +1,16 @@
-"""The result store from Prefect: aggregation, the HTML report, and the artifacts that show them."""
+"""The result store from Prefect: aggregation, the HTML report, and the artifacts that show them.
+
+What the report shows first is also put into Prefect artifacts (markdown and tables render in the
+UI): a browser refuses file:// links from an http page, so a link to the HTML file would not open.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from prefect import task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NONE
 
 from storage.aggregate import NightlySummary, nightly_for
@@ -14,18 +19,31 @@ from storage.readonly import QueryResult
 from storage.report import write_report
 
 
-def _markdown_table(result: QueryResult, limit: int = 30) -> str:
-    if not result.rows:
+def _cell(value: Any) -> str:
+    """One markdown table cell: pipes and newlines would break the table."""
+    text = ", ".join(map(str, value)) if isinstance(value, (list, tuple)) else "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")[:200]
+
+
+def markdown_rows(columns: list[str], rows: list[dict[str, Any]] | list[tuple], limit: int = 30) -> str:
+    if not rows:
         return "_none_\n"
-    lines = ["| " + " | ".join(result.columns) + " |", "|" + "---|" * len(result.columns)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in result.rows[:limit]]
-    more = f"\n_{len(result.rows) - limit} more_" if len(result.rows) > limit else ""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows[:limit]:
+        values = [row.get(c) for c in columns] if isinstance(row, dict) else list(row)
+        lines.append("| " + " | ".join(_cell(v) for v in values) + " |")
+    more = f"\n_{len(rows) - limit} more_" if len(rows) > limit else ""
     return "\n".join(lines) + more + "\n"
+
+
+def _markdown_table(result: QueryResult, limit: int = 30) -> str:
+    return markdown_rows(result.columns, result.rows, limit)
 
 
 def regressions_markdown(summary: NightlySummary) -> str:
     if summary.previous_run_id is None:
-        return f"# Run {summary.run_id}\n\nNo earlier run with the same chip and options to compare with.\n"
+        return (f"# Run {summary.run_id}\n\nNo earlier run with the same chip, options and models to compare "
+                f"with.\n")
     return (f"# Run {summary.run_id} against {summary.previous_run_id}\n\n"
             f"## Regressions (was deeper, now shallower)\n\n{_markdown_table(summary.regressions)}\n"
             f"## Progressions\n\n{_markdown_table(summary.progressions)}\n"
@@ -33,14 +51,29 @@ def regressions_markdown(summary: NightlySummary) -> str:
             f"## Removed ops\n\n{_markdown_table(summary.removed_ops)}\n")
 
 
+def report_markdown(summary: NightlySummary, report_path: Path, phases: dict[str, float]) -> str:
+    """The report's first screens as markdown: depth per model, blockers, failures, phases."""
+    histogram = markdown_rows(["model", "depth", "occurrences", "unique_ops"], summary.depth_histogram.records(),
+                              limit=200)
+    timing = markdown_rows(["phase", "seconds"], [(p, f"{s:.1f}") for p, s in phases.items()])
+    return (f"# Report of run {summary.run_id}\n\n"
+            f"The full HTML report (charts, every op, filters) is a file on the machine that ran the flow: "
+            f"`{report_path}`; rebuild it anywhere with `opbyop report --run {summary.run_id} --out report.html`.\n\n"
+            f"## Depth reached per model (op occurrences)\n\n{histogram}\n"
+            f"## Ops blocking the most models\n\n{_markdown_table(summary.top_blockers, limit=20)}\n"
+            f"## Top failure messages\n\n{_markdown_table(summary.top_failures, limit=20)}\n"
+            f"## Where the run's time went (phases overlap; total is the run's wall time)\n\n{timing}")
+
+
 @task(name="publish-run", task_run_name="publish-{run_id}", cache_policy=NONE, persist_result=False)
-def publish(store_root: Path, run_id: str, report_path: Path) -> Path:
-    """Aggregate a finished run: regressions as markdown, the HTML report and a link to it; refresh
-    the .duckdb catalog (its views list the store's files, so BI tools see this run)."""
+def publish(store_root: Path, run_id: str, report_path: Path, phases: dict[str, float] | None = None) -> Path:
+    """Aggregate a finished run: regressions and the report's content as markdown artifacts, the HTML
+    report file; refresh the .duckdb catalog (its views list the store's files, so BI tools see it)."""
     build_catalog(store_root)
     summary = nightly_for(store_root, run_id)
     create_markdown_artifact(markdown=regressions_markdown(summary), key="regressions",
                              description=f"regressions and progressions of run {run_id}")
     path = write_report(store_root, run_id, report_path)
-    create_link_artifact(link=path.resolve().as_uri(), link_text=f"report of run {run_id}", key="report")
+    create_markdown_artifact(markdown=report_markdown(summary, path.resolve(), phases or {}), key="report",
+                             description=f"report of run {run_id}")
     return path

@@ -8,6 +8,7 @@ Prefect runs on Dask workers (they could not reach an ephemeral Prefect API anyw
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from pathlib import Path
@@ -18,20 +19,27 @@ from opbyop.records import OpResult, UniqueOp, WholeModelResult
 from opbyop.worker.process import OpWorker
 from opbyop.worker.protocol import AnalysisSettings
 
-PLUGIN_NAME = "opbyop-op-workers"
+PLUGIN_PREFIX = "opbyop-op-workers"
 # Tests only: "exit:<signature prefix>" makes the Dask worker process itself die on that op.
 DASK_FAULT_ENV = "OPBYOP_DASK_FAULT_INJECT"
 
 
 class OpWorkerPlugin(WorkerPlugin):
-    """Starts OpWorkers lazily on each Dask worker; closes them with the worker."""
+    """Starts OpWorkers lazily on each Dask worker; closes them with the worker.
 
-    name = PLUGIN_NAME
+    Named after its configuration and idempotent: registering the same configuration again (a
+    cluster that outlives a run, warmed up before the run started) keeps the warm OpWorkers."""
+
+    idempotent = True
 
     def __init__(self, workspace: str, descriptors: dict[str, bytes], env: dict[str, str] | None = None):
         self.workspace = workspace
         self.descriptors = descriptors  # chip -> .ttsys bytes: remote workers need no local copy
         self.env = env or {}
+        digest = hashlib.sha256(json.dumps([workspace, sorted(self.env.items())]).encode())
+        for chip, data in sorted(descriptors.items()):
+            digest.update(chip.encode() + hashlib.sha256(data).digest())
+        self.name = f"{PLUGIN_PREFIX}-{digest.hexdigest()[:12]}"
         self._workers: dict[str, OpWorker] = {}
         self._name = "worker"
         self._lock = threading.Lock()  # a Dask worker with several threads creates each OpWorker once
@@ -69,10 +77,10 @@ class OpWorkerPlugin(WorkerPlugin):
         return self._workers[chip]
 
 
-def _plugin(worker: object | None = None) -> OpWorkerPlugin:
-    plugin = (worker or get_worker()).plugins.get(PLUGIN_NAME)  # type: ignore[attr-defined]
+def _plugin(name: str, worker: object | None = None) -> OpWorkerPlugin:
+    plugin = (worker or get_worker()).plugins.get(name)  # type: ignore[attr-defined]
     if plugin is None:
-        raise RuntimeError("the opbyop worker plugin is not registered on this Dask worker")
+        raise RuntimeError(f"the opbyop worker plugin {name} is not registered on this Dask worker")
     return plugin  # type: ignore[return-value]
 
 
@@ -83,23 +91,24 @@ def _inject_fault(signature: str) -> None:
             os._exit(1)
 
 
-def analyze_op(op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float) -> OpResult:
+def analyze_op(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float) -> OpResult:
     """Runs on a Dask worker: one op through its warm OpWorker."""
     _inject_fault(op.signature)
-    return _plugin().op_worker(chip).analyze(op, settings, timeout)
+    return _plugin(plugin).op_worker(chip).analyze(op, settings, timeout)
 
 
-def analyze_whole(model: str, module_text: str, values_path: str, parameters: list[int], chip: str,
+def analyze_whole(plugin: str, model: str, module_text: str, values_path: str, parameters: list[int], chip: str,
                   settings: AnalysisSettings, timeout: float, iterations: int = 2) -> WholeModelResult:
     """Runs on a Dask worker: a whole model through its warm OpWorker."""
-    return _plugin().op_worker(chip).analyze_whole_from(model, module_text, values_path, parameters, settings,
-                                                        timeout, iterations)
+    return _plugin(plugin).op_worker(chip).analyze_whole_from(model, module_text, values_path, parameters, settings,
+                                                              timeout, iterations)
 
 
-def warm_up(chip: str, dask_worker: object | None = None) -> int:
+def warm_up(plugin: str, chip: str, dask_worker: object | None = None) -> int:
     """Start this Dask worker's OpWorker now (so the first op does not pay for it); returns its pid.
+    Raises WorkerStartError when it cannot start (a descriptor no compiler accepts, a broken plugin).
 
     Meant for Client.run, which passes the Dask worker as `dask_worker`."""
-    worker = _plugin(dask_worker).op_worker(chip)
+    worker = _plugin(plugin, dask_worker).op_worker(chip)
     worker.start()
     return worker.pid or 0

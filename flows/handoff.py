@@ -1,0 +1,63 @@
+"""What a caller in the same process (the CLI) hands to the flow it runs, beside the parameters:
+when the run started, the phases it measured before the flow (its server and cluster start-up), the
+models it already started to split (while the server starts), and an event that asks the flow to
+stop (Ctrl-C). A context variable: set in the thread that calls the flow, unseen by any other run."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+
+@dataclass
+class Handoff:
+    started: float = field(default_factory=time.monotonic)  # time.monotonic() at the run's start
+    phases: dict[str, float] = field(default_factory=dict)
+    stop: threading.Event = field(default_factory=threading.Event)
+    splits: dict[tuple[str, int], Future] = field(default_factory=dict)  # (spec, seed) -> SplitOutcome
+
+    def start_splits(self, specs: Sequence[str], seed: int) -> None:
+        """Split the models one after another in a thread of their own (torch.export is not
+        thread-safe: this thread is the only one that exports); the flow's split tasks take the
+        outcomes from here."""
+        futures = {(spec, seed): Future() for spec in dict.fromkeys(specs)}
+        self.splits.update(futures)
+
+        def work() -> None:
+            from opbyop.config import load_zoo
+            from opbyop.jaxenv import prepare_jax
+
+            prepare_jax()  # before anything in this process imports JAX
+            from tasks.models import split_outcome
+
+            zoo = load_zoo()
+            for (spec, _), future in futures.items():
+                if not future.set_running_or_notify_cancel():
+                    continue
+                try:
+                    future.set_result(split_outcome(spec, zoo, seed))
+                except BaseException as e:  # the flow's task reports it
+                    future.set_exception(e)
+
+        threading.Thread(target=work, name="split-ahead", daemon=True).start()
+
+
+_HANDOFF: ContextVar[Handoff | None] = ContextVar("opbyop_handoff", default=None)
+
+
+def current() -> Handoff | None:
+    return _HANDOFF.get()
+
+
+@contextmanager
+def handing_off(handoff: Handoff) -> Iterator[Handoff]:
+    token = _HANDOFF.set(handoff)
+    try:
+        yield handoff
+    finally:
+        _HANDOFF.reset(token)

@@ -1,0 +1,17 @@
+"""Run ids: the store's key of a run, and what a resume or a retry finds the run by."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+
+
+def new_run_id() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def run_id_for(flow_run) -> str:  # noqa: ANN001  (prefect's FlowRun)
+    """The run id of a flow run started without one: from its creation time and its id, which a
+    retry of that flow run keeps, so the retry resumes the same run in the store."""
+    created = flow_run.created or flow_run.expected_start_time or datetime.now(timezone.utc)
+    return f"{created.astimezone(timezone.utc):%Y%m%dT%H%M%S}-{flow_run.id.hex[:6]}"

@@ -1,0 +1,132 @@
+"""The Prefect API a CLI run talks to: the server the user already runs, or one started for the run.
+
+Prefect's own temporary server is started lazily by the first flow call, takes 8-18 s to answer,
+and is left behind when its process is killed. Started here instead: at once, beside the cluster
+and the export; with the product's settings (flows/settings.py); tied to the CLI process
+(flows/tied.py), so neither Ctrl-C nor kill -9 leaves it behind.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from flows.settings import server_env
+from flows.tied import spawn_tied, stop
+from opbyop.errors import OpbyopError
+
+
+def healthy(api_url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url.rstrip('/')}/health", timeout=timeout) as response:
+            return response.status == 200
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+def configured_api_url() -> str | None:
+    """PREFECT_API_URL from the environment or the active Prefect profile, if any (read without
+    importing Prefect, which takes 2-3 s: the server should be starting by then)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    home = Path(os.environ.get("PREFECT_HOME", Path.home() / ".prefect")).expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH", home / "profiles.toml")).expanduser()
+    try:
+        profiles = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return None
+    active = os.environ.get("PREFECT_PROFILE") or profiles.get("active", "ephemeral")
+    url = profiles.get("profiles", {}).get(active, {}).get("PREFECT_API_URL")
+    return str(url) if url else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _site_packages() -> str:
+    spec = importlib.util.find_spec("prefect")  # without importing it
+    assert spec is not None and spec.origin is not None
+    return str(Path(spec.origin).parent.parent)
+
+
+class PrefectApi:
+    """An API URL to use: an existing server's (reused as is) or a server of our own."""
+
+    def __init__(self, log_dir: Path):
+        self.url = configured_api_url()
+        self._proc: subprocess.Popen | None = None
+        self._log_path = log_dir / "prefect-server.log"
+        if self.url:
+            return
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}/api"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with open(self._log_path, "wb") as log:
+            # what Prefect's temporary server runs (UI off), with the product's settings
+            self._proc = spawn_tied(
+                [sys.executable, "-m", "uvicorn", "--app-dir", _site_packages(), "--factory",
+                 "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+                 "--log-level", "error", "--lifespan", "on"],
+                env=server_env(ui_api_url=self.url, temporary=True), stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL)
+
+    @property
+    def started_here(self) -> bool:
+        return self._proc is not None
+
+    def wait(self, timeout: float = 180.0) -> str:
+        """The URL, once /health answers."""
+        assert self.url is not None
+        deadline = time.monotonic() + timeout
+        while not healthy(self.url):
+            if self._proc is not None and self._proc.poll() is not None:
+                raise OpbyopError(f"the Prefect server started for this run exited ({self._proc.returncode}): "
+                                  f"{self._log_tail()}", f"see {self._log_path}")
+            if time.monotonic() > deadline:
+                raise OpbyopError(f"the Prefect API at {self.url} did not answer within {timeout:.0f} s",
+                                  "start it (prefect server start) or unset PREFECT_API_URL"
+                                  if self._proc is None else f"see {self._log_path}")
+            time.sleep(0.1)
+        return self.url
+
+    def close(self) -> None:
+        if self._proc is not None:
+            stop(self._proc)
+            self._proc = None
+
+    def _log_tail(self) -> str:
+        try:
+            return " | ".join(self._log_path.read_text(errors="replace").strip().splitlines()[-3:])
+        except OSError:
+            return ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description="wait until a Prefect API answers on /health")
+    parser.add_argument("--wait", metavar="API_URL", required=True, help="e.g. http://127.0.0.1:4200/api")
+    parser.add_argument("--timeout", type=float, default=180.0)
+    args = parser.parse_args(argv)
+    deadline = time.monotonic() + args.timeout
+    while not healthy(args.wait):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"error: no Prefect API answered at {args.wait} within {args.timeout:.0f} s; "
+                             f"fix: look at the server's log")
+        time.sleep(0.5)
+    print(f"Prefect API at {args.wait} is healthy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Who may have work on the Dask cluster at a time: every op at once, or one op alone.
+
+When a Dask worker dies, every op it held fails with it, although at most one of them killed it.
+Each of those ops is run once more ALONE (no other op anywhere on the cluster), so a second death
+can only be its own doing. A shared/exclusive lock in the flow's process does that: op tasks hold it
+shared while their work is on the cluster; a re-run takes it exclusively (waiting for the ops in
+flight, holding back new ones, which retries rarely cost). Closing the gate (the run is being
+stopped) makes every waiter give up at once and cancels the work in flight.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+
+class GateClosed(RuntimeError):
+    """The run is stopping: no new work goes to the cluster."""
+
+
+class ClusterGate:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._waiting_exclusive = 0  # writers first: a retry is not starved by the stream of ops
+        self._closed = False
+        self._in_flight: set[Any] = set()  # Dask futures, cancelled on close
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: self._closed or not (self._exclusive or self._waiting_exclusive))
+            self._check_open()
+            self._shared += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._waiting_exclusive += 1
+            try:
+                self._cond.wait_for(lambda: self._closed or not (self._exclusive or self._shared))
+            finally:
+                self._waiting_exclusive -= 1
+            self._check_open()
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+    @contextmanager
+    def in_flight(self, future: Any) -> Iterator[None]:
+        """Track a Dask future while its result is awaited, so that close() can cancel it."""
+        with self._cond:
+            if self._closed:
+                future.cancel()
+            self._in_flight.add(future)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._in_flight.discard(future)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            futures = list(self._in_flight)
+            self._cond.notify_all()
+        for future in futures:
+            try:
+                future.cancel()
+            except Exception:  # the cluster may already be gone: nothing left to cancel
+                pass
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GateClosed("the run is stopping")
