@@ -164,7 +164,7 @@ def check_by_compiling(desc: SystemDesc, timeout: float = 600.0) -> None:
     lines = [line.strip() for line in ((proc.stderr or "") + (proc.stdout or "") if proc else "").splitlines()
              if line.strip()]
     errors = [line for line in lines if any(w in line.lower() for w in ("error", "fatal", "abort"))]
-    last = " | ".join(errors[-2:] or lines[-1:])
+    last = " | ".join(errors[-2:])  # a process that died mid-way leaves only progress lines: none is shown
     raise SystemDescError(
         f"{desc.path} passes the header checks, but the compiler {what} compiling a one-op module for it"
         + (f": {last}" if last else "") + "; its body is corrupt or not what this plugin reads",
