@@ -7,8 +7,9 @@ workers are stored once, a reference can never point at another op's file, and w
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
+
+from opbyop.atomic import write_bytes
 
 
 class ArtifactStore:
@@ -25,14 +26,7 @@ class ArtifactStore:
         digest = hashlib.sha256(data).hexdigest()
         target = self.root / digest[:2] / f"{digest}{suffix}"
         if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
-            try:
-                partial.write_bytes(data)
-            except BaseException:  # a full disk: no partial file left behind
-                partial.unlink(missing_ok=True)
-                raise
-            partial.replace(target)  # atomic: readers see all of it or nothing
+            write_bytes(target, data)  # atomic: readers see all of it or nothing
         return digest
 
     def put_file(self, path: Path) -> str:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from opbyop.artifacts import ArtifactStore
+from opbyop.atomic import write_text
 from opbyop.records import Occurrence, UniqueOp
 
 
@@ -55,10 +56,7 @@ class OpIndex:
             known = UniqueOp.model_validate_json(path.read_text())
             seen = set(known.occurrences)
             op = op.model_copy(update={"occurrences": known.occurrences + [o for o in op.occurrences if o not in seen]})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        partial.write_text(op.model_dump_json())
-        partial.replace(path)
+        write_text(path, op.model_dump_json())
 
     def get(self, key: str) -> UniqueOp:
         """By signature prefix (at least 6 characters) or by `model:position`."""

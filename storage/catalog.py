@@ -11,12 +11,12 @@ occurrences (ops joined with their result), and the macro normalize_message(m).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from opbyop.atomic import atomic_path
 from opbyop.records import Stage, Status
 from storage.convert import LEGACY_STATUS_SQL
 from storage.dataset import DatasetScan, Store
@@ -97,15 +97,12 @@ def build_catalog(root: Path | str, out: Path | str | None = None) -> Path:
     for s in scan.skipped:
         log.warning("catalog leaves out a corrupt file: %s", s)
     target = Path(out) if out is not None else store.root / CATALOG_NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    con = duckdb.connect(str(tmp))
-    try:
-        create_views(con, scan)
-        con.execute("CHECKPOINT")
-    finally:
-        con.close()
-    Path(f"{tmp}.wal").unlink(missing_ok=True)
-    os.replace(tmp, target)
+    with atomic_path(target) as tmp:
+        con = duckdb.connect(str(tmp))
+        try:
+            create_views(con, scan)
+            con.execute("CHECKPOINT")
+        finally:
+            con.close()
+            Path(f"{tmp}.wal").unlink(missing_ok=True)
     return target

@@ -9,7 +9,6 @@ expectations stay current and a later regression is caught).
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from opbyop.atomic import write_text
 from opbyop.config import config_dir, load_yaml
 from opbyop.errors import ConfigError
 from opbyop.records import OpRecord, OpResult, Stage, Status
@@ -99,10 +99,7 @@ def save_expectations(expectations: Expectations, path: Path | None = None) -> P
     path = path or default_path()
     data = expectations.model_dump(mode="json", exclude_none=True)
     body = yaml.safe_dump(data, sort_keys=False, width=110, allow_unicode=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(HEADER + body)
-    os.replace(tmp, path)
-    return path
+    return write_text(path, HEADER + body)
 
 
 @dataclass(frozen=True)

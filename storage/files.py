@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from opbyop.atomic import atomic_path
 from opbyop.errors import StoreError
 from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
@@ -143,16 +144,12 @@ def mount_point(path: Path) -> Path:
 def write_parquet_atomic(table: pa.Table, path: Path) -> Path:
     """Write `table` to `path`: all of it or nothing is ever visible under that name. A full disk
     is a StoreError naming the file system (the partial file is removed)."""
-    tmp = _hidden_sibling(path, ".tmp-")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
             pq.write_table(table, f, compression="zstd")
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
         if _disk_full(e):
             mount = mount_point(path)
             raise StoreError(f"the disk is full: cannot write {path.name} to the store on {mount}",

@@ -13,7 +13,6 @@ timing of their own and are left out (they are counted in the models table).
 from __future__ import annotations
 
 import json
-import os
 from collections import defaultdict
 from datetime import datetime, timedelta
 from enum import Enum
@@ -22,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from opbyop.atomic import write_text
 from opbyop.records import COMPILE_STAGES, OpRecord, OpResult, RunInfo, Stage, Status, TensorDesc
 from storage.dataset import Store
 
@@ -158,8 +158,5 @@ def optests_for_run(store: Store, run_id: str, github_job_id: int = 0) -> list[O
 def export_optest(store: Store, run_id: str, out: Path, github_job_id: int = 0) -> int:
     """Write the run's OpTests as a JSON array to `out` (atomically); returns how many."""
     tests = optests_for_run(store, run_id, github_job_id)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps([t.model_dump(mode="json") for t in tests], indent=1))
-    os.replace(tmp, out)
+    write_text(out, json.dumps([t.model_dump(mode="json") for t in tests], indent=1))
     return len(tests)

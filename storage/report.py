@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import html
 import json
-import os
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from opbyop.atomic import write_text
 from storage.aggregate import NightlySummary, nightly, run_query
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
@@ -86,9 +86,5 @@ def write_report(root: Path | str | None, run_id: str, out: Path, expectations_p
         if expectations_path is not None or path.exists():  # the default file is optional
             expectations = load_expectations(path)
     page = render_html(report_data(root, run_id, expectations, previous, n))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    tmp.write_text(page)
-    os.replace(tmp, out)
-    return out
+    return write_text(out, page)
 

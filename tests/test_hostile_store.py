@@ -141,7 +141,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_file(store_root):
                           timeout=300)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert "StoreError: the disk is full: cannot write" in proc.stdout and "free space on /" in proc.stdout, proc.stdout
-    assert not [p for p in store_root.rglob("*") if ".tmp-" in p.name], "a partial file was left behind"
+    assert not [p for p in store_root.rglob("*") if ".partial" in p.name or ".tmp-" in p.name], "a partial file was left behind"
 
 
 def test_the_cli_reports_a_full_disk_in_one_line(history_store, tmp_path):

@@ -179,7 +179,7 @@ def test_crash_mid_write_leaves_no_partial_file_and_the_next_run_completes_it(st
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     results_dir = run_dirs(store_root, "results", "n1")[0]
     leftovers = [p.name for p in results_dir.iterdir() if p.name.startswith(".")]
-    assert leftovers and all(".tmp-" in n for n in leftovers)  # the batch in flight, under a hidden name
+    assert leftovers and all(".partial" in n for n in leftovers)  # the batch in flight, under a hidden name
 
     store = Store(store_root)
     night = samples.night("n1", 2, samples.NIGHT1)

@@ -11,7 +11,6 @@ from opbyop.golden import upstream
 from opbyop.golden.compare import Thresholds, compare
 from opbyop.ir.dense import parse_dense
 from opbyop.ir.normalize import normalized_text
-from opbyop.ir.split import split_module
 from opbyop.pipeline import prepare
 from opbyop.records import Fault, OperandKind, Stage, Status
 

@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from opbyop.atomic import atomic_path
 from opbyop import __version__
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.stitch import run_stitched
@@ -99,12 +100,10 @@ def build_image(path: Path, *, model: str, program_text: str, flatbuffer: bytes 
                         created_at=datetime.now(timezone.utc), inputs=list(inputs), parameters=sorted(parameters),
                         outputs=list(outputs), members={k: hashlib.sha256(v).hexdigest() for k, v in members.items()})
     path = Path(path)
-    partial = path.with_name(f".{path.name}.partial")
-    with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+    with atomic_path(path) as partial, zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr(MANIFEST, manifest.model_dump_json(indent=2))
         for name, data in members.items():
             zf.writestr(name, data)
-    partial.replace(path)
     return path
 
 

@@ -20,6 +20,8 @@ from typing import Sequence
 
 import numpy as np
 
+from opbyop.atomic import write_bytes
+
 # Flags opbyop gives XLA in its processes (OPBYOP_XLA_FLAGS overrides them; empty: XLA's defaults).
 OPBYOP_XLA_FLAGS = "OPBYOP_XLA_FLAGS"
 FAST_FLAGS = "--xla_backend_optimization_level=0"
@@ -94,10 +96,6 @@ class XlaCpu:
         if path is None:
             return
         try:
-            data = exe.serialize()  # type: ignore[attr-defined]
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-            partial.write_bytes(data)
-            partial.replace(path)
-        except OSError:  # a full disk costs the cache, never the op
+            write_bytes(path, exe.serialize())  # type: ignore[attr-defined]
+        except OSError:  # a full disk costs the cache, never the op (and leaves no partial file)
             return

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from opbyop.atomic import atomic_path
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
@@ -265,16 +266,10 @@ class OpWorker:
 
 def write_values(graph: ModelGraph, path: Path) -> Path:
     """The arrays a whole-model run needs (arguments arg*, framework outputs ref*) as one npz."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {f"arg{i}": v for i, v in enumerate(graph.argument_values or [])}
     arrays.update({f"ref{i}": v for i, v in enumerate(graph.reference_outputs or [])})
-    partial = path.with_name(f".{path.name}.partial.npz")
-    try:
+    with atomic_path(path) as partial:
         np.savez(partial, **arrays)
-    except BaseException:  # a full disk: no partial file left behind
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(path)
     return path
 
 
