@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+import numpy as np
 
 from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.plugin import TTCompiler
@@ -24,7 +27,7 @@ from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
-from opbyop.worker.protocol import AnalysisSettings, WholeRequest
+from opbyop.config import AnalysisSettings
 
 ProgressFn = Callable[[str], None]
 
@@ -89,32 +92,29 @@ class OpAnalyzer:
             return _finish(result, Status.GOLDEN_FAILED, Stage.DEVICE_RUN, Stage.GOLDEN, verdict(comparison))
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
 
-    def analyze_whole(self, request: WholeRequest, progress: ProgressFn = lambda stage: None) -> WholeModelResult:
-        """The whole module compiled at once, then run stitched against the framework's output."""
-        import numpy as np
-
+    def analyze_whole(self, model: WholeModel, settings: AnalysisSettings, request_id: str,
+                      progress: ProgressFn = lambda stage: None) -> WholeModelResult:
+        """The whole module compiled at once, then run stitched against the framework's output (or,
+        for a StableHLO file, which has none, against XLA:CPU running the same module)."""
         from opbyop.device.stitch import run_stitched
 
         started = time.perf_counter()
         progress("compile")
-        outcome = self.compiler.compile(request.module_text, request.settings.options,
-                                        self.scratch / request.id, self.artifacts)
+        outcome = self.compiler.compile(model.module_text, settings.options, self.scratch / request_id, self.artifacts)
         if not outcome.ok:
             return WholeModelResult(status=Status.COMPILE_FAILED, depth=outcome.reached or Stage.SPLIT,
                                     failed_stage=outcome.failed_stage, message=outcome.message, compile=outcome,
                                     seconds=time.perf_counter() - started)
-        if not request.settings.run_device:
+        if not settings.run_device:
             return WholeModelResult(status=Status.SKIPPED, depth=Stage.FLATBUFFER, compile=outcome,
                                     message="device run not requested", seconds=time.perf_counter() - started)
         progress("device_run")
-        with np.load(request.values_path) as npz:
-            values = [npz[f"arg{i}"] for i in range(sum(1 for k in npz.files if k.startswith("arg")))]
-            references = [npz[f"ref{i}"] for i in range(sum(1 for k in npz.files if k.startswith("ref")))]
+        values, references = model.load_values()
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
         device = self.device.device_for(binary.program.spec)
         device.memory.reset_peaks()
         try:
-            run = run_stitched(device, binary, values, request.parameters, request.iterations)
+            run = run_stitched(device, binary, values, model.parameters, model.iterations)
         except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
             message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
             status = _simulation_status(e) if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
@@ -127,18 +127,42 @@ class OpAnalyzer:
                                                "peak_l1_bytes": device.memory.peak_l1_per_core})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
                                   iterations=run.iterations, seconds=time.perf_counter() - started)
-        if not references:
-            return result.model_copy(update={"status": Status.SKIPPED, "message": "no framework output to compare with"})
         progress("golden")
+        if not references:  # a StableHLO file: XLA:CPU runs the same module on the same values
+            try:
+                references = self.golden.run(model.module_text, values)
+            except Exception as e:
+                return result.model_copy(update={
+                    "status": Status.SKIPPED,
+                    "message": f"no framework output, and XLA:CPU could not run the module: {type(e).__name__}: {e}"})
+            result.reference = "XLA:CPU"
         dtypes = [mlir_dtype(r.dtype) for r in references]
-        comparison = compare(run.outputs, references, dtypes, request.settings.thresholds)
+        comparison = compare(run.outputs, references, dtypes, settings.thresholds)
         result.pcc, result.max_abs_error = comparison.pcc, comparison.max_abs_error
         if comparison.passed:
             result.depth = Stage.GOLDEN
         else:
             result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
-            result.message = f"output differs from the framework's: pcc {comparison.pcc}"
+            result.message = comparison.message or f"output differs from the {result.reference}'s: pcc {comparison.pcc}"
         return result
+
+
+@dataclass(frozen=True)
+class WholeModel:
+    """A whole model to compile and run stitched: its normalised module, and an npz of its argument
+    values (arg0..) and of the framework's outputs (ref0.., none for a StableHLO file)."""
+
+    name: str
+    module_text: str
+    values_path: str
+    parameters: list[int]  # argument indices that are weights (pushed to the device once)
+    iterations: int = 2
+
+    def load_values(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        with np.load(self.values_path) as npz:
+            values = [npz[f"arg{i}"] for i in range(sum(1 for k in npz.files if k.startswith("arg")))]
+            references = [npz[f"ref{i}"] for i in range(sum(1 for k in npz.files if k.startswith("ref")))]
+        return values, references
 
 
 def _simulation_status(e: SimulationError) -> Status:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
-__all__ = ["AnalysisConfig", "ClusterConfig", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
+__all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
            "ZooEntry", "config_dir", "load_config", "load_yaml", "load_zoo", "load_thresholds"]
 
 
@@ -134,6 +134,16 @@ class CompilerOptions(BaseModel):
 
     def key(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+class AnalysisSettings(BaseModel):
+    """What one op's analysis needs (derived from a run's AnalysisConfig; sent to the workers)."""
+
+    options: CompilerOptions = Field(default_factory=CompilerOptions)
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    seed: int = 0
+    run_device: bool = True
+    run_golden: bool = True
 
 
 class ClusterConfig(BaseModel):

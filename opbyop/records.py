@@ -294,7 +294,8 @@ class WholeModelResult(BaseModel):
     message: str | None = None
     compile: CompileOutcome | None = None
     device: DeviceRun | None = None
-    pcc: float | None = None  # device output against the framework's own eager output
+    pcc: float | None = None  # device output against the reference: the framework's own output
+    reference: str = "framework"  # ... or XLA:CPU running the module (a StableHLO file has no framework)
     max_abs_error: float | None = None
     iterations: int = 0
     seconds: float = 0.0

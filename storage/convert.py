@@ -146,7 +146,7 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
         "whole_failed_stage": _enum(w.failed_stage) if w else None, "whole_message": w.message if w else None,
         **_compile_columns(w.compile if w else None, "whole_"),
         **_device_columns(w.device if w else None, "whole_"),
-        "whole_pcc": w.pcc if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
+        "whole_pcc": w.pcc if w else None, "whole_reference": w.reference if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
         "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
     }
     for stage, column in zip(Stage, S.DEPTH_COUNT_COLUMNS):
@@ -287,7 +287,7 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
             status=legacy_status(row["whole_status"], row["whole_message"]), depth=Stage(row["whole_depth"]),
             failed_stage=_stage(row["whole_failed_stage"]), message=row["whole_message"],
             compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
-            max_abs_error=row["whole_max_abs_error"], iterations=row["whole_iterations"] or 0,
+            max_abs_error=row["whole_max_abs_error"], reference=row.get("whole_reference") or "framework", iterations=row["whole_iterations"] or 0,
             seconds=row["whole_s"] or 0.0,
         )
     summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,

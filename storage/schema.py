@@ -189,6 +189,7 @@ MODELS = pa.schema([
     *compile_fields("whole_"),
     *device_fields("whole_"),
     pa.field("whole_pcc", pa.float64()),
+    pa.field("whole_reference", pa.string()),  # framework | XLA:CPU
     pa.field("whole_max_abs_error", pa.float64()),
     pa.field("whole_iterations", pa.int64()),
     pa.field("whole_s", pa.float64()),

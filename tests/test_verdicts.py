@@ -213,3 +213,11 @@ def test_a_bug_in_opbyop_is_an_analyzer_error_not_a_crash(clean_env, workspace_r
         result = w.analyze(op, settings)
     assert result.status is Status.ANALYZER_ERROR and result.status.fault is Fault.OPBYOP
     assert "fault injected" in result.message and result.depth is Stage.SPLIT
+
+
+def test_a_stablehlo_files_whole_model_is_checked_against_xla(worker, settings):
+    from opbyop.frontends.loader import load_model
+
+    whole = worker.analyze_whole(load_model(str(DATA / "testdata_abs_bf16.mlir")), settings)
+    assert (whole.status, whole.depth, whole.reference) == (Status.SUCCESS, Stage.GOLDEN, "XLA:CPU")
+    assert whole.pcc is None or whole.pcc > 0.99

@@ -37,7 +37,7 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax(system_desc)
-    from opbyop.analysis import OpAnalyzer, describe_exception
+    from opbyop.analysis import OpAnalyzer, WholeModel, describe_exception
     from opbyop.compiler.plugin import TTCompiler
     from opbyop.compiler.system_desc import plugin_version
     from opbyop.device.simulator import DeviceSimulator
@@ -66,7 +66,10 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
                 reply: Reply | WholeReply | Failure = Reply(
                     id=request.id, result=analyzer.analyze(request.op, request.settings, request.id, progress))
             else:
-                reply = WholeReply(id=request.id, result=analyzer.analyze_whole(request, progress))
+                whole = WholeModel(name=request.model, module_text=request.module_text, values_path=request.values_path,
+                                   parameters=request.parameters, iterations=request.iterations)
+                reply = WholeReply(id=request.id, result=analyzer.analyze_whole(whole, request.settings, request.id,
+                                                                                progress))
         except Exception as e:
             reply = Failure(id=request.id, error=describe_exception(e))
         shutil.rmtree(scratch / request.id, ignore_errors=True)

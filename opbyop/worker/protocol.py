@@ -1,4 +1,7 @@
-"""Messages between a worker (parent) and its child process, as JSON over a pipe."""
+"""Messages between a worker (parent) and its child process, as JSON over a pipe.
+
+The analysis itself takes opbyop.config.AnalysisSettings; these are only the wire format.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from opbyop.config import CompilerOptions
-from opbyop.golden.compare import Thresholds
+from opbyop.config import AnalysisSettings
 from opbyop.records import OpResult, UniqueOp, WholeModelResult
-
-
-class AnalysisSettings(BaseModel):
-    options: CompilerOptions = Field(default_factory=CompilerOptions)
-    thresholds: Thresholds = Field(default_factory=Thresholds)
-    seed: int = 0
-    run_device: bool = True
-    run_golden: bool = True
 
 
 class Request(BaseModel):
