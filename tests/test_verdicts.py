@@ -220,4 +220,4 @@ def test_a_stablehlo_files_whole_model_is_checked_against_xla(worker, settings):
 
     whole = worker.analyze_whole(load_model(str(DATA / "testdata_abs_bf16.mlir")), settings)
     assert (whole.status, whole.depth, whole.reference) == (Status.SUCCESS, Stage.GOLDEN, "XLA:CPU")
-    assert whole.pcc is None or whole.pcc > 0.99
+    assert whole.pcc > 0.99  # abs of 400 bf16 values: judged by PCC
