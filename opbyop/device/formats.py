@@ -11,10 +11,10 @@
   8-bit exponent; the A formats (bfp_f*) rebias it to 5 bits (bias 15): exponents above 31
   saturate to the largest value, below 0 become 2**-15 (the packer keeps the hidden 1). Small
   values beside a large one lose their low bits or flush to zero.
-- Math fidelity: the multiplier consumes operand mantissas in phases (srcA 5 high + 6 low bits,
-  srcB 7 high + 4 low bits); LoFi multiplies only the high parts, HiFi2 adds srcA's low part,
-  HiFi3 srcB's low part, HiFi4 all four partial products (the exact TF32 product) (TT-Buda user
-  guide, 'Data Formats and Math Fidelity').
+- Math fidelity: the multiplier consumes operand mantissas in phases (srcA: hidden bit + 4 bits,
+  twice; srcB: hidden bit + 6 bits, twice); LoFi multiplies only the high parts, HiFi2 adds
+  srcA's low part, HiFi3 srcB's low part, HiFi4 all four partial products (tt-metal
+  tech_reports/matrix_engine/matrix_engine.md). srcA's last 2 TF32 mantissa bits never take part.
 """
 
 from __future__ import annotations
@@ -119,30 +119,42 @@ def store(x: np.ndarray, fmt: str) -> np.ndarray:
     raise ValueError(f"no data format {fmt!r} on Tensix")
 
 
-def split_operand(x: np.ndarray, high_bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """TF32 value -> (high part with `high_bits` mantissa bits incl. hidden, remainder)."""
+# The multiplier's operand phases (tenstorrent/tt-metal tech_reports/matrix_engine/matrix_engine.md,
+# "Math Fidelity": Wormhole multipliers are 5b x 7b): srcA gives its hidden bit and 4 mantissa bits
+# per phase (the 4 MSBs, then the next 4), srcB its hidden bit and 6 (the 6 MSBs, then the next 6,
+# all of TF32's 10). LoFi multiplies the high parts, HiFi2 adds srcA's low part, HiFi3 srcB's low
+# part, HiFi4 both.
+SRCA_PHASE_BITS = (4, 4)
+SRCB_PHASE_BITS = (6, 6)
+
+
+def split_operand(x: np.ndarray, bits: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """A value as srcA/srcB hold it -> (high phase part, low phase part) of its mantissa."""
     t = to_tf32(x)
-    high = truncate_mantissa(t, high_bits - 1)
-    return high, t - high
+    high = truncate_mantissa(t, bits[0])
+    return high, truncate_mantissa(t, bits[0] + bits[1]) - high
+
+
+def _phase_terms(src_a: np.ndarray, src_b: np.ndarray, fidelity: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(srcA part, srcB part) products the fidelity's phases add up."""
+    a_hi, a_lo = split_operand(src_a, SRCA_PHASE_BITS)
+    b_hi, b_lo = split_operand(src_b, SRCB_PHASE_BITS)
+    return [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][:FIDELITY_PHASES[fidelity]]
 
 
 def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray:
-    """a * b element-wise on the FPU (ELWMUL): TF32 operands, the fidelity's partial products."""
-    a_hi, a_lo = split_operand(np.asarray(a, np.float32), 5)
-    b_hi, b_lo = split_operand(np.asarray(b, np.float32), 7)
-    terms = [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][:FIDELITY_PHASES[fidelity]]
+    """a * b element-wise on the FPU (ELWMUL): a in srcA, b in srcB, the fidelity's phases."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
     with np.errstate(all="ignore"):
-        product = sum(x * y for x, y in terms).astype(np.float32)
+        product = sum(x * y for x, y in _phase_terms(a, b, fidelity)).astype(np.float32)
         return np.where(np.isfinite(a) & np.isfinite(b), product, np.multiply(a, b, dtype=np.float32))
 
 
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32) -> np.ndarray:
-    """a @ b as the FPU computes it: TF32 operands, partial products per fidelity phase, and the
-    running sum kept in f32 (fp32_dest_acc_en) or rounded to bf16 after every K tile."""
-    a_hi, a_lo = split_operand(a, 5)
-    b_hi, b_lo = split_operand(b, 7)
-    phases = FIDELITY_PHASES[fidelity]
-    terms = [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][:phases]
+    """a @ b as the FPU computes it (MVMUL): in0 `a` sits in srcB and in1 `b` in srcA (the
+    unpacker's matmul mapping), partial products per fidelity phase, and the running sum kept in
+    f32 (fp32_dest_acc_en) or rounded to bf16 after every K tile."""
+    terms = [(a_part, b_part) for b_part, a_part in _phase_terms(b, a, fidelity)]
     k = a.shape[-1]
     if fp32_acc:
         return sum(np.matmul(x, y, dtype=np.float32) for x, y in terms).astype(np.float32)
