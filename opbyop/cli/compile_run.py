@@ -172,13 +172,20 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
 
 def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: MathFidelity | None,
                     fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
-                    run_device: bool, full: bool) -> None:
+                    run_device: bool, full: bool, manifest: Path | None = None) -> None:
     try:
         settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed)
         prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs)
     except OpbyopError as e:
         fail(e)
     _render(prepared, results, wholes, full)
+    if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
+        from opbyop.pipeline import write_manifest
+
+        try:
+            console.print(f"manifest: {write_manifest(prepared, manifest)}")
+        except OSError as e:
+            fail(OpbyopError(f"cannot write the manifest {manifest}: {e.strerror or e}", "choose a writable --manifest path"))
     if prepared.errors:  # the others were analysed and printed; the exit code still tells
         raise typer.Exit(1)
 
@@ -186,26 +193,27 @@ def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_
 Models = typer.Argument(..., help="zoo names, .mlir/.mlirbc files, package.module:factory")
 Whole = typer.Option(True, "--whole/--no-whole", help="also compile (and run) each model whole")
 Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32 (one per input)")
+ManifestOption = typer.Option(None, "--manifest", help="write the unique ops and their origin models here (JSON)")
 
 
 @app.command()
 def compile(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
             math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
-            full: bool = Full) -> None:
+            full: bool = Full, manifest: Optional[Path] = ManifestOption) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=False, full=full)
+                    run_device=False, full=full, manifest=manifest)
 
 
 @app.command()
 def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
         math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
         whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
-        full: bool = Full) -> None:
+        full: bool = Full, manifest: Optional[Path] = ManifestOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=True, full=full)
+                    run_device=True, full=full, manifest=manifest)
 
 
 @app.command()

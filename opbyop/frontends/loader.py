@@ -21,6 +21,7 @@ import numpy as np
 
 from opbyop.config import InputSpec, Zoo, ZooEntry, config_dir, load_zoo
 from opbyop.errors import ExportError, ModuleError, OpbyopError, UnknownModelError
+from opbyop.frontends import dumps
 from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.ir.parse import read_module_source
 
@@ -71,11 +72,25 @@ def _describe(e: BaseException) -> str:
 
 def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | None = None,
                seed: int = 0) -> ModelGraph:
-    """Resolve `spec` in order: zoo name, StableHLO file, package.module:factory."""
+    """Resolve `spec` in order: zoo name, one dumped module (`<dump file>#<name>`, what a folder of IR
+    dumps expands into: expand_specs), a folder holding one dumped module, a plugin dump file, a
+    StableHLO file, package.module:factory."""
     zoo = zoo or load_zoo()
     if spec in zoo.names():
         return load_entry(zoo.get(spec), seed=seed)
+    dumped = dumps.split_spec(spec)
+    if dumped is not None:
+        return load_dumped(*dumped, seed=seed)
     path = Path(spec)
+    if path.is_dir() and (modules := dumps.scan(path)):
+        if len(modules) > 1:
+            raise ModuleError(f"{path} holds {len(modules)} dumped modules ({', '.join(m.name for m in modules[:5])}"
+                              f"{' ...' if len(modules) > 5 else ''})",
+                              "give the folder to analyze, compile or run (one model per module), or name one "
+                              f"module's file, e.g. {modules[0].chosen[1]}")
+        return load_dumped(modules[0].chosen[1], modules[0].name, seed=seed)
+    if path.is_file() and dumps.stage_of(path) is not None and path.parent.name == "irs":
+        return load_dumped(path, dumps.model_name(path.parent.parent.parent, path.parent.parent), seed=seed)
     if path.suffix in MLIR_SUFFIXES or path.is_file() or path.is_dir():
         return load_stablehlo_file(path, seed=seed)
     if ":" in spec:
@@ -174,6 +189,26 @@ def _takes_inputs(fn: Callable[..., Any], kwargs: dict[str, Any]) -> bool:
         return False
     return any(p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
                and p.name != "seed" and p.name not in kwargs for p in sig.parameters.values())
+
+
+def expand_specs(specs: Sequence[str]) -> list[str]:
+    """Each folder of IR dumps (searched recursively) replaced by one spec per dumped module; every
+    other spec as it is."""
+    expanded: list[str] = []
+    for spec in specs:
+        expanded.extend(dumps.expand(spec) or [spec])
+    return expanded
+
+
+def load_dumped(path: Path, name: str, seed: int = 0) -> ModelGraph:
+    """One dumped module, read from its most frontend-like stage (frontends.dumps), named `name`."""
+    start = time.perf_counter()
+    stage, text = dumps.read_dump(Path(path))
+    graph = ModelGraph(name=name, frontend=f"{stage} dump", module_text=text, arguments=[],
+                       notes=[f"read from {path}"])
+    _attach_values(graph, seed, str(path))
+    graph.export_seconds = time.perf_counter() - start
+    return graph
 
 
 def load_stablehlo_file(path: Path, seed: int = 0) -> ModelGraph:
