@@ -7,13 +7,13 @@ Every setting a run depends on lives here: the model zoo, the target chip, the c
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from opbyop.environment import environment
 from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
@@ -23,8 +23,7 @@ __all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "CompilerOptio
 
 def config_dir() -> Path:
     """configs/ of this checkout, or OPBYOP_CONFIG_DIR."""
-    env = os.environ.get("OPBYOP_CONFIG_DIR")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "configs"
+    return environment().config_dir or Path(__file__).resolve().parents[1] / "configs"
 
 
 def load_yaml(path: Path) -> Any:

@@ -5,12 +5,12 @@ One directory (OPBYOP_HOME, default ./.opbyop); a deployment points it at shared
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from opbyop.artifacts import ArtifactStore
 from opbyop.atomic import write_text
+from opbyop.environment import environment
 from opbyop.records import Occurrence, UniqueOp
 
 
@@ -20,7 +20,7 @@ class Workspace:
 
     @classmethod
     def default(cls) -> Workspace:
-        return cls(Path(os.environ.get("OPBYOP_HOME", ".opbyop")).resolve())
+        return cls(environment().home.resolve())
 
     @property
     def artifacts(self) -> ArtifactStore:
@@ -32,7 +32,7 @@ class Workspace:
 
     @property
     def store(self) -> Path:
-        return Path(os.environ.get("OPBYOP_STORE", self.root / "store"))
+        return environment().store or self.root / "store"
 
     @property
     def xla_cache(self) -> Path:

@@ -41,8 +41,9 @@ def test_two_commands_sharing_a_home_both_succeed(tmp_path):
     assert second.returncode == 0, second.stdout + second.stderr
     assert "compile_failed" not in out_first and "system desc does not exist" not in out_first, out_first
     assert "success:" in out_first and "crashed" not in out_first, out_first
-    # the .mlir's @main takes two arguments: its whole-model run gets them, and runs on the device
-    assert "takes 2 arguments" not in second.stdout and "DEVICE_RUN" in second.stdout.split("whole model")[-1], \
+    # the .mlir's @main takes two arguments: its whole-model run gets them, runs on the device and
+    # matches XLA:CPU running the same module
+    assert "takes 2 arguments" not in second.stdout and "GOLDEN" in second.stdout.split("whole model")[-1], \
         second.stdout
     assert not list((home / "scratch").glob("tmp-*")), "a worker's private $TMPDIR was left behind"
     assert len(list(home.glob("logs/cli-*.log"))) == 2  # one log per command: neither wrote into the other's

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from opbyop.environment import environment
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
 from opbyop.config import config_dir
@@ -54,7 +55,7 @@ def plugin_version() -> str:
 
 
 def cache_dir() -> Path:
-    base = Path(os.environ.get("OPBYOP_CACHE_DIR", Path.home() / ".cache" / "opbyop"))
+    base = environment().cache_dir
     return base / "system_descs" / f"jax-tt-plugin-{plugin_version()}"
 
 

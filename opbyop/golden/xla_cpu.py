@@ -21,14 +21,16 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.atomic import write_bytes
+from opbyop.environment import Environment, environment
 
-# Flags opbyop gives XLA in its processes (OPBYOP_XLA_FLAGS overrides them; empty: XLA's defaults).
+# The flags opbyop gives XLA in its processes by default (environment variable OPBYOP_XLA_FLAGS
+# overrides them; empty: XLA's defaults).
 OPBYOP_XLA_FLAGS = "OPBYOP_XLA_FLAGS"
-FAST_FLAGS = "--xla_backend_optimization_level=0"
+FAST_FLAGS = Environment.model_fields["xla_flags"].default
 
 
 def opbyop_xla_flags() -> str:
-    return os.environ.get(OPBYOP_XLA_FLAGS, FAST_FLAGS)
+    return environment().xla_flags
 
 
 class XlaCpu:

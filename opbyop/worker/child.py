@@ -14,6 +14,7 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from opbyop.environment import environment
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 
 # Tests only: "abort:<signature prefix>", "hang:<prefix>" or "raise:<prefix>" (a bug in opbyop
@@ -22,7 +23,7 @@ FAULT_ENV = "OPBYOP_FAULT_INJECT"
 
 
 def _inject_fault(signature: str) -> None:
-    for rule in filter(None, os.environ.get(FAULT_ENV, "").split(";")):
+    for rule in filter(None, environment().fault_inject.split(";")):
         action, _, prefix = rule.partition(":")
         if prefix and signature.startswith(prefix):
             if action == "abort":

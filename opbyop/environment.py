@@ -1,0 +1,30 @@
+"""opbyop's environment variables, read and validated in one place (pydantic-settings, prefix OPBYOP_).
+
+Read anew on every call (no module-level state): a test or a deployment that sets a variable sees
+it at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Environment(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OPBYOP_", extra="ignore")
+
+    home: Path = Field(Path(".opbyop"), description="workspace: artifacts, op index, scratch, logs, the store")
+    store: Path | None = Field(None, description="the Parquet store (default: <home>/store)")
+    config_dir: Path | None = Field(None, description="configs/ holding models.yaml, thresholds.yaml ...")
+    cache_dir: Path = Field(Path.home() / ".cache" / "opbyop", description="machine-wide cache (descriptors)")
+    dask_address: str | None = Field(None, description="an existing Dask scheduler, tcp://host:8786")
+    xla_flags: str = Field("--xla_backend_optimization_level=0",
+                           description="flags opbyop gives XLA:CPU for golden runs (empty: XLA's defaults)")
+    fault_inject: str = Field("", description="tests only: abort:|hang:|raise:<signature prefix>, ';'-separated")
+    dask_fault_inject: str = Field("", description="tests only: exit:<signature prefix> kills the Dask worker")
+
+
+def environment() -> Environment:
+    return Environment()
