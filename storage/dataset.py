@@ -9,7 +9,6 @@ batch that repeats a key first removes the older row, so re-running a run id nev
 
 from __future__ import annotations
 
-import fcntl
 import logging
 from dataclasses import dataclass, field
 from datetime import date
@@ -18,6 +17,7 @@ from types import TracebackType
 from typing import Any, Callable, Collection, Hashable, Iterable
 
 import pyarrow as pa
+from filelock import FileLock, Timeout
 import pyarrow.compute as pc
 
 from opbyop.errors import StoreError
@@ -276,7 +276,7 @@ class RunWriter:
         self.store = store
         self.run: RunInfo | None = None
         self.day: date | None = None
-        self._lock_file: Any = None
+        self._lock_file: FileLock | None = None
         self._index: dict[str, dict[Hashable, Path]] = {}
 
     def __enter__(self) -> RunWriter:
@@ -291,19 +291,17 @@ class RunWriter:
             return
         path = self.store.root / ".locks" / f"{check_run_id(run_id)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(path, "a")
+        lock = FileLock(path)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
+            lock.acquire(timeout=0)
+        except Timeout:
             raise StoreError(f"run {run_id!r} is being written by another process (lock {path})",
                              "wait for that run to finish, or use another run id") from None
-        self._lock_file = f
+        self._lock_file = lock
 
     def close(self) -> None:
         if self._lock_file is not None:
-            fcntl.flock(self._lock_file, fcntl.LOCK_UN)
-            self._lock_file.close()
+            self._lock_file.release()
             self._lock_file = None
 
     def _dir(self, table: str) -> Path:

@@ -9,7 +9,6 @@ assets are unpacked once, and each compiler process gets a private $TMPDIR that 
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -17,6 +16,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from filelock import FileLock
 
 ASSETS_GLOB = "libtt-tt-metal-runtime-assets-*"
 
@@ -57,10 +58,5 @@ def private_tmpdir(path: Path, assets: Path) -> Path:
 @contextmanager
 def startup_lock() -> Iterator[None]:
     """Held while a process loads the plugin: one at a time per machine."""
-    path = system_tmpdir() / "opbyop-plugin-startup.lock"
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with FileLock(system_tmpdir() / "opbyop-plugin-startup.lock"):
+        yield
