@@ -7,11 +7,11 @@ filters and sorting, so the file opens offline, from a mail attachment or a CI a
 
 from __future__ import annotations
 
-import html
-import json
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import jinja2
 
 from opbyop.atomic import write_text
 from storage.aggregate import NightlySummary, nightly, run_query
@@ -67,13 +67,17 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
     }
 
 
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE.parent), autoescape=True,
+                             undefined=jinja2.StrictUndefined)
+    # tojson escapes <, >, & and ' inside the JSON, so no value can close the <script> element
+    env.policies["json.dumps_kwargs"] = {"default": _jsonable, "separators": (",", ":")}
+    return env
+
+
 def render_html(data: dict[str, Any]) -> str:
-    payload = json.dumps(data, default=_jsonable, separators=(",", ":"))
-    # inside <script>, "</" could close the element early; JSON allows "<\/" for it
-    payload = payload.replace("</", "<\\/").replace("<!--", "<\\!--")
-    page = TEMPLATE.read_text()
-    title = html.escape(f"opbyop report {data['run']['run_id']}")
-    return page.replace("__TITLE__", title).replace("__DATA__", payload)
+    template = _environment().get_template(TEMPLATE.name)
+    return template.render(title=f"opbyop report {data['run']['run_id']}", data=data)
 
 
 def write_report(root: Path | str | None, run_id: str, out: Path, expectations_path: Path | None = None,
