@@ -19,6 +19,7 @@ from opbyop.records import (
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
+from opbyop.shrink.result import ShrinkResult
 from storage import schema as S
 
 
@@ -301,3 +302,26 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
     return StoredModel(run_id=row["run_id"], summary=summary, counts=counts)
 
 
+
+
+def shrink_rows(run_id: str, result: ShrinkResult) -> list[dict[str, Any]]:
+    """One row per variant of a shrink (opbyop.shrink.ShrinkResult), boundaries marked."""
+    marks: dict[tuple[str, str, int | None], str] = {}
+    for b in result.boundaries:
+        if b.largest_passing is not None:
+            marks[(b.dimension, b.dtype, b.largest_passing)] = "largest_passing"
+        if b.smallest_failing is not None:
+            marks[(b.dimension, b.dtype, b.smallest_failing)] = "smallest_failing"
+    sizes = {b.dimension: b.size for b in result.boundaries}
+    summary = "\n".join(result.summary())
+    return [{
+        "run_id": run_id, "signature": result.signature, "op_name": result.op_name, "op_dtype": result.dtype,
+        "op_inputs": [_tensor(t) for t in result.inputs], "baseline_status": _enum(result.baseline_status),
+        "dimension": v.dimension, "dtype": v.dtype, "size": v.size, "size_as_found": sizes.get(v.dimension),
+        "variant_signature": v.signature or None, "inputs": [_tensor(t) for t in v.inputs],
+        "outcome": _enum(v.outcome), "status": _enum(v.status), "failed_stage": _enum(v.failed_stage),
+        "message": v.message, "seconds": v.seconds, "module_artifact": v.module_artifact,
+        "boundary": marks.get((v.dimension, v.dtype, v.size)) if v.outcome.value in ("pass", "fail") else None,
+        "shrink_s": result.seconds, "shrink_budget_s": result.budget_s, "shrink_complete": result.complete,
+        "summary": summary,
+    } for v in result.variants]

@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from opbyop.errors import StoreError
 from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, Stage, Status, utcnow
+from opbyop.shrink.result import ShrinkResult
 from storage import convert
 from storage.convert import ModelCounts, StoredModel
 from storage.files import (
@@ -54,6 +55,7 @@ def _key_fns() -> dict[str, Callable[[dict[str, Any]], Hashable]]:
         "results": lambda r: r["signature"],
         "ops": lambda r: (r["model"], r["position"]),
         "models": lambda r: r["model"],
+        "shrinks": lambda r: (r["signature"], r["dimension"], r["dtype"], r["size"]),
     }
 
 
@@ -179,6 +181,24 @@ class Store:
     def models(self, run_id: str) -> list[StoredModel]:
         return [convert.model_from_row(r) for r in self.read_table("models", run_id).to_pylist()]
 
+    def shrinks(self, run_id: str, signature: str | None = None) -> list[dict[str, Any]]:
+        """The rows of the shrinks table (one per variant tried) of a run, optionally of one op."""
+        data = self.read_table("shrinks", run_id)
+        if signature is not None:
+            data = data.filter(pc.equal(data.column("signature"), signature))
+        return data.to_pylist()
+
+    def write_shrinks(self, run_id: str, results: list[ShrinkResult]) -> list[Path]:
+        """Store shrinks under a run already in the store (its lock held while writing): one file per
+        op, replacing that op's earlier shrink in this run."""
+        with RunWriter(self) as w:
+            w.lock(run_id)
+            dirs = run_dirs(self.root, "runs", check_run_id(run_id))
+            if not dirs:
+                raise StoreError(f"run {run_id!r} is not in the store at {self.root}",
+                                 "list the runs with `opbyop runs`, or pass another --run")
+            return [_write_shrink(self.root, partition_date(dirs[0]), run_id, r) for r in results]
+
     def completed_signatures(self, run_id: str, exclude: Collection[Status] = ()) -> set[str]:
         """Signatures that already have a result in `run_id` (optionally not counting some statuses):
         what a resumed run can skip."""
@@ -230,10 +250,17 @@ class Store:
         self._remove_run_dirs(check_run_id(run_id))
 
     def _remove_run_dirs(self, run_id: str, keep_day: date | None = None) -> None:
-        for table in ("runs", "models", "ops", "results"):  # the run row first: it vanishes as a whole
+        for table in ("runs", "models", "ops", "results", "shrinks"):  # the run row first: it vanishes as a whole
             for d in run_dirs(self.root, table, run_id):
                 if keep_day is None or partition_date(d) != keep_day:
                     remove_dir(d)
+
+
+def _write_shrink(root: Path, day: date, run_id: str, result: ShrinkResult) -> Path:
+    """One op's shrink rows as the run's part file for that op (atomically replaced)."""
+    directory = run_dir(root, "shrinks", day, run_id)
+    data = convert.to_table("shrinks", _dedupe("shrinks", convert.shrink_rows(run_id, result)))
+    return write_parquet_atomic(data, directory / f"part-shrink-{result.signature[:32]}.parquet")
 
 
 def resume_fix(run_id: str) -> str:
@@ -357,6 +384,11 @@ class RunWriter:
     def add_ops(self, records: list[OpRecord]) -> Path | None:
         assert self.run is not None, "call start(run) first"
         return self._add("ops", [convert.op_row(self.run.run_id, r) for r in records])
+
+    def add_shrinks(self, results: list[ShrinkResult]) -> list[Path]:
+        """Shrinks of this run's failing ops (Store.write_shrinks, under this writer's lock)."""
+        assert self.run is not None and self.day is not None, "call start(run) first"
+        return [_write_shrink(self.store.root, self.day, self.run.run_id, r) for r in results]
 
     def _add(self, table: str, rows: list[dict[str, Any]]) -> Path | None:
         rows = _dedupe(table, rows)

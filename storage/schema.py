@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 2  # 2: fault, narrowing, golden_method, run phases, a status column per status
+SCHEMA_VERSION = 3  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -195,7 +195,36 @@ MODELS = pa.schema([
     pa.field("whole_s", pa.float64()),
 ])
 
-TABLES: dict[str, pa.Schema] = {"runs": RUNS, "ops": OPS, "results": RESULTS, "models": MODELS}
+# One row per variant a shrink tried (opbyop.shrink): where a failing op starts failing. The op-level
+# columns (op_*, shrink_*, summary) repeat on each of its rows; `boundary` marks the variant that is
+# the largest passing or the smallest failing one of its dimension and dtype.
+SHRINKS = pa.schema([
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("signature", pa.string(), nullable=False),  # the op shrunk
+    pa.field("op_name", pa.string(), nullable=False),
+    pa.field("op_dtype", pa.string()),
+    pa.field("op_inputs", pa.list_(TENSOR)),
+    pa.field("baseline_status", pa.string()),
+    pa.field("dimension", pa.string(), nullable=False),  # "" for the op's own shape in another dtype
+    pa.field("dtype", pa.string(), nullable=False),
+    pa.field("size", pa.int64()),
+    pa.field("size_as_found", pa.int64()),
+    pa.field("variant_signature", pa.string()),  # null when the variant did not verify
+    pa.field("inputs", pa.list_(TENSOR)),
+    pa.field("outcome", pa.string(), nullable=False),  # pass | fail | no_verdict | rejected
+    pa.field("status", pa.string()),
+    pa.field("failed_stage", pa.string()),
+    pa.field("message", pa.string()),
+    pa.field("seconds", pa.float64()),
+    pa.field("module_artifact", pa.string()),  # the variant's module in the artifact store
+    pa.field("boundary", pa.string()),  # largest_passing | smallest_failing | null
+    pa.field("shrink_s", pa.float64()),
+    pa.field("shrink_budget_s", pa.float64()),
+    pa.field("shrink_complete", pa.bool_()),
+    pa.field("summary", pa.string()),  # the shrink's sentences, one per line
+])
+
+TABLES: dict[str, pa.Schema] = {"runs": RUNS, "ops": OPS, "results": RESULTS, "models": MODELS, "shrinks": SHRINKS}
 
 
 def schema_of(table: str) -> pa.Schema:

@@ -90,7 +90,8 @@ class ShrinkResult(BaseModel):
     def summary(self) -> list[str]:
         """Sentences: the dtypes at the op's shape, then each dimension's boundary."""
         shape = " ".join(str(t) for t in self.inputs)
-        lines = [f"{self.op_name} ({shape}) {self.baseline.value}s as found ({self.baseline_status.value})"]
+        verb = {Outcome.PASS: "passes", Outcome.FAIL: "fails"}.get(self.baseline, "has no verdict")
+        lines = [f"{self.op_name} ({shape}) {verb} as found ({self.baseline_status.value})"]
         if self.dtypes:
             parts = [f"{'passes' if o is Outcome.PASS else 'fails' if o is Outcome.FAIL else o.value} in {t}"
                      + (" (the op's)" if t == self.dtype else "") for t, o in self.dtypes.items()]
