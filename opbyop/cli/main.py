@@ -30,7 +30,7 @@ def _register_plugins() -> None:
 @cache
 def build_app() -> typer.Typer:
     """The app with every command: opbyop's own and the plugins' (once per process)."""
-    from opbyop.cli import compile_run, coverage_cmds, device_cmds, split_cmds  # noqa: F401  (they register their commands)
+    from opbyop.cli import compile_run, coverage_cmds, device_cmds, shrink_cmds, split_cmds  # noqa: F401  (they register their commands)
 
     _register_plugins()
     return app
