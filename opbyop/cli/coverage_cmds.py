@@ -122,7 +122,7 @@ def _run_chunk(directory: Path, entries: list, out: Path, chip: str, options, ti
     from opbyop.config import load_thresholds
     from opbyop.corpus.run import RunSummary, pending, run_entries
     from opbyop.worker.process import OpWorker
-    from opbyop.worker.protocol import AnalysisSettings
+    from opbyop.config import AnalysisSettings
     from opbyop.workspace import Workspace
 
     desc = resolve(chip)
