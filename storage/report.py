@@ -64,7 +64,31 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "gaps": gaps,
         "expectations": expectation_report,
         "skipped": skipped,
+        "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),
     }
+
+
+def shrinks_of(store: Store, run_id: str, signatures: list[str]) -> list[dict[str, Any]]:
+    """Per shrunk op: its sentences and its boundary variants. From the run's shrinks table; for an op
+    of the run shrunk by `opbyop shrink` instead, its latest shrink in the workspace."""
+    from opbyop.shrink.saved import load_shrink
+    from opbyop.workspace import Workspace
+    from storage.convert import shrink_rows
+
+    rows = store.shrinks(run_id)
+    stored = {r["signature"] for r in rows}
+    home = Workspace.default().root
+    for signature in signatures:
+        if signature not in stored and (found := load_shrink(home, signature)) is not None:
+            rows += shrink_rows(run_id, found)
+    by_op: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        entry = by_op.setdefault(r["signature"], {"signature": r["signature"], "op_name": r["op_name"],
+                                                   "summary": (r["summary"] or "").splitlines(), "boundaries": []})
+        if r["boundary"]:
+            entry["boundaries"].append({k: r[k] for k in ("dtype", "dimension", "size", "boundary", "status",
+                                                          "variant_signature", "message")})
+    return list(by_op.values())
 
 
 def _environment() -> jinja2.Environment:

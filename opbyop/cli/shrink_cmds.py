@@ -9,7 +9,6 @@ report of a run that holds the op finds it; the analyze flow stores its own shri
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import typer
@@ -20,28 +19,9 @@ from opbyop.cli.compile_run import (ChipOption, Fidelity, Fp32Acc, OptLevel, Tim
                                     worker_errors, worker_name)
 from opbyop.errors import OpbyopError
 from opbyop.shrink.result import Outcome, ShrinkResult
+from opbyop.shrink.saved import save_shrink
 
 DEFAULT_BUDGET_S = 60.0
-
-
-def shrink_path(workspace_root: Path, signature: str) -> Path:
-    return Path(workspace_root) / "shrinks" / f"{signature}.json"
-
-
-def save_shrink(workspace_root: Path, result: ShrinkResult) -> Path:
-    from opbyop.atomic import write_text
-
-    return write_text(shrink_path(workspace_root, result.signature), result.model_dump_json(indent=1))
-
-
-def load_shrink(workspace_root: Path, signature: str) -> ShrinkResult | None:
-    path = shrink_path(workspace_root, signature)
-    if not path.exists():
-        return None
-    try:
-        return ShrinkResult.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 @app.command()
