@@ -42,7 +42,7 @@ from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.config import AnalysisConfig, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
-from opbyop.pipeline import Prepared, prepare, summarize
+from opbyop.pipeline import Prepared, prepare, run_manifest_path, summarize, write_manifest
 from opbyop.records import RETRYABLE, OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import WorkerStartError, parameter_indices
@@ -52,6 +52,7 @@ from storage.dataset import RunWriter, Store
 from tasks.gate import ClusterGate
 from tasks.models import split_model, stage_whole_model
 from tasks.ops import analyze_op, whole_model
+from tasks.shrink import ShrinkOption, shrink_failing_ops
 from tasks.store import publish
 
 BATCH_SIZE = 25
@@ -152,7 +153,7 @@ class FanOut:
 
 
 @flow(name="analyze", task_runner=ThreadPoolTaskRunner(max_workers=TASK_THREADS), persist_result=False)
-def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None):
+def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None, shrink: ShrinkOption = ShrinkOption()):
     """Analyse models op by op on a Dask cluster and store every op's result."""
     handoff = handoffs.current() or handoffs.Handoff()
     clock = PhaseClock(handoff.phases, handoff.started)
@@ -174,6 +175,7 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
         logger.error("model %s produced no ops: %s", spec, error)
     for op in prepared.unique:
         workspace.ops.put(op)
+    write_manifest(prepared, run_manifest_path(workspace.root, run_id))  # unique ops and every model they came from
 
     with store.writer() as writer:
         with clock.phase("store"):
@@ -188,7 +190,7 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
             out.interrupted = True
         elif todo or wholes_todo:  # no cluster for zero ops
             _on_cluster(out, config, desc, settings, workspace, todo, prepared, wholes_todo, writer, clock, handoff,
-                        logger)
+                        logger, shrink)
         with clock.phase("store"):
             models = [summarize(name, prepared, out.wholes.get(name)) for name in prepared.graphs]
             models += [summarize(spec, prepared) for spec in prepared.errors]
@@ -236,7 +238,7 @@ def _known_results(writer: RunWriter, store: Store, prepared: Prepared, run: Run
 
 def _on_cluster(out: FanOut, config: AnalysisConfig, desc: SystemDesc, settings: AnalysisSettings,
                 workspace: Workspace, todo: list[UniqueOp], prepared: Prepared, wholes: dict, writer: RunWriter,
-                clock: PhaseClock, handoff: handoffs.Handoff, logger) -> None:  # noqa: ANN001
+                clock: PhaseClock, handoff: handoffs.Handoff, logger, shrink: ShrinkOption | None = None) -> None:  # noqa: ANN001
     """Warm the cluster's op workers, then the fan-out; fills `out`."""
     try:
         with clock.phase("cluster"):
@@ -259,6 +261,10 @@ def _on_cluster(out: FanOut, config: AnalysisConfig, desc: SystemDesc, settings:
             return
         _fan_out(out, client, plugin.name, config, desc, settings, workspace, todo, prepared, wholes, writer, clock,
                  handoff, logger)
+        if shrink is not None and shrink.failing and not out.interrupted:  # issue 13: failing shape boundaries
+            with clock.phase("shrink"):
+                shrink_failing_ops(shrink, out.results, prepared.unique, desc.chip, settings, config.op_timeout_s,
+                                   plugin.name, writer, logger)
     finally:
         cluster.__exit__(None, None, None)
 

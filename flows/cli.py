@@ -17,6 +17,7 @@ import shlex
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -129,7 +130,10 @@ def register(app: typer.Typer) -> None:
                 reuse: bool = typer.Option(True, "--reuse/--no-reuse", help="reuse cached op results"),
                 whole: bool = typer.Option(True, "--whole/--no-whole"),
                 timeout: float = typer.Option(120.0, "--timeout", callback=positive_seconds,
-                                              help="seconds per op (above 0)")) -> None:
+                                              help="seconds per op (above 0)"),
+                manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
+                                                        "their origin models here (JSON; always beside the report)"),
+                ) -> None:
         """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
         _defaults_for_laptop()
         from flows.run_ids import new_run_id
@@ -159,6 +163,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]error:[/red] {escape(str(e))}")
             raise typer.Exit(1)
         try:
+            _copy_manifest(workspace.root, run_id, manifest)
             _finish(outcome, resume)  # the outcome first, then the clean-up
         finally:
             launch.close()
@@ -230,6 +235,22 @@ def register(app: typer.Typer) -> None:
             return len(store.completed_signatures(run_id))
         except Exception:
             return 0
+
+
+def _copy_manifest(root, run_id: str, target: Optional[Path]) -> None:  # noqa: ANN001
+    """The run's manifest (opbyop.pipeline.write_manifest, beside the report) also at --manifest."""
+    import shutil
+
+    from opbyop.pipeline import run_manifest_path
+
+    written = run_manifest_path(root, run_id)
+    if target is None or not written.exists():
+        return
+    try:
+        shutil.copyfile(written, target)
+        console.print(f"manifest: {target}", highlight=False, markup=False)
+    except OSError as e:
+        console.print(f"[red]error:[/red] cannot write the manifest {escape(str(target))}: {escape(str(e))}")
 
 
 def _finish(outcome: dict, resume: str) -> None:

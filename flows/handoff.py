@@ -25,7 +25,9 @@ class Handoff:
         """Split the models one after another in a thread of their own (torch.export is not
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
         outcomes from here."""
-        futures = {(spec, seed): Future() for spec in dict.fromkeys(specs)}
+        from opbyop.frontends.loader import expand_specs  # a folder of IR dumps: one model per module
+
+        futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
         self.splits.update(futures)
 
         def work() -> None:

@@ -170,6 +170,11 @@ def manifest(prepared: Prepared) -> Manifest:
     return Manifest(models=models, ops_total=len(prepared.records), ops_unique=len(ops), ops=ops)
 
 
+def run_manifest_path(workspace_root: Path, run_id: str) -> Path:
+    """Where a run's manifest goes: beside its report."""
+    return Path(workspace_root) / "reports" / f"{run_id}.manifest.json"
+
+
 def write_manifest(prepared: Prepared, path: Path) -> Path:
     """The manifest as JSON at `path` (written whole or not at all)."""
     path = Path(path)

@@ -1,0 +1,80 @@
+"""Shrink the failing ops of a run (opbyop.shrink), one Prefect task per op, after the fan-out.
+
+Each task runs the search in a flow thread; every variant goes to the cluster's warm op workers like
+any op (tasks.ops.run_isolated), so the search costs the cluster what its variants cost. Results go
+to the store's `shrinks` table of the run.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from distributed import Client
+from prefect import task
+from prefect.cache_policies import NONE
+from pydantic import BaseModel, Field
+
+from opbyop.records import OpResult, Stage, Status, UniqueOp, utcnow
+from opbyop.shrink.result import Outcome, ShrinkResult, outcome_of
+from opbyop.shrink.search import Shrinker
+from opbyop.worker import dask as on_dask
+from opbyop.worker.protocol import AnalysisSettings
+from opbyop.workspace import Workspace
+from tasks.gate import ClusterGate
+from tasks.ops import KilledTwice, run_isolated
+
+
+class ShrinkOption(BaseModel):
+    """Shrink failing ops after the fan-out: where each starts failing, by dimension and dtype."""
+
+    failing: bool = Field(False, description="search the neighbourhood of every op that failed (compiler or device)")
+    seconds_per_op: float = Field(60.0, gt=0, description="time budget of each op's search")
+    max_ops: int = Field(20, ge=1, description="shrink at most this many failing ops (most occurrences first)")
+
+
+@task(name="shrink-op", task_run_name="shrink-{label}", cache_policy=NONE, persist_result=False)
+def shrink_op(op: UniqueOp, baseline: OpResult, label: str, chip: str, settings: AnalysisSettings, timeout: float,
+              budget_s: float, plugin: str, gate: ClusterGate) -> ShrinkResult:
+    workspace = Workspace.default()
+
+    def analyse(variant: UniqueOp) -> OpResult:
+        def submit(client: Client):
+            return client.submit(on_dask.analyze_op, plugin, variant, chip, settings, timeout, pure=False,
+                                 key=f"shrink-{variant.signature[:16]}-{uuid.uuid4().hex[:8]}")
+
+        started = utcnow()
+        try:
+            return run_isolated(gate, submit)
+        except KilledTwice:
+            return OpResult(signature=variant.signature, op_name=variant.op_name, status=Status.CRASHED,
+                            depth=Stage.SPLIT, started_at=started, ended_at=utcnow(),
+                            message="killed the Dask worker running it, twice")
+
+    return Shrinker(analyse, workspace.artifacts, workspace.ops.put, budget_s).shrink(op, baseline)
+
+
+def failing(results: dict[str, OpResult], ops: list[UniqueOp], limit: int) -> list[tuple[UniqueOp, OpResult]]:
+    """The ops whose result is a failing verdict, most occurrences first."""
+    chosen = [(op, results[op.signature]) for op in ops if op.signature in results
+              and outcome_of(results[op.signature].status, results[op.signature].depth) is Outcome.FAIL]
+    return sorted(chosen, key=lambda pair: -len(pair[0].occurrences))[:limit]
+
+
+def shrink_failing_ops(option: ShrinkOption, results: dict[str, OpResult], ops: list[UniqueOp], chip: str,
+                       settings: AnalysisSettings, timeout: float, plugin: str, writer, logger) -> list[ShrinkResult]:  # noqa: ANN001
+    """Shrink the run's failing ops (at most option.max_ops) and store what each search found."""
+    chosen = failing(results, ops, option.max_ops)
+    gate = ClusterGate()
+    futures = [shrink_op.submit(op, result, f"{op.op_name.removeprefix('stablehlo.')}-{op.signature[:10]}", chip,
+                                settings, timeout, option.seconds_per_op, plugin, gate) for op, result in chosen]
+    found: list[ShrinkResult] = []
+    for future in futures:
+        try:
+            found.append(future.result())
+        except Exception as e:  # one op's search failing never loses the others'
+            logger.warning("a shrink failed: %s: %s", type(e).__name__, e)
+    if found:
+        writer.add_shrinks(found)
+    logger.info("shrank %d failing ops: %d variants in %.1f s", len(found), sum(r.analysed for r in found),
+                sum(r.seconds for r in found))
+    return found
