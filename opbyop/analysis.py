@@ -16,6 +16,7 @@ import numpy as np
 
 from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.plugin import TTCompiler
+from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary
 from opbyop.device.simulator import DeviceSimulator, NotSimulatedError, SimulationError, SimulatorBugError
 from opbyop.golden import upstream
@@ -62,6 +63,7 @@ class OpAnalyzer:
             return _finish(result, Status.SKIPPED, Stage.FLATBUFFER, None, "device run not requested")
 
         progress("device_run")
+        self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
         try:
             inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
                                  known=upstream.load(op, self.artifacts))
@@ -109,6 +111,7 @@ class OpAnalyzer:
             return WholeModelResult(status=Status.SKIPPED, depth=Stage.FLATBUFFER, compile=outcome,
                                     message="device run not requested", seconds=time.perf_counter() - started)
         progress("device_run")
+        self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
         values, references = model.load_values()
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
         device = self.device.device_for(binary.program.spec)

@@ -135,6 +135,20 @@ class CompilerOptions(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
 
+class DeviceOptions(BaseModel):
+    """How the simulated device is set up: part of every cache key, like the compiler options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    harvesting_mask: int = Field(0, ge=0, description="rows of Tensix cores harvested, a bit per row "
+                                                      "(TT-Buda's harvested_rows; rows 1 and 11 -> 2050)")
+    placement_policy: Literal["fewest_cycles", "fewest_cores", "nlp"] = Field(
+        "fewest_cycles", description="how each op's core grid is chosen among its legal op models")
+
+    def key(self) -> str:
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
 class AnalysisSettings(BaseModel):
     """What one op's analysis needs (derived from a run's AnalysisConfig; sent to the workers)."""
 
@@ -143,6 +157,7 @@ class AnalysisSettings(BaseModel):
     seed: int = 0
     run_device: bool = True
     run_golden: bool = True
+    device: DeviceOptions = Field(default_factory=lambda: DeviceOptions())
 
 
 class ClusterConfig(BaseModel):

@@ -217,6 +217,7 @@ def _compile_from(row: dict[str, Any], prefix: str = "") -> CompileOutcome | Non
 
 
 def _placement_from(p: dict[str, Any]) -> OpPlacement:
+    p = {k: v for k, v in p.items() if v is not None}  # t_stream and policy are null in older files
     return OpPlacement(**{**p, "grid": tuple(p["grid"]), "block_tiles": tuple(p["block_tiles"]),
                           "rejected": {r["reason"]: r["count"] for r in p["rejected"] or []}})
 

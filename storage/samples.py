@@ -82,7 +82,8 @@ def _compile(reached: Stage | None, failed: Stage | None, message: str | None, s
 def _device(cycles: int, message: str | None = None) -> DeviceRun:
     placement = OpPlacement(ttnn_op="ttnn.add", grid=(2, 4), block_tiles=(1, 2), buffer_factor=2,
                             l1_bytes_per_core=16384, cycles=cycles, candidates=12, legal=5,
-                            rejected={"L1UsageOverMaxLimit": 4, "IllegalStackForGrid": 3})
+                            rejected={"L1UsageOverMaxLimit": 4, "IllegalStackForGrid": 3}, t_stream="R2",
+                            policy="fewest_cycles")
     return DeviceRun(ttnn_ops=2, not_simulated=[], cycles=cycles, peak_l1_bytes=32768, peak_dram_bytes=1 << 20,
                      placements=[placement], seconds=0.004, message=message)
 

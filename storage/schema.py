@@ -65,6 +65,8 @@ PLACEMENT = pa.struct([
     pa.field("legal", pa.int64()),
     pa.field("rejected", pa.list_(REASON_COUNT)),
     pa.field("fixed_by_compiler", pa.bool_()),
+    pa.field("t_stream", pa.string()),  # the chosen t-streaming ("" none, "R4", "C2" ...)
+    pa.field("policy", pa.string()),  # the balancer policy that chose the op model
 ])
 
 # The stages a compile goes through, as `<stage>_s` seconds columns (opbyop.records.COMPILE_STAGES).

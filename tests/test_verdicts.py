@@ -221,3 +221,28 @@ def test_a_stablehlo_files_whole_model_is_checked_against_xla(worker, settings):
     whole = worker.analyze_whole(load_model(str(DATA / "testdata_abs_bf16.mlir")), settings)
     assert (whole.status, whole.depth, whole.reference) == (Status.SUCCESS, Stage.GOLDEN, "XLA:CPU")
     assert whole.pcc > 0.99  # abs of 400 bf16 values: judged by PCC
+
+
+BIG = """module {
+  func.func @main(%a: tensor<512x512xbf16>, %b: tensor<512x512xbf16>) -> (tensor<512x512xbf16>, tensor<512x512xbf16>) {
+    %0 = stablehlo.add %a, %b : tensor<512x512xbf16>
+    %1 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<512x512xbf16>, tensor<512x512xbf16>) -> tensor<512x512xbf16>
+    return %0, %1 : tensor<512x512xbf16>, tensor<512x512xbf16>
+  }
+}"""
+
+
+def test_harvested_rows_shrink_the_grid_ops_are_placed_on(worker, settings):
+    from opbyop.config import DeviceOptions
+    from opbyop.ir.dedupe import dedupe
+    from opbyop.ir.split import split_module
+
+    add, dot = dedupe(split_module(BIG, "big").ops)
+    harvest = settings.model_copy(update={"device": DeviceOptions(harvesting_mask=0b1111111100)})  # 2 rows left
+    full, harvested = worker.analyze(add, settings), worker.analyze(add, harvest)
+    assert full.status is harvested.status is Status.SUCCESS
+    assert max(p.grid[0] for p in harvested.device.placements) <= 2  # op models on 2 rows only
+    assert sum(p.candidates for p in harvested.device.placements) < sum(p.candidates for p in full.device.placements)
+    # the matmul's program config fixes its grid for the whole chip: it cannot run on 2 rows
+    fixed = worker.analyze(dot, harvest)
+    assert fixed.status is Status.RUN_FAILED and "compile with the harvested device's descriptor" in fixed.message

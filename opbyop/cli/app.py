@@ -97,6 +97,14 @@ def full_by_default() -> bool:
 
 
 # -- option checks: rejected by the CLI itself, naming the allowed values ----------------------
+class Policy(str, Enum):
+    """The placement policies of opbyop.device.placement.Policy, for the command line."""
+
+    fewest_cycles = "fewest_cycles"
+    fewest_cores = "fewest_cores"
+    nlp = "nlp"
+
+
 class MathFidelity(str, Enum):
     lofi = "lofi"
     hifi2 = "hifi2"

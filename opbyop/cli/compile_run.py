@@ -17,8 +17,9 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from opbyop.cli.app import (STATUS_STYLE, MathFidelity, app, console, cut, fail, full_by_default, input_specs,
-                            positive_seconds, print_error, status_text, styled)
+from opbyop.cli.app import (STATUS_STYLE, MathFidelity, Policy, app, console, cut, fail, full_by_default,
+                            input_specs, positive_seconds, print_error, status_text, styled)
+from opbyop.config import DeviceOptions
 from opbyop.errors import OpbyopError
 from opbyop.messages import normalize_message
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
@@ -55,18 +56,17 @@ def worker_errors() -> Iterator[None]:
 
 def _drop_scratch(workspace_root: Path, name: str) -> None:
     """The private $TMPDIR of a worker that has exited (it only links to the shared assets)."""
-    shutil.rmtree(workspace_root / "scratch" / f"tmp-{name}", ignore_errors=True)
+    shutil.rmtree(workspace_root / "scratch" / f"tmp-{name}-{os.getpid()}", ignore_errors=True)
 
 
 def _settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
-              seed: int):
-    from opbyop.config import CompilerOptions, load_thresholds
-    from opbyop.worker.protocol import AnalysisSettings
+              seed: int, device: DeviceOptions | None = None):
+    from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
 
     fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
     options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
     return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,
-                            run_golden=run_device)
+                            run_golden=run_device, device=device or DeviceOptions())
 
 
 def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str]):
@@ -172,9 +172,10 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
 
 def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: MathFidelity | None,
                     fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
-                    run_device: bool, full: bool, manifest: Path | None = None) -> None:
+                    run_device: bool, full: bool, manifest: Path | None = None,
+                    device: DeviceOptions | None = None) -> None:
     try:
-        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed)
+        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
         prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs)
     except OpbyopError as e:
         fail(e)
@@ -210,10 +211,14 @@ def compile(models: list[str] = Models, chip: str = ChipOption, optimization_lev
 def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
         math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
         whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
-        full: bool = Full, manifest: Optional[Path] = ManifestOption) -> None:
+        full: bool = Full, manifest: Optional[Path] = ManifestOption,
+        harvest_mask: int = typer.Option(0, "--harvest-mask", min=0,
+                                         help="harvested Tensix rows, a bit per row (rows 1 and 11: 2050)"),
+        policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen")) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
+    device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value)
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=True, full=full, manifest=manifest)
+                    run_device=True, full=full, manifest=manifest, device=device)
 
 
 @app.command()

@@ -374,6 +374,11 @@ def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
     if work is None:
         return None
     fixed = _compiler_choice(op, work)
+    if fixed is not None and (fixed[0][0] > spec.worker_grid[0] or fixed[0][1] > spec.worker_grid[1]):
+        # compiled for a larger grid than this device has (rows harvested since): it cannot run here
+        raise PlacementError(f"{op.name}'s program config needs a {fixed[0][0]}x{fixed[0][1]} core grid; the device "
+                             f"has {spec.worker_grid[0]}x{spec.worker_grid[1]} (harvesting mask "
+                             f"{spec.harvesting_mask:#b}): compile with the harvested device's descriptor")
     models = candidates(work, spec, fixed)
     chosen = choose(models, policy, target_cycles)
     rejected = Counter(m.reason.value for m in models if m.reason is not None)

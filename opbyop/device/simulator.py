@@ -25,6 +25,10 @@ class DeviceSimulator:
         self.policy = policy
         self._devices: dict[DeviceSpec, Device] = {}
 
+    def configure(self, harvesting_mask: int, policy: Policy) -> None:
+        """The device set-up of the next runs (devices of each set-up stay open, keyed by their spec)."""
+        self.harvesting_mask, self.policy = harvesting_mask, policy
+
     def device_for(self, spec: DeviceSpec) -> Device:
         if self.harvesting_mask:
             spec = spec.harvested(self.harvesting_mask)

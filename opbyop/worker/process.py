@@ -80,7 +80,9 @@ class OpWorker:
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with startup_lock():  # held until the child has loaded the plugin
-            tmp = private_tmpdir(self.workspace / "scratch" / f"tmp-{self.name}", ensure_assets())
+            # private to this process too: two workers of the same name must never share it (the plugin
+            # deletes the descriptor it wrote there when its process exits)
+            tmp = private_tmpdir(self.workspace / "scratch" / f"tmp-{self.name}-{os.getpid()}", ensure_assets())
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
             log = open(self.log_path, "ab")
