@@ -11,6 +11,7 @@ from opbyop.golden import upstream
 from opbyop.golden.compare import Thresholds, compare
 from opbyop.ir.dense import parse_dense
 from opbyop.ir.normalize import normalized_text
+from opbyop.ir.split import split_module
 from opbyop.pipeline import prepare
 from opbyop.records import Fault, OperandKind, Stage, Status
 
@@ -246,3 +247,40 @@ def test_harvested_rows_shrink_the_grid_ops_are_placed_on(worker, settings):
     # the matmul's program config fixes its grid for the whole chip: it cannot run on 2 rows
     fixed = worker.analyze(dot, harvest)
     assert fixed.status is Status.RUN_FAILED and "compile with the harvested device's descriptor" in fixed.message
+
+
+RNG = """module {
+  func.func @main() -> tensor<4x4xf32> {
+    %a = stablehlo.constant dense<0.0> : tensor<f32>
+    %b = stablehlo.constant dense<1.0> : tensor<f32>
+    %shape = stablehlo.constant dense<4> : tensor<2xi64>
+    %0 = stablehlo.rng %a, %b, %shape, distribution = UNIFORM : (tensor<f32>, tensor<f32>, tensor<2xi64>) -> tensor<4x4xf32>
+    return %0 : tensor<4x4xf32>
+  }
+}"""
+
+UI8_DOT = """module {
+  func.func @main(%a: tensor<4x64xui8>, %b: tensor<64x4xui8>) -> tensor<4x4xui8> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<4x64xui8>, tensor<64x4xui8>) -> tensor<4x4xui8>
+    return %0 : tensor<4x4xui8>
+  }
+}"""
+
+
+def test_a_random_op_is_run_but_has_no_golden_verdict(worker, settings):
+    from opbyop.ir.dedupe import dedupe
+
+    rng = next(op for op in dedupe(split_module(RNG, "rng").ops) if op.op_name == "stablehlo.rng")
+    result = worker.analyze(rng, settings)
+    assert result.status is Status.SKIPPED and result.depth is Stage.DEVICE_RUN
+    assert "draws random values" in result.message
+
+
+def test_eight_bit_sums_are_fed_values_whose_sums_fit():
+    from opbyop.golden.inputs import make_inputs
+    from opbyop.ir.dedupe import dedupe
+
+    (dot,) = dedupe(split_module(UI8_DOT, "dot").ops)
+    a, b = make_inputs(dot.op_name, dot.inputs, dot.operands, dot.attributes, dot.signature, 0)
+    assert set(np.unique(a)) <= {0, 1} and set(np.unique(b)) <= {0, 1} and a.any()
+    assert int((a.astype(int) @ b.astype(int)).max()) <= 255

@@ -48,6 +48,12 @@ def _index_bounds(op_name: str, operand: int, operands: Sequence[OperandDesc],
     return None
 
 
+# Ops that sum their inputs: 8-bit integers are drawn from {0, 1} so that the sums stay in range
+# (how the chip converts an out-of-range sum back to 8 bits is not the question these ops ask).
+_ACCUMULATING = {"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution", "stablehlo.reduce",
+                 "stablehlo.reduce_window"}
+
+
 def _draw(rng: np.random.Generator, desc: TensorDesc, positive: bool, bound: int | None) -> np.ndarray:
     dtype = numpy_dtype(desc.dtype)
     shape = desc.shape
@@ -79,6 +85,8 @@ def make_inputs(op_name: str, inputs: Sequence[TensorDesc], operands: Sequence[O
         operand = by_argument.get(arg)
         index = operand.index if operand is not None else -1
         bound = _index_bounds(op_name, index, operands, attributes)
+        if bound is None and op_name in _ACCUMULATING and desc.dtype in ("i8", "ui8"):
+            bound = 2
         drawn = _draw(rng, desc, index in positive, bound)  # drawn anyway: the other draws stay as they were
         arrays.append(known[arg] if arg in known else drawn)
     return arrays
