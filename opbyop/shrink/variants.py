@@ -219,7 +219,8 @@ class OpModule:
             try:
                 ok = module.operation.verify()
             except ir.MLIRError as e:
-                raise Rejected(f"does not verify: {_first_line(str(e))}") from None
+                details = [d.message for d in getattr(e, "error_diagnostics", [])]
+                raise Rejected(f"does not verify: {_first_line(details[0] if details else str(e))}") from None
             if not ok:
                 raise Rejected("does not verify")
             return module.operation.get_asm(enable_debug_info=True)
@@ -443,8 +444,8 @@ _RULES: dict[str, Callable] = {
 
 # --------------------------------------------------------------------------- rewriting
 def _derive(ops: list[ir.Operation], values: _Values, shapes: dict[ValueKey, list[int]]) -> None:
-    """Result sizes that follow from their operands': a convolution's output spatial dims, a
-    concatenation's axis."""
+    """Result sizes that follow from their operands': a convolution's or a reduce_window's output
+    (window arithmetic), a concatenation's axis."""
     from jaxlib.mlir.dialects import stablehlo
 
     index = {v: k for k, v in values.values.items()}
@@ -463,6 +464,18 @@ def _derive(ops: list[ir.Operation], values: _Values, shapes: dict[ValueKey, lis
                 size = (lhs[i] - 1) * lhs_dil[s] + 1 + padding[2 * s] + padding[2 * s + 1]
                 window = (rhs[k] - 1) * rhs_dil[s] + 1
                 out[o] = max(0, (size - window) // strides[s] + 1)
+        elif op.name == "stablehlo.reduce_window" and operands and operands[0] in shapes:
+            src = shapes[operands[0]]
+            n = len(src)
+            window = _ints(op, "window_dimensions") or [1] * n
+            strides = _ints(op, "window_strides") or [1] * n
+            padding = _ints(op, "padding") or [0] * (2 * n)
+            base = _ints(op, "base_dilations") or [1] * n
+            dilations = _ints(op, "window_dilations") or [1] * n
+            for r in range(len(op.results)):
+                for a in range(n):
+                    size = (src[a] - 1) * base[a] + 1 + padding[2 * a] + padding[2 * a + 1]
+                    shapes[(p, r)][a] = max(0, (size - ((window[a] - 1) * dilations[a] + 1)) // strides[a] + 1)
         elif op.name == "stablehlo.concatenate" and all(o in shapes for o in operands):
             axis = _int_attr(op, "dimension")
             shapes[(p, 0)][axis] = sum(shapes[o][axis] for o in operands)
