@@ -1,7 +1,8 @@
 """The failing shape boundary: variants of an op, searched with the real compiler and simulated device.
 
 Failing ops here are real failures: tt-mlir refuses stablehlo.cholesky at every size; a ui8
-dot_general compiles but its device output differs from XLA:CPU once the contraction is long enough.
+dot_general compiles, but once its sums leave the 8-bit range (inputs are drawn from {0, 1} for
+summing 8-bit ops, so about K/4 per output) the device's output differs from XLA:CPU's wrap-around.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from opbyop.shrink.variants import OpModule, Rejected
 
 DOT_UI8 = textwrap.dedent("""
     module {
-      func.func @main(%a: tensor<32x64xui8>, %b: tensor<64x32xui8>) -> tensor<32x32xui8> {
-        %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<32x64xui8>, tensor<64x32xui8>) -> tensor<32x32xui8>
+      func.func @main(%a: tensor<32x4096xui8>, %b: tensor<4096x32xui8>) -> tensor<32x32xui8> {
+        %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<32x4096xui8>, tensor<4096x32xui8>) -> tensor<32x32xui8>
         return %0 : tensor<32x32xui8>
       }
     }
@@ -39,12 +40,12 @@ def single(text: str):
 
 def test_tied_dimensions_change_together_and_variants_verify(cnn_graph):
     dot = OpModule(single(DOT_UI8).module_text)
-    assert [(d.label, d.size) for d in dot.dimensions] == [("rows (M)", 32), ("contracting (K)", 64), ("columns (N)", 32)]
+    assert [(d.label, d.size) for d in dot.dimensions] == [("rows (M)", 32), ("contracting (K)", 4096), ("columns (N)", 32)]
     k = dot.dimension("contracting (K)")
     text = dot.variant({k.index: 8})
     assert "tensor<32x8xui8>, tensor<8x32xui8>) -> tensor<32x32xui8>" in text  # both operands, result unchanged
     as_i32 = dot.variant(dtype="i32")
-    assert "ui8" not in as_i32 and "tensor<32x64xi32>" in as_i32
+    assert "ui8" not in as_i32 and "tensor<32x4096xi32>" in as_i32
 
     conv_op = next(op for op in ops_of(cnn_graph.module_text, "cnn") if op.op_name == "stablehlo.convolution")
     conv = OpModule(conv_op.module_text)
@@ -79,8 +80,13 @@ def test_a_variant_the_verifier_refuses_is_rejected_not_compiled():
           }
         }"""))
     spatial = next(d for d in window.dimensions if d.size == 8)
-    with pytest.raises(Rejected, match="reduce_window"):
-        window.variant({spatial.index: 16})
+    assert "-> tensor<1x8x4x4xf32>" in window.variant({spatial.index: 16})  # the window's output follows
+    with pytest.raises(Rejected, match="empty"):  # an input below the window's size: no output at all
+        window.variant({spatial.index: 1})
+    sas = OpModule(next(op for op in file_ops("select_and_scatter_arg_init.mlir")).module_text)
+    operand_height = next(d for d in sas.dimensions if d.size == 4 and (( -1, 0), 1) in d.axes)
+    with pytest.raises(Rejected, match="source"):  # its source would have to change too
+        sas.variant({operand_height.index: 8})
     channels = next(d for d in window.dimensions if d.size == 4)  # window 1, stride 1: one dimension in and out
     assert "tensor<1x8x8x8xbf16>" in window.variant({channels.index: 8}, dtype="bf16")
     assert "tensor<bf16>" in window.variant(dtype="bf16")  # the init constant and the body follow the dtype
@@ -112,7 +118,7 @@ def test_the_boundary_of_a_ui8_contraction_replays_on_both_sides(worker, setting
     assert result.dtypes["i32"] is Outcome.PASS  # the same contraction in i32 matches XLA:CPU
     k = next(b for b in result.boundaries if b.dtype == "ui8" and b.dimension == "contracting (K)")
     assert k.largest_passing is not None and k.smallest_failing is not None
-    assert k.largest_passing < k.smallest_failing <= 64
+    assert k.largest_passing < k.smallest_failing <= 4096
     assert k.smallest_failing - k.largest_passing == 1  # bisected to adjacent sizes
     for signature, expected in ((k.largest_passing_signature, "success"), (k.smallest_failing_signature,
                                                                              "golden_failed")):
@@ -176,6 +182,7 @@ def test_the_flow_shrinks_its_failing_ops_when_asked_and_writes_the_manifest(flo
     rows = store.shrinks(summary.run_id)
     shrunk = {r["op_name"] for r in rows}
     assert shrunk == {"stablehlo.cholesky", "stablehlo.dot_general"}  # the failing ops only, not mlp's
+    assert any(r["boundary"] == "largest_passing" and r["dimension"] == "contracting (K)" for r in rows)
     assert "shrink" in summary.phases
     manifest = json.loads((tmp_path / "home" / "reports" / f"{summary.run_id}.manifest.json").read_text())
     assert {m["name"] for m in manifest["models"]} == {"cholesky", "dot_ui8", "mlp"}

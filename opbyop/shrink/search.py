@@ -28,7 +28,7 @@ from opbyop.shrink.variants import Dimension, OpModule, Rejected
 
 Analyse = Callable[[UniqueOp], OpResult]
 GROW_STEPS = 3  # a passing op is grown up to 8x
-BISECT_STEPS = 6
+BISECT_STEPS = 12  # down to adjacent sizes across 4096 (the budget stops it earlier if need be)
 
 
 @dataclass

@@ -199,6 +199,8 @@ class OpModule:
             shapes = {k: [new_axes.get((k, a), d) for a, d in enumerate(s)] for k, s in self.shapes.items()}
             _derive(ops, values, shapes)
             for k, shape in shapes.items():
+                if 0 in shape and 0 not in self.shapes[k]:  # e.g. an input shrunk below its window
+                    raise Rejected(f"a tensor of {'x'.join(map(str, shape))} would be empty")
                 if _elements(shape) > MAX_ELEMENTS:
                     raise Rejected(f"a tensor of {'x'.join(map(str, shape))} is above the {MAX_ELEMENTS:,}-element cap")
             retype = _element_mapper(ctx, self.dtype, dtype)
