@@ -33,8 +33,8 @@ from opbyop.workspace import Workspace  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 DOT_UI8 = """module {
-  func.func @main(%a: tensor<32x64xui8>, %b: tensor<64x32xui8>) -> tensor<32x32xui8> {
-    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<32x64xui8>, tensor<64x32xui8>) -> tensor<32x32xui8>
+  func.func @main(%a: tensor<32x4096xui8>, %b: tensor<4096x32xui8>) -> tensor<32x32xui8> {
+    %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<32x4096xui8>, tensor<4096x32xui8>) -> tensor<32x32xui8>
     return %0 : tensor<32x32xui8>
   }
 }
