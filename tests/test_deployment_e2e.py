@@ -1,18 +1,21 @@
-"""End to end, as an operator sets it up: a local Prefect server on 127.0.0.1, a process work pool,
-the deployments from deployments/prefect.yaml, a worker, an ad-hoc run through the API, and its
-results found in the store."""
+"""End to end, as an operator sets it up: deployments/README.md's set-up followed literally (a local
+Prefect server on 127.0.0.1 with the product's settings, the zombie automation, a process work pool,
+both deployments, a worker), then ad-hoc and nightly runs through the API; and `opbyop analyze` as a
+user runs it, interrupted with Ctrl-C and killed with SIGKILL."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from storage.dataset import Store
@@ -28,76 +31,275 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def readme_setup(port: int, logs: Path) -> str:
+    """The set-up block of deployments/README.md, on another port, its logs in `logs`."""
+    text = (ROOT / "deployments" / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
+    assert "python -m flows.server --wait" in block and "prefect worker start" in block
+    return (block.replace(". .venv/bin/activate", f". {BIN}/activate").replace("4200", str(port))
+            .replace("${TMPDIR:-/tmp}", str(logs)))
+
+
+def poll(what: str, check, timeout: float = 300.0, every: float = 1.0):  # noqa: ANN001
+    """check() until it returns something true; fails naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+
+
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """A real `prefect server start` on loopback, with its own PREFECT_HOME (SQLite)."""
+def deployed(tmp_path_factory):
+    """The README's set-up, literally (port changed), in its own PREFECT_HOME and TMPDIR."""
     home = tmp_path_factory.mktemp("prefect-home")
     port = free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "DO_NOT_TRACK": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
-    env.pop("PREFECT_API_URL", None)
-    env.pop("JAX_PLATFORMS", None)  # as on an operator's machine: the flow must choose for itself
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
+    env.update({"PREFECT_HOME": str(home), "OPBYOP_HOME": str(home / "opbyop"),
+                "PATH": f"{BIN}:{os.environ['PATH']}"})  # as on an operator's machine: no JAX_PLATFORMS
+    setup = subprocess.Popen(["bash", "-euo", "pipefail", "-c", readme_setup(port, home)], cwd=ROOT, env=env,
+                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = setup.communicate(timeout=600)
+        assert setup.returncode == 0, out + _tail(home / "prefect-server.log")
+        api = f"http://127.0.0.1:{port}/api"
+        assert "healthy" in out and "created" in out, out
+        yield {**env, "PREFECT_API_URL": api, "home": str(home)}
+    finally:  # the server and the worker the set-up left running, by their session
         try:
-            urllib.request.urlopen(f"{url}/health", timeout=2)
-            break
-        except OSError:
-            time.sleep(1)
-    else:
-        proc.kill()
-        pytest.fail(f"prefect server did not start: {(home / 'server.log').read_text()[-2000:]}")
-    yield {**env, "PREFECT_API_URL": url}
-    proc.terminate()
-    proc.wait(timeout=30)
+            os.killpg(setup.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
 
-def prefect(env: dict, *args: str, timeout: float = 300) -> str:
-    proc = subprocess.run([str(BIN / "prefect"), *args], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"prefect {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+def _tail(path: Path, n: int = 3000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def test_adhoc_deployment_runs_on_a_worker_and_lands_in_the_store(server, tmp_path):
-    env = {**server, "OPBYOP_ROOT": str(ROOT), "OPBYOP_HOME": str(tmp_path / "home")}
-    prefect(env, "work-pool", "create", "opbyop-process", "--type", "process")
-    prefect(env, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+def _env(deployed: dict) -> dict:
+    return {k: v for k, v in deployed.items() if k != "home"}
 
-    nightly = json.loads(_inspect(env, "nightly/nightly"))
+
+def api(env: dict, code: str, *args: str) -> object:
+    """Run `code` (an async main(client, *args) returning JSON-able data) against the server."""
+    script = ("import asyncio, json, sys\n"
+              "from prefect.client.orchestration import get_client\n" + code +
+              "\nasync def _run():\n"
+              "    async with get_client() as c:\n"
+              "        print(json.dumps(await main(c, *sys.argv[1:]), default=str))\n"
+              "asyncio.run(_run())\n")
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=_env(env), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+FLOW_RUN = """
+async def main(c, flow_run_id):
+    r = await c.read_flow_run(flow_run_id)
+    return {"state": r.state.type.value, "name": r.state.name, "message": r.state.message,
+            "created": r.created.isoformat(), "id": str(r.id), "run_count": r.run_count}
+"""
+ARTIFACTS = """
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+async def main(c, flow_run_id):
+    found = await c.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    return {a.key: a.data for a in found if a.key}
+"""
+RUN_DEPLOYMENT = """
+from prefect.deployments import run_deployment
+async def main(c, name, parameters):
+    run = await run_deployment(name, parameters=json.loads(parameters), timeout=0)
+    return str(run.id)
+"""
+RETRY = """
+from prefect.states import AwaitingRetry
+async def main(c, flow_run_id):
+    await c.set_flow_run_state(flow_run_id, AwaitingRetry(), force=True)
+    return True
+"""
+
+
+def run_and_wait(env: dict, deployment: str, parameters: dict, timeout: float = 900) -> dict:
+    flow_run_id = api(env, RUN_DEPLOYMENT, deployment, json.dumps(parameters))
+    return wait_final(env, flow_run_id, timeout)
+
+
+def wait_final(env: dict, flow_run_id: str, timeout: float = 900, after_runs: int = 0) -> dict:
+    def final():
+        run = api(env, FLOW_RUN, flow_run_id)
+        return run if run["state"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") \
+            and run["run_count"] > after_runs else None
+    return poll(f"flow run {flow_run_id} to finish", final, timeout, every=3)
+
+
+def test_both_deployments_are_deployed_with_their_schedule_and_form(deployed):
+    nightly = api(deployed, "async def main(c, name):\n    return (await c.read_deployment_by_name(name)).model_dump(mode='json')",
+                  "nightly/nightly")
     assert nightly["schedules"][0]["schedule"]["cron"] == "0 2 * * *"
-    adhoc = json.loads(_inspect(env, "analyze/adhoc"))
+    adhoc = api(deployed, "async def main(c, name):\n    return (await c.read_deployment_by_name(name)).model_dump(mode='json')",
+                "analyze/adhoc")
     form = adhoc["parameter_openapi_schema"]
     assert "AnalysisConfig" in form["definitions"] and "chip" in form["definitions"]["AnalysisConfig"]["properties"]
-
-    worker_log = open(tmp_path / "worker.log", "w")
-    worker = subprocess.Popen([str(BIN / "prefect"), "worker", "start", "--pool", "opbyop-process"], env=env,
-                              cwd=ROOT, stdout=worker_log, stderr=subprocess.STDOUT)
-    try:
-        parameters = {"models": ["jax-mlp"], "whole_model": False, "cluster": {"workers": 1}}
-        out = prefect(env, "deployment", "run", "analyze/adhoc", "--param", f"config={json.dumps(parameters)}",
-                      "--param", "run_id=e2e-adhoc", "--watch", "--watch-timeout", "600", timeout=700)
-        assert "Completed" in out, out + (tmp_path / "worker.log").read_text()[-3000:]
-    finally:
-        worker.terminate()
-        worker.wait(timeout=60)
-    results = Store(tmp_path / "home" / "store").results("e2e-adhoc")
-    assert results and all(r.status.value == "success" for r in results)
+    assert adhoc["job_variables"]["env"]["PREFECT_FLOWS_HEARTBEAT_FREQUENCY"] == "30"
+    automations = api(deployed, "async def main(c):\n    return [a.name for a in await c.read_automations()]")
+    assert any("zombie" in name for name in automations)
 
 
-def _inspect(env: dict, name: str) -> str:
-    """`prefect deployment inspect` prints a Python-literal dict; ask the API for JSON instead."""
-    code = ("import asyncio, json, sys\n"
-            "from prefect.client.orchestration import get_client\n"
-            "async def main():\n"
-            "    async with get_client() as c:\n"
-            "        d = await c.read_deployment_by_name(sys.argv[1])\n"
-            "        print(json.dumps(d.model_dump(mode='json')))\n"
-            "asyncio.run(main())\n")
-    proc = subprocess.run([sys.executable, "-c", code, name], env=env, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+def test_an_adhoc_run_lands_in_the_store_and_its_retry_resumes_the_same_run(deployed):
+    store = Store(Path(deployed["OPBYOP_HOME"]) / "store")
+    parameters = {"config": {"models": ["jax-mlp"], "whole_model": False, "cluster": {"workers": 1}}}
+    run = run_and_wait(deployed, "analyze/adhoc", parameters)
+    assert run["state"] == "COMPLETED", run
+    run_id = re.search(r"run (\S+):", run["message"]).group(1)
+    assert run_id.endswith(run["id"].replace("-", "")[:6])  # derived from the flow run: a retry finds it
+    first = {r.signature: r.started_at for r in store.results(run_id)}
+    assert first and all(r.status.value == "success" for r in store.results(run_id))
+    artifacts = api(deployed, ARTIFACTS, run["id"])
+    assert {"run-summary", "regressions", "report"} <= set(artifacts) and "file://" not in artifacts["report"]
+    # the UI's Retry: the same flow run again, on the worker
+    api(deployed, RETRY, run["id"])
+    again = wait_final(deployed, run["id"], after_runs=run["run_count"])
+    assert again["state"] == "COMPLETED" and run_id in again["message"]
+    assert {r.signature: r.started_at for r in store.results(run_id)} == first  # resumed, nothing redone
+
+
+def test_the_nightly_deployment_twice_compares_each_model_with_its_previous_night(deployed, tmp_path):
+    config = tmp_path / "nightly.yaml"
+    config.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\n")
+    expectations = tmp_path / "expectations.yaml"
+    expectations.write_text("default_depth: GOLDEN\nexpectations: []\n")
+    first = run_and_wait(deployed, "nightly/nightly", {"config_file": str(config),
+                                                       "expectations_file": str(expectations),
+                                                       "cluster": {"workers": 1}})
+    assert first["state"] == "COMPLETED", first
+    summary = api(deployed, ARTIFACTS, first["id"])["nightly-summary"]
+    first_night = _target_run_ids(summary)
+    assert len(first_night) == 1 and "### jax-mlp (" in summary
+    assert "Unexpected failures (0)" in summary and "Unexpected passes (0)" in summary
+    # between the nights: tanh is now expected to stop at TTIR, and mlp joins the models
+    expectations.write_text("default_depth: GOLDEN\nexpectations:\n"
+                            "  - {op_kind: stablehlo.tanh, depth: TTIR, reason: a test's expectation}\n")
+    second = run_and_wait(deployed, "nightly/nightly", {"config_file": str(config), "models": ["jax-mlp", "mlp"],
+                                                        "expectations_file": str(expectations),
+                                                        "cluster": {"workers": 1}})
+    assert second["state"] == "COMPLETED", second
+    summary = api(deployed, ARTIFACTS, second["id"])["nightly-summary"]
+    second_night = _target_run_ids(summary)
+    jax_mlp = summary.split("### jax-mlp")[1].split("###")[0]
+    assert f"against run `{first_night[0]}`" in jax_mlp  # its own previous night
+    assert "Regressions (0)" in jax_mlp and "New ops (0)" in jax_mlp and "Removed ops (0)" in jax_mlp
+    assert "Unexpected passes (1)" in jax_mlp and "| stablehlo.tanh |" in jax_mlp  # reached GOLDEN, expected TTIR
+    assert "### mlp (first comparable run of this model)" in summary  # no removed ops from models it lacked
+    store = Store(Path(deployed["OPBYOP_HOME"]) / "store")
+    for run_id in (first_night[0], second_night[0]):
+        run = store.run(run_id)
+        assert run.status == "completed" and {"export", "store", "report", "total"} <= set(run.phases)
+    assert "fan-out" in store.run(second_night[0]).phases  # mlp's ops were analysed (jax-mlp's reused)
+    assert sorted(m.summary.model for m in store.models(second_night[0])) == ["jax-mlp", "mlp"]
+
+
+def _target_run_ids(summary: str) -> list[str]:
+    return re.findall(r"^## .*: run `(\S+)`", summary, re.M)
+
+
+# -- the CLI, as a user runs it ------------------------------------------------------------------
+def _cli_env(tmp_path: Path, **extra: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
+    env.update({"PREFECT_HOME": str(tmp_path / "prefect"), "OPBYOP_HOME": str(tmp_path / "home"),
+                "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200", **extra})
+    return env
+
+
+def _victim() -> tuple[str, int]:
+    """A signature prefix of one of jax-mlp's ops (its op worker hangs on it: OPBYOP_FAULT_INJECT,
+    so the run cannot end by itself), and how many unique ops jax-mlp has."""
+    from opbyop.frontends.loader import load_model
+    from opbyop.ir.dedupe import dedupe
+    from opbyop.ir.split import split_module
+
+    ops = dedupe(split_module(load_model("jax-mlp").module_text, "jax-mlp").ops)
+    return next(op for op in ops if op.op_name == "stablehlo.tanh").signature[:16], len(ops)
+
+
+def _start_cli(env: dict, run_id: str, log: Path) -> subprocess.Popen:
+    """`opbyop analyze` in a session of its own, like a shell's foreground job."""
+    return subprocess.Popen([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--workers", "2",
+                             "--timeout", "900", "--run-id", run_id], env=env, cwd=log.parent,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for_results(env: dict, run_id: str, proc: subprocess.Popen, log: Path) -> None:
+    """Until the run's first batch is in the store (the other Dask worker goes on while one hangs)."""
+    store = Store(Path(env["OPBYOP_HOME"]) / "store")
+
+    def stored():
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            return len(store.results(run_id)) >= 1
+        except Exception:  # the run's files may not exist yet
+            return False
+    poll(f"results of {run_id} in the store", stored, timeout=600)
+
+
+def _descendants(proc: subprocess.Popen) -> list[psutil.Process]:
+    found = psutil.Process(proc.pid).children(recursive=True)
+    assert any("uvicorn" in " ".join(p.cmdline()) for p in found)  # its own Prefect server
+    assert any("flows.cluster" in " ".join(p.cmdline()) for p in found)  # its own Dask cluster
+    return found
+
+
+def _all_gone(processes: list[psutil.Process]) -> None:
+    def gone():
+        return not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    poll("every process the CLI started to be gone", gone, timeout=120)
+
+
+def test_ctrl_c_stores_what_was_done_prints_the_resume_command_and_leaves_nothing_behind(tmp_path):
+    victim, n_ops = _victim()
+    env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")
+    log = tmp_path / "interrupted.log"
+    proc = _start_cli(env, "cli-interrupted", log)
+    _wait_for_results(env, "cli-interrupted", proc, log)
+    children = _descendants(proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends to its foreground job
+    assert proc.wait(timeout=120) == 130
+    out = log.read_text()
+    command = re.search(r"resume it with: (.+)", out).group(1).strip()
+    assert command.startswith("opbyop analyze jax-mlp") and "--run-id cli-interrupted" in command
+    _all_gone(children)
+    store = Store(tmp_path / "home" / "store")
+    kept = {r.signature: r.started_at for r in store.results("cli-interrupted")}
+    assert store.run("cli-interrupted").status == "failed" and 1 <= len(kept) < n_ops
+    assert not any(s.startswith(victim) for s in kept)  # the op in flight was not recorded
+    # the printed command, without the fault, completes the run
+    env.pop("OPBYOP_FAULT_INJECT")
+    resumed = subprocess.run(command.split(), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "time: " in resumed.stdout and "fan-out" in resumed.stdout  # the phases, at the end of the run
+    results = {r.signature: r for r in store.results("cli-interrupted")}
+    assert len(results) == n_ops and all(results[s].started_at == t for s, t in kept.items())
+    assert store.run("cli-interrupted").status == "completed"
+
+
+def test_kill_9_of_the_cli_leaves_nothing_behind_and_its_run_is_marked_crashed_by_the_next(tmp_path):
+    victim, n_ops = _victim()
+    env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")
+    log = tmp_path / "killed.log"
+    proc = _start_cli(env, "cli-killed", log)
+    _wait_for_results(env, "cli-killed", proc, log)
+    children = _descendants(proc)
+    proc.kill()
+    proc.wait(timeout=60)
+    _all_gone(children)  # the server, the cluster, its workers and their op workers died with it
+    assert 1 <= len(Store(tmp_path / "home" / "store").results("cli-killed")) < n_ops  # the batches written are kept
+    env.pop("OPBYOP_FAULT_INJECT")
+    resumed = subprocess.run([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--workers", "1",
+                              "--run-id", "cli-killed"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                             timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "left Running by a killed process: marked Crashed" in resumed.stdout + resumed.stderr
+    assert len(Store(tmp_path / "home" / "store").results("cli-killed")) == n_ops

@@ -56,6 +56,8 @@ def test_analyze_fans_out_one_task_per_op_and_stores_every_result(harness, home)
     assert all(seconds >= 0 for seconds in summary.phases.values())
     assert summary.phases["total"] >= summary.phases["fan-out"] > 0
     assert store.run(summary.run_id).phases == summary.phases and store.run(summary.run_id).status == "completed"
+    html = (home / "reports" / f"{summary.run_id}.html").read_text()
+    assert 'id="phases-chart"' in html and '"fan-out":' in html  # the report shows them
     task_runs = _task_run_names(state.state_details.flow_run_id, at_least=len(results))
     assert sum(1 for name in task_runs if name.startswith(("dot_general-", "add-", "constant-"))) >= 10
     assert len([n for n in task_runs if not n.startswith(("split-", "stage-", "whole-", "publish-"))]) == len(results)
