@@ -131,6 +131,10 @@ def register(app: typer.Typer) -> None:
                 whole: bool = typer.Option(True, "--whole/--no-whole"),
                 timeout: float = typer.Option(120.0, "--timeout", callback=positive_seconds,
                                               help="seconds per op (above 0)"),
+                shrink: bool = typer.Option(False, "--shrink/--no-shrink", help="after the fan-out, search where each "
+                                            "failing op starts failing (by dimension and dtype; stored in `shrinks`)"),
+                shrink_seconds: float = typer.Option(60.0, "--shrink-seconds", callback=positive_seconds,
+                                                     help="time budget of each failing op's search (above 0)"),
                 manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
                                                         "their origin models here (JSON; always beside the report)"),
                 ) -> None:
@@ -154,6 +158,9 @@ def register(app: typer.Typer) -> None:
         launch = Launch(workers, address, chip, workspace.root / "logs")
         outcome: dict[str, object] = {}
         try:
+            from tasks.shrink import ShrinkOption
+
+            outcome["shrink"] = ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds)
             _start(launch, config, run_id, outcome)
             _watch(outcome["thread"], workspace.store, run_id)
         except KeyboardInterrupt:
@@ -185,7 +192,8 @@ def register(app: typer.Typer) -> None:
         def target() -> None:
             try:
                 with handing_off(handoff):
-                    outcome["state"] = analyze_flow(config=config, run_id=run_id, return_state=True)
+                    outcome["state"] = analyze_flow(config=config, run_id=run_id, shrink=outcome["shrink"],
+                                                    return_state=True)
             except BaseException as e:  # shown to the user, with the run id to resume
                 outcome["error"] = e
 
