@@ -54,7 +54,8 @@ def _fault_sql(status_sql: str) -> str:
 
 def _columns(table: str, scan: DatasetScan) -> str:
     """`*`, except that results of schema version 1 get today's status and fault (convert.legacy_status)."""
-    if table != "results" or scan.versions.get(table, set()) <= {SCHEMA_VERSION}:
+    versions = scan.versions.get(table, set())
+    if table != "results" or not versions & {1, None}:  # None: a file from before versions were written
         return "*"
     return (f"* REPLACE (({LEGACY_STATUS_SQL}) AS status, "
             f"coalesce(fault, {_fault_sql('(' + LEGACY_STATUS_SQL + ')')}) AS fault)")
