@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from opbyop.messages import normalize_message
+from opbyop.messages import message_pattern
 from storage.aggregate import run_query
 from storage.dataset import RUN_PART
 from storage.files import data_files, run_dir, write_parquet_atomic
@@ -331,7 +331,7 @@ def pandas_queries(root: Path, run_id: str, prev: str, n: int) -> dict[str, Call
     def top_failures():
         r = _pd(root, "results", [run_id], ["signature", "failed_stage", "status", "message"])
         r = r[~r.status.isin(["success", "skipped"])].copy()
-        r["pattern"] = r.message.map(normalize_message, na_action="ignore")
+        r["pattern"] = r.message.map(message_pattern, na_action="ignore")
         o = _pd(root, "ops", [run_id], ["signature"]).value_counts().rename("n").reset_index()
         j = r.merge(o, on="signature", how="left")
         return j.groupby(["failed_stage", "pattern"]).agg(unique=("signature", "size"), occ=("n", "sum")).nlargest(50, "occ")

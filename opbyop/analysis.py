@@ -156,7 +156,7 @@ class OpAnalyzer:
 
 @dataclass(frozen=True)
 class WholeModel:
-    """A whole model to compile and run stitched: its normalised module, and an npz of its argument
+    """A whole model to compile and run stitched: its rewritten module (ir.rewrite), and an npz of its argument
     values (arg0..) and of the framework's outputs (ref0.., none for a StableHLO file)."""
 
     name: str

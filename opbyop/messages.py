@@ -1,10 +1,11 @@
-"""Failure messages, normalised so that the same failure on different shapes groups together."""
+"""Failure messages as patterns: numbers, shapes, paths and addresses replaced, so that the same failure
+on different shapes groups together."""
 
 from __future__ import annotations
 
 import re
 
-# Public: storage/ builds its SQL normalisation from the same rules, so reports group alike.
+# Public: storage/ builds its SQL macro message_pattern from the same rules, so reports group alike.
 RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r'loc\([^)]*\)'), "loc(...)"),
     # absolute paths, or relative ones two directories deep (not "tiles/core"); RE2 has no
@@ -18,7 +19,7 @@ RULES: list[tuple[re.Pattern[str], str]] = [
 ]
 
 
-def normalize_message(message: str | None) -> str:
+def message_pattern(message: str | None) -> str:
     """`failed to legalize 'stablehlo.cholesky' at /x/y.mlir:3 for 4x4xf32` -> stable group text."""
     if not message:
         return ""

@@ -5,7 +5,7 @@ left out) rather than a glob: one corrupt file must not break every query. A cat
 therefore a snapshot of the file list: the nightly flow rebuilds it after each run.
 Tables: runs, ops, results, models (+ the Hive column `date`); helpers: stages (stage, rank),
 statuses (status, fault, verdict: whether pass rates count it),
-occurrences (ops joined with their result), and the macro normalize_message(m).
+occurrences (ops joined with their result), and the macro message_pattern(m).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from opbyop.atomic import atomic_path
 from opbyop.records import Stage, Status
 from storage.convert import LEGACY_STATUS_SQL
 from storage.dataset import DatasetScan, Store
-from storage.normalize import macro_sql
+from storage.message_pattern import macro_sql
 from storage.schema import SCHEMA_VERSION, TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")

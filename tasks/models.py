@@ -12,7 +12,7 @@ from prefect.cache_policies import NONE
 
 from opbyop.config import Zoo
 from opbyop.frontends.graph import ModelGraph
-from opbyop.ir.normalize import normalized_text
+from opbyop.ir.rewrite import rewritten_text
 from opbyop.ir.split import SplitResult
 from opbyop.pipeline import prepare_model
 from opbyop.worker.process import write_values
@@ -47,6 +47,6 @@ def split_model(spec: str, zoo: Zoo, seed: int, ready: Future | None = None) -> 
 
 @task(name="stage-whole-model", task_run_name="stage-{graph.name}", cache_policy=NONE, persist_result=False)
 def stage_whole_model(graph: ModelGraph, scratch: Path) -> tuple[str, str]:
-    """(normalised module text, path of the npz with its arguments and reference outputs)."""
+    """(rewritten module text, path of the npz with its arguments and reference outputs)."""
     values = write_values(graph, scratch / f"{graph.name}-values.npz")
-    return normalized_text(graph.module_text, graph.name), str(values)
+    return rewritten_text(graph.module_text, graph.name), str(values)

@@ -5,7 +5,6 @@ own tests state for the hardware."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 import torch.nn.functional as F
 

@@ -58,9 +58,9 @@ def plugin_dumps(desc_path: Path, modules: dict[str, str], root: Path) -> dict[s
 def exports(p150, tmp_path_factory):
     """The plugin's export folders for mlp, jax-mlp, and jax-mlp compiled a second time."""
     from opbyop.frontends.loader import load_model
-    from opbyop.ir.normalize import normalized_text
+    from opbyop.ir.rewrite import rewritten_text
 
-    texts = {name: normalized_text(load_model(name).module_text, name) for name in ("mlp", "jax-mlp")}
+    texts = {name: rewritten_text(load_model(name).module_text, name) for name in ("mlp", "jax-mlp")}
     texts["jax-mlp-again"] = texts["jax-mlp"]
     return plugin_dumps(p150.path, texts, tmp_path_factory.mktemp("exports"))
 

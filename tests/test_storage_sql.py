@@ -12,7 +12,7 @@ from opbyop.records import Status
 from storage import samples
 from storage.catalog import build_catalog
 from storage.dataset import Store
-from storage.normalize import macro_sql, normalize_message
+from storage.message_pattern import macro_sql, message_pattern
 from storage.readonly import StoreConnection, check_read_only, run_sql
 
 
@@ -81,8 +81,8 @@ def test_catalog_file_opens_in_a_fresh_duckdb(history_store: Store, tmp_path: Pa
     try:
         assert con.execute("SELECT count(*) FROM results").fetchone() == (18,)
         assert con.execute("SELECT count(*) FROM occurrences WHERE split_error IS NOT NULL").fetchone() == (3,)
-        assert con.execute("SELECT normalize_message('at 0x1f for 4x32xf32')").fetchone() == (
-            normalize_message("at 0x1f for 4x32xf32"),)
+        assert con.execute("SELECT message_pattern('at 0x1f for 4x32xf32')").fetchone() == (
+            message_pattern("at 0x1f for 4x32xf32"),)
     finally:
         con.close()
     assert not list(path.parent.glob(".*"))
@@ -93,10 +93,10 @@ def test_catalog_file_opens_in_a_fresh_duckdb(history_store: Store, tmp_path: Pa
     'loc("/home/me/model.py":12:3): error: \'ttnn.conv2d\' op 1x3x224x224xbf16 vs 4x32 %arg0 1.5e-3',
     "  line one 12\nline two 13", "", None,
 ])
-def test_sql_normalisation_matches_python(message: str | None) -> None:
+def test_sql_message_pattern_matches_python(message: str | None) -> None:
     con = duckdb.connect()
     con.execute(macro_sql())
-    assert con.execute("SELECT normalize_message($m::VARCHAR)", {"m": message}).fetchone()[0] == normalize_message(message)
+    assert con.execute("SELECT message_pattern($m::VARCHAR)", {"m": message}).fetchone()[0] == message_pattern(message)
 
 
 def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -> None:

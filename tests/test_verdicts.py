@@ -10,7 +10,7 @@ from core_fixtures import DATA
 from opbyop.golden import upstream
 from opbyop.golden.compare import Thresholds, compare
 from opbyop.ir.dense import parse_dense
-from opbyop.ir.normalize import normalized_text
+from opbyop.ir.rewrite import rewritten_text
 from opbyop.ir.split import split_module
 from opbyop.pipeline import prepare
 from opbyop.records import Fault, OperandKind, Stage, Status
@@ -158,7 +158,7 @@ def test_test_harness_checks_are_skipped_and_leave_the_whole_model(workspace, wo
     result = worker.analyze(check, settings)
     assert result.status is Status.SKIPPED and "test-harness check @check.expect_close" in result.message
     assert result.status.fault is Fault.NONE and not result.status.is_verdict
-    whole = normalized_text((DATA / "testdata_abs_bf16.mlir").read_text())
+    whole = rewritten_text((DATA / "testdata_abs_bf16.mlir").read_text())
     assert "check.expect_close" not in whole and "-> tensor<20x20xbf16>" in whole  # returns what it checked
 
 

@@ -21,7 +21,7 @@ from opbyop.cli.app import (STATUS_STYLE, MathFidelity, Policy, app, console, cu
                             input_specs, positive_seconds, print_error, status_text, styled)
 from opbyop.config import DeviceOptions
 from opbyop.errors import OpbyopError
-from opbyop.messages import normalize_message
+from opbyop.messages import message_pattern
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
 __all__ = ["STATUS_STYLE"]  # every Status, styled: opbyop.cli.app
@@ -146,9 +146,9 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
     groups: dict[str, list[OpResult]] = defaultdict(list)
     for r in results.values():
         if r.status not in (Status.SUCCESS, Status.SKIPPED):
-            groups[f"{r.failed_stage.value if r.failed_stage else '?'}: {normalize_message(r.message)}"].append(r)
+            groups[f"{r.failed_stage.value if r.failed_stage else '?'}: {message_pattern(r.message)}"].append(r)
     if groups:
-        failures = Table("failed at: message (normalised)", "unique ops", "op kinds", title="failures")
+        failures = Table("failed at: message pattern", "unique ops", "op kinds", title="failures")
         for key, rs in sorted(groups.items(), key=lambda kv: -len(kv[1])):
             failures.add_row(cut(key, 120, full), str(len(rs)), cut(", ".join(sorted({r.op_name for r in rs})), 60, full))
         console.print(failures)

@@ -88,7 +88,7 @@ class Program:
         return [op.name for f in self.functions.values() for op in f.ops]
 
 
-def normalise(text: str) -> str:
+def generic_form(text: str) -> str:
     lines = []
     for line in text.splitlines():
         stripped = line.strip()
@@ -194,7 +194,7 @@ def load_program(text: str, ctx: ir.Context | None = None) -> Program:
     """Parse a ttnn_runtime dump; the entry is the function marked forward_device (or @main)."""
     ctx = ctx or make_context(allow_unregistered=True)
     try:
-        module = ir.Module.parse(normalise(text), ctx)
+        module = ir.Module.parse(generic_form(text), ctx)
     except ir.MLIRError as e:
         raise ProgramError(f"cannot read the TTNN program: {e}", "pass an unmodified ttnn_runtime dump") from None
     functions: dict[str, Function] = {}

@@ -233,12 +233,12 @@ def _attach_values(graph: ModelGraph, seed: int, where: str) -> None:
 
     from opbyop.golden.inputs import make_inputs
     from opbyop.ir.context import make_context
-    from opbyop.ir.normalize import normalized_text
+    from opbyop.ir.rewrite import rewritten_text
     from opbyop.ir.parse import parse_module
     from opbyop.ir.split import tensor_desc
 
     try:
-        text = normalized_text(graph.module_text, where)
+        text = rewritten_text(graph.module_text, where)
         with make_context() as ctx:
             module = parse_module(text, ctx, where)
             main = next((op for op in module.body.operations if op.operation.name == "func.func"

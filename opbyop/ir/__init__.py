@@ -1,1 +1,1 @@
-"""StableHLO modules: parse, normalise, split into single-op modules, sign, dedupe."""
+"""StableHLO modules: parse, rewrite, split into single-op modules, sign, dedupe."""

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from opbyop.ir.attributes import op_attributes, safe_attributes
 from opbyop.ir.context import make_context
-from opbyop.ir.normalize import (
+from opbyop.ir.rewrite import (
     body_ops,
     check_static_shapes,
     inline_calls,
@@ -75,7 +75,7 @@ def signature_of(canonical: str) -> str:
 
 
 def split_module(source: str | bytes, model: str, ctx: ir.Context | None = None) -> SplitResult:
-    """Parse, normalise and split one model's module. Raises ModuleError for unusable modules."""
+    """Parse, rewrite and split one model's module. Raises ModuleError for unusable modules."""
     ctx = ctx or make_context()
     with ctx, ir.Location.unknown(ctx):
         module = parse_module(source, ctx, model)

@@ -18,7 +18,7 @@ from typing import Callable
 from jaxlib.mlir import ir
 
 from opbyop.ir.context import make_context
-from opbyop.ir.normalize import body_ops, main_func
+from opbyop.ir.rewrite import body_ops, main_func
 from opbyop.ir.parse import parse_module
 
 # Element types the Tenstorrent chips hold (facts/tt-device.md: f32, f16, bf16 ... u32, u16, u8, si32),

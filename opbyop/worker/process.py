@@ -22,7 +22,7 @@ from opbyop.atomic import atomic_path
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
-from opbyop.ir.normalize import normalized_text
+from opbyop.ir.rewrite import rewritten_text
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
                                     WholeRequest)
@@ -156,14 +156,14 @@ class OpWorker:
         """The whole model compiled at once and run stitched (weights pushed once)."""
         values = write_values(graph, self.workspace / "scratch" / f"values-{uuid.uuid4().hex[:12]}.npz")
         try:
-            return self.analyze_whole_from(graph.name, normalized_text(graph.module_text, graph.name), str(values),
+            return self.analyze_whole_from(graph.name, rewritten_text(graph.module_text, graph.name), str(values),
                                            parameter_indices(graph), settings, timeout, iterations)
         finally:
             values.unlink(missing_ok=True)
 
     def analyze_whole_from(self, model: str, module_text: str, values_path: str, parameters: list[int],
                            settings: AnalysisSettings, timeout: float = 600.0, iterations: int = 2) -> WholeModelResult:
-        """Like analyze_whole, from a normalised module and an npz of arguments (arg*) and references (ref*)."""
+        """Like analyze_whole, from a rewritten module (ir.rewrite) and an npz of arguments (arg*) and references (ref*)."""
         request = WholeRequest(id=f"whole-{uuid.uuid4().hex[:12]}", model=model, module_text=module_text,
                                values_path=values_path, parameters=parameters, iterations=iterations, settings=settings)
         answer = self._exchange(request, timeout)

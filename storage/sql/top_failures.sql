@@ -1,9 +1,9 @@
--- The most common failure messages of $run_id, grouped after normalising numbers, shapes, hex
--- addresses, SSA names and paths (normalize_message), weighted by occurrences; `fault` says whose
+-- The most common failure messages of $run_id, grouped by pattern (numbers, shapes, hex
+-- addresses, SSA names and paths replaced: message_pattern), weighted by occurrences; `fault` says whose
 -- (compiler, device, opbyop, infra).
 WITH r AS (
     SELECT r.signature, r.op_name, r.failed_stage, r.message, st.fault,
-           coalesce(nullif(normalize_message(message), ''), '(no message)') AS pattern
+           coalesce(nullif(message_pattern(message), ''), '(no message)') AS pattern
     FROM results r JOIN statuses st ON st.status = r.status
     WHERE r.run_id = $run_id AND r.status NOT IN ('success', 'skipped')
 ), occ AS (

@@ -1,9 +1,10 @@
-"""Bring a module into the one shape the splitter, the compiler and XLA all accept.
+"""Rewrite a module into the one shape the splitter, the compiler and XLA all accept.
 
 - arith.constant -> stablehlo.constant: torch-mlir emits a few; the TT plugin refuses mixed dialects
   and the StableHLO interpreter aborts on them (facts/stack.md, trap 2).
 - func.call into private functions is inlined, so that no op hides behind a call.
 - @main must exist and every shape must be static.
+- test-harness checks (check.*) are replaced by the values they check, for the whole-model view.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def _unused(value: ir.Value) -> bool:
     return next(iter(value.uses), None) is None
 
 
-def normalized_text(source: str | bytes, name: str = "<module>") -> str:
+def rewritten_text(source: str | bytes, name: str = "<module>") -> str:
     """The whole module as the compiler should see it: constants rewritten, calls inlined, test-harness
     checks replaced by the values they check."""
     from opbyop.ir.context import make_context
