@@ -9,7 +9,6 @@ functions run once per set of inputs and are cached on the device, as the runtim
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,10 +18,8 @@ from opbyop.device.kernels.base import NotSimulated
 from opbyop.device.memory import OutOfMemory
 from opbyop.device.placement import PlacementError, Policy, nlp_targets, place
 from opbyop.device.program import Function, Op, Program, TensorType
+from opbyop.device.tensor import ConstEval, Device, DeviceTensor, host_layout
 from opbyop.records import DeviceRun, OpPlacement
-
-if TYPE_CHECKING:
-    from opbyop.device.runtime import Device, DeviceTensor
 
 # Ops the executor handles itself (no numerical kernel): memory, const-eval, control flow.
 CONTROL_OPS = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached", "ttcore.while_loop", "ttcore.case"}
@@ -98,8 +95,6 @@ class Executor:
     def _own_output(self, tensor: DeviceTensor, owned: set[int]) -> DeviceTensor:
         """The tensor itself if only this call holds it (its reference passes to the caller);
         else a copy: an argument or a cached constant returned as is stays with its holders."""
-        from opbyop.device.runtime import DeviceTensor
-
         if id(tensor) in owned and tensor.refs == 1:
             owned.discard(id(tensor))
             return tensor
@@ -159,8 +154,6 @@ class Executor:
         self.stats.peak_l1 = max(self.stats.peak_l1, resident + buffers)
 
     def _materialise(self, value: np.ndarray, t: TensorType | None, name: str) -> DeviceTensor:
-        from opbyop.device.runtime import DeviceTensor, host_layout
-
         if t is None:
             raise NotSimulated(f"{name}: result without a tensor type")
         layout = t.layout or host_layout(t.dtype)
@@ -231,22 +224,11 @@ class Executor:
 
     def _fresh(self, tensor: DeviceTensor, held: list[DeviceTensor]) -> DeviceTensor:
         """`tensor` itself when this op holds it (produced by a branch or body), else a copy."""
-        from opbyop.device.runtime import DeviceTensor
-
         if any(tensor is h for h in held):
             return tensor
         buffer = self.device.memory.allocate(tensor.layout, tensor.shape, f"copy of {tensor.name}")
         return DeviceTensor(values=tensor.values.copy(), dtype=tensor.dtype, layout=tensor.layout,
                             device=self.device, buffer=buffer, name=tensor.name)
-
-
-@dataclass
-class ConstEval:
-    """A cached const-eval result and what it was computed from."""
-
-    program: Program
-    args: list
-    results: list
 
 
 def _short(location: str) -> str:
