@@ -10,6 +10,9 @@
 the program does not use out to DRAM, and runs on the device's command queue (one thread), so
 the caller gets device tensors back at once and can enqueue the next program, e.g. a second
 model fed by the first one's outputs without a host round trip.
+
+Every host <-> device copy (to_device, to_host) and every L1 eviction is counted on
+`device.transfers` (opbyop.device.transfers): what a stitched run saves is measured, not assumed.
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, na
         buffer = device.memory.allocate(layout, values.shape, name)
     except OutOfMemory as e:
         raise SimulationError(str(e)) from None
+    if layout.on_device:
+        device.transfers.count("to_device", name, layout.nbytes(values.shape), host)
     return device.track(DeviceTensor(values=values, dtype=layout.dtype, layout=layout, device=device,
                                      buffer=buffer, name=name))
 
@@ -144,7 +149,10 @@ def to_host(tensor: DeviceTensor, untilize: bool = True) -> np.ndarray:
     wait(tensor)
     if tensor.deallocated:
         raise SimulationError(f"to_host of {tensor.name}: its device buffer was deallocated")
-    return np.array(tensor.values, copy=True)
+    host = np.array(tensor.values, copy=True)
+    if tensor.device is not None and tensor.layout.on_device:
+        tensor.device.transfers.count("to_host", tensor.name, tensor.layout.nbytes(tensor.shape), host)
+    return host
 
 
 def get_layout(binary: Binary, program_index: int, input_index: int) -> Layout:
@@ -238,6 +246,7 @@ def _evict_l1(device: Device, keep: set[int]) -> None:
         buffer = device.memory.allocate(layout, t.shape, f"{t.name} (evicted from L1)")
         device.memory.free(t.buffer)
         t.buffer, t.layout = buffer, layout
+        device.transfers.evicted(buffer.nbytes if buffer is not None else 0)
 
 
 def run_of(tensor: DeviceTensor) -> DeviceRun:

@@ -15,6 +15,7 @@ import numpy as np
 from opbyop.device.executor import SimulationError
 from opbyop.device.runtime import (Binary, Device, deallocate, get_layout, input_shape, run_of, submit, to_device,
                                    to_host)
+from opbyop.device.transfers import TransferTotals
 from opbyop.records import DeviceRun
 
 
@@ -26,6 +27,8 @@ class StitchedRun:
     iterations: int
     weight_bytes_pushed: int
     seconds: float
+    weight_transfers: TransferTotals  # the one push of the weights
+    iteration_transfers: list[TransferTotals]  # each iteration's inputs in (and, last, outputs out)
 
 
 def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
@@ -35,14 +38,18 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     expected = len(binary.function(0).arguments)
     if expected != len(values):
         raise SimulationError(f"the compiled program takes {expected} arguments, the model has {len(values)}")
+    before = device.transfers.totals
     resident = {i: to_device(values[i], device, get_layout(binary, 0, i), name=f"weight {i}",
                              shape=input_shape(binary, 0, i)) for i in parameters}
     pushed = sum(t.buffer.nbytes for t in resident.values() if t.buffer is not None)
+    weight_transfers = device.transfers.totals - before
+    iteration_transfers: list[TransferTotals] = []
     runs: list[DeviceRun] = []
     outputs: list = []
     inputs: dict = {}
     try:
         for _ in range(max(1, iterations)):
+            before = device.transfers.totals
             for t in outputs:
                 deallocate(t)
             inputs = {i: to_device(v, device, get_layout(binary, 0, i), name=f"input {i}", shape=input_shape(binary, 0, i))
@@ -52,10 +59,14 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
             for t in inputs.values():
                 deallocate(t)
             inputs = {}
+            iteration_transfers.append(device.transfers.totals - before)
+        before = device.transfers.totals
         host = [to_host(t) for t in outputs]
+        iteration_transfers[-1] = iteration_transfers[-1] + (device.transfers.totals - before)
     finally:  # also after a failed program: release, never wait on it again
         for t in [*outputs, *inputs.values(), *resident.values()]:
             if t.buffer is not None and not t.deallocated:
                 device.release(t)
     return StitchedRun(outputs=host, first=runs[0], steady=runs[-1], iterations=len(runs),
-                       weight_bytes_pushed=pushed, seconds=time.perf_counter() - started)
+                       weight_bytes_pushed=pushed, seconds=time.perf_counter() - started,
+                       weight_transfers=weight_transfers, iteration_transfers=iteration_transfers)

@@ -16,6 +16,7 @@ from opbyop.device.arch import DeviceSpec
 from opbyop.device.layout import Layout
 from opbyop.device.memory import Buffer, DeviceMemory
 from opbyop.device.program import Program
+from opbyop.device.transfers import TransferCounter
 from opbyop.records import DeviceRun
 
 
@@ -55,6 +56,7 @@ class Device:
         self.const_cache: dict[tuple, ConstEval] = {}
         self.live: dict[int, DeviceTensor] = {}
         self.runs: list[DeviceRun] = []  # one record per executed program, in order
+        self.transfers = TransferCounter()  # host <-> device traffic, counted by the runtime API
         self._queue = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device{self.id}")
         self.closed = False
 
