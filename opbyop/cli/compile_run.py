@@ -59,7 +59,36 @@ def _drop_scratch(workspace_root: Path, name: str) -> None:
     shutil.rmtree(workspace_root / "scratch" / f"tmp-{name}-{os.getpid()}", ignore_errors=True)
 
 
-def _settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
+def stored_op(op: str, chip: str):
+    """(workspace, the stored op, the chip's descriptor) for a command on one stored op; fails with the fix."""
+    from opbyop.compiler.system_desc import resolve
+    from opbyop.workspace import Workspace
+
+    workspace = Workspace.default()
+    try:
+        return workspace, workspace.ops.get(op), resolve(chip)
+    except (KeyError, ValueError) as e:
+        fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
+    except OpbyopError as e:
+        fail(e)
+
+
+@contextmanager
+def cli_worker(workspace, desc, kind: str) -> Iterator:
+    """One warm OpWorker of this command (its own name and scratch); failures to start fail the command."""
+    from opbyop.worker.process import OpWorker
+
+    name = worker_name(kind)
+    try:
+        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
+            yield worker
+    except OpbyopError as e:
+        fail(e)
+    finally:
+        _drop_scratch(workspace.root, name)
+
+
+def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
               seed: int, device: DeviceOptions | None = None):
     from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
 
@@ -175,7 +204,7 @@ def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_
                     run_device: bool, full: bool, manifest: Path | None = None,
                     device: DeviceOptions | None = None) -> None:
     try:
-        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
+        settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
         prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs)
     except OpbyopError as e:
         fail(e)
@@ -227,27 +256,10 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
           fp32_dest_acc: Optional[bool] = Fp32Acc, run_device: bool = typer.Option(True, "--run/--compile-only"),
           timeout: float = Timeout) -> None:
     """Re-compile (and re-run) one stored op: its stages, message and artifact paths."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.worker.process import OpWorker
-    from opbyop.workspace import Workspace
-
-    workspace = Workspace.default()
-    try:
-        unique = workspace.ops.get(op)
-        desc = resolve(chip)
-        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
-    except (KeyError, ValueError) as e:
-        fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
-    except OpbyopError as e:
-        fail(e)
-    name = worker_name("repro")
-    try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
-            result = worker.analyze(unique, settings, timeout)
-    except OpbyopError as e:
-        fail(e)
-    finally:
-        _drop_scratch(workspace.root, name)
+    workspace, unique, desc = stored_op(op, chip)
+    settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
+    with cli_worker(workspace, desc, "repro") as worker:
+        result = worker.analyze(unique, settings, timeout)
     console.print(styled((unique.op_name, "bold"), " ", unique.signature))
     console.print("from: " + ", ".join(f"{o.model}:{o.position}" for o in unique.occurrences[:10]))
     if unique.provenance.framework_op or unique.provenance.source:

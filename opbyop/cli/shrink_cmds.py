@@ -14,10 +14,9 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from opbyop.cli.app import MathFidelity, app, console, fail, positive_seconds, styled
-from opbyop.cli.compile_run import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, _drop_scratch, _settings,
-                                    worker_errors, worker_name)
-from opbyop.errors import OpbyopError
+from opbyop.cli.app import MathFidelity, app, console, positive_seconds, styled
+from opbyop.cli.compile_run import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
+                                    stored_op)
 from opbyop.shrink.result import Outcome, ShrinkResult
 from opbyop.shrink.saved import save_shrink
 
@@ -35,30 +34,14 @@ def shrink(op: str = typer.Argument(..., help="signature prefix, or model:positi
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax()  # variants are parsed and verified here; compiling happens in the worker
-    from opbyop.compiler.system_desc import resolve
     from opbyop.shrink.search import Shrinker
-    from opbyop.worker.process import OpWorker
-    from opbyop.workspace import Workspace
 
-    workspace = Workspace.default()
-    try:
-        unique = workspace.ops.get(op)
-        desc = resolve(chip)
-        settings = _settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
-    except (KeyError, ValueError) as e:
-        fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
-    except OpbyopError as e:
-        fail(e)
-    name = worker_name("shrink")
-    try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
-            shrinker = Shrinker(lambda variant: worker.analyze(variant, settings, timeout), workspace.artifacts,
-                                workspace.ops.put, budget_s=seconds)
-            result = shrinker.shrink(unique)
-    except OpbyopError as e:
-        fail(e)
-    finally:
-        _drop_scratch(workspace.root, name)
+    workspace, unique, desc = stored_op(op, chip)
+    settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
+    with cli_worker(workspace, desc, "shrink") as worker:
+        shrinker = Shrinker(lambda variant: worker.analyze(variant, settings, timeout), workspace.artifacts,
+                            workspace.ops.put, budget_s=seconds)
+        result = shrinker.shrink(unique)
     saved = save_shrink(workspace.root, result)
     render(result)
     console.print(f"saved: {saved}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -128,18 +129,36 @@ def _conv_transpose2d(call: Call) -> list:
     return [(out if bias is None else out + bias).reshape(call.out_shape)]
 
 
+@dataclass(frozen=True)
+class _PoolWindow:
+    """A ttnn pooling op's image and window, read from its attributes."""
+
+    n: int
+    h: int
+    w: int
+    c: int
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    padding: tuple[int, int, int, int]  # top, bottom, left, right
+
+    @classmethod
+    def of(cls, call: Call) -> _PoolWindow:
+        kh, kw = (int(k) for k in call.attr("kernel_size"))
+        if call.attr("ceil_mode", False):
+            raise NotSimulated(f"{call.op.name} with ceil_mode")
+        return cls(int(call.attr("batch_size")), int(call.attr("input_height")), int(call.attr("input_width")),
+                   int(call.attr("channels")), (kh, kw), tuple(_pairs(call.attr("stride", [kh, kw]), 2)),
+                   tuple(_pairs(call.attr("dilation", [1, 1]), 2)), tuple(_four(call.attr("padding", [0, 0]))))
+
+
 def _pool(reduce: str) -> Callable[[Call], list]:
     def kernel(call: Call) -> list:
         x = np.asarray(call.tensors[0], dtype=np.float32)
-        n, h, w = int(call.attr("batch_size")), int(call.attr("input_height")), int(call.attr("input_width"))
-        c = int(call.attr("channels"))
-        kh, kw = (int(k) for k in call.attr("kernel_size"))
-        sh, sw = _pairs(call.attr("stride", [kh, kw]), 2)
-        dh, dw = _pairs(call.attr("dilation", [1, 1]), 2)
-        padding = [int(p) for p in call.attr("padding", [0, 0])]
-        top, bottom, left, right = padding if len(padding) == 4 else [padding[0]] * 2 + [padding[1]] * 2
-        if call.attr("ceil_mode", False):
-            raise NotSimulated(f"{call.op.name} with ceil_mode")
+        p = _PoolWindow.of(call)
+        n, h, w, c = p.n, p.h, p.w, p.c
+        (kh, kw), (sh, sw), (dh, dw) = p.kernel, p.stride, p.dilation
+        top, bottom, left, right = p.padding
         fill = -np.inf if reduce == "max" else 0.0
         image = np.pad(x.reshape(n, h, w, c), ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
         windows, oh, ow = _windows(image, kh, kw, sh, sw, dh, dw)
@@ -152,14 +171,10 @@ def _max_pool_with_indices(call: Call) -> list:
     """ttnn.max_pool2d_with_indices: the maximum of each window and its index h*W + w in the input
     image (the first maximum in row-major window order on ties, as torch's max_pool2d)."""
     x = np.asarray(call.tensors[0], dtype=np.float32)
-    n, h, w = int(call.attr("batch_size")), int(call.attr("input_height")), int(call.attr("input_width"))
-    c = int(call.attr("channels"))
-    kh, kw = (int(k) for k in call.attr("kernel_size"))
-    sh, sw = _pairs(call.attr("stride", [kh, kw]), 2)
-    dh, dw = _pairs(call.attr("dilation", [1, 1]), 2)
-    top, bottom, left, right = _four(call.attr("padding", [0, 0]))
-    if call.attr("ceil_mode", False):
-        raise NotSimulated(f"{call.op.name} with ceil_mode")
+    p = _PoolWindow.of(call)
+    n, h, w, c = p.n, p.h, p.w, p.c
+    (kh, kw), (sh, sw), (dh, dw) = p.kernel, p.stride, p.dilation
+    top, bottom, left, right = p.padding
     image = np.pad(x.reshape(n, h, w, c), ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=-np.inf)
     flat = np.pad(np.arange(h * w, dtype=np.int64).reshape(1, h, w, 1), ((0, 0), (top, bottom), (left, right), (0, 0)),
                   constant_values=-1)
