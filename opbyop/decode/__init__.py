@@ -1,0 +1,7 @@
+"""LLM decode on the simulated device: prefill and decode-step programs, the key/value cache kept
+on the device between submits (runtime stitching), beside the same loop with a host round trip."""
+
+from opbyop.decode.figures import DecodeReport, DecodeRun, Mode, StepFigures
+from opbyop.decode.session import DecodeSettings, decode_model
+
+__all__ = ["DecodeReport", "DecodeRun", "DecodeSettings", "Mode", "StepFigures", "decode_model"]
