@@ -243,8 +243,20 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         full: bool = Full, manifest: Optional[Path] = ManifestOption,
         harvest_mask: int = typer.Option(0, "--harvest-mask", min=0,
                                          help="harvested Tensix rows, a bit per row (rows 1 and 11: 2050)"),
-        policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen")) -> None:
+        policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
+        decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
+                                             "the key/value cache on the device (opbyop decode MODEL --steps N)")) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
+    if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
+        from opbyop.cli.decode_cmds import run_decode_command
+
+        if input or manifest or harvest_mask:
+            fail(OpbyopError("--decode takes none of --input, --manifest, --harvest-mask",
+                             "drop them, or run without --decode for the op-by-op view"))
+        run_decode_command(models, decode, chip=chip, seed=seed, optimization_level=optimization_level,
+                           math_fidelity=math_fidelity, fp32_dest_acc=fp32_dest_acc, policy=policy,
+                           timeout=max(timeout, 600.0))
+        return
     device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value)
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
                     run_device=True, full=full, manifest=manifest, device=device)

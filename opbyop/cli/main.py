@@ -31,6 +31,7 @@ def _register_plugins() -> None:
 def build_app() -> typer.Typer:
     """The app with every command: opbyop's own and the plugins' (once per process)."""
     from opbyop.cli import compile_run, coverage_cmds, device_cmds, shrink_cmds, split_cmds  # noqa: F401  (they register their commands)
+    from opbyop.cli import decode_cmds  # noqa: F401  (opbyop decode)
 
     _register_plugins()
     return app

@@ -8,6 +8,7 @@ through the runtime API.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -57,14 +58,26 @@ def prompt_for(lm: CausalLM, settings: DecodeSettings) -> np.ndarray:
     return np.random.default_rng(settings.seed).integers(0, lm.vocab, size=(1, settings.prompt_length), dtype=np.int64)
 
 
-def decode_model(spec: str, settings: DecodeSettings, compile_program: CompileFn, artifacts: ArtifactStore,
-                 chip: str) -> DecodeReport:
-    """Export, compile (through `compile_program`), then run the decode stitched and with the host round
-    trip. Bad input raises OpbyopError before anything is compiled; a program that fails to compile or
-    run is reported (status, message), never raised."""
+@dataclass
+class DecodePlan:
+    """A model checked for decoding: the causal LM, its cache length and prompt."""
+
+    lm: CausalLM
+    settings: DecodeSettings
+    cache_length: int
+    prompt: np.ndarray
+
+
+def plan_decode(spec: str, settings: DecodeSettings) -> DecodePlan:
+    """The model and what its decode needs; OpbyopError for bad input, before anything is exported."""
     lm = load_causal_lm(spec, settings.seed)
-    length = cache_length(lm, settings)
-    prompt = prompt_for(lm, settings)
+    return DecodePlan(lm, settings, cache_length(lm, settings), prompt_for(lm, settings))
+
+
+def decode_model(plan: DecodePlan, compile_program: CompileFn, artifacts: ArtifactStore, chip: str) -> DecodeReport:
+    """Export, compile (through `compile_program`), then run the decode stitched and with the host round
+    trip. A program that fails to compile or run is reported (status, message), never raised."""
+    lm, settings, length, prompt = plan.lm, plan.settings, plan.cache_length, plan.prompt
     started = time.perf_counter()
     graphs = export_programs(lm, prompt, length)
     export_seconds = time.perf_counter() - started
