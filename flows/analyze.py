@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -270,19 +271,35 @@ def _on_cluster(out: FanOut, config: AnalysisConfig, desc: SystemDesc, settings:
 
 
 def _warm_up(client: Client, plugin: on_dask.OpWorkerPlugin, desc: SystemDesc) -> str | None:
-    """Start every Dask worker's op worker before timing ops; the error that stops the run when
-    none can start (a worker that cannot while others can only loses the ops it is given)."""
+    """Start every Dask worker's op worker (the plugin's start-up is serialised per machine: 3-4 s
+    each). The fan-out begins as soon as one is ready; the others join as they become ready. The
+    error that stops the run when none can start (a worker that cannot while others can only loses
+    the ops it is given)."""
     client.register_plugin(plugin)
-    outcomes = client.run(on_dask.warm_up, plugin.name, desc.chip, on_error="return")
-    failures = {w: r for w, r in outcomes.items() if isinstance(r, BaseException)}
-    if not outcomes:
+    workers = list(client.scheduler_info()["workers"])
+    if not workers:
         return (f"the Dask cluster at {client.scheduler.address} has no workers; fix: start some "
                 f"(dask worker {client.scheduler.address}), or leave the address empty for a local cluster")
-    if len(failures) < len(outcomes):
-        return None
-    first = next(iter(failures.values()))
+    outcomes: queue.Queue[BaseException | None] = queue.Queue()
+
+    def warm(worker: str) -> None:
+        try:
+            client.run(on_dask.warm_up, plugin.name, desc.chip, workers=[worker])
+            outcomes.put(None)
+        except BaseException as e:  # noqa: BLE001  (reported below when every worker fails)
+            outcomes.put(e)
+
+    for worker in workers:
+        threading.Thread(target=warm, args=(worker,), name=f"warm-up-{worker}", daemon=True).start()
+    failures = []
+    for _ in workers:
+        error = outcomes.get()
+        if error is None:
+            return None
+        failures.append(error)
+    first = failures[0]
     kind = "descriptor or compiler" if isinstance(first, WorkerStartError) else "cluster"
-    return (f"no op worker could start on any of the {len(outcomes)} Dask workers with the {desc.chip} system "
+    return (f"no op worker could start on any of the {len(workers)} Dask workers with the {desc.chip} system "
             f"descriptor {desc.path} (a {kind} problem, nothing analysed): {type(first).__name__}: {first}; "
             f"fix: check the descriptor with `opbyop system-desc {desc.path}`, or choose another --chip")
 

@@ -94,14 +94,12 @@ class Launch:
         return self._waits["cluster"][1]["value"] if "cluster" in self._waits else None  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Flush what Prefect still has to send, then stop the cluster and the server side by side."""
+        """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
         if "prefect" in sys.modules and self.api.started_here:
             _drain_prefect()
-        stops = [threading.Thread(target=c.close) for c in (self.cluster, self.api) if c is not None]
-        for thread in stops:
-            thread.start()
-        for thread in stops:
-            thread.join()
+        for child in (self.cluster, self.api):
+            if child is not None:
+                child.close(wait=False)  # their supervisors finish the job, after this process too
 
 
 def _drain_prefect() -> None:

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,7 +97,7 @@ class ClusterProcess:
         self.log_path = log_dir / "dask-cluster.log"
         with open(self.log_path, "wb") as log:
             self._proc = spawn_tied([sys.executable, "-m", "flows.cluster", "--workers", str(workers), "--chip", chip],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
         self.address: str | None = None
 
     def wait(self, timeout: float = 180.0) -> str:
@@ -115,17 +116,10 @@ class ClusterProcess:
         self.address = json.loads(line)["address"]
         return self.address
 
-    def close(self) -> None:
-        if self._proc.stdin is not None:
-            try:
-                self._proc.stdin.close()  # asks the cluster to close in order
-            except OSError:
-                pass
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        stop(self._proc)  # its session: the Dask workers and their op workers too
+    def close(self, wait: bool = True) -> None:
+        """Stop the cluster and all it started; without `wait`, its supervisor finishes the job
+        after this process is gone (flows/tied.py)."""
+        stop(self._proc) if wait else self._proc.terminate()
 
     def _log_tail(self) -> str:
         try:
@@ -135,7 +129,7 @@ class ClusterProcess:
 
 
 def serve(workers: int, chip: str) -> None:
-    """Run a LocalCluster until stdin closes; print its address; warm its op workers for `chip`."""
+    """Run a LocalCluster until terminated; print its address; warm its op workers for `chip`."""
     from opbyop.compiler.system_desc import resolve
     from opbyop.worker import dask as on_dask
     from opbyop.workspace import Workspace
@@ -149,7 +143,7 @@ def serve(workers: int, chip: str) -> None:
             client.run(on_dask.warm_up, plugin.name, desc.chip)
         except Exception as e:  # the flow's own warm-up meets the same error and reports it
             print(f"warm-up failed: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        sys.stdin.read()  # until the CLI closes the pipe (or dies)
+        threading.Event().wait()  # until SIGTERM, from the CLI or from its supervisor when the CLI dies
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -100,9 +100,11 @@ class PrefectApi:
             time.sleep(0.1)
         return self.url
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """Stop a server started here (SIGTERM: it flushes what it holds); without `wait`, its
+        supervisor finishes the job after this process is gone (flows/tied.py)."""
         if self._proc is not None:
-            stop(self._proc)
+            stop(self._proc) if wait else self._proc.terminate()
             self._proc = None
 
     def _log_tail(self) -> str:
