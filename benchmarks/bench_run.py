@@ -1,0 +1,165 @@
+"""Issue 10's figures: what one `opbyop analyze` costs end to end, now and before, in the same run.
+
+    .venv/bin/python benchmarks/bench_run.py [--scenarios mlp resnet50 bert-base zoo] [--baseline-ref REF]
+
+Two implementations of the orchestration side by side, on the same machine, one after the other:
+  baseline  the whole product as of --baseline-ref (default: the commit before issue 10's work; its
+            op analysis differs too: the library moved on beside the orchestration)
+  current   this checkout
+Scenarios (wall time of the whole command, from the shell's point of view):
+  mlp, resnet50, bert-base   warm: caches of the machine filled by an untimed run first (page cache,
+                             descriptor, Prefect's database); a fresh OPBYOP_HOME each, so every op
+                             is analysed (no results to reuse)
+  mlp, existing server       warm, with a Prefect server already running (PREFECT_API_URL)
+  zoo                        cold: every zoo model in one run, fresh OPBYOP_HOME and PREFECT_HOME
+Goals (issue 10): warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
+The current implementation's phases (RunInfo.phases) are printed beside its times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from common import Figures, console
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+BASELINE_REF = "4770261^"  # the commit before issue 10's orchestration work
+GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "resnet50": 30.0, "bert-base": 30.0, "zoo": 300.0}
+
+
+@dataclass
+class Measure:
+    seconds: float | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    error: str = ""
+    load: float = 0.0  # the machine's 1-minute load average at the end (others' work shows here)
+
+
+def baseline_tree(ref: str, work: Path) -> Path:
+    """The product as of `ref` (git archive), beside this checkout's virtual environment."""
+    tree = work / "baseline"
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", ref], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
+    env.update({"PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200", **extra})
+    return env
+
+
+def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_id: str, **extra: str) -> Measure:
+    env = clean_env(OPBYOP_HOME=str(home), PREFECT_HOME=str(prefect_home), PYTHONPATH=str(tree), **extra)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *models, "--run-id", run_id],
+                          cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        return Measure(error=(proc.stdout + proc.stderr).strip().splitlines()[-1][:200])
+    measure = Measure(seconds, load=os.getloadavg()[0])
+    try:
+        from storage.dataset import Store
+
+        measure.phases = Store(home / "store").run(run_id).phases
+    except Exception:  # the baseline records none
+        pass
+    return measure
+
+
+def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
+    from flows.settings import server_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/api"
+    env = {**server_env(ui_api_url=url), "PREFECT_HOME": str(prefect_home)}
+    proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from flows.server import healthy
+
+    deadline = time.monotonic() + 180
+    while not healthy(url):
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("prefect server did not start")
+        time.sleep(0.5)
+    return proc, url
+
+
+def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Measure]:
+    out: dict[str, Measure] = {}
+    prefect_home = work / f"{name}-prefect"
+    console.print(f"{name}: warming the machine's caches (untimed run of mlp) ...")
+    analyze(tree, ["mlp"], work / f"{name}-warm", prefect_home, "bench-warm")
+    for model in ("mlp", "resnet50", "bert-base"):
+        if model in scenarios:
+            console.print(f"{name}: {model} (warm) ...")
+            out[model] = analyze(tree, [model], work / f"{name}-{model}", prefect_home, f"bench-{model}")
+    if "mlp" in scenarios:
+        console.print(f"{name}: mlp with an existing Prefect server ...")
+        server, url = start_server(prefect_home)
+        try:
+            out["mlp, existing server"] = analyze(tree, ["mlp"], work / f"{name}-mlp-server", prefect_home,
+                                                  "bench-mlp-server", PREFECT_API_URL=url)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    if "zoo" in scenarios:
+        from opbyop.config import load_zoo
+
+        console.print(f"{name}: the whole zoo, cold ...")
+        out["zoo"] = analyze(tree, [m.name for m in load_zoo().models], work / f"{name}-zoo", work / f"{name}-zoo-prefect",
+                             "bench-zoo")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--scenarios", nargs="*", default=["mlp", "resnet50", "bert-base", "zoo"])
+    parser.add_argument("--baseline-ref", default=BASELINE_REF)
+    parser.add_argument("--no-baseline", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    try:
+        results = {} if args.no_baseline else {"baseline": run(baseline_tree(args.baseline_ref, work), "baseline",
+                                                                  args.scenarios, work)}
+        results["current"] = run(ROOT, "current", args.scenarios, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    show(results)
+
+
+def show(results: dict[str, dict[str, Measure]]) -> None:
+    from flows.phases import format_phases
+
+    figures = Figures("opbyop analyze, wall seconds (2-core machine; same run)",
+                      ["scenario", "goal", "baseline", "current", "current's phases"])
+    for scenario in GOALS:
+        cells = []
+        for impl in ("baseline", "current"):
+            m = results.get(impl, {}).get(scenario)
+            cells.append("-" if m is None else f"{m.seconds:.1f} (load {m.load:.1f})" if m.seconds is not None
+                         else f"error: {m.error}")
+        current = results.get("current", {}).get(scenario)
+        if current is None and all(c == "-" for c in cells):
+            continue
+        figures.add(scenario, f"<= {GOALS[scenario]:.0f}", *cells, format_phases(current.phases) if current else "")
+    figures.show()
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
