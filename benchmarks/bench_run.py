@@ -7,11 +7,12 @@ Two implementations of the orchestration side by side, on the same machine, one 
             op analysis differs too: the library moved on beside the orchestration)
   current   this checkout
 Scenarios (wall time of the whole command, from the shell's point of view):
-  mlp, resnet50, bert-base   warm: caches of the machine filled by an untimed run first (page cache,
-                             descriptor, Prefect's database); a fresh OPBYOP_HOME each, so every op
-                             is analysed (no results to reuse)
-  mlp, existing server       warm, with a Prefect server already running (PREFECT_API_URL)
-  zoo                        cold: every zoo model in one run, fresh OPBYOP_HOME and PREFECT_HOME
+  mlp, resnet50, bert-base   warm: an untimed run of the three first fills every cache (page cache,
+                             descriptor, exports, XLA executables, Prefect's database); then each
+                             model alone with --no-reuse, so every op is analysed again
+  mlp, existing server       the same, with a Prefect server already running (PREFECT_API_URL)
+  zoo                        cold: every zoo model in one run, with a fresh OPBYOP_HOME, PREFECT_HOME
+                             and OPBYOP_CACHE_DIR (descriptor, exports, executables, database: none)
 Goals (issue 10): warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
 The current implementation's phases (RunInfo.phases) are printed beside its times.
 """
@@ -60,10 +61,11 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_id: str, **extra: str) -> Measure:
+def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_id: str, *flags: str,
+            **extra: str) -> Measure:
     env = clean_env(OPBYOP_HOME=str(home), PREFECT_HOME=str(prefect_home), PYTHONPATH=str(tree), **extra)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *models, "--run-id", run_id],
+    proc = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *models, "--run-id", run_id, *flags],
                           cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
@@ -101,19 +103,20 @@ def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
 
 def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Measure]:
     out: dict[str, Measure] = {}
-    prefect_home = work / f"{name}-prefect"
-    console.print(f"{name}: warming the machine's caches (untimed run of mlp) ...")
-    analyze(tree, ["mlp"], work / f"{name}-warm", prefect_home, "bench-warm")
-    for model in ("mlp", "resnet50", "bert-base"):
-        if model in scenarios:
-            console.print(f"{name}: {model} (warm) ...")
-            out[model] = analyze(tree, [model], work / f"{name}-{model}", prefect_home, f"bench-{model}")
+    home, prefect_home = work / f"{name}-home", work / f"{name}-prefect"
+    warm = [m for m in ("mlp", "resnet50", "bert-base") if m in scenarios]
+    if warm:
+        console.print(f"{name}: filling the caches (untimed run of {' '.join(warm)}) ...")
+        analyze(tree, warm, home, prefect_home, "bench-warm")
+    for model in warm:
+        console.print(f"{name}: {model} (warm) ...")
+        out[model] = analyze(tree, [model], home, prefect_home, f"bench-{model}", "--no-reuse")
     if "mlp" in scenarios:
         console.print(f"{name}: mlp with an existing Prefect server ...")
         server, url = start_server(prefect_home)
         try:
-            out["mlp, existing server"] = analyze(tree, ["mlp"], work / f"{name}-mlp-server", prefect_home,
-                                                  "bench-mlp-server", PREFECT_API_URL=url)
+            out["mlp, existing server"] = analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-server", "--no-reuse",
+                                                  PREFECT_API_URL=url)
         finally:
             server.terminate()
             server.wait(timeout=60)
@@ -121,8 +124,8 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Me
         from opbyop.config import load_zoo
 
         console.print(f"{name}: the whole zoo, cold ...")
-        out["zoo"] = analyze(tree, [m.name for m in load_zoo().models], work / f"{name}-zoo", work / f"{name}-zoo-prefect",
-                             "bench-zoo")
+        out["zoo"] = analyze(tree, [m.name for m in load_zoo().models], work / f"{name}-zoo",
+                             work / f"{name}-zoo-prefect", "bench-zoo", OPBYOP_CACHE_DIR=str(work / f"{name}-zoo-cache"))
     return out
 
 
