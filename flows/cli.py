@@ -12,8 +12,10 @@ are tied to this process: they die with it even on kill -9 (flows/tied.py).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import shlex
+import signal
 import sys
 import threading
 import time
@@ -137,6 +139,7 @@ def register(app: typer.Typer) -> None:
                                                         "their origin models here (JSON; always beside the report)"),
                 ) -> None:
         """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
+        faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
         _defaults_for_laptop()
         from flows.run_ids import new_run_id
         from opbyop.config import AnalysisConfig, ClusterConfig, load_zoo

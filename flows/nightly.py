@@ -85,7 +85,10 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
                               whole_model=config.whole_model, cluster=cluster)
     state = analyze(config=analysis, run_id=run_id, return_state=True)
     outcome = TargetOutcome(title=target.title, run_id=run_id, state=state.name, message=state.message or "")
-    data = state.result(raise_on_failure=False) if state.is_final() else None
+    try:
+        data = state.result(raise_on_failure=False) if state.is_final() else None
+    except Exception:  # a crashed subflow holds no result: its message says why
+        data = None
     summary = data.summary if isinstance(data, RunFailed) else data
     if isinstance(summary, RunSummary):
         outcome.model_errors = summary.model_errors

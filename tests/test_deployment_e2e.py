@@ -115,6 +115,11 @@ async def main(c, name, parameters):
     run = await run_deployment(name, parameters=json.loads(parameters), timeout=0)
     return str(run.id)
 """
+LOGS = """
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+async def main(c, flow_run_id):
+    return [l.message for l in await c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))]
+"""
 RETRY = """
 from prefect.states import AwaitingRetry
 async def main(c, flow_run_id):
@@ -165,6 +170,19 @@ def test_an_adhoc_run_lands_in_the_store_and_its_retry_resumes_the_same_run(depl
     again = wait_final(deployed, run["id"], after_runs=run["run_count"])
     assert again["state"] == "COMPLETED" and run_id in again["message"]
     assert {r.signature: r.started_at for r in store.results(run_id)} == first  # resumed, nothing redone
+
+
+def test_an_adhoc_run_whose_models_all_fail_is_failed_cleanly_without_a_cluster(deployed):
+    run = run_and_wait(deployed, "analyze/adhoc", {"config": {"models": ["no-such-model"]}})
+    assert run["state"] == "FAILED" and "no model could be split" in run["message"], run
+    logs = "\n".join(api(deployed, LOGS, run["id"]))
+    assert "unknown model 'no-such-model'" in logs
+    assert "Traceback" not in logs and "cannot be resolved into an exception" not in logs  # one clear error
+    worker_log = (Path(deployed["home"]) / "prefect-worker.log").read_text(errors="replace")
+    assert "cannot be resolved into an exception" not in worker_log
+    run_id = re.search(r"run (\S+):", run["message"]).group(1)
+    stored = Store(Path(deployed["OPBYOP_HOME"]) / "store").run(run_id)
+    assert stored.status == "failed" and "cluster" not in stored.phases and "warm-up" not in stored.phases
 
 
 def test_the_nightly_deployment_twice_compares_each_model_with_its_previous_night(deployed, tmp_path):

@@ -242,3 +242,19 @@ def test_a_zoo_models_export_is_cached_and_splits_into_the_same_ops(monkeypatch,
     assert all(np.array_equal(a, b) for a, b in zip(cached.graph.argument_values, exported.graph.argument_values))
     assert cache_path("jax-mlp", zoo, 1) != cache_path("jax-mlp", zoo, 0)  # other inputs, another entry
     assert cache_path(str(tmp_path / "model.mlir"), zoo, 0) is None  # files and users' factories: never cached
+
+
+def test_a_flow_runs_process_counts_as_gone_when_its_pid_is_dead_or_reused():
+    import socket
+    import subprocess
+    import sys
+
+    from flows.crashed import HOST, PID, PID_START, process_gone, process_labels
+
+    assert not process_gone(process_labels())  # this very process
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    assert process_gone({HOST: socket.gethostname(), PID: str(ended.pid), PID_START: "0"})
+    assert process_gone({**process_labels(), PID_START: "1.00"})  # the pid now names another process
+    assert not process_gone({**process_labels(), HOST: "another-machine"})  # not this host's to judge
+    assert not process_gone({})  # a run that did not label itself
