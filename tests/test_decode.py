@@ -53,6 +53,27 @@ def test_transfers_are_counted_each_way_and_data_pushed_twice_is_found():
         close_device(device)
 
 
+def test_a_stitched_whole_model_pushes_its_weights_once_and_only_inputs_per_iteration(worker, compile_only, mlp_graph,
+                                                                                     workspace):
+    from opbyop.device.runtime import Binary
+    from opbyop.device.stitch import run_stitched
+
+    whole = worker.analyze_whole(mlp_graph, compile_only)
+    binary = Binary.load(workspace.artifacts.read_text(whole.compile.artifacts["ttnn_runtime"]))
+    parameters = [i for i, a in enumerate(mlp_graph.arguments) if a.kind.value == "parameter"]
+    device = open_device(binary.program.spec)
+    try:
+        run = run_stitched(device, binary, mlp_graph.argument_values, parameters, iterations=3)
+    finally:
+        close_device(device)
+    inputs = len(mlp_graph.arguments) - len(parameters)
+    assert run.weight_transfers.to_device_tensors == len(parameters) and run.weight_transfers.to_host_tensors == 0
+    assert run.weight_transfers.to_device_bytes >= sum(mlp_graph.argument_values[i].nbytes for i in parameters)
+    assert [t.to_device_tensors for t in run.iteration_transfers] == [inputs] * 3
+    assert [t.to_host_tensors for t in run.iteration_transfers] == [0, 0, len(run.outputs)]  # read once, at the end
+    assert device.transfers.totals.to_device_tensors == len(parameters) + 3 * inputs
+
+
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_decoded_tokens_match_the_frameworks_greedy_generation(reports, model):
     report = reports[model]
