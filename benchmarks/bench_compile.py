@@ -27,7 +27,7 @@ from opbyop.compiler.system_desc import resolve  # noqa: E402
 from opbyop.config import load_zoo  # noqa: E402
 from opbyop.records import Status  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
-from opbyop.worker.protocol import AnalysisSettings  # noqa: E402
+from opbyop.config import AnalysisSettings  # noqa: E402
 
 FRESH = """
 import sys, time

@@ -23,7 +23,7 @@ from opbyop.config import load_thresholds, load_zoo  # noqa: E402
 from opbyop.frontends.loader import load_model  # noqa: E402
 from opbyop.records import Status  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
-from opbyop.worker.protocol import AnalysisSettings  # noqa: E402
+from opbyop.config import AnalysisSettings  # noqa: E402
 
 
 def main() -> None:

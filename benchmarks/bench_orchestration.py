@@ -83,7 +83,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     from opbyop.config import AnalysisConfig, ClusterConfig
     from opbyop.worker import dask as on_dask
     from opbyop.worker.process import OpWorker
-    from opbyop.worker.protocol import AnalysisSettings
+    from opbyop.config import AnalysisSettings
     from opbyop.workspace import Workspace
     from storage.dataset import Store
 
@@ -172,7 +172,7 @@ def dask_task_runner(ops, desc, workspace) -> float:
     from prefect_dask import DaskTaskRunner
 
     from opbyop.worker import dask as on_dask
-    from opbyop.worker.protocol import AnalysisSettings
+    from opbyop.config import AnalysisSettings
 
     plugin = on_dask.OpWorkerPlugin(str(workspace.root), {desc.chip: desc.path.read_bytes()})
 

@@ -28,7 +28,7 @@ from opbyop.ir.dedupe import dedupe  # noqa: E402
 from opbyop.ir.split import split_module  # noqa: E402
 from opbyop.shrink import Shrinker  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
-from opbyop.worker.protocol import AnalysisSettings  # noqa: E402
+from opbyop.config import AnalysisSettings  # noqa: E402
 from opbyop.workspace import Workspace  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"

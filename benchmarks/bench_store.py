@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from opbyop.messages import message_pattern
+from storage.cache import lookup_cached
 from storage.aggregate import run_query
 from storage.dataset import RUN_PART
 from storage.files import data_files, run_dir, write_parquet_atomic
@@ -404,9 +405,9 @@ def main() -> None:
                      "top_failures", "previous_run", "run_ops", "run_models", "runs_overview")
     }
     # what a flow asks at its start: which of its ops were analysed before with the same settings
-    duck["lookup_cached (1,000 ops)"] = lambda: store.lookup_cached(sigs, "0.1.3", "p150", "0123456789abcdef",
+    duck["lookup_cached (1,000 ops)"] = lambda: lookup_cached(store, sigs, "0.1.3", "p150", "0123456789abcdef",
                                                                     exclude_run=run_id)
-    duck[f"lookup_cached ({len(all_sigs):,} ops)"] = lambda: store.lookup_cached(
+    duck[f"lookup_cached ({len(all_sigs):,} ops)"] = lambda: lookup_cached(store, 
         all_sigs, "0.1.3", "p150", "0123456789abcdef", exclude_run=run_id)
     baseline = {} if args.no_pandas else pandas_queries(args.root, run_id, prev, args.n)
 

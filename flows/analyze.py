@@ -40,24 +40,23 @@ from flows.phases import PhaseClock, format_phases
 from flows.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
 from opbyop import __version__
 from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
-from opbyop.config import AnalysisConfig, load_thresholds, load_zoo
+from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import Prepared, prepare, run_manifest_path, summarize, write_manifest
-from opbyop.records import RETRYABLE, OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import WorkerStartError, parameter_indices
-from opbyop.worker.protocol import AnalysisSettings
 from opbyop.workspace import Workspace
+from storage.batches import ResultBatches
 from storage.dataset import RunWriter, Store
+from storage.known import known_results
 from tasks.gate import ClusterGate
 from tasks.models import split_model, stage_whole_model
 from tasks.ops import analyze_op, whole_model
 from tasks.shrink import ShrinkOption, shrink_failing_ops
 from tasks.store import publish
 
-BATCH_SIZE = 25
-BATCH_SECONDS = 10.0
 TASK_THREADS = 16  # Prefect task threads: each mostly waits on Dask, a few keep the workers fed
 POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between results
 
@@ -166,10 +165,10 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     store = Store(workspace.store)
     desc = resolve(config.chip)
     settings = AnalysisSettings(options=config.compiler, thresholds=config.thresholds or load_thresholds(),
-                                seed=config.seed)
+                                seed=config.seed, device=config.device)
     run = RunInfo(run_id=run_id, models=config.models, chip=desc.chip, system_desc_sha256=desc.sha256,
                   plugin_version=plugin_version(), opbyop_version=__version__, git_sha=_git_sha(),
-                  options_key=config.compiler.key(), config=config.model_dump(mode="json"))
+                  options_key=config.options_key(), config=config.model_dump(mode="json"))
 
     prepared = _prepare(config, clock, handoff, workspace)
     for spec, error in prepared.errors.items():
@@ -182,8 +181,10 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
         with clock.phase("store"):
             run = writer.start(run)
             writer.add_ops(prepared.records)
-            results, todo = _known_results(writer, store, prepared, run, config.reuse_cached, logger)
-        out = FanOut(results=results)
+            known = known_results(writer, store, prepared.unique, run, config.reuse_cached)
+        logger.info(known.line(len(prepared.unique)))
+        todo = known.todo
+        out = FanOut(results=known.results)
         wholes_todo = prepared.graphs if config.whole_model else {}
         if config.models and not prepared.graphs:
             out.error = "no model could be split"
@@ -214,27 +215,6 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     if out.error:
         return Failed(message=summary.line(), data=RunFailed(summary))
     return Completed(message=summary.line(), data=summary)
-
-
-def _known_results(writer: RunWriter, store: Store, prepared: Prepared, run: RunInfo, reuse: bool,
-                   logger) -> tuple[dict[str, OpResult], list[UniqueOp]]:  # noqa: ANN001
-    """(results this run already has or may reuse, ops still to analyse)."""
-    results: dict[str, OpResult] = {}
-    done = writer.completed_signatures(exclude=RETRYABLE)
-    resumed = {r.signature: r for r in store.results(run.run_id) if r.signature in done}
-    results.update(resumed)
-    todo = [op for op in prepared.unique if op.signature not in results]
-    if reuse and todo:
-        cached = store.lookup_cached([op.signature for op in todo], run.plugin_version, run.chip, run.options_key,
-                                     exclude_run=run.run_id)
-        reused = [r.model_copy(update={"reused_from": source}) for source, r in
-                  (cached[op.signature] for op in todo if op.signature in cached)]
-        writer.add_results(reused)
-        results.update({r.signature: r for r in reused})
-        todo = [op for op in todo if op.signature not in results]
-    logger.info("%d unique ops: %d to analyse, %d from this run id, %d reused from earlier runs",
-                len(prepared.unique), len(todo), len(resumed), len(results) - len(resumed))
-    return results, todo
 
 
 def _on_cluster(out: FanOut, config: AnalysisConfig, desc: SystemDesc, settings: AnalysisSettings,
@@ -323,8 +303,8 @@ def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, d
     for future in list(futures) + list(whole_futures.values()):
         future.add_done_callback(done.put)
     whole_of = {f: name for name, f in whole_futures.items()}
-    batch: list[OpResult] = []
-    flushed, finished = time.monotonic(), 0
+    batches = ResultBatches(writer)
+    finished = 0
     remaining = len(futures) + len(whole_futures)
     try:
         while remaining:
@@ -334,10 +314,7 @@ def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, d
             try:
                 future = done.get(timeout=POLL_SECONDS)
             except queue.Empty:
-                if batch and time.monotonic() - flushed > BATCH_SECONDS:  # results reach the store in a lull too
-                    with clock.phase("store"):
-                        writer.add_results(batch)
-                    batch, flushed = [], time.monotonic()
+                batches.flush_if_due()  # results reach the store in a lull too
                 continue
             remaining -= 1
             if future in whole_of:
@@ -346,20 +323,16 @@ def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, d
                 continue
             result = _op_result(future, futures[future])
             out.results[result.signature] = result
-            batch.append(result)
             finished += 1
             if finished == len(futures):
                 clock.add("fan-out", time.monotonic() - started)
-            if len(batch) >= BATCH_SIZE or time.monotonic() - flushed > BATCH_SECONDS:
-                with clock.phase("store"):
-                    writer.add_results(batch)
-                batch, flushed = [], time.monotonic()
+            if batches.add(result):
                 update_progress_artifact(progress, progress=100.0 * finished / max(1, len(futures)))
     finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
         if remaining:
             gate.close()  # cancels the work in flight: the run is stopping
-        with clock.phase("store"):
-            writer.add_results(batch)
+        batches.flush()
+        clock.add("store", batches.writing_seconds)
     if not out.interrupted:
         update_progress_artifact(progress, progress=100.0)
 

@@ -177,6 +177,7 @@ class AnalysisConfig(BaseModel):
     models: list[str] = Field(["mlp"], description="zoo names, .mlir/.mlirbc paths or package.module:factory")
     chip: str = Field("p150", description="p150, n150, or a path to a .ttsys system descriptor")
     compiler: CompilerOptions = Field(CompilerOptions(), description="tt-mlir compile options")
+    device: DeviceOptions = Field(DeviceOptions(), description="the simulated device: harvested rows, placement policy")
     thresholds: Thresholds | None = Field(None, description="golden thresholds; None: configs/thresholds.yaml")
     seed: int = Field(0, description="seed for every op's inputs")
     reuse_cached: bool = Field(True, description="reuse results of ops already analysed with the same "
@@ -184,3 +185,10 @@ class AnalysisConfig(BaseModel):
     whole_model: bool = Field(True, description="also compile and run each model whole")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
     cluster: ClusterConfig = Field(ClusterConfig(), description="where the per-op work runs")
+
+    def options_key(self) -> str:
+        """The options a result depends on besides signature, compiler version and chip (cache key).
+        The default device keeps the compiler's key, so results of earlier runs stay reusable."""
+        if self.device == DeviceOptions():
+            return self.compiler.key()
+        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}".encode()).hexdigest()[:16]

@@ -1,7 +1,8 @@
 """Results to reuse: an op analysed before with the same compiler version, chip and options.
 
-Crashed and timed-out attempts are never reused (they say more about the machine at the time than
-about the op). The run id returned is where the result was first produced (a reused result
+Only outcomes that judge the op are reused (REUSABLE): never a crash or a timeout (they say more
+about the machine at the time than about the op), nor opbyop's own gaps and errors or the
+infrastructure's (not_simulated, analyzer_error, infra_error: a newer opbyop may do better). The run id returned is where the result was first produced (a reused result
 points at its origin, not at the run that copied it).
 """
 
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 import duckdb
 import pyarrow as pa
 
-from opbyop.records import OpResult
+from opbyop.records import RETRYABLE, Fault, OpResult, Status
 from storage import convert
 from storage.catalog import create_views
 from storage.schema import schema_of
@@ -30,7 +31,7 @@ ORDER BY started_at DESC, run_id DESC
 FIND_SQL = """
 SELECT signature, run_id, ended_at FROM results
 WHERE list_contains($runs, run_id) AND signature IN (SELECT unnest($signatures))
-  AND status NOT IN ('crashed', 'timeout')
+  AND status IN (SELECT unnest($reusable))
 """
 
 ROWS_SQL = """
@@ -40,6 +41,8 @@ SEMI JOIN (SELECT unnest($pair_runs) AS run_id, unnest($pair_signatures) AS sign
     ON p.run_id = r.run_id AND p.signature = r.signature
 WHERE list_contains($runs, r.run_id)
 """
+
+REUSABLE = [s.value for s in Status if s not in RETRYABLE and s.fault is not Fault.OPBYOP]
 
 FIRST_CHUNK = 8  # runs searched at first, newest first (most ops are found in the latest few); doubling
 
@@ -53,7 +56,8 @@ def _latest(con: duckdb.DuckDBPyConnection, runs: list[str], wanted: list[str]) 
     while remaining and start < len(runs):
         chunk, start, size = runs[start:start + size], start + size, size * 2
         best: dict[str, tuple[int, object, str]] = {}
-        for sig, run, ended in con.execute(FIND_SQL, {"runs": chunk, "signatures": remaining}).fetchall():
+        for sig, run, ended in con.execute(FIND_SQL, {"runs": chunk, "signatures": remaining,
+                                                     "reusable": REUSABLE}).fetchall():
             key = (-order[run], ended, run)
             if sig not in best or key > best[sig]:
                 best[sig] = key

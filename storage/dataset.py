@@ -207,12 +207,6 @@ class Store:
         return {sig for sig, status in zip(data.column("signature").to_pylist(), data.column("status").to_pylist())
                 if status not in excluded}
 
-    def lookup_cached(self, signatures: Iterable[str], plugin_version: str, chip: str, options_key: str,
-                      exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
-        """See storage.cache.lookup_cached."""
-        from storage.cache import lookup_cached  # DuckDB is only loaded when asked for
-        return lookup_cached(self, signatures, plugin_version, chip, options_key, exclude_run)
-
     # ------------------------------------------------------------------ writing
     def writer(self) -> RunWriter:
         return RunWriter(self)

@@ -24,7 +24,7 @@ from prefect.states import Cancelled
 
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker import dask as on_dask
-from opbyop.worker.protocol import AnalysisSettings
+from opbyop.config import AnalysisSettings
 from tasks.gate import ClusterGate, GateClosed
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ from opbyop.records import OpResult, Stage, Status, UniqueOp, utcnow
 from opbyop.shrink.result import Outcome, ShrinkResult, outcome_of
 from opbyop.shrink.search import Shrinker
 from opbyop.worker import dask as on_dask
-from opbyop.worker.protocol import AnalysisSettings
+from opbyop.config import AnalysisSettings
 from opbyop.workspace import Workspace
 from tasks.gate import ClusterGate
 from tasks.ops import KilledTwice, run_isolated

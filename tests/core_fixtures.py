@@ -52,7 +52,7 @@ def worker(p150, workspace_root):
 @pytest.fixture(scope="session")
 def settings():
     from opbyop.config import load_thresholds
-    from opbyop.worker.protocol import AnalysisSettings
+    from opbyop.config import AnalysisSettings
 
     return AnalysisSettings(thresholds=load_thresholds())
 

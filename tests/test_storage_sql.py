@@ -8,7 +8,8 @@ import duckdb
 import pytest
 
 from opbyop.errors import StoreError
-from opbyop.records import Status
+from opbyop.records import Stage, Status
+from storage.cache import lookup_cached
 from storage import samples
 from storage.catalog import build_catalog
 from storage.dataset import Store
@@ -101,7 +102,7 @@ def test_sql_message_pattern_matches_python(message: str | None) -> None:
 
 def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -> None:
     sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
-    hits = history_store.lookup_cached(sigs + ["f" * 64], plugin_version="0.1.3", chip="p150", options_key="opts-a")
+    hits = lookup_cached(history_store, sigs + ["f" * 64], plugin_version="0.1.3", chip="p150", options_key="opts-a")
     assert hits[samples.DOT.signature][0] == "n2" and hits[samples.DOT.signature][1].status is Status.SUCCESS
     assert hits[samples.ADD.signature][0] == "n1"  # n2 reused it: the origin is named
     assert hits[samples.CONV.signature][0] == "n1"  # n2 timed out: never reused
@@ -111,9 +112,17 @@ def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -
     got = hits[samples.DOT.signature][1]
     expected = next(r for r in samples.history()[2].results if r.signature == samples.DOT.signature)
     assert got == expected  # the full record, rebuilt from DuckDB's rows
-    assert history_store.lookup_cached(sigs, "0.1.4", "p150", "opts-a") == {}
-    assert history_store.lookup_cached(sigs, "0.1.3", "p150", "opts-b") == {}
-    n150 = history_store.lookup_cached(sigs, "0.1.3", "n150", "opts-a")
+    assert lookup_cached(history_store, sigs, "0.1.4", "p150", "opts-a") == {}
+    assert lookup_cached(history_store, sigs, "0.1.3", "p150", "opts-b") == {}
+    n150 = lookup_cached(history_store, sigs, "0.1.3", "n150", "opts-a")
     assert {run for run, _ in n150.values()} == {"n0"}
-    excluded = history_store.lookup_cached(sigs, "0.1.3", "p150", "opts-a", exclude_run="n2")
+    excluded = lookup_cached(history_store, sigs, "0.1.3", "p150", "opts-a", exclude_run="n2")
     assert excluded[samples.DOT.signature][1].status is Status.COMPILE_FAILED
+
+
+def test_outcomes_without_a_verdict_are_never_reused(history_store: Store) -> None:
+    gap = samples.night("n3", 4, {**samples.NIGHT2, "dot": (Status.NOT_SIMULATED, Stage.DEVICE_RUN, "not simulated")},
+                        zoo_night=2)
+    history_store.write_run(gap.run, gap.ops, gap.results, gap.models)
+    hits = lookup_cached(history_store, [samples.DOT.signature], "0.1.3", "p150", "opts-a")
+    assert hits[samples.DOT.signature][0] == "n2"  # n3's not_simulated is skipped: n2's success is reused

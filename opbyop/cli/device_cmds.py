@@ -34,7 +34,7 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     from opbyop.frontends.loader import load_model
     from opbyop.records import TensorDesc
     from opbyop.worker.process import OpWorker
-    from opbyop.worker.protocol import AnalysisSettings
+    from opbyop.config import AnalysisSettings
     from opbyop.workspace import Workspace
 
     from opbyop.cli.app import input_specs

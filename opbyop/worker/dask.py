@@ -17,7 +17,7 @@ from distributed import WorkerPlugin, get_worker
 
 from opbyop.records import OpResult, UniqueOp, WholeModelResult
 from opbyop.worker.process import OpWorker
-from opbyop.worker.protocol import AnalysisSettings
+from opbyop.config import AnalysisSettings
 
 PLUGIN_PREFIX = "opbyop-op-workers"
 # Tests only: "exit:<signature prefix>" makes the Dask worker process itself die on that op.
