@@ -1,7 +1,8 @@
 """The nightly flow: the zoo from configs/nightly.yaml on every target, compared night over night.
 
 Each target (chip x compiler options) is one `analyze` subflow run; its aggregation, report and
-artifacts come with it. The nightly then compares each model with that model's previous comparable
+artifacts come with it. With a `corpus` block, the single-op corpus runs too (every chip, one dtype
+chunk at a time) and the summary gains the simulator's coverage. The nightly then compares each model with that model's previous comparable
 night (same chip and options, the model split there), checks the expectations (unexpected failures
 AND unexpected passes, so configs/expectations.yaml stays true) and publishes one `nightly-summary`
 artifact. The targets' run ids derive from the nightly's flow run: a retry of the nightly resumes them.
@@ -21,6 +22,7 @@ from flows.analyze import RunFailed, RunSummary, analyze, claim_flow_run, run_id
 from flows.nightly_summary import TargetOutcome, nightly_markdown
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
 from opbyop.workspace import Workspace
+from tasks.corpus import coverage_markdown, run_corpus
 from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
@@ -36,12 +38,19 @@ class Target(BaseModel):
         return f"{self.chip} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
 
 
+class CorpusTarget(BaseModel):
+    """The single-op corpus (StableHLO op set x dtypes x shapes) as a target of the nightly."""
+
+    config: str = Field("corpus.yaml", description="its configuration, relative to configs/ (chips, ops, dtypes)")
+
+
 class NightlyConfig(BaseModel):
     models: list[str]
     targets: list[Target] = Field(default_factory=lambda: [Target()])
     op_timeout_s: float = 120.0
     reuse_cached: bool = True
     whole_model: bool = True
+    corpus: CorpusTarget | None = Field(None, description="also run the single-op corpus (the simulator's coverage)")
 
 
 class NightlyFailed(Exception):
@@ -65,7 +74,10 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
     base = run_id_for(get_run_context().flow_run)
     outcomes = [_run_target(i, target, base, config, models, cluster, store, expectations)
                 for i, target in enumerate(config.targets)]
-    create_markdown_artifact(markdown=nightly_markdown(base, outcomes), key="nightly-summary",
+    markdown = nightly_markdown(base, outcomes)
+    if config.corpus is not None:
+        markdown += "\n" + coverage_markdown(run_corpus(config_dir() / config.corpus.config))
+    create_markdown_artifact(markdown=markdown, key="nightly-summary",
                              description=f"nightly {base}: per target and model, against the previous night")
     lines = [f"{o.title}: {o.message}" for o in outcomes]
     logger.info("\n".join(lines))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 
 import pytest
@@ -176,6 +177,20 @@ def test_the_nightly_compares_each_model_with_its_own_previous_night(harness, ho
     jax_mlp = summary.split("### jax-mlp")[1].split("###")[0]
     assert "New ops (0)" in jax_mlp and "Removed ops (0)" in jax_mlp and "Regressions (0)" in jax_mlp
     assert "Unexpected failures" in jax_mlp and "| GOLDEN |" in jax_mlp
+
+
+def test_the_nightly_runs_the_corpus_target_and_reports_its_coverage(harness, home, tmp_path):
+    (tmp_path / "corpus.yaml").write_text("chips: [p150]\nops: [add, exponential]\ndtypes: [f32]\nforms: [args]\n")
+    nightly_file = tmp_path / "nightly.yaml"
+    nightly_file.write_text(f"models: [jax-mlp]\ntargets: [{{chip: p150}}]\nwhole_model: false\n"
+                            f"corpus: {{config: {tmp_path / 'corpus.yaml'}}}\n")
+    state = nightly(config_file=str(nightly_file), cluster=ClusterConfig(workers=1), return_state=True)
+    assert state.is_completed(), state.message
+    summary = _artifacts(state.state_details.flow_run_id)["nightly-summary"]
+    coverage = summary.split("## Single-op corpus")[1]
+    assert "### p150:" in coverage and "not simulated:" not in coverage.split("\n")[2]
+    assert re.search(r"\| f32 \| \d+ \| \d+ \| 100\.0% \|", coverage)  # add and exp in f32 pass on the device
+    assert list((home / "corpus-results" / "p150").glob("results.jsonl"))
 
 
 def test_the_run_form_is_built_from_the_pydantic_parameters():

@@ -4,7 +4,6 @@ coverage of the TTNN ops the compiler emits, with golden pass rates per TTNN op 
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -79,63 +78,30 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
 def nightly_cmd(config: Optional[Path] = typer.Option(None, "--config", help="default: configs/corpus.yaml"),
                 seed: int = typer.Option(0)) -> None:
     """The corpus as a nightly target: generate it, run every chip one dtype at a time, print coverage."""
-    from opbyop.corpus.catalog import ALL_DTYPES
     from opbyop.corpus.config import load_corpus_config
-    from opbyop.corpus.coverage import CoverageRow, coverage
-    from opbyop.corpus.generate import generate
-    from opbyop.corpus.run import read_results, select
+    from opbyop.corpus.nightly import run_nightly
+    from opbyop.jaxenv import prepare_jax
     from opbyop.workspace import Workspace
 
+    prepare_jax()
     try:
-        settings = load_corpus_config(config)
-        root = Workspace.default().root
-        directory = root / "corpus"
-        manifest = generate(directory, settings.ops or None,
-                            [d.replace("complex64", "complex<f32>") for d in settings.dtypes] or None)
+        chips = run_nightly(load_corpus_config(config), Workspace.default(), seed,
+                            say=lambda line: console.print(Text(line)))
     except OpbyopError as e:
         fail(e)
-    chunks = [d for d in ALL_DTYPES if not settings.dtypes or d in settings.dtypes
-              or d.replace("complex<f32>", "complex64") in settings.dtypes]
-    for chip in settings.chips:
-        out = root / "corpus-results" / Path(chip).stem
-        for dtype in chunks:  # a fresh worker per chunk: never the whole corpus in one process
-            entries = select(manifest.entries, dtypes=[dtype], forms=settings.forms or None)
-            if not entries:
-                continue
-            try:
-                summary = _run_chunk(directory, entries, out, chip, settings.compiler, settings.op_timeout_s, seed)
-            except Exception as e:  # a chunk that cannot start (descriptor, worker) never stops the others
-                console.print(Text(f"{chip} {dtype}: {type(e).__name__}: {e}", style="red"))
-                continue
-            console.print(Text(f"{chip} {dtype}: {summary.analysed} analysed, {summary.skipped} already done"))
-        report = coverage(CoverageRow.from_corpus(r) for r in read_results(out))
-        _console().print(_ops_table(report))
-        _console().print(_dtype_table(report))
+    for chip in chips:
+        _console().print(_ops_table(chip.coverage))
+        _console().print(_dtype_table(chip.coverage))
 
 
 def _run_chunk(directory: Path, entries: list, out: Path, chip: str, options, timeout: float, seed: int):
     """Entries through one warm worker; results appended to `out`."""
+    from opbyop.corpus.nightly import run_chunk
     from opbyop.jaxenv import prepare_jax
-
-    prepare_jax()
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.config import load_thresholds
-    from opbyop.corpus.run import RunSummary, pending, run_entries
-    from opbyop.worker.process import OpWorker
-    from opbyop.config import AnalysisSettings
     from opbyop.workspace import Workspace
 
-    desc = resolve(chip)
-    todo = pending(out, desc.chip, entries)
-    if not todo:  # all done: no worker to start
-        return RunSummary(skipped=len(entries))
-    settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed)
-    workspace = Workspace.default()
-    # a name of its own: workers sharing a name share a private TMPDIR, and the plugin deletes its
-    # descriptor there when either process exits (the other one then fails every compile)
-    with OpWorker(desc.path, workspace.root, chip=desc.chip, name=f"corpus-{os.getpid()}") as worker:
-        return run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
-                           workspace.artifacts.read_text)
+    prepare_jax()
+    return run_chunk(directory, entries, out, chip, options, timeout, seed, Workspace.default())
 
 
 @app.command("coverage")

@@ -1,0 +1,73 @@
+"""The corpus as a nightly target: generate it, run every chip one dtype chunk at a time (a fresh
+warm worker per chunk), and the coverage of what the compiler emitted. Used by `opbyop corpus
+nightly` and by the nightly flow (configs/nightly.yaml's `corpus` block)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
+from opbyop.corpus.catalog import ALL_DTYPES
+from opbyop.corpus.config import CorpusConfig
+from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
+from opbyop.corpus.generate import generate
+from opbyop.corpus.run import RunSummary, pending, read_results, run_entries, select
+from opbyop.workspace import Workspace
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class ChipCoverage:
+    chip: str
+    results: Path  # results.jsonl lives here
+    coverage: Coverage
+    errors: list[str] = field(default_factory=list)  # chunks that could not run (descriptor, worker)
+
+
+def run_chunk(directory: Path, entries: list, out: Path, chip: str, options: CompilerOptions, timeout: float,
+              seed: int, workspace: Workspace) -> RunSummary:
+    """Entries through one warm worker; results appended to `out` (entries already there are skipped)."""
+    from opbyop.compiler.system_desc import resolve
+    from opbyop.worker.process import OpWorker
+
+    desc = resolve(chip)
+    todo = pending(out, desc.chip, entries)
+    if not todo:  # all done: no worker to start
+        return RunSummary(skipped=len(entries))
+    settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed)
+    with OpWorker(desc.path, workspace.root, chip=desc.chip, name=f"corpus-{os.getpid()}") as worker:
+        return run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
+                           workspace.artifacts.read_text)
+
+
+def run_nightly(settings: CorpusConfig, workspace: Workspace, seed: int = 0,
+                say: Say = lambda line: None) -> list[ChipCoverage]:
+    """The whole corpus on every chip of `settings`; a chunk that cannot start never stops the others."""
+    directory = workspace.root / "corpus"
+    manifest = generate(directory, settings.ops or None,
+                        [d.replace("complex64", "complex<f32>") for d in settings.dtypes] or None)
+    chunks = [d for d in ALL_DTYPES if not settings.dtypes or d in settings.dtypes
+              or d.replace("complex<f32>", "complex64") in settings.dtypes]
+    outcome = []
+    for chip in settings.chips:
+        out = workspace.root / "corpus-results" / Path(chip).stem
+        errors = []
+        for dtype in chunks:
+            entries = select(manifest.entries, dtypes=[dtype], forms=settings.forms or None)
+            if not entries:
+                continue
+            try:
+                summary = run_chunk(directory, entries, out, chip, settings.compiler, settings.op_timeout_s, seed,
+                                    workspace)
+            except Exception as e:  # noqa: BLE001  (reported, and the next chunk goes on)
+                errors.append(f"{chip} {dtype}: {type(e).__name__}: {e}")
+                say(errors[-1])
+                continue
+            say(f"{chip} {dtype}: {summary.analysed} analysed, {summary.skipped} already done")
+        report = coverage(CoverageRow.from_corpus(r) for r in read_results(out))
+        outcome.append(ChipCoverage(chip=chip, results=out, coverage=report, errors=errors))
+    return outcome
