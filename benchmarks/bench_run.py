@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -69,7 +70,10 @@ def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_i
                           cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        return Measure(error=(proc.stdout + proc.stderr).strip().splitlines()[-1][:200])
+        log = LOGS / f"{tree.name}-{run_id}.log"  # kept: the work directory is removed at the end
+        LOGS.mkdir(exist_ok=True)
+        log.write_text(proc.stdout + proc.stderr)
+        return Measure(error=f"exit {proc.returncode}: {failure_line(proc.stdout + proc.stderr)} (log: {log})")
     measure = Measure(seconds, load=os.getloadavg()[0])
     try:
         from storage.dataset import Store
@@ -78,6 +82,21 @@ def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_i
     except Exception:  # the baseline records none
         pass
     return measure
+
+
+LOGS = Path(tempfile.gettempdir()) / "bench-run-logs"
+_NOISE = re.compile(r"^[IWE]\d{4} |^\d\d:\d\d:\d\d\.\d+ \| (INFO|DEBUG)")  # glog and Prefect INFO lines
+
+
+def failure_line(output: str) -> str:
+    """The line that says why a run failed: opbyop's own error if printed, else the last line
+    that is not a library's log chatter."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith(("error:", "Error:")) or "Error" in line.split(":")[0]:
+            return line[:200]
+    quiet = [line for line in lines if not _NOISE.match(line)]
+    return (quiet or lines or ["no output"])[-1][:200]
 
 
 def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
