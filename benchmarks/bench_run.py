@@ -11,6 +11,8 @@ Scenarios (wall time of the whole command, from the shell's point of view):
                              descriptor, exports, XLA executables, Prefect's database); then each
                              model alone with --no-reuse, so every op is analysed again
   mlp, existing server       the same, with a Prefect server already running (PREFECT_API_URL)
+  mlp, resident              a Prefect server and a Dask cluster already running (PREFECT_API_URL,
+                             OPBYOP_DASK_ADDRESS: a deployment's shape), after one untimed run on them
   zoo                        cold: every zoo model in one run, with a fresh OPBYOP_HOME, PREFECT_HOME
                              and OPBYOP_CACHE_DIR (descriptor, exports, executables, database: none)
 Goals (issue 10): warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
@@ -36,7 +38,7 @@ from common import Figures, console
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 BASELINE_REF = "4770261^"  # the commit before issue 10's orchestration work
-GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "resnet50": 30.0, "bert-base": 30.0, "zoo": 300.0}
+GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "resnet50": 30.0, "bert-base": 30.0, "zoo": 300.0}
 
 
 @dataclass
@@ -120,6 +122,21 @@ def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
+def start_cluster(log: Path) -> tuple[subprocess.Popen, str]:
+    """This checkout's LocalCluster process (flows.cluster: opbyop's scheduler settings), on its own."""
+    import json
+
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "flows.cluster", "--workers", "2", "--chip", "p150"],
+                                cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, stderr=err)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # its address, once the scheduler is up
+    if not line:
+        proc.kill()
+        raise RuntimeError(f"the Dask cluster did not start: see {log}")
+    return proc, json.loads(line)["address"]
+
+
 def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Measure]:
     out: dict[str, Measure] = {}
     home, prefect_home = work / f"{name}-home", work / f"{name}-prefect"
@@ -139,6 +156,19 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Me
         finally:
             server.terminate()
             server.wait(timeout=60)
+    if "mlp" in scenarios:
+        console.print(f"{name}: mlp with a Prefect server and a Dask cluster already running ...")
+        server, url = start_server(prefect_home)
+        cluster, address = start_cluster(work / f"{name}-cluster.log")
+        try:
+            resident = {"PREFECT_API_URL": url, "OPBYOP_DASK_ADDRESS": address}
+            analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-resident-warm", "--no-reuse", **resident)
+            out["mlp, resident"] = analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-resident", "--no-reuse",
+                                           **resident)
+        finally:
+            for proc in (cluster, server):
+                proc.terminate()
+                proc.wait(timeout=60)
     if "zoo" in scenarios:
         from opbyop.config import load_zoo
 

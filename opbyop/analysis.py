@@ -18,7 +18,7 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary
-from opbyop.device.simulator import DeviceSimulator, NotSimulatedError, SimulationError, SimulatorBugError
+from opbyop.device.simulator import DeviceSimulator, SimulationError
 from opbyop.golden import upstream
 from opbyop.golden.compare import compare, verdict
 from opbyop.golden.dtypes import mlir_dtype
@@ -73,7 +73,7 @@ class OpAnalyzer:
             outputs, run = self.device.run_binary(binary, inputs)
         except SimulationError as e:
             result.device = e.run
-            return _finish(result, _simulation_status(e), Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
+            return _finish(result, e.status, Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
         except Exception as e:  # a bug in opbyop's simulator, named as such
             return _finish(result, Status.ANALYZER_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN,
                            f"simulator error: {describe_exception(e)}")
@@ -124,7 +124,7 @@ class OpAnalyzer:
             run = run_stitched(device, binary, values, model.parameters, model.iterations)
         except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
             message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
-            status = _simulation_status(e) if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
+            status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
             return WholeModelResult(status=status, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
                                     message=message, compile=outcome, device=getattr(e, "run", None),
                                     seconds=time.perf_counter() - started)
@@ -170,14 +170,6 @@ class WholeModel:
             values = [npz[f"arg{i}"] for i in range(sum(1 for k in npz.files if k.startswith("arg")))]
             references = [npz[f"ref{i}"] for i in range(sum(1 for k in npz.files if k.startswith("ref")))]
         return values, references
-
-
-def _simulation_status(e: SimulationError) -> Status:
-    if isinstance(e, NotSimulatedError):
-        return Status.NOT_SIMULATED
-    if isinstance(e, SimulatorBugError):
-        return Status.ANALYZER_ERROR
-    return Status.RUN_FAILED
 
 
 def _narrowing(op: UniqueOp, binary: Binary, inputs: list) -> str | None:

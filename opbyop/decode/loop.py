@@ -19,12 +19,12 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.decode.figures import DecodeRun, Mode, StepFigures
-from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
+from opbyop.device.executor import SimulationError
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import (Binary, Device, DeviceTensor, deallocate, get_layout, input_shape, run_of, submit,
                                    to_device, to_host, to_layout)
 from opbyop.device.transfers import Transfer, digest
-from opbyop.records import Stage, Status
+from opbyop.records import Stage
 
 PREFILL, DECODE = 0, 1
 
@@ -106,7 +106,7 @@ def run_decode(device: Device, programs: DecodePrograms, prompt: np.ndarray, wei
                 run.tokens.append(figures.token)
             outcome.final_cache = held[2:] if mode is Mode.ROUND_TRIP else [to_host(t) for t in live[2:]]
         except SimulationError as e:
-            run.status, run.failed_stage, run.message = _status_of(e), Stage.DEVICE_RUN, str(e)
+            run.status, run.failed_stage, run.message = e.status, Stage.DEVICE_RUN, str(e)
         finally:
             for t in live:
                 if t.buffer is not None and not t.deallocated:
@@ -179,9 +179,3 @@ def repeated_weight_pushes(log: list[Transfer], weights: Sequence[np.ndarray]) -
     return sum(max(0, n - needed[d]) for d, n in pushed.items())
 
 
-def _status_of(e: SimulationError) -> Status:
-    if isinstance(e, NotSimulatedError):
-        return Status.NOT_SIMULATED
-    if isinstance(e, SimulatorBugError):
-        return Status.ANALYZER_ERROR
-    return Status.RUN_FAILED

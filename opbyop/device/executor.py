@@ -19,7 +19,7 @@ from opbyop.device.memory import OutOfMemory
 from opbyop.device.placement import PlacementError, Policy, nlp_targets, place
 from opbyop.device.program import Function, Op, Program, TensorType
 from opbyop.device.tensor import ConstEval, Device, DeviceTensor, host_layout
-from opbyop.records import DeviceRun, OpPlacement
+from opbyop.records import DeviceRun, OpPlacement, Status
 
 # Ops the executor handles itself (no numerical kernel): memory, const-eval, control flow.
 CONTROL_OPS = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached", "ttcore.while_loop", "ttcore.case"}
@@ -31,6 +31,8 @@ class SimulationError(Exception):
     """A run failure (the program ran out of memory, could not be placed ...): the device's verdict.
     Names the op and the reason; carries what was measured until then."""
 
+    status = Status.RUN_FAILED  # whose fault: each subclass says
+
     def __init__(self, message: str, run: DeviceRun | None = None):
         super().__init__(message)
         self.run = run or DeviceRun(message=message)
@@ -40,9 +42,13 @@ class SimulationError(Exception):
 class NotSimulatedError(SimulationError):
     """The simulator lacks a TTNN op or feature the program uses: opbyop's gap, not the device's."""
 
+    status = Status.NOT_SIMULATED
+
 
 class SimulatorBugError(SimulationError):
     """A kernel of the simulator raised: a bug in opbyop, not a finding about the program."""
+
+    status = Status.ANALYZER_ERROR
 
 
 def unsupported_ops(program: Program) -> list[str]:
