@@ -125,7 +125,8 @@ def register(app: typer.Typer) -> None:
                                                               "(default: the zoo's 'default' tag)"),
                 chip: str = typer.Option("p150", "--chip"),
                 workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
-                address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler"),
+                address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler "
+                                                      "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),
                 run_id: Optional[str] = typer.Option(None, "--run-id", help="resume or replace this run"),
                 reuse: bool = typer.Option(True, "--reuse/--no-reuse", help="reuse cached op results"),
                 whole: bool = typer.Option(True, "--whole/--no-whole"),
@@ -143,9 +144,11 @@ def register(app: typer.Typer) -> None:
         _defaults_for_laptop()
         from flows.run_ids import new_run_id
         from opbyop.config import AnalysisConfig, ClusterConfig, load_zoo
+        from opbyop.environment import environment
         from opbyop.errors import OpbyopError
         from opbyop.workspace import Workspace
 
+        address = address or environment().dask_address  # an existing cluster: none is started here
         try:
             names = models or [m.name for m in load_zoo().tagged("default")]
             config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,

@@ -28,9 +28,9 @@ from distributed import Client, LocalCluster
 
 from flows.tied import spawn_tied, stop
 from opbyop.config import ClusterConfig
+from opbyop.environment import environment
 from opbyop.errors import OpbyopError
 
-ADDRESS_ENV = "OPBYOP_DASK_ADDRESS"
 SCHEDULER_SETTINGS = {"distributed.scheduler.allowed-failures": 0,
                       "distributed.scheduler.worker-saturation": 1.0}
 _ATTRIBUTES = {"distributed.scheduler.allowed-failures": "allowed_failures",
@@ -69,7 +69,7 @@ def apply_scheduler_settings(client: Client) -> None:
 @contextmanager
 def dask_client(config: ClusterConfig) -> Iterator[Client]:
     """A client for the run; a LocalCluster it started is closed with it, an existing one is not."""
-    address = config.address or os.environ.get(ADDRESS_ENV)
+    address = config.address or environment().dask_address
     if address:
         try:
             client = Client(address, set_as_default=True, timeout=30)

@@ -134,6 +134,30 @@ def test_coverage_from_a_run_in_the_store(tmp_path: Path, monkeypatch):
     assert ops["ttcore.case"]["simulated"] and ops["ttcore.case"]["per_dtype"]["i32"] == {"passes": 1, "verdicts": 1}
 
 
+def test_the_corpus_commands_generate_run_resume_and_run_nightly(tmp_path: Path, monkeypatch):
+    """`opbyop corpus generate | run | nightly` through the CLI, each with a fresh real worker (p150)."""
+    monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
+    cli = CliRunner()
+    made = cli.invoke(_app(), ["corpus", "generate", str(tmp_path / "corpus"), "--op", "add", "--dtype", "f32"])
+    assert made.exit_code == 0, made.output
+    written = len(load_manifest(tmp_path / "corpus").entries)
+    assert f"wrote {written} modules" in made.output and written >= 2
+    run = ["corpus", "run", str(tmp_path / "corpus"), "--out", str(tmp_path / "out"), "--chip", "p150",
+           "--file", "add-f32-3x50-*"]
+    first, again = cli.invoke(_app(), run), cli.invoke(_app(), run)
+    assert first.exit_code == 0 and again.exit_code == 0, first.output + again.output
+    analysed = int(first.output.split()[0])
+    assert analysed >= 1 and f"0 analysed, {analysed} already in" in again.output  # resumed, nothing redone
+    assert all(r.result.status is Status.SUCCESS for r in read_results(tmp_path / "out"))
+    nothing = cli.invoke(_app(), run[:-1] + ["no-such-file-*.mlir"])
+    assert nothing.exit_code != 0 and "no corpus file matches" in nothing.output
+    (tmp_path / "corpus.yaml").write_text("chips: [p150]\nops: [exponential]\ndtypes: [f32]\nforms: [args]\n")
+    nightly = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
+    assert nightly.exit_code == 0, nightly.output
+    assert "ttnn.exp" in nightly.output and "100.0%" in nightly.output  # its coverage tables
+    assert (tmp_path / "home" / "corpus-results" / "p150" / "results.jsonl").exists()
+
+
 def _app():
     from opbyop.cli import coverage_cmds  # noqa: F401  (registers the commands)
     from opbyop.cli.app import app
