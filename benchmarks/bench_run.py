@@ -122,18 +122,32 @@ def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def start_cluster(log: Path) -> tuple[subprocess.Popen, str]:
-    """This checkout's LocalCluster process (flows.cluster: opbyop's scheduler settings), on its own."""
+_CLUSTER = """
+import json, threading, dask
+from distributed import LocalCluster
+if __name__ == "__main__":
+    dask.config.set({"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.worker-saturation": 1.0})
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None)
+    print(json.dumps({"address": cluster.scheduler_address}), flush=True)
+    threading.Event().wait()
+"""
+
+
+def start_cluster(tree: Path, work: Path) -> tuple[subprocess.Popen, str]:
+    """A standing LocalCluster with opbyop's scheduler settings, its workers importing `tree`'s code
+    (each implementation gets a cluster that runs its own functions)."""
     import json
 
-    with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "flows.cluster", "--workers", "2", "--chip", "p150"],
-                                cwd=ROOT, env=clean_env(PYTHONPATH=str(ROOT)), stdout=subprocess.PIPE, stderr=err)
+    script = work / f"{tree.name}-cluster.py"
+    script.write_text(_CLUSTER)
+    with open(work / f"{tree.name}-cluster.log", "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(script)], cwd=tree, env=clean_env(PYTHONPATH=str(tree)),
+                                stdout=subprocess.PIPE, stderr=err)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # its address, once the scheduler is up
     if not line:
         proc.kill()
-        raise RuntimeError(f"the Dask cluster did not start: see {log}")
+        raise RuntimeError(f"the Dask cluster did not start: see {work / f'{tree.name}-cluster.log'}")
     return proc, json.loads(line)["address"]
 
 
@@ -159,7 +173,7 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Me
     if "mlp" in scenarios:
         console.print(f"{name}: mlp with a Prefect server and a Dask cluster already running ...")
         server, url = start_server(prefect_home)
-        cluster, address = start_cluster(work / f"{name}-cluster.log")
+        cluster, address = start_cluster(tree, work)
         try:
             resident = {"PREFECT_API_URL": url, "OPBYOP_DASK_ADDRESS": address}
             analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-resident-warm", "--no-reuse", **resident)
