@@ -44,6 +44,14 @@ def run_chunk(directory: Path, entries: list, out: Path, chip: str, options: Com
                            workspace.artifacts.read_text)
 
 
+def results_dir(workspace: Workspace, chip: str, options: CompilerOptions) -> Path:
+    """Where a night's results for `chip` go: one directory per compiler version and options, so a
+    new compiler (or new options) is run anew while a night interrupted halfway resumes."""
+    from opbyop.compiler.system_desc import plugin_version
+
+    return workspace.root / "corpus-results" / Path(chip).stem / f"jax-tt-plugin-{plugin_version()}-{options.key()}"
+
+
 def run_nightly(settings: CorpusConfig, workspace: Workspace, seed: int = 0,
                 say: Say = lambda line: None) -> list[ChipCoverage]:
     """The whole corpus on every chip of `settings`; a chunk that cannot start never stops the others."""
@@ -54,7 +62,7 @@ def run_nightly(settings: CorpusConfig, workspace: Workspace, seed: int = 0,
               or d.replace("complex<f32>", "complex64") in settings.dtypes]
     outcome = []
     for chip in settings.chips:
-        out = workspace.root / "corpus-results" / Path(chip).stem
+        out = results_dir(workspace, chip, settings.compiler)
         errors = []
         for dtype in chunks:
             entries = select(manifest.entries, dtypes=[dtype], forms=settings.forms or None)
