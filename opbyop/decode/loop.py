@@ -177,5 +177,3 @@ def repeated_weight_pushes(log: list[Transfer], weights: Sequence[np.ndarray]) -
     needed = Counter(digest(np.asarray(w)) for w in weights)
     pushed = Counter(t.digest for t in log if t.direction == "to_device" and t.digest in needed)
     return sum(max(0, n - needed[d]) for d, n in pushed.items())
-
-
