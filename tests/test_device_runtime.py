@@ -256,6 +256,18 @@ def test_a_harvested_grid_changes_the_chosen_placement():
     assert harvested.candidates < full.candidates and harvested.cycles > full.cycles
 
 
+def test_a_placement_memo_places_repeated_layers_once_and_answers_as_without_it():
+    memo: dict = {}
+    layer = [matmul(256, 1024, 256), matmul(256, 256, 1024)]
+    first = [place(op, WORMHOLE_N150, memo=memo) for op in layer]
+    again = [place(op, WORMHOLE_N150, memo=memo) for op in [matmul(256, 1024, 256), matmul(256, 256, 1024)]]
+    assert len(memo) == 2 and all(a is b for a, b in zip(first, again))  # the second layer is looked up
+    assert first == [place(op, WORMHOLE_N150) for op in layer]  # the same answer as placing afresh
+    fewest = place(layer[0], WORMHOLE_N150, Policy.FEWEST_CORES, memo=memo)
+    harvested = place(layer[0], WORMHOLE_N150.harvested(0b1111010), memo=memo)
+    assert len(memo) == 4 and fewest != first[0] and harvested != first[0]  # policy and grid are part of the key
+
+
 def test_the_compilers_matmul_program_config_is_honoured():
     config = {"compute_with_storage_grid_size": [4, 2], "per_core_m": 2, "per_core_n": 4, "in0_block_w": 2}
     placed = place(matmul(128, 256, 512, config), BLACKHOLE_P150)

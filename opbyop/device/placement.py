@@ -368,8 +368,9 @@ def nlp_targets(ops: Sequence[Op], spec: DeviceSpec, window: int = 1) -> list[in
 
 
 def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
-          target_cycles: int | None = None) -> OpPlacement | None:
-    """The op model for `op` on `spec`; None if the op occupies no cores; raises if none is legal."""
+          target_cycles: int | None = None, memo: dict | None = None) -> OpPlacement | None:
+    """The op model for `op` on `spec`; None if the op occupies no cores; raises if none is legal.
+    `memo` keeps placements by what they depend on: a model's repeated layers are placed once."""
     work = work_of(op)
     if work is None:
         return None
@@ -379,6 +380,17 @@ def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
         raise PlacementError(f"{op.name}'s program config needs a {fixed[0][0]}x{fixed[0][1]} core grid; the device "
                              f"has {spec.worker_grid[0]}x{spec.worker_grid[1]} (harvesting mask "
                              f"{spec.harvesting_mask:#b}): compile with the harvested device's descriptor")
+    key = (op.name, work, fixed, spec, policy, target_cycles)
+    if memo is not None and key in memo:
+        return memo[key]
+    placement = _place_work(op.name, work, fixed, spec, policy, target_cycles)
+    if memo is not None:
+        memo[key] = placement
+    return placement
+
+
+def _place_work(name: str, work: Work, fixed: tuple | None, spec: DeviceSpec, policy: Policy,
+                target_cycles: int | None) -> OpPlacement:
     models = candidates(work, spec, fixed)
     chosen = choose(models, policy, target_cycles)
     rejected = Counter(m.reason.value for m in models if m.reason is not None)
@@ -388,9 +400,9 @@ def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
         chosen = max(models, key=lambda m: m.buffer_factor)
     if chosen is None:
         reasons = ", ".join(f"{r} x{n}" for r, n in rejected.most_common())
-        raise PlacementError(f"no legal op model for {op.name} on the {spec.worker_grid[0]}x{spec.worker_grid[1]} "
+        raise PlacementError(f"no legal op model for {name} on the {spec.worker_grid[0]}x{spec.worker_grid[1]} "
                              f"grid ({len(models)} tried: {reasons})")
-    return OpPlacement(ttnn_op=op.name, grid=chosen.grid, block_tiles=chosen.block, buffer_factor=chosen.buffer_factor,
+    return OpPlacement(ttnn_op=name, grid=chosen.grid, block_tiles=chosen.block, buffer_factor=chosen.buffer_factor,
                        l1_bytes_per_core=chosen.l1_bytes, cycles=chosen.cycles, candidates=len(models),
                        legal=sum(1 for m in models if m.reason is None), rejected=dict(rejected),
                        fixed_by_compiler=fixed is not None, t_stream=chosen.stream_label, policy=policy.value)

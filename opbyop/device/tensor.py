@@ -54,6 +54,7 @@ class Device:
         self.id = next(self._ids)
         self.memory = DeviceMemory(spec)
         self.const_cache: dict[tuple, ConstEval] = {}
+        self.placements: dict[tuple, object] = {}  # placement.place's memo: same op model, same placement
         self.live: dict[int, DeviceTensor] = {}
         self.runs: list[DeviceRun] = []  # one record per executed program, in order
         self.transfers = TransferCounter()  # host <-> device traffic, counted by the runtime API
