@@ -298,13 +298,19 @@ def _all_gone(processes: list[psutil.Process]) -> None:
     poll("every process the CLI started to be gone", gone, timeout=120)
 
 
-def test_ctrl_c_stores_what_was_done_prints_the_resume_command_and_leaves_nothing_behind(tmp_path):
+def _hung_cli_run(tmp_path: Path, run_id: str) -> tuple[subprocess.Popen, Path, dict, list, str, int]:
+    """`opbyop analyze jax-mlp` whose op worker hangs on one op, once its first batch is stored:
+    (process, log, environment, its descendants, the hanging op's signature prefix, unique ops)."""
     victim, n_ops = _victim()
     env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")
-    log = tmp_path / "interrupted.log"
-    proc = _start_cli(env, "cli-interrupted", log)
-    _wait_for_results(env, "cli-interrupted", proc, log)
-    children = _descendants(proc)
+    log = tmp_path / f"{run_id}.log"
+    proc = _start_cli(env, run_id, log)
+    _wait_for_results(env, run_id, proc, log)
+    return proc, log, env, _descendants(proc), victim, n_ops
+
+
+def test_ctrl_c_stores_what_was_done_prints_the_resume_command_and_leaves_nothing_behind(tmp_path):
+    proc, log, env, children, victim, n_ops = _hung_cli_run(tmp_path, "cli-interrupted")
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends to its foreground job
     assert proc.wait(timeout=120) == 130
     out = log.read_text()
@@ -326,12 +332,7 @@ def test_ctrl_c_stores_what_was_done_prints_the_resume_command_and_leaves_nothin
 
 
 def test_kill_9_of_the_cli_leaves_nothing_behind_and_its_run_is_marked_crashed_by_the_next(tmp_path):
-    victim, n_ops = _victim()
-    env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")
-    log = tmp_path / "killed.log"
-    proc = _start_cli(env, "cli-killed", log)
-    _wait_for_results(env, "cli-killed", proc, log)
-    children = _descendants(proc)
+    proc, _, env, children, _, n_ops = _hung_cli_run(tmp_path, "cli-killed")
     proc.kill()
     proc.wait(timeout=60)
     _all_gone(children)  # the server, the cluster, its workers and their op workers died with it
