@@ -156,8 +156,8 @@ def test_the_corpus_commands_generate_run_resume_and_run_nightly(tmp_path: Path,
     assert nightly.exit_code == 0, nightly.output
     assert "ttnn.exp" in nightly.output and "100.0%" in nightly.output  # its coverage tables
     assert len(list((tmp_path / "home" / "corpus-results" / "p150").glob("jax-tt-plugin-*/results.jsonl"))) == 1
-    again = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
-    assert again.exit_code == 0 and "p150 f32: 0 analysed" in again.output  # the same compiler and options: kept
+    second_night = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
+    assert second_night.exit_code == 0 and "p150 f32: 0 analysed" in second_night.output  # same compiler, options: kept
     with open(tmp_path / "corpus.yaml", "a") as config:
         config.write("compiler: {math_fidelity: lofi}\n")
     other = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
