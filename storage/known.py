@@ -26,8 +26,8 @@ def known_results(writer: RunWriter, store: Store, unique: list[UniqueOp], run: 
                   reuse: bool) -> KnownResults:
     """Results the run keeps (resumed ones as they are; reused ones written for this run, naming
     their origin), and the ops left to analyse. Retryable outcomes (crashes, infra errors ...) are redone."""
-    done = writer.completed_signatures(exclude=RETRYABLE)
-    known = KnownResults(results={r.signature: r for r in store.results(run.run_id) if r.signature in done})
+    stored = {r.signature: r for r in store.results(run.run_id)}  # one read; the latest result per op wins
+    known = KnownResults(results={s: r for s, r in stored.items() if r.status not in RETRYABLE})
     known.resumed = len(known.results)
     todo = [op for op in unique if op.signature not in known.results]
     if reuse and todo:
