@@ -2,10 +2,11 @@
 
 Each target (chip x compiler options) is one `analyze` subflow run; its aggregation, report and
 artifacts come with it. With a `corpus` block, the single-op corpus runs too (every chip, one dtype
-chunk at a time) and the summary gains the simulator's coverage. The nightly then compares each model with that model's previous comparable
-night (same chip and options, the model split there), checks the expectations (unexpected failures
-AND unexpected passes, so configs/expectations.yaml stays true) and publishes one `nightly-summary`
-artifact. The targets' run ids derive from the nightly's flow run: a retry of the nightly resumes them.
+chunk at a time) and the summary gains the simulator's coverage. The nightly then compares each
+model with that model's previous comparable night (same chip and options, the model split there),
+checks the expectations (unexpected failures AND unexpected passes, so configs/expectations.yaml
+stays true) and publishes one `nightly-summary` artifact. The targets' run ids derive from the
+nightly's flow run: a retry of the nightly resumes them.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from flows.analyze import RunFailed, RunSummary, analyze, claim_flow_run, run_id
 from flows.nightly_summary import TargetOutcome, nightly_markdown
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
 from opbyop.workspace import Workspace
-from tasks.corpus import coverage_markdown, run_corpus
 from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
+from tasks.corpus import coverage_markdown, run_corpus
 
 
 class Target(BaseModel):

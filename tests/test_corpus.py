@@ -142,6 +142,8 @@ def test_the_corpus_commands_generate_run_resume_and_run_nightly(tmp_path: Path,
     assert made.exit_code == 0, made.output
     written = len(load_manifest(tmp_path / "corpus").entries)
     assert f"wrote {written} modules" in made.output and written >= 2
+    complex64 = cli.invoke(_app(), ["corpus", "generate", str(tmp_path / "c64"), "--op", "add", "--dtype", "complex64"])
+    assert complex64.exit_code == 0 and {e.dtype for e in load_manifest(tmp_path / "c64").entries} == {"complex<f32>"}
     run = ["corpus", "run", str(tmp_path / "corpus"), "--out", str(tmp_path / "out"), "--chip", "p150",
            "--file", "add-f32-3x50-*"]
     first, again = cli.invoke(_app(), run), cli.invoke(_app(), run)

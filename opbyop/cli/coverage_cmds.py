@@ -28,10 +28,11 @@ DtypeFilter = typer.Option([], "--dtype", help="f32, bf16, i64, complex64 ...; r
 def generate_cmd(out: Path = typer.Argument(..., help="directory to write the .mlir files and corpus.json into"),
                  op: list[str] = OpFilter, dtype: list[str] = DtypeFilter) -> None:
     """Write the corpus (reproducible: the same files every time)."""
+    from opbyop.corpus.case import element_type
     from opbyop.corpus.catalog import BUILDERS
     from opbyop.corpus.generate import generate
 
-    dtypes = [d.replace("complex64", "complex<f32>") for d in dtype]
+    dtypes = [element_type(d) for d in dtype]
     unknown = [o for o in op if o not in BUILDERS]
     if unknown:
         fail(OpbyopError(f"no corpus builder named {', '.join(unknown)}", f"use one of: {', '.join(BUILDERS)}"))
@@ -56,7 +57,10 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
     """Analyse corpus files (compile, device, golden) in one warm worker; resumable."""
     from opbyop.config import CompilerOptions
     from opbyop.corpus.generate import load_manifest
+    from opbyop.corpus.nightly import run_chunk
     from opbyop.corpus.run import select
+    from opbyop.jaxenv import prepare_jax
+    from opbyop.workspace import Workspace
 
     try:
         entries = select(load_manifest(directory).entries, op, dtype, form, file)
@@ -67,8 +71,9 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
         fail(OpbyopError(f"invalid compiler option: {e}", "use --math-fidelity lofi|hifi2|hifi3|hifi4"))
     if not entries:
         fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
+    prepare_jax()
     try:
-        summary = _run_chunk(directory, entries, out, chip, options, timeout, seed)
+        summary = run_chunk(directory, entries, out, chip, options, timeout, seed, Workspace.default())
     except OpbyopError as e:
         fail(e)
     console.print(Text(f"{summary.analysed} analysed, {summary.skipped} already in {out}"))
@@ -92,16 +97,6 @@ def nightly_cmd(config: Optional[Path] = typer.Option(None, "--config", help="de
     for chip in chips:
         _console().print(_ops_table(chip.coverage))
         _console().print(_dtype_table(chip.coverage))
-
-
-def _run_chunk(directory: Path, entries: list, out: Path, chip: str, options, timeout: float, seed: int):
-    """Entries through one warm worker; results appended to `out`."""
-    from opbyop.corpus.nightly import run_chunk
-    from opbyop.jaxenv import prepare_jax
-    from opbyop.workspace import Workspace
-
-    prepare_jax()
-    return run_chunk(directory, entries, out, chip, options, timeout, seed, Workspace.default())
 
 
 @app.command("coverage")

@@ -77,6 +77,11 @@ class Case:
 DTYPE_NAMES = {"complex<f32>": "complex64", "complex<f64>": "complex128"}
 
 
+def element_type(name: str) -> str:
+    """A dtype as the corpus writes it in MLIR (complex64 -> complex<f32>); other names as given."""
+    return next((mlir for mlir, short in DTYPE_NAMES.items() if short == name), name)
+
+
 def render(case: Case, form: Form) -> str:
     """The case as a StableHLO module in generic op form (one op plus its constant operands)."""
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(case.name(form).encode()).digest()[:8], "little"))

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Callable
 
 from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
+from opbyop.corpus.case import element_type
 from opbyop.corpus.catalog import ALL_DTYPES
 from opbyop.corpus.config import CorpusConfig
 from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
@@ -56,10 +57,9 @@ def run_nightly(settings: CorpusConfig, workspace: Workspace, seed: int = 0,
                 say: Say = lambda line: None) -> list[ChipCoverage]:
     """The whole corpus on every chip of `settings`; a chunk that cannot start never stops the others."""
     directory = workspace.root / "corpus"
-    manifest = generate(directory, settings.ops or None,
-                        [d.replace("complex64", "complex<f32>") for d in settings.dtypes] or None)
-    chunks = [d for d in ALL_DTYPES if not settings.dtypes or d in settings.dtypes
-              or d.replace("complex<f32>", "complex64") in settings.dtypes]
+    wanted = [element_type(d) for d in settings.dtypes]
+    manifest = generate(directory, settings.ops or None, wanted or None)
+    chunks = [d for d in ALL_DTYPES if not wanted or d in wanted]
     outcome = []
     for chip in settings.chips:
         out = results_dir(workspace, chip, settings.compiler)
