@@ -38,7 +38,8 @@ from common import Figures, console
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 BASELINE_REF = "4770261^"  # the commit before issue 10's orchestration work
-GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "resnet50": 30.0, "bert-base": 30.0, "zoo": 300.0}
+GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "resnet50": 30.0, "bert-base": 30.0,
+         "zoo": 300.0}
 
 
 @dataclass
@@ -123,10 +124,10 @@ def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
 
 
 _CLUSTER = """
-import json, threading, dask
+import json, sys, threading, dask
 from distributed import LocalCluster
 if __name__ == "__main__":
-    dask.config.set({"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.worker-saturation": 1.0})
+    dask.config.set(json.loads(sys.argv[1]))
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None)
     print(json.dumps({"address": cluster.scheduler_address}), flush=True)
     threading.Event().wait()
@@ -134,20 +135,22 @@ if __name__ == "__main__":
 
 
 def start_cluster(tree: Path, work: Path) -> tuple[subprocess.Popen, str]:
-    """A standing LocalCluster with opbyop's scheduler settings, its workers importing `tree`'s code
-    (each implementation gets a cluster that runs its own functions)."""
+    """A standing LocalCluster with opbyop's scheduler settings (flows.cluster), its workers importing
+    `tree`'s code (each implementation gets a cluster that runs its own functions)."""
     import json
 
-    script = work / f"{tree.name}-cluster.py"
+    from flows.cluster import SCHEDULER_SETTINGS
+
+    script, log = work / f"{tree.name}-cluster.py", work / f"{tree.name}-cluster.log"
     script.write_text(_CLUSTER)
-    with open(work / f"{tree.name}-cluster.log", "wb") as err:
-        proc = subprocess.Popen([sys.executable, str(script)], cwd=tree, env=clean_env(PYTHONPATH=str(tree)),
-                                stdout=subprocess.PIPE, stderr=err)
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([sys.executable, str(script), json.dumps(SCHEDULER_SETTINGS)], cwd=tree,
+                                env=clean_env(PYTHONPATH=str(tree)), stdout=subprocess.PIPE, stderr=err)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # its address, once the scheduler is up
     if not line:
         proc.kill()
-        raise RuntimeError(f"the Dask cluster did not start: see {work / f'{tree.name}-cluster.log'}")
+        raise RuntimeError(f"the Dask cluster did not start: see {log}")
     return proc, json.loads(line)["address"]
 
 
