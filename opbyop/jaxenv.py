@@ -48,7 +48,7 @@ def prepare_jax(system_desc: Path | None = None) -> None:
 
     # f64/i64 operands must reach XLA unchanged (facts/stack.md, golden section).
     jax.config.update("jax_enable_x64", True)
-    if system_desc is None and not _backends_initialised():
+    if system_desc is None and not _backends_initialised() and not _skip_plugin_discovery():
         import jax.extend
 
         from opbyop.compiler.assets import startup_lock
@@ -58,6 +58,22 @@ def prepare_jax(system_desc: Path | None = None) -> None:
         # runtime archive'), so this one waits its turn like the compiler workers do.
         with startup_lock():
             jax.extend.backend.get_backend("cpu")
+
+
+def _skip_plugin_discovery() -> bool:
+    """In a CPU-only process, mark JAX's PJRT plugin discovery as done before it runs; False when
+    this JAX has no such flag (then discovery runs as usual).
+
+    Discovery loads every installed plugin whatever JAX_PLATFORMS says, and loading libtt takes 2-4 s
+    (benchmarks/bench_jax_start.py) and unpacks the compiler's runtime, for a platform a CPU-only
+    process never uses: the CLI, the flow, golden. JAX has no public switch; it runs discovery once
+    per process, behind this module flag."""
+    import jax._src.xla_bridge as bridge
+
+    if not hasattr(bridge, "_plugins_registered"):
+        return False
+    bridge._plugins_registered = True
+    return True
 
 
 def _add_xla_flags() -> None:

@@ -76,3 +76,16 @@ def test_pcc_handles_constants_and_nans():
     both_nan = np.array([1.0, np.nan, 3.0, 4.0])
     assert pcc(both_nan, both_nan) == pytest.approx(1.0)
     assert pcc(np.array([1.0, 2.0, 3.0, 4.0]), both_nan) == 0.0  # a NaN the golden does not have
+
+
+def test_a_cpu_only_process_runs_golden_without_loading_the_tt_plugin():
+    """prepare_jax() with no descriptor: XLA:CPU works (64-bit included) and libtt is never mapped
+    into the process (loading it costs seconds and unpacks the compiler's runtime)."""
+    import subprocess
+    import sys
+
+    code = ("from opbyop.jaxenv import prepare_jax\nprepare_jax()\nimport jax.numpy as jnp\n"
+            "print(jnp.arange(3, dtype=jnp.int64).sum().dtype, jnp.float64(0.5) * 2)\n"
+            "print(any('libtt' in line for line in open('/proc/self/maps')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    assert out.stdout.split() == ["int64", "1.0", "False"]
