@@ -32,15 +32,15 @@ from prefect.context import get_run_context
 from prefect.futures import PrefectFuture
 from prefect.states import Cancelled, Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, Field
 
 from flows import handoff as handoffs
 from flows.cluster import dask_client
 from flows.phases import PhaseClock, format_phases
 from flows.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
+from flows.summary import RunFailed, RunSummary
 from opbyop import __version__
 from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
-from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds, load_zoo
+from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import Prepared, prepare, run_manifest_path, summarize, write_manifest
@@ -54,43 +54,11 @@ from storage.known import known_results
 from tasks.gate import ClusterGate
 from tasks.models import split_model, stage_whole_model
 from tasks.ops import analyze_op, whole_model
-from tasks.shrink import ShrinkOption, shrink_failing_ops
+from tasks.shrink import shrink_failing_ops
 from tasks.store import publish
 
 TASK_THREADS = 16  # Prefect task threads: each mostly waits on Dask, a few keep the workers fed
 POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between results
-
-
-class RunSummary(BaseModel):
-    run_id: str
-    models: list[str]
-    ops_total: int
-    ops_unique: int
-    reused: int
-    statuses: dict[str, int]
-    failures: dict[str, int] = Field(default_factory=dict)  # failed stage -> unique ops
-    model_errors: dict[str, str] = Field(default_factory=dict)
-    whole: dict[str, str] = Field(default_factory=dict)  # model -> whole-model status
-    phases: dict[str, float] = Field(default_factory=dict)  # phase -> seconds
-    error: str | None = None  # why the run stopped before its end
-    report: str | None = None  # path of the HTML report
-
-    def line(self) -> str:
-        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items(), key=lambda kv: -kv[1]))
-        failed = "; ".join(f"{n} failed at {s}" for s, n in self.failures.items())
-        errors = f"; {len(self.model_errors)} models could not be split" if self.model_errors else ""
-        stopped = f"; stopped: {self.error}" if self.error else ""
-        return (f"run {self.run_id}: {self.ops_unique} unique ops of {self.ops_total} ({self.reused} reused): "
-                f"{counts or 'nothing analysed'}" + (f" ({failed})" if failed else "") + errors + stopped)
-
-
-class RunFailed(Exception):
-    """The data of a Failed analyze state: what Prefect raises when that state's result is asked for,
-    carrying the run's summary for callers that read it (never a bare model Prefect cannot raise)."""
-
-    def __init__(self, summary: RunSummary):
-        super().__init__(summary.line())
-        self.summary = summary
 
 
 def _git_sha() -> str:

@@ -16,11 +16,10 @@ import faulthandler
 import os
 import shlex
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 from rich.console import Console
@@ -30,6 +29,7 @@ from rich.table import Table
 
 console = Console()
 STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
+PROGRESS_SECONDS = 0.5  # how often the progress bar reads the store
 
 
 def _defaults_for_laptop() -> None:
@@ -97,24 +97,13 @@ class Launch:
 
     def close(self) -> None:
         """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
-        if "prefect" in sys.modules and self.api.started_here:
-            _drain_prefect()
+        if self.api.started_here:
+            from flows.server import drain_prefect
+
+            drain_prefect()
         for child in (self.cluster, self.api):
             if child is not None:
                 child.close(wait=False)  # their supervisors finish the job, after this process too
-
-
-def _drain_prefect() -> None:
-    """Logs and events still queued go to the server before it stops (else they are lost, and
-    Prefect's exit handlers retry against a server that is gone)."""
-    try:
-        from prefect.events.worker import EventsWorker
-        from prefect.logging.handlers import APILogWorker
-
-        for service in (APILogWorker, EventsWorker):
-            service.drain_all(timeout=10)
-    except Exception:  # a missing flush must not hide the run's outcome
-        pass
 
 
 def register(app: typer.Typer) -> None:
@@ -143,7 +132,7 @@ def register(app: typer.Typer) -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
         _defaults_for_laptop()
         from flows.run_ids import new_run_id
-        from opbyop.config import AnalysisConfig, ClusterConfig, load_zoo
+        from opbyop.config import AnalysisConfig, ClusterConfig, ShrinkOption, load_zoo
         from opbyop.environment import environment
         from opbyop.errors import OpbyopError
         from opbyop.workspace import Workspace
@@ -159,12 +148,14 @@ def register(app: typer.Typer) -> None:
         run_id = run_id or new_run_id()
         resume = resume_command(names, chip, workers, address, reuse, whole, timeout, run_id)
         workspace = Workspace.default()
+        shrink_option = ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds)
+        service = None if address or workers else _standing_service(workspace.root)
+        if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
+            _run_on_service(workspace.root, service, config, run_id, shrink_option, resume, manifest)
+            return
         launch = Launch(workers, address, chip, workspace.root / "logs")
-        outcome: dict[str, object] = {}
+        outcome: dict[str, object] = {"shrink": shrink_option}
         try:
-            from tasks.shrink import ShrinkOption
-
-            outcome["shrink"] = ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds)
             _start(launch, config, run_id, outcome)
             _watch(outcome["thread"], workspace.store, run_id)
         except KeyboardInterrupt:
@@ -178,6 +169,42 @@ def register(app: typer.Typer) -> None:
             _finish(outcome, resume)  # the outcome first, then the clean-up
         finally:
             launch.close()
+
+    @app.command()
+    def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers for this chip"),
+              workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Dask workers (default: one per core)"),
+              port: Optional[int] = typer.Option(None, "--port", min=1, max=65535,
+                                                 help="the Prefect server's port (default: a free one)"),
+              ) -> None:
+        """Keep a Prefect server, a warm Dask cluster and a warm flow process running for `opbyop analyze`.
+
+        analyze in this workspace then hands its runs to them instead of starting its own. Ctrl-C (or
+        SIGTERM) stops them."""
+        _defaults_for_laptop()
+        from flows.serve import Service, terminate_as_interrupt, warm_imports
+        from opbyop.errors import OpbyopError
+        from opbyop.workspace import Workspace
+
+        terminate_as_interrupt()
+        root = Workspace.default().root
+        service = Service(root, chip, workers or os.cpu_count() or 1, port)
+        try:
+            record = service.start()
+            warm_imports()
+            console.print(f"serving {escape(str(root))}: Prefect API {record.api_url} (UI "
+                          f"{record.api_url.removesuffix('/api')}), Dask scheduler {record.dask_address}, "
+                          f"{record.workers} op workers warming up for {escape(chip)}", highlight=False, soft_wrap=True)
+            console.print("`opbyop analyze` in this workspace now runs here; Ctrl-C stops the service",
+                          highlight=False, markup=False)
+            service.serve(on_run=lambda request, outcome: console.print(
+                f"run {request.run_id}: {outcome.state}", highlight=False, markup=False))
+        except KeyboardInterrupt:
+            console.print("stopping the cluster and the server", highlight=False)
+        except OpbyopError as e:
+            console.print(f"[red]error:[/red] {escape(str(e))}")
+            raise typer.Exit(1)
+        finally:
+            service.stop()
 
     def _start(launch: Launch, config, run_id: str, outcome: dict) -> None:  # noqa: ANN001
         """Start the flow in a thread (the main thread stays free for Ctrl-C): outcome gets the
@@ -206,19 +233,11 @@ def register(app: typer.Typer) -> None:
         thread.start()
 
     def _watch(thread: threading.Thread, store_root, run_id: str) -> None:  # noqa: ANN001
-        from storage.dataset import Store
+        def running() -> bool:
+            thread.join(timeout=0.1)
+            return thread.is_alive()
 
-        store = Store(store_root)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console) as progress:
-            task = progress.add_task(f"run {run_id}: starting", total=None)
-            total = 0
-            while thread.is_alive():
-                thread.join(timeout=0.5)
-                total = total or _total(store, run_id)  # the run's ops are stored once, before the fan-out
-                if total:
-                    progress.update(task, total=total, completed=_done(store, run_id),
-                                    description=f"run {run_id}: ops")
+        _progress(running, store_root, run_id)
 
     def _interrupted(launch: Launch, thread: threading.Thread | None, handoff, resume: str) -> None:  # noqa: ANN001
         console.print("[yellow]interrupted:[/yellow] storing what was analysed, stopping the cluster and server")
@@ -236,17 +255,101 @@ def register(app: typer.Typer) -> None:
             os._exit(130)  # the flow thread is stuck in Prefect's engine: do not wait for it at exit
         raise typer.Exit(130)
 
-    def _total(store, run_id: str) -> int:  # noqa: ANN001
-        try:
-            return len({r.signature for r in store.ops(run_id) if r.signature})
-        except Exception:  # the run's files may not exist yet
-            return 0
 
-    def _done(store, run_id: str) -> int:  # noqa: ANN001
+def _progress(running: Callable[[], bool], store_root: Path, run_id: str) -> None:
+    """A progress bar fed from the store (results land there in batches) while `running()` says so;
+    `running()` paces the loop (a short wait: the end shows at once), the store is read every
+    PROGRESS_SECONDS (each read costs CPU the run could use)."""
+    from storage.dataset import Store
+
+    store = Store(store_root)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task(f"run {run_id}: starting", total=None)
+        total, read = 0, time.monotonic()
+        while running():
+            if time.monotonic() - read < PROGRESS_SECONDS:
+                continue
+            read = time.monotonic()
+            total = total or _total(store, run_id)  # the run's ops are stored once, before the fan-out
+            if total:
+                progress.update(task, total=total, completed=_done(store, run_id), description=f"run {run_id}: ops")
+
+
+def _total(store, run_id: str) -> int:  # noqa: ANN001
+    try:
+        return len({r.signature for r in store.ops(run_id) if r.signature})
+    except Exception:  # the run's files may not exist yet
+        return 0
+
+
+def _done(store, run_id: str) -> int:  # noqa: ANN001
+    try:
+        return len(store.completed_signatures(run_id))
+    except Exception:
+        return 0
+
+
+def _standing_service(workspace_root: Path):  # noqa: ANN202
+    """The workspace's `opbyop serve`, unless none runs or the Prefect API configured here is another
+    (the user's choice wins)."""
+    from flows.server import configured_api_url
+    from flows.service import standing_service
+
+    service = standing_service(workspace_root)
+    configured = configured_api_url()
+    if service is None or (configured and configured.rstrip("/") != service.api_url.rstrip("/")):
+        return None
+    return service
+
+
+def _run_on_service(workspace_root: Path, service, config, run_id: str, shrink, resume: str,  # noqa: ANN001
+                    manifest: Optional[Path]) -> None:
+    """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
+    asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
+    from flows.service import AnalyzeRequest, Ticket
+    from opbyop.errors import OpbyopError
+
+    console.print(f"run {run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})",
+                  highlight=False, markup=False, soft_wrap=True)
+    ticket = Ticket(workspace_root, service, AnalyzeRequest(run_id=run_id, config=config, shrink=shrink,
+                                                            client_pid=os.getpid()))
+    ticket.submit()
+    box: dict[str, object] = {}
+
+    def running() -> bool:
+        box["outcome"] = ticket.outcome()
+        if box["outcome"] is None:
+            time.sleep(0.1)
+        return box["outcome"] is None
+
+    from opbyop.workspace import Workspace
+
+    try:
+        _progress(running, Workspace(workspace_root).store, run_id)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted:[/yellow] the service stores what was analysed and stops the run")
+        ticket.stop()
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
         try:
-            return len(store.completed_signatures(run_id))
-        except Exception:
-            return 0
+            while ticket.outcome() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except (KeyboardInterrupt, OpbyopError):
+            pass
+        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        raise typer.Exit(130)
+    except OpbyopError as e:
+        console.print(f"[red]error:[/red] {escape(str(e))}")
+        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        raise typer.Exit(1)
+    outcome = box["outcome"]
+    _copy_manifest(workspace_root, run_id, manifest)
+    if outcome.summary is not None:  # type: ignore[union-attr]
+        _print(outcome.summary)  # type: ignore[union-attr]
+    if not outcome.completed:  # type: ignore[union-attr]
+        console.print(f"[red]{escape(outcome.state)}:[/red] {escape(outcome.message)}", highlight=False)  # type: ignore[union-attr]
+        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        raise typer.Exit(1)
 
 
 def _copy_manifest(root, run_id: str, target: Optional[Path]) -> None:  # noqa: ANN001
@@ -299,7 +402,7 @@ def _print(summary) -> None:  # noqa: ANN001
         console.print(f"[red]{escape(model)}: {escape(error)}[/red]", highlight=False)
     console.print(summary.line(), highlight=False, markup=False)
     if summary.phases:
-        console.print(f"time: {format_phases(summary.phases)}", highlight=False, markup=False)
+        console.print(f"time: {format_phases(summary.phases)}", highlight=False, markup=False, soft_wrap=True)
     if summary.report:
         console.print(f"report: {summary.report}", highlight=False, markup=False)
     console.print(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' "

@@ -116,6 +116,10 @@ class ClusterProcess:
         self.address = json.loads(line)["address"]
         return self.address
 
+    def exit_code(self) -> int | None:
+        """None while the cluster runs."""
+        return self._proc.poll()
+
     def close(self, wait: bool = True) -> None:
         """Stop the cluster and all it started; without `wait`, its supervisor finishes the job
         after this process is gone (flows/tied.py)."""

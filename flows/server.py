@@ -63,13 +63,15 @@ def _site_packages() -> str:
 class PrefectApi:
     """An API URL to use: an existing server's (reused as is) or a server of our own."""
 
-    def __init__(self, log_dir: Path):
+    def __init__(self, log_dir: Path, port: int | None = None, temporary: bool = True):
+        """`temporary`: a server for one CLI run (UI and the scheduling services off, a free port);
+        else a standing one (`opbyop serve`: UI on, on `port` if given)."""
         self.url = configured_api_url()
         self._proc: subprocess.Popen | None = None
         self._log_path = log_dir / "prefect-server.log"
         if self.url:
             return
-        port = _free_port()
+        port = port or _free_port()
         self.url = f"http://127.0.0.1:{port}/api"
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "wb") as log:
@@ -78,7 +80,7 @@ class PrefectApi:
                 [sys.executable, "-m", "uvicorn", "--app-dir", _site_packages(), "--factory",
                  "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
                  "--log-level", "error", "--lifespan", "on"],
-                env=server_env(ui_api_url=self.url, temporary=True), stdout=log, stderr=subprocess.STDOUT,
+                env=server_env(ui_api_url=self.url, temporary=temporary), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL)
 
     @property
@@ -100,6 +102,10 @@ class PrefectApi:
             time.sleep(0.1)
         return self.url
 
+    def exit_code(self) -> int | None:
+        """A server started here that has exited: its code (None: running, or not ours)."""
+        return None if self._proc is None else self._proc.poll()
+
     def close(self, wait: bool = True) -> None:
         """Stop a server started here (SIGTERM: it flushes what it holds); without `wait`, its
         supervisor finishes the job after this process is gone (flows/tied.py)."""
@@ -112,6 +118,21 @@ class PrefectApi:
             return " | ".join(self._log_path.read_text(errors="replace").strip().splitlines()[-3:])
         except OSError:
             return ""
+
+
+def drain_prefect() -> None:
+    """Logs and events still queued go to the server before it stops (else they are lost, and
+    Prefect's exit handlers retry against a server that is gone)."""
+    if "prefect" not in sys.modules:  # nothing was sent from this process
+        return
+    try:
+        from prefect.events.worker import EventsWorker
+        from prefect.logging.handlers import APILogWorker
+
+        for service in (APILogWorker, EventsWorker):
+            service.drain_all(timeout=10)
+    except Exception:  # a missing flush must not hide the run's outcome
+        pass
 
 
 def main(argv: list[str] | None = None) -> None:

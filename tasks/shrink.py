@@ -12,24 +12,15 @@ import uuid
 from distributed import Client
 from prefect import task
 from prefect.cache_policies import NONE
-from pydantic import BaseModel, Field
 
 from opbyop.records import OpResult, Stage, Status, UniqueOp, utcnow
 from opbyop.shrink.result import Outcome, ShrinkResult, outcome_of
 from opbyop.shrink.search import Shrinker
 from opbyop.worker import dask as on_dask
-from opbyop.config import AnalysisSettings
+from opbyop.config import AnalysisSettings, ShrinkOption
 from opbyop.workspace import Workspace
 from tasks.gate import ClusterGate
 from tasks.ops import KilledTwice, run_isolated
-
-
-class ShrinkOption(BaseModel):
-    """Shrink failing ops after the fan-out: where each starts failing, by dimension and dtype."""
-
-    failing: bool = Field(False, description="search the neighbourhood of every op that failed (compiler or device)")
-    seconds_per_op: float = Field(60.0, gt=0, description="time budget of each op's search")
-    max_ops: int = Field(20, ge=1, description="shrink at most this many failing ops (most occurrences first)")
 
 
 @task(name="shrink-op", task_run_name="shrink-{label}", cache_policy=NONE, persist_result=False)

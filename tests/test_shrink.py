@@ -167,7 +167,7 @@ def test_the_flow_shrinks_its_failing_ops_when_asked_and_writes_the_manifest(flo
     from flows.analyze import RunFailed, analyze, new_run_id
     from opbyop.config import AnalysisConfig, ClusterConfig
     from storage.dataset import Store
-    from tasks.shrink import ShrinkOption
+    from opbyop.config import ShrinkOption
 
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
     dot = tmp_path / "dot_ui8.mlir"

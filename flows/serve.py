@@ -1,0 +1,136 @@
+"""The `opbyop serve` process: its Prefect server and Dask cluster, and the loop that runs the
+analyze requests of its workspace (the protocol: flows/service.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from flows.cluster import ClusterProcess
+from flows.server import PrefectApi, drain_prefect
+from flows.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, ServiceRecord, alive, record_path,
+                           service_dir, store_and_configs)
+from flows.summary import RunSummary
+from opbyop.atomic import write_text
+from opbyop.errors import OpbyopError
+
+
+class Service:
+    """The server and the cluster of one `opbyop serve`, started together, stopped together."""
+
+    def __init__(self, workspace_root: Path, chip: str, workers: int, port: int | None):
+        log_dir = workspace_root / "logs"
+        self.root, self.chip, self.workers = workspace_root, chip, workers
+        self.api = PrefectApi(log_dir, port=port, temporary=False)
+        self.cluster = ClusterProcess(workers, chip, log_dir)
+
+    def start(self) -> ServiceRecord:
+        """Wait for both, then publish the record (atomically: a reader sees all of it or none)."""
+        store, configs = store_and_configs()
+        record = ServiceRecord(pid=os.getpid(), api_url=self.api.wait(), dask_address=self.cluster.wait(),
+                               chip=self.chip, workers=self.workers, store=store, config_dir=configs)
+        os.environ["PREFECT_API_URL"] = record.api_url  # for the flows run here (Prefect is imported after)
+        self.address = record.dask_address
+        write_text(record_path(self.root), record.model_dump_json(indent=2))
+        return record
+
+    def serve(self, on_run=None) -> None:  # noqa: ANN001
+        """Run the requests as they come, until the server or the cluster exits (an error: the
+        service is gone). `on_run(request, outcome)` after each run."""
+        folder = service_dir(self.root)
+        folder.mkdir(parents=True, exist_ok=True)
+        while True:
+            self._check_children()
+            for path in sorted(folder.glob("*.request.json"), key=lambda p: p.stat().st_mtime):
+                request = _read_request(path)
+                path.unlink(missing_ok=True)
+                if request is not None:
+                    outcome = self._run(request, folder)
+                    if on_run is not None:
+                        on_run(request, outcome)
+            time.sleep(POLL_SECONDS)
+
+    def _check_children(self) -> None:
+        for name, child in (("Prefect server", self.api), ("Dask cluster", self.cluster)):
+            code = child.exit_code()
+            if code is not None:
+                raise OpbyopError(f"the {name} of this service exited ({code})",
+                                  f"see the logs in {self.root / 'logs'}, then start `opbyop serve` again")
+
+    def _run(self, request: AnalyzeRequest, folder: Path) -> AnalyzeOutcome:
+        """The flow in a thread; this one stops it when the CLI asks or is gone."""
+        from flows.handoff import Handoff
+
+        handoff = Handoff()
+        box: dict[str, AnalyzeOutcome] = {}
+        thread = threading.Thread(target=lambda: box.update(outcome=run_flow(request, handoff, self.address)),
+                                  name=f"analyze-{request.run_id}", daemon=True)
+        thread.start()
+        stop = folder / f"{request.run_id}.stop"
+        while thread.is_alive():
+            thread.join(timeout=POLL_SECONDS)
+            if not handoff.stop.is_set() and (stop.exists() or not alive(request.client_pid)):
+                handoff.stop.set()
+        stop.unlink(missing_ok=True)
+        outcome = box["outcome"]
+        write_text(folder / f"{request.run_id}.outcome.json", outcome.model_dump_json())
+        return outcome
+
+    def stop(self) -> None:
+        """Withdraw the record first (no new run attaches), then stop the cluster and the server."""
+        path = record_path(self.root)
+        try:
+            if ServiceRecord.model_validate_json(path.read_text()).pid == os.getpid():
+                path.unlink()
+        except (OSError, ValueError):
+            pass
+        drain_prefect()  # the runs' last logs and events, while the server still listens
+        for child in (self.cluster, self.api):
+            child.close(wait=True)
+
+
+def _read_request(path: Path) -> AnalyzeRequest | None:
+    try:
+        return AnalyzeRequest.model_validate_json(path.read_text())
+    except (OSError, ValueError):  # not ours, or from another version: nobody waits on it here
+        return None
+
+
+def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
+    """The analyze flow for one request, on the service's cluster; never raises."""
+    from flows.analyze import RunFailed, analyze
+    from flows.handoff import handing_off
+
+    config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
+        update={"address": address})})
+    try:
+        handoff.start_splits(config.models, config.seed)
+        with handing_off(handoff):
+            state = analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
+        data = state.result(raise_on_failure=False)
+    except BaseException as e:  # noqa: BLE001  (told to the CLI, with the run id to resume)
+        return AnalyzeOutcome(run_id=request.run_id, state="Error", completed=False,
+                              message=f"{type(e).__name__}: {e}")
+    summary = data.summary if isinstance(data, RunFailed) else data
+    return AnalyzeOutcome(run_id=request.run_id, state=state.name, completed=state.is_completed(),
+                          message=state.message or "", summary=summary if isinstance(summary, RunSummary) else None)
+
+
+def warm_imports() -> None:
+    """What every run needs, imported before the first request: the flow (Prefect, Dask), JAX."""
+    from opbyop.jaxenv import prepare_jax
+
+    prepare_jax()
+    import flows.analyze  # noqa: F401
+    import opbyop.frontends.loader  # noqa: F401
+
+
+def terminate_as_interrupt() -> None:
+    """SIGTERM (systemd, kill) stops the service in order, as Ctrl-C does."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)

@@ -1,0 +1,133 @@
+"""How `opbyop analyze` finds and uses a running `opbyop serve` (flows/serve.py): a standing Prefect
+server, a warm Dask cluster, and a warm process that runs the analyze flow.
+
+On its own, every `opbyop analyze` starts a server and a cluster (6-9 s on 2 cores: flows/server.py,
+flows/cluster.py), imports Prefect, Dask and JAX (4-5 s) and stops it all at its end. With
+`opbyop serve` running (another terminal, a systemd unit), analyze finds it through a record in the
+workspace, hands it the run as a request file and shows the progress and the summary: the flow
+runs in the service, where all of that is done once (benchmarks/bench_run.py, "mlp, opbyop serve").
+
+Requests run one at a time, in the order they came (torch.export is not thread-safe). Files in
+<workspace>/service/: `<run id>.request.json` (the CLI), `<run id>.stop` (the CLI's Ctrl-C),
+`<run id>.outcome.json` (the service, at the run's end). A run whose CLI dies (even kill -9) is
+stopped as on Ctrl-C: what was analysed is stored, the run id resumes it. A record whose process is
+gone, or whose server does not answer, is ignored: analyze then starts its own server and cluster.
+Ctrl-C or SIGTERM stops the service (server, cluster, record); kill -9 takes the server and the
+cluster with it too (flows/tied.py) and leaves a record that names a dead process.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from flows.server import healthy
+from flows.summary import RunSummary
+from opbyop.atomic import write_text
+from opbyop.config import AnalysisConfig, ShrinkOption
+from opbyop.errors import OpbyopError
+
+RECORD_NAME = "service.json"
+POLL_SECONDS = 0.1  # how often the service looks for requests, and a run for its stop request
+
+
+class ServiceRecord(BaseModel):
+    """What `opbyop serve` tells the analyze runs of its workspace."""
+
+    pid: int  # the serving process: the record holds while it lives
+    api_url: str
+    dask_address: str
+    chip: str  # its op workers are warm for this chip (others warm up on first use)
+    workers: int
+    store: str  # the store and the configs it uses: a CLI with others does not attach
+    config_dir: str
+
+
+class AnalyzeRequest(BaseModel):
+    """One analyze run asked of the service."""
+
+    run_id: str
+    config: AnalysisConfig
+    shrink: ShrinkOption = ShrinkOption()
+    client_pid: int  # the CLI: when it is gone, the run stops
+
+
+class AnalyzeOutcome(BaseModel):
+    """How the run ended: its Prefect state, and the summary when the flow returned one."""
+
+    run_id: str
+    state: str  # Completed, Failed, Cancelled, Crashed ... or "Error" when the flow could not run
+    completed: bool
+    message: str = ""
+    summary: RunSummary | None = None
+
+
+def store_and_configs() -> tuple[str, str]:
+    from opbyop.config import config_dir
+    from opbyop.workspace import Workspace
+
+    return str(Workspace.default().store.resolve()), str(config_dir().resolve())
+
+
+def record_path(workspace_root: Path) -> Path:
+    return workspace_root / RECORD_NAME
+
+
+def standing_service(workspace_root: Path) -> ServiceRecord | None:
+    """The workspace's service, if its process lives and its Prefect API answers."""
+    try:
+        record = ServiceRecord.model_validate_json(record_path(workspace_root).read_text())
+    except (OSError, ValueError):
+        return None
+    if (record.store, record.config_dir) != store_and_configs():
+        return None
+    if not alive(record.pid) or not healthy(record.api_url, timeout=2.0):
+        return None
+    return record
+
+
+def service_dir(workspace_root: Path) -> Path:
+    return workspace_root / "service"
+
+
+class Ticket:
+    """The CLI's side of one request: submit it, ask it to stop, read its outcome."""
+
+    def __init__(self, workspace_root: Path, service: ServiceRecord, request: AnalyzeRequest):
+        self.service, self.request = service, request
+        folder = service_dir(workspace_root)
+        self._request = folder / f"{request.run_id}.request.json"
+        self._stop = folder / f"{request.run_id}.stop"
+        self._outcome = folder / f"{request.run_id}.outcome.json"
+
+    def submit(self) -> None:
+        for stale in (self._stop, self._outcome):  # from an earlier run of this id
+            stale.unlink(missing_ok=True)
+        write_text(self._request, self.request.model_dump_json())
+
+    def stop(self) -> None:
+        self._stop.touch()
+
+    def outcome(self) -> AnalyzeOutcome | None:
+        """The outcome once the run ended; raises when the service died before it did."""
+        try:
+            return AnalyzeOutcome.model_validate_json(self._outcome.read_text())
+        except (OSError, ValueError):
+            pass
+        if not alive(self.service.pid):
+            raise OpbyopError(f"`opbyop serve` (pid {self.service.pid}) stopped before run {self.request.run_id} "
+                              f"ended", "start it again (or run without it), and resume the run with the command "
+                              "below: what was analysed is stored")
+        return None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True

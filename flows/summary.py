@@ -1,0 +1,41 @@
+"""What an analyze run tells its caller at the end: the summary (also the data of its Prefect state).
+
+Apart from the flow, so a caller that only reads it (the CLI talking to `opbyop serve`) does not
+import Prefect.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    models: list[str]
+    ops_total: int
+    ops_unique: int
+    reused: int
+    statuses: dict[str, int]
+    failures: dict[str, int] = Field(default_factory=dict)  # failed stage -> unique ops
+    model_errors: dict[str, str] = Field(default_factory=dict)
+    whole: dict[str, str] = Field(default_factory=dict)  # model -> whole-model status
+    phases: dict[str, float] = Field(default_factory=dict)  # phase -> seconds
+    error: str | None = None  # why the run stopped before its end
+    report: str | None = None  # path of the HTML report
+
+    def line(self) -> str:
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items(), key=lambda kv: -kv[1]))
+        failed = "; ".join(f"{n} failed at {s}" for s, n in self.failures.items())
+        errors = f"; {len(self.model_errors)} models could not be split" if self.model_errors else ""
+        stopped = f"; stopped: {self.error}" if self.error else ""
+        return (f"run {self.run_id}: {self.ops_unique} unique ops of {self.ops_total} ({self.reused} reused): "
+                f"{counts or 'nothing analysed'}" + (f" ({failed})" if failed else "") + errors + stopped)
+
+
+class RunFailed(Exception):
+    """The data of a Failed analyze state: what Prefect raises when that state's result is asked for,
+    carrying the run's summary for callers that read it (never a bare model Prefect cannot raise)."""
+
+    def __init__(self, summary: RunSummary):
+        super().__init__(summary.line())
+        self.summary = summary
