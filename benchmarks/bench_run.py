@@ -13,6 +13,9 @@ Scenarios (wall time of the whole command, from the shell's point of view):
   mlp, existing server       the same, with a Prefect server already running (PREFECT_API_URL)
   mlp, resident              a Prefect server and a Dask cluster already running (PREFECT_API_URL,
                              OPBYOP_DASK_ADDRESS: a deployment's shape), after one untimed run on them
+  <model>, opbyop serve      the current tree only (the baseline has no such command): `opbyop serve`
+                             running in the workspace, after one untimed mlp run on it; each model
+                             with --no-reuse
   zoo                        cold: every zoo model in one run, with a fresh OPBYOP_HOME, PREFECT_HOME
                              and OPBYOP_CACHE_DIR (descriptor, exports, executables, database: none)
 Goals (issue 10): warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
@@ -25,6 +28,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -38,8 +42,8 @@ from common import Figures, console
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 BASELINE_REF = "4770261^"  # the commit before issue 10's orchestration work
-GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "resnet50": 30.0, "bert-base": 30.0,
-         "zoo": 300.0}
+GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "mlp, opbyop serve": 8.0, "resnet50": 30.0,
+         "resnet50, opbyop serve": 30.0, "bert-base": 30.0, "bert-base, opbyop serve": 30.0, "zoo": 300.0}
 
 
 @dataclass
@@ -154,6 +158,21 @@ def start_cluster(tree: Path, work: Path) -> tuple[subprocess.Popen, str]:
     return proc, json.loads(line)["address"]
 
 
+def start_service(tree: Path, home: Path, prefect_home: Path, work: Path) -> subprocess.Popen:
+    """`opbyop serve` of `tree` for the workspace `home`, once it serves."""
+    log = work / f"{tree.name}-serve.log"
+    env = clean_env(OPBYOP_HOME=str(home), PREFECT_HOME=str(prefect_home), PYTHONPATH=str(tree))
+    proc = subprocess.Popen([sys.executable, "-m", "opbyop.cli.main", "serve"], cwd=tree, env=env,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while "now runs here" not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"opbyop serve did not start: see {log}")
+        time.sleep(0.5)
+    return proc
+
+
 def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Measure]:
     out: dict[str, Measure] = {}
     home, prefect_home = work / f"{name}-home", work / f"{name}-prefect"
@@ -186,6 +205,18 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Me
             for proc in (cluster, server):
                 proc.terminate()
                 proc.wait(timeout=60)
+    served = [m for m in ("mlp", "resnet50", "bert-base") if m in scenarios]
+    if served and (tree / "flows" / "serve.py").exists():
+        console.print(f"{name}: {' '.join(served)} with `opbyop serve` running ...")
+        service = start_service(tree, home, prefect_home, work)
+        try:
+            analyze(tree, ["mlp"], home, prefect_home, "bench-serve-warm", "--no-reuse")
+            for model in served:
+                out[f"{model}, opbyop serve"] = analyze(tree, [model], home, prefect_home, f"bench-{model}-serve",
+                                                        "--no-reuse")
+        finally:
+            os.killpg(service.pid, signal.SIGINT)  # as its terminal's Ctrl-C: it stops what it started
+            service.wait(timeout=120)
     if "zoo" in scenarios:
         from opbyop.config import load_zoo
 

@@ -124,10 +124,15 @@ class Ticket:
 
 
 def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (killed, not yet reaped by its parent)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # someone else's process: alive
         return True
-    return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc: trust the signal
+        return True
+    return state != "Z"

@@ -11,6 +11,7 @@ stopped) makes every waiter give up at once and cancels the work in flight.
 from __future__ import annotations
 
 import threading
+import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -21,6 +22,7 @@ class GateClosed(RuntimeError):
 
 class ClusterGate:
     def __init__(self) -> None:
+        self.tag = uuid.uuid4().hex  # sent with the run's work: on_dask.abort_in_flight stops only this run's
         self._cond = threading.Condition()
         self._shared = 0
         self._exclusive = False

@@ -78,7 +78,7 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
     started = utcnow()
 
     def submit(client: Client):
-        return client.submit(on_dask.analyze_op, plugin, op, chip, settings, timeout, pure=False,
+        return client.submit(on_dask.analyze_op, plugin, op, chip, settings, timeout, tag=gate.tag, pure=False,
                              key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
 
     try:
@@ -102,7 +102,7 @@ def whole_model(model: str, staged: tuple[str, str], parameters: list[int], chip
 
     def submit(client: Client):
         return client.submit(on_dask.analyze_whole, plugin, model, module_text, values_path, parameters, chip,
-                             settings, timeout, pure=False, key=f"whole-{model}-{uuid.uuid4().hex[:8]}")
+                             settings, timeout, tag=gate.tag, pure=False, key=f"whole-{model}-{uuid.uuid4().hex[:8]}")
 
     try:
         return run_isolated(gate, submit)

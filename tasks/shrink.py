@@ -30,7 +30,7 @@ def shrink_op(op: UniqueOp, baseline: OpResult, label: str, chip: str, settings:
 
     def analyse(variant: UniqueOp) -> OpResult:
         def submit(client: Client):
-            return client.submit(on_dask.analyze_op, plugin, variant, chip, settings, timeout, pure=False,
+            return client.submit(on_dask.analyze_op, plugin, variant, chip, settings, timeout, tag=gate.tag, pure=False,
                                  key=f"shrink-{variant.signature[:16]}-{uuid.uuid4().hex[:8]}")
 
         started = utcnow()

@@ -344,3 +344,78 @@ def test_kill_9_of_the_cli_leaves_nothing_behind_and_its_run_is_marked_crashed_b
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "left Running by a killed process: marked Crashed" in resumed.stdout + resumed.stderr
     assert len(Store(tmp_path / "home" / "store").results("cli-killed")) == n_ops
+
+
+def _outcome(tmp_path: Path, run_id: str):  # noqa: ANN202
+    from flows.service import AnalyzeOutcome
+
+    path = tmp_path / "home" / "service" / f"{run_id}.outcome.json"
+    return AnalyzeOutcome.model_validate_json(path.read_text()) if path.exists() else None
+
+
+def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_their_cli(tmp_path):
+    """`opbyop serve` holds the server, the cluster and the flow: analyze starts none of them, Ctrl-C
+    or kill -9 of the CLI stops its run in the service (what was analysed is stored), the service
+    goes on serving, and its own Ctrl-C leaves nothing behind."""
+    victim, n_ops = _victim()
+    env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")  # jax-mlp cannot end by itself
+    serve_log = tmp_path / "serve.log"
+    serve = subprocess.Popen([str(BIN / "opbyop"), "serve", "--workers", "2"], env=env, cwd=tmp_path,
+                             stdout=open(serve_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        poll("the service to serve", lambda: serve.poll() is None and "now runs here" in serve_log.read_text()
+             or serve.poll() is not None and pytest.fail(serve_log.read_text()[-3000:]), timeout=300)
+        record = json.loads((tmp_path / "home" / "service.json").read_text())
+        assert record["pid"] == serve.pid
+        service_processes = psutil.Process(serve.pid).children(recursive=True)
+
+        for run_id, stop in (("served-interrupted", signal.SIGINT), ("served-killed", signal.SIGKILL)):
+            log = tmp_path / f"{run_id}.log"
+            cli = subprocess.Popen([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--timeout", "900",
+                                    "--run-id", run_id], env=env, cwd=tmp_path, stdout=open(log, "w"),
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+            _wait_for_results(env, run_id, cli, log)
+            assert psutil.Process(cli.pid).children() == []  # no server, no cluster of its own
+            os.killpg(cli.pid, stop)
+            if stop == signal.SIGINT:
+                assert cli.wait(timeout=120) == 130
+                out = log.read_text()
+                assert f"on `opbyop serve` (pid {serve.pid}" in out
+                assert re.search(rf"resume it with: opbyop analyze jax-mlp .*--run-id {run_id}", out)
+            outcome = poll(f"the service to stop {run_id}", lambda: _outcome(tmp_path, run_id), timeout=120)
+            assert not outcome.completed and outcome.summary is not None
+            kept = Store(tmp_path / "home" / "store").results(run_id)
+            assert 1 <= len(kept) < n_ops and not any(r.signature.startswith(victim) for r in kept)
+            assert Store(tmp_path / "home" / "store").run(run_id).status == "failed"
+
+        # the service goes on: a model without the hanging op completes on it
+        done = subprocess.run([str(BIN / "opbyop"), "analyze", str(ROOT / "tests" / "data" / "arith_constant.mlir"),
+                               "--no-whole", "--run-id", "served-after"], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "time: " in done.stdout and _outcome(tmp_path, "served-after").completed
+        results = Store(tmp_path / "home" / "store").results("served-after")
+        assert results and all(r.status.value == "success" for r in results)
+    finally:
+        if serve.poll() is None:
+            os.killpg(serve.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+    assert serve.wait(timeout=120) == 0, serve_log.read_text()[-3000:]
+    assert not (tmp_path / "home" / "service.json").exists()
+    _all_gone(service_processes)
+
+
+def test_a_service_record_whose_process_is_gone_or_whose_api_is_silent_is_ignored(tmp_path, monkeypatch):
+    from flows.service import ServiceRecord, record_path, standing_service, store_and_configs
+
+    monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    store, configs = store_and_configs()
+    record = ServiceRecord(pid=dead.pid, api_url="http://127.0.0.1:9/api", dask_address="tcp://127.0.0.1:9",
+                           chip="p150", workers=1, store=store, config_dir=configs)
+    path = record_path(tmp_path / "home")
+    path.parent.mkdir(parents=True)
+    path.write_text(record.model_dump_json())
+    assert standing_service(tmp_path / "home") is None
+    path.write_text(record.model_copy(update={"pid": os.getpid()}).model_dump_json())  # alive, no API on port 9
+    assert standing_service(tmp_path / "home") is None

@@ -59,6 +59,9 @@ class OpWorkerPlugin(WorkerPlugin):
             w.close()
         self._workers.clear()
 
+    def abort(self, tag: str) -> int:
+        return sum(w.abort(tag) for w in list(self._workers.values()))
+
     def op_worker(self, chip: str) -> OpWorker:
         with self._lock:
             return self._op_worker(chip)
@@ -91,17 +94,26 @@ def _inject_fault(signature: str) -> None:
             os._exit(1)
 
 
-def analyze_op(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float) -> OpResult:
-    """Runs on a Dask worker: one op through its warm OpWorker."""
+def analyze_op(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float,
+               tag: str = "") -> OpResult:
+    """Runs on a Dask worker: one op through its warm OpWorker. `tag`: the run's (abort_in_flight)."""
     _inject_fault(op.signature)
-    return _plugin(plugin).op_worker(chip).analyze(op, settings, timeout)
+    return _plugin(plugin).op_worker(chip).analyze(op, settings, timeout, tag)
 
 
 def analyze_whole(plugin: str, model: str, module_text: str, values_path: str, parameters: list[int], chip: str,
-                  settings: AnalysisSettings, timeout: float, iterations: int = 2) -> WholeModelResult:
+                  settings: AnalysisSettings, timeout: float, iterations: int = 2, tag: str = "") -> WholeModelResult:
     """Runs on a Dask worker: a whole model through its warm OpWorker."""
     return _plugin(plugin).op_worker(chip).analyze_whole_from(model, module_text, values_path, parameters, settings,
-                                                              timeout, iterations)
+                                                              timeout, iterations, tag)
+
+
+def abort_in_flight(plugin: str, tag: str, dask_worker: object | None = None) -> int:
+    """Runs on every Dask worker (Client.run): kill the op workers busy with a request tagged `tag`.
+    A stopped run's op would otherwise hold its Dask worker up to the op's timeout, which a cluster
+    that outlives the run (opbyop serve, a deployment's) cannot afford. How many were killed."""
+    found = (dask_worker or get_worker()).plugins.get(plugin)  # type: ignore[attr-defined]
+    return found.abort(tag) if isinstance(found, OpWorkerPlugin) else 0
 
 
 def warm_up(plugin: str, chip: str, dask_worker: object | None = None) -> int:

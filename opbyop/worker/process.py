@@ -72,6 +72,7 @@ class OpWorker:
         self.ready: Ready | None = None
         self.restarts = 0
         self._lock = threading.Lock()  # one request at a time on the pipe, whatever the caller's threads
+        self._tag = ""  # who sent the request in flight (a run's gate): abort() ends only that one's
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Ready:
@@ -137,11 +138,11 @@ class OpWorker:
         return self._proc.pid if self._proc is not None else None
 
     # -- requests --------------------------------------------------------------------------
-    def analyze(self, op: UniqueOp, settings: AnalysisSettings, timeout: float = 120.0) -> OpResult:
+    def analyze(self, op: UniqueOp, settings: AnalysisSettings, timeout: float = 120.0, tag: str = "") -> OpResult:
         """One unique op through compile, device run and golden; never raises for the op's sake."""
         request = Request(id=f"{op.signature[:12]}-{uuid.uuid4().hex[:12]}", op=op, settings=settings)
         started = utcnow()
-        answer = self._exchange(request, timeout)
+        answer = self._exchange(request, timeout, tag)
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
             return OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
@@ -162,22 +163,37 @@ class OpWorker:
             values.unlink(missing_ok=True)
 
     def analyze_whole_from(self, model: str, module_text: str, values_path: str, parameters: list[int],
-                           settings: AnalysisSettings, timeout: float = 600.0, iterations: int = 2) -> WholeModelResult:
+                           settings: AnalysisSettings, timeout: float = 600.0, iterations: int = 2,
+                           tag: str = "") -> WholeModelResult:
         """Like analyze_whole, from a rewritten module (ir.rewrite) and an npz of arguments (arg*) and references (ref*)."""
         request = WholeRequest(id=f"whole-{uuid.uuid4().hex[:12]}", model=model, module_text=module_text,
                                values_path=values_path, parameters=parameters, iterations=iterations, settings=settings)
-        answer = self._exchange(request, timeout)
+        answer = self._exchange(request, timeout, tag)
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
             return WholeModelResult(status=answer.status, depth=depth, failed_stage=failed, message=answer.message)
         assert isinstance(answer, WholeReply)
         return answer.result
 
-    def _exchange(self, request: Request | WholeRequest, timeout: float) -> object:
+    def _exchange(self, request: Request | WholeRequest, timeout: float, tag: str = "") -> object:
         """Send a request; the child's answer, or a _Lost when it died, hung or failed (a child that
         died or hung is replaced)."""
         with self._lock:
-            return self._exchange_locked(request, timeout)
+            self._tag = tag
+            try:
+                return self._exchange_locked(request, timeout)
+            finally:
+                self._tag = ""
+
+    def abort(self, tag: str) -> bool:
+        """Kill the child if it works on a request sent with `tag` (a run that is stopping, whose op
+        would hold this worker up to its timeout); the sender gets a crash it no longer waits for,
+        the next request a new child. True if one was killed."""
+        proc = self._proc
+        if not tag or self._tag != tag or proc is None or proc.poll() is not None:
+            return False
+        proc.kill()
+        return True
 
     def _exchange_locked(self, request: Request | WholeRequest, timeout: float) -> object:
         self.start()
