@@ -88,7 +88,7 @@ class Launch:
         """Wait for the server and the cluster; the cluster's address (None: the one given)."""
         for name, (thread, box) in self._waits.items():
             while thread.is_alive():
-                thread.join(timeout=0.2)  # short joins: Ctrl-C stays responsive
+                time.sleep(0.1)  # not join(timeout): see _watch
             if "error" in box:
                 raise box["error"]  # type: ignore[misc]
             if name != "server" or self.api.started_here:
@@ -234,7 +234,9 @@ def register(app: typer.Typer) -> None:
 
     def _watch(thread: threading.Thread, store_root, run_id: str) -> None:  # noqa: ANN001
         def running() -> bool:
-            thread.join(timeout=0.1)
+            # not thread.join(timeout): a Ctrl-C that lands inside it can leave the thread marked
+            # stopped while it runs (CPython 3.11), and the run would not be given its time to stop
+            time.sleep(0.1)
             return thread.is_alive()
 
         _progress(running, store_root, run_id)
@@ -246,7 +248,7 @@ def register(app: typer.Typer) -> None:
             if handoff is not None:
                 handoff.stop.set()
             while thread is not None and thread.is_alive() and time.monotonic() < deadline:
-                thread.join(timeout=0.2)
+                time.sleep(0.2)  # see _watch: no join(timeout) where Ctrl-C may land
         except KeyboardInterrupt:  # a second Ctrl-C: leave now
             pass
         launch.close()

@@ -17,6 +17,8 @@ from flows.summary import RunSummary
 from opbyop.atomic import write_text
 from opbyop.errors import OpbyopError
 
+STOP_GRACE_SECONDS = 20.0  # how long a run stopped with the service has to store what it has
+
 
 class Service:
     """The server and the cluster of one `opbyop serve`, started together, stopped together."""
@@ -26,6 +28,7 @@ class Service:
         self.root, self.chip, self.workers = workspace_root, chip, workers
         self.api = PrefectApi(log_dir, port=port, temporary=False)
         self.cluster = ClusterProcess(workers, chip, log_dir)
+        self.address = ""  # the cluster's, once started
 
     def start(self) -> ServiceRecord:
         """Wait for both, then publish the record (atomically: a reader sees all of it or none)."""
@@ -45,12 +48,18 @@ class Service:
         while True:
             self._check_children()
             for path in sorted(folder.glob("*.request.json"), key=lambda p: p.stat().st_mtime):
-                request = _read_request(path)
+                try:
+                    request = AnalyzeRequest.model_validate_json(path.read_text())
+                except (OSError, ValueError) as e:  # another opbyop version's: its CLI waits for an answer
+                    run_id = path.name.removesuffix(".request.json")
+                    _answer(folder, AnalyzeOutcome(run_id=run_id, state="Error", completed=False,
+                                                   message=f"`opbyop serve` could not read the request: {e}"))
+                    path.unlink(missing_ok=True)
+                    continue
                 path.unlink(missing_ok=True)
-                if request is not None:
-                    outcome = self._run(request, folder)
-                    if on_run is not None:
-                        on_run(request, outcome)
+                outcome = self._run(request, folder)
+                if on_run is not None:
+                    on_run(request, outcome)
             time.sleep(POLL_SECONDS)
 
     def _check_children(self) -> None:
@@ -70,13 +79,23 @@ class Service:
                                   name=f"analyze-{request.run_id}", daemon=True)
         thread.start()
         stop = folder / f"{request.run_id}.stop"
-        while thread.is_alive():
-            thread.join(timeout=POLL_SECONDS)
-            if not handoff.stop.is_set() and (stop.exists() or not alive(request.client_pid)):
-                handoff.stop.set()
-        stop.unlink(missing_ok=True)
-        outcome = box["outcome"]
-        write_text(folder / f"{request.run_id}.outcome.json", outcome.model_dump_json())
+        try:
+            while thread.is_alive():  # sleep, not join(timeout): a Ctrl-C inside that can mark the thread stopped
+                time.sleep(POLL_SECONDS)
+                if not handoff.stop.is_set() and (stop.exists() or not alive(request.client_pid)):
+                    handoff.stop.set()
+        except KeyboardInterrupt:  # the service is stopping: the run stores what it has first
+            handoff.stop.set()
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while thread.is_alive() and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS)
+            raise
+        finally:
+            stop.unlink(missing_ok=True)
+            outcome = box.get("outcome") or AnalyzeOutcome(
+                run_id=request.run_id, state="Error", completed=False,
+                message="`opbyop serve` stopped during the run")
+            _answer(folder, outcome)
         return outcome
 
     def stop(self) -> None:
@@ -92,11 +111,8 @@ class Service:
             child.close(wait=True)
 
 
-def _read_request(path: Path) -> AnalyzeRequest | None:
-    try:
-        return AnalyzeRequest.model_validate_json(path.read_text())
-    except (OSError, ValueError):  # not ours, or from another version: nobody waits on it here
-        return None
+def _answer(folder: Path, outcome: AnalyzeOutcome) -> None:
+    write_text(folder / f"{outcome.run_id}.outcome.json", outcome.model_dump_json())
 
 
 def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
