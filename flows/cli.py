@@ -311,6 +311,7 @@ def _run_on_service(workspace_root: Path, service, config, run_id: str, shrink, 
     asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
     from flows.service import AnalyzeRequest, Ticket
     from opbyop.errors import OpbyopError
+    from opbyop.workspace import Workspace
 
     console.print(f"run {run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})",
                   highlight=False, markup=False, soft_wrap=True)
@@ -324,8 +325,6 @@ def _run_on_service(workspace_root: Path, service, config, run_id: str, shrink, 
         if box["outcome"] is None:
             time.sleep(0.1)
         return box["outcome"] is None
-
-    from opbyop.workspace import Workspace
 
     try:
         _progress(running, Workspace(workspace_root).store, run_id)
