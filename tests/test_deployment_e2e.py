@@ -68,11 +68,11 @@ def deployed(tmp_path_factory):
         api = f"http://127.0.0.1:{port}/api"
         assert "healthy" in out and "created" in out, out
         yield {**env, "PREFECT_API_URL": api, "home": str(home)}
-    finally:  # the server and the worker the set-up left running, by their session
-        try:
-            os.killpg(setup.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    finally:  # the server and the worker the set-up left running, by their session: SIGTERM, then
+        # SIGKILL for what is left (a Prefect worker whose server went first can outlive a SIGTERM)
+        from flows.tied import stop
+
+        stop(setup, grace=20.0)
 
 
 def _tail(path: Path, n: int = 3000) -> str:
