@@ -256,7 +256,7 @@ def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, d
              settings: AnalysisSettings, workspace: Workspace, todo: list[UniqueOp], prepared: Prepared,
              wholes: dict, writer: RunWriter, clock: PhaseClock, handoff: handoffs.Handoff,
              logger) -> None:  # noqa: ANN001
-    gate = ClusterGate()
+    gate = ClusterGate(plugin)
     started = time.monotonic()
     # the whole models first: the longest jobs, beside the ops, never in front of the batch writes
     whole_futures = {}
@@ -298,23 +298,11 @@ def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, d
                 update_progress_artifact(progress, progress=100.0 * finished / max(1, len(futures)))
     finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
         if remaining:
-            gate.close()  # cancels the work in flight: the run is stopping
-            _abort_in_flight(client, plugin, gate.tag, logger)
+            gate.close()  # cancels and stops the work in flight: the run is stopping
         batches.flush()
         clock.add("store", batches.writing_seconds)
     if not out.interrupted:
         update_progress_artifact(progress, progress=100.0)
-
-
-def _abort_in_flight(client: Client, plugin: str, tag: str, logger) -> None:  # noqa: ANN001
-    """Free the Dask workers from this run's ops in flight (cancelling their futures does not stop
-    them): a cluster that outlives the run serves the next one at once."""
-    try:
-        killed = sum(client.run(on_dask.abort_in_flight, plugin, tag, wait=True).values())
-        if killed:
-            logger.info("stopped %d op(s) in flight on the cluster", killed)
-    except Exception as e:  # a cluster that is going away anyway
-        logger.warning("could not stop the ops in flight on the cluster: %s: %s", type(e).__name__, e)
 
 
 def _op_result(future: PrefectFuture, op: UniqueOp) -> OpResult:

@@ -132,6 +132,7 @@ def register(app: typer.Typer) -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
         _defaults_for_laptop()
         from flows.run_ids import new_run_id
+        from flows.service import standing_service
         from opbyop.config import AnalysisConfig, ClusterConfig, ShrinkOption, load_zoo
         from opbyop.environment import environment
         from opbyop.errors import OpbyopError
@@ -149,7 +150,7 @@ def register(app: typer.Typer) -> None:
         resume = resume_command(names, chip, workers, address, reuse, whole, timeout, run_id)
         workspace = Workspace.default()
         shrink_option = ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds)
-        service = None if address or workers else _standing_service(workspace.root)
+        service = None if address or workers else standing_service(workspace.root)
         if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
             _run_on_service(workspace.root, service, config, run_id, shrink_option, resume, manifest)
             return
@@ -292,19 +293,6 @@ def _done(store, run_id: str) -> int:  # noqa: ANN001
         return 0
 
 
-def _standing_service(workspace_root: Path):  # noqa: ANN202
-    """The workspace's `opbyop serve`, unless none runs or the Prefect API configured here is another
-    (the user's choice wins)."""
-    from flows.server import configured_api_url
-    from flows.service import standing_service
-
-    service = standing_service(workspace_root)
-    configured = configured_api_url()
-    if service is None or (configured and configured.rstrip("/") != service.api_url.rstrip("/")):
-        return None
-    return service
-
-
 def _run_on_service(workspace_root: Path, service, config, run_id: str, shrink, resume: str,  # noqa: ANN001
                     manifest: Optional[Path]) -> None:
     """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
@@ -370,16 +358,15 @@ def _copy_manifest(root, run_id: str, target: Optional[Path]) -> None:  # noqa: 
 
 
 def _finish(outcome: dict, resume: str) -> None:
-    from flows.analyze import RunFailed, RunSummary
+    from flows.summary import summary_of
 
     if "error" in outcome:
         console.print(f"[red]the run failed:[/red] {escape(str(outcome['error']))}", highlight=False)
         console.print(f"resume it with: {resume}", highlight=False, markup=False)
         raise typer.Exit(1)
     state = outcome["state"]
-    data = state.result(raise_on_failure=False)
-    summary = data.summary if isinstance(data, RunFailed) else data
-    if not isinstance(summary, RunSummary):
+    summary = summary_of(state.result(raise_on_failure=False))
+    if summary is None:
         console.print(f"[red]{escape(state.name)}:[/red] {escape(state.message or '')}", highlight=False)
         console.print(f"resume it with: {resume}", highlight=False, markup=False)
         raise typer.Exit(1)

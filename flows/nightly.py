@@ -19,8 +19,9 @@ from prefect.context import get_run_context
 from prefect.states import Completed, Failed
 from pydantic import BaseModel, Field
 
-from flows.analyze import RunFailed, RunSummary, analyze, claim_flow_run, run_id_for
+from flows.analyze import analyze, claim_flow_run, run_id_for
 from flows.nightly_summary import TargetOutcome, nightly_markdown
+from flows.summary import summary_of
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
 from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for
@@ -102,8 +103,8 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
         data = state.result(raise_on_failure=False) if state.is_final() else None
     except Exception:  # a crashed subflow holds no result: its message says why
         data = None
-    summary = data.summary if isinstance(data, RunFailed) else data
-    if isinstance(summary, RunSummary):
+    summary = summary_of(data)
+    if summary is not None:
         outcome.model_errors = summary.model_errors
     if store.has_run(run_id):
         outcome.expectations = compare(run_id, run_outcomes(store.root, run_id), expectations)

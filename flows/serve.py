@@ -13,7 +13,7 @@ from flows.cluster import ClusterProcess
 from flows.server import PrefectApi, drain_prefect
 from flows.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, ServiceRecord, alive, record_path,
                            service_dir, store_and_configs)
-from flows.summary import RunSummary
+from flows.summary import summary_of
 from opbyop.atomic import write_text
 from opbyop.errors import OpbyopError
 
@@ -117,7 +117,7 @@ def _answer(folder: Path, outcome: AnalyzeOutcome) -> None:
 
 def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The analyze flow for one request, on the service's cluster; never raises."""
-    from flows.analyze import RunFailed, analyze
+    from flows.analyze import analyze
     from flows.handoff import handing_off
 
     config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
@@ -130,9 +130,8 @@ def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome: 
     except BaseException as e:  # noqa: BLE001  (told to the CLI, with the run id to resume)
         return AnalyzeOutcome(run_id=request.run_id, state="Error", completed=False,
                               message=f"{type(e).__name__}: {e}")
-    summary = data.summary if isinstance(data, RunFailed) else data
     return AnalyzeOutcome(run_id=request.run_id, state=state.name, completed=state.is_completed(),
-                          message=state.message or "", summary=summary if isinstance(summary, RunSummary) else None)
+                          message=state.message or "", summary=summary_of(data))
 
 
 def warm_imports() -> None:

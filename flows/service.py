@@ -18,12 +18,12 @@ cluster with it too (flows/tied.py) and leaves a record that names a dead proces
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+import psutil
 from pydantic import BaseModel
 
-from flows.server import healthy
+from flows.server import configured_api_url, healthy
 from flows.summary import RunSummary
 from opbyop.atomic import write_text
 from opbyop.config import AnalysisConfig, ShrinkOption
@@ -76,12 +76,15 @@ def record_path(workspace_root: Path) -> Path:
 
 
 def standing_service(workspace_root: Path) -> ServiceRecord | None:
-    """The workspace's service, if its process lives and its Prefect API answers."""
+    """The workspace's service, if its process lives and its Prefect API answers; None too when this
+    process is configured for another Prefect API (the user's choice wins)."""
     try:
         record = ServiceRecord.model_validate_json(record_path(workspace_root).read_text())
     except (OSError, ValueError):
         return None
-    if (record.store, record.config_dir) != store_and_configs():
+    configured = configured_api_url()
+    if (record.store, record.config_dir) != store_and_configs() or (
+            configured and configured.rstrip("/") != record.api_url.rstrip("/")):
         return None
     if not alive(record.pid) or not healthy(record.api_url, timeout=2.0):
         return None
@@ -126,13 +129,6 @@ class Ticket:
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie (killed, not yet reaped by its parent)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):  # no /proc: trust the signal
-        return True
-    return state != "Z"

@@ -39,3 +39,9 @@ class RunFailed(Exception):
     def __init__(self, summary: RunSummary):
         super().__init__(summary.line())
         self.summary = summary
+
+
+def summary_of(data: object) -> RunSummary | None:
+    """The summary an analyze state's result carries: the summary itself, or a RunFailed's."""
+    summary = data.summary if isinstance(data, RunFailed) else data
+    return summary if isinstance(summary, RunSummary) else None

@@ -48,7 +48,9 @@ def prepare_jax(system_desc: Path | None = None) -> None:
 
     # f64/i64 operands must reach XLA unchanged (facts/stack.md, golden section).
     jax.config.update("jax_enable_x64", True)
-    if system_desc is None and not _backends_initialised() and not _skip_plugin_discovery():
+    if system_desc is None and not _backends_initialised():
+        if _skip_plugin_discovery():
+            return  # no plugin is loaded, so none unpacks assets: no lock to take
         import jax.extend
 
         from opbyop.compiler.assets import startup_lock

@@ -5,7 +5,8 @@ Each of those ops is run once more ALONE (no other op anywhere on the cluster), 
 can only be its own doing. A shared/exclusive lock in the flow's process does that: op tasks hold it
 shared while their work is on the cluster; a re-run takes it exclusively (waiting for the ops in
 flight, holding back new ones, which retries rarely cost). Closing the gate (the run is being
-stopped) makes every waiter give up at once and cancels the work in flight.
+stopped) makes every waiter give up at once, cancels the work in flight and kills the op workers
+running it (on_dask.abort_in_flight, by the run's tag).
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from opbyop.worker import dask as on_dask
+
 
 class GateClosed(RuntimeError):
     """The run is stopping: no new work goes to the cluster."""
 
 
 class ClusterGate:
-    def __init__(self) -> None:
+    def __init__(self, plugin: str = "") -> None:
+        """`plugin`: the op workers' Dask plugin, whose ops in flight close() kills."""
+        self.plugin = plugin
         self.tag = uuid.uuid4().hex  # sent with the run's work: on_dask.abort_in_flight stops only this run's
         self._cond = threading.Condition()
         self._shared = 0
@@ -74,6 +79,9 @@ class ClusterGate:
                 self._in_flight.discard(future)
 
     def close(self) -> None:
+        """Stop the run's work: waiters give up, futures are cancelled, and the op workers still
+        busy with this run's ops are killed (a cancelled future does not stop a running op, which
+        would hold its Dask worker up to the op's timeout on a cluster that outlives the run)."""
         with self._cond:
             self._closed = True
             futures = list(self._in_flight)
@@ -82,6 +90,11 @@ class ClusterGate:
             try:
                 future.cancel()
             except Exception:  # the cluster may already be gone: nothing left to cancel
+                pass
+        if futures and self.plugin:
+            try:
+                futures[0].client.run(on_dask.abort_in_flight, self.plugin, self.tag)
+            except Exception:  # a cluster that is going away stops them anyway
                 pass
 
     @property
