@@ -24,7 +24,8 @@ class Handoff:
     def start_splits(self, specs: Sequence[str], seed: int) -> None:
         """Split the models one after another in a thread of their own (torch.export is not
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
-        outcomes from here."""
+        outcomes from here. Once the run is asked to stop, the models not yet started are not
+        split (an export can take minutes; nothing of it would be used)."""
         from opbyop.frontends.loader import expand_specs  # a folder of IR dumps: one model per module
 
         futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
@@ -35,11 +36,14 @@ class Handoff:
             from opbyop.jaxenv import prepare_jax
 
             prepare_jax()  # before anything in this process imports JAX
-            from tasks.models import split_outcome
+            from tasks.models import SplitOutcome, split_outcome
 
             zoo = load_zoo()
             for (spec, _), future in futures.items():
                 if not future.set_running_or_notify_cancel():
+                    continue
+                if self.stop.is_set():
+                    future.set_result(SplitOutcome(None, None, "not split: the run was stopped before this model"))
                     continue
                 try:
                     future.set_result(split_outcome(spec, zoo, seed))

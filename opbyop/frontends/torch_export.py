@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 import time
 import warnings
 from contextlib import contextmanager, redirect_stderr
@@ -26,6 +27,11 @@ from opbyop.errors import ExportError
 from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.ir.provenance import encode_name
 from opbyop.records import TensorDesc
+
+# torch.export keeps process-wide state (two exports at once fail with 'CURRENT_PATCHER is None'),
+# and the export's stderr is redirected for the process: one export at a time in a process, whichever
+# thread asks (a standing service's next run must not overlap a stopped run's export).
+_ONE_EXPORT = threading.Lock()
 
 _TORCH_TO_MLIR_DTYPE = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -185,7 +191,7 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
 
     context.attach_diagnostic_handler(collect)
     try:
-        with warnings.catch_warnings(), _quiet_torch_logs():
+        with _ONE_EXPORT, warnings.catch_warnings(), _quiet_torch_logs():
             warnings.simplefilter("ignore")
             module = fx.export_and_import(_Functional(model, names, len(inputs)), *inputs, *weights,
                                           output_type="stablehlo", fx_importer=_importer(context),
