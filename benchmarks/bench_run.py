@@ -1,6 +1,7 @@
 """Issue 10's figures: what one `opbyop analyze` costs end to end, now and before, in the same run.
 
     .venv/bin/python benchmarks/bench_run.py [--scenarios mlp resnet50 bert-base zoo] [--baseline-ref REF]
+                                             [--repeat N]
 
 Two implementations of the orchestration side by side, on the same machine, one after the other:
   baseline  the whole product as of --baseline-ref (default: the commit before issue 10's work; its
@@ -19,7 +20,11 @@ Scenarios (wall time of the whole command, from the shell's point of view):
   zoo                        cold: every zoo model in one run, with a fresh OPBYOP_HOME, PREFECT_HOME
                              and OPBYOP_CACHE_DIR (descriptor, exports, executables, database: none)
 Goals (issue 10): warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
-The current implementation's phases (RunInfo.phases) are printed beside its times.
+Every warm scenario runs --repeat times (default 3) in a row: the median is shown with the range.
+Beside each: the machine's busy CPU seconds during the run (from /proc/stat, all processes). On 2
+cores a run cannot take less than half of them, whatever overlaps: that is why a CLI run that starts
+its own server and cluster cannot reach the mlp goal here. The current implementation's phases
+(RunInfo.phases, of the median run) are printed beside its times.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,6 +58,35 @@ class Measure:
     phases: dict[str, float] = field(default_factory=dict)
     error: str = ""
     load: float = 0.0  # the machine's 1-minute load average at the end (others' work shows here)
+    cpu: float = 0.0  # busy CPU seconds of the whole machine during the run
+    spread: tuple[float, float] | None = None  # (fastest, slowest) of repeated runs
+
+    def cell(self) -> str:
+        if self.seconds is None:
+            return f"error: {self.error}"
+        spread = f" [{self.spread[0]:.1f}-{self.spread[1]:.1f}]" if self.spread else ""
+        return f"{self.seconds:.1f}{spread} (cpu {self.cpu:.0f} s, load {self.load:.1f})"
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds the machine has spent busy since boot (user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def repeated(times: int, measure) -> Measure:  # noqa: ANN001
+    """`measure(i)` `times` times in a row: the median run, with the range of the wall times."""
+    runs = [measure(i) for i in range(times)]
+    done = sorted((m for m in runs if m.seconds is not None), key=lambda m: m.seconds)
+    if len(done) < len(runs):
+        return next(m for m in runs if m.seconds is None)
+    median = done[(len(done) - 1) // 2]
+    median.seconds = statistics.median(m.seconds for m in done)
+    if len(done) > 1:
+        median.spread = (done[0].seconds, done[-1].seconds)
+    return median
 
 
 def baseline_tree(ref: str, work: Path) -> Path:
@@ -72,16 +107,16 @@ def clean_env(**extra: str) -> dict[str, str]:
 def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_id: str, *flags: str,
             **extra: str) -> Measure:
     env = clean_env(OPBYOP_HOME=str(home), PREFECT_HOME=str(prefect_home), PYTHONPATH=str(tree), **extra)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), busy_cpu_seconds()
     proc = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *models, "--run-id", run_id, *flags],
                           cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, busy_cpu_seconds() - cpu
     if proc.returncode != 0:
         log = LOGS / f"{tree.name}-{run_id}.log"  # kept: the work directory is removed at the end
         LOGS.mkdir(exist_ok=True)
         log.write_text(proc.stdout + proc.stderr)
         return Measure(error=f"exit {proc.returncode}: {failure_line(proc.stdout + proc.stderr)} (log: {log})")
-    measure = Measure(seconds, load=os.getloadavg()[0])
+    measure = Measure(seconds, load=os.getloadavg()[0], cpu=cpu)
     try:
         from storage.dataset import Store
 
@@ -173,7 +208,7 @@ def start_service(tree: Path, home: Path, prefect_home: Path, work: Path) -> sub
     return proc
 
 
-def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Measure]:
+def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int) -> dict[str, Measure]:
     out: dict[str, Measure] = {}
     home, prefect_home = work / f"{name}-home", work / f"{name}-prefect"
     warm = [m for m in ("mlp", "resnet50", "bert-base") if m in scenarios]
@@ -182,13 +217,14 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Me
         analyze(tree, warm, home, prefect_home, "bench-warm")
     for model in warm:
         console.print(f"{name}: {model} (warm) ...")
-        out[model] = analyze(tree, [model], home, prefect_home, f"bench-{model}", "--no-reuse")
+        out[model] = repeated(times, lambda i: analyze(tree, [model], home, prefect_home, f"bench-{model}-{i}",
+                                                       "--no-reuse"))
     if "mlp" in scenarios:
         console.print(f"{name}: mlp with an existing Prefect server ...")
         server, url = start_server(prefect_home)
         try:
-            out["mlp, existing server"] = analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-server", "--no-reuse",
-                                                  PREFECT_API_URL=url)
+            out["mlp, existing server"] = repeated(times, lambda i: analyze(
+                tree, ["mlp"], home, prefect_home, f"bench-mlp-server-{i}", "--no-reuse", PREFECT_API_URL=url))
         finally:
             server.terminate()
             server.wait(timeout=60)
@@ -199,8 +235,8 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Me
         try:
             resident = {"PREFECT_API_URL": url, "OPBYOP_DASK_ADDRESS": address}
             analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-resident-warm", "--no-reuse", **resident)
-            out["mlp, resident"] = analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-resident", "--no-reuse",
-                                           **resident)
+            out["mlp, resident"] = repeated(times, lambda i: analyze(
+                tree, ["mlp"], home, prefect_home, f"bench-mlp-resident-{i}", "--no-reuse", **resident))
         finally:
             for proc in (cluster, server):
                 proc.terminate()
@@ -212,8 +248,8 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path) -> dict[str, Me
         try:
             analyze(tree, ["mlp"], home, prefect_home, "bench-serve-warm", "--no-reuse")
             for model in served:
-                out[f"{model}, opbyop serve"] = analyze(tree, [model], home, prefect_home, f"bench-{model}-serve",
-                                                        "--no-reuse")
+                out[f"{model}, opbyop serve"] = repeated(times, lambda i: analyze(
+                    tree, [model], home, prefect_home, f"bench-{model}-serve-{i}", "--no-reuse"))
         finally:
             os.killpg(service.pid, signal.SIGINT)  # as its terminal's Ctrl-C: it stops what it started
             service.wait(timeout=120)
@@ -231,12 +267,13 @@ def main() -> None:
     parser.add_argument("--scenarios", nargs="*", default=["mlp", "resnet50", "bert-base", "zoo"])
     parser.add_argument("--baseline-ref", default=BASELINE_REF)
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each warm scenario (the median is shown)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-run-"))
     try:
         results = {} if args.no_baseline else {"baseline": run(baseline_tree(args.baseline_ref, work), "baseline",
-                                                                  args.scenarios, work)}
-        results["current"] = run(ROOT, "current", args.scenarios, work)
+                                                                  args.scenarios, work, args.repeat)}
+        results["current"] = run(ROOT, "current", args.scenarios, work, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     show(results)
@@ -245,14 +282,13 @@ def main() -> None:
 def show(results: dict[str, dict[str, Measure]]) -> None:
     from flows.phases import format_phases
 
-    figures = Figures("opbyop analyze, wall seconds (2-core machine; same run)",
+    figures = Figures("opbyop analyze, wall seconds: median [range] of the repeats (2-core machine; same run)",
                       ["scenario", "goal", "baseline", "current", "current's phases"])
     for scenario in GOALS:
         cells = []
         for impl in ("baseline", "current"):
             m = results.get(impl, {}).get(scenario)
-            cells.append("-" if m is None else f"{m.seconds:.1f} (load {m.load:.1f})" if m.seconds is not None
-                         else f"error: {m.error}")
+            cells.append("-" if m is None else m.cell())
         current = results.get("current", {}).get(scenario)
         if current is None and all(c == "-" for c in cells):
             continue

@@ -297,8 +297,8 @@ def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, d
             if batches.add(result):
                 update_progress_artifact(progress, progress=100.0 * finished / max(1, len(futures)))
     finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
-        if remaining:
-            gate.close()  # cancels and stops the work in flight: the run is stopping
+        if remaining:  # the run is stopping: the work in flight is cancelled and stopped
+            logger.warning("stopping the run's work on the cluster: %s", gate.close())
         batches.flush()
         clock.add("store", batches.writing_seconds)
     if not out.interrupted:

@@ -79,12 +79,14 @@ class Service:
                                   name=f"analyze-{request.run_id}", daemon=True)
         thread.start()
         stop = folder / f"{request.run_id}.stop"
+        stopping = False
         try:
             while thread.is_alive():  # sleep, not join(timeout): a Ctrl-C inside that can mark the thread stopped
                 time.sleep(POLL_SECONDS)
                 if not handoff.stop.is_set() and (stop.exists() or not alive(request.client_pid)):
                     handoff.stop.set()
         except KeyboardInterrupt:  # the service is stopping: the run stores what it has first
+            stopping = True
             handoff.stop.set()
             deadline = time.monotonic() + STOP_GRACE_SECONDS
             while thread.is_alive() and time.monotonic() < deadline:
@@ -94,7 +96,9 @@ class Service:
             stop.unlink(missing_ok=True)
             outcome = box.get("outcome") or AnalyzeOutcome(
                 run_id=request.run_id, state="Error", completed=False,
-                message="`opbyop serve` stopped during the run")
+                message=f"the run had not stored its end within {STOP_GRACE_SECONDS:.0f} s")
+            if stopping:  # the CLI says why its run ended without being asked to
+                outcome.message = f"`opbyop serve` was stopped during the run; {outcome.message}".rstrip("; ")
             _answer(folder, outcome)
         return outcome
 

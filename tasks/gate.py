@@ -34,6 +34,7 @@ class ClusterGate:
         self._waiting_exclusive = 0  # writers first: a retry is not starved by the stream of ops
         self._closed = False
         self._in_flight: set[Any] = set()  # Dask futures, cancelled on close
+        self._client: Any = None  # the Dask client of the run's work, once it sent some
 
     @contextmanager
     def shared(self) -> Iterator[None]:
@@ -72,30 +73,34 @@ class ClusterGate:
             if self._closed:
                 future.cancel()
             self._in_flight.add(future)
+            self._client = future.client
         try:
             yield
         finally:
             with self._cond:
                 self._in_flight.discard(future)
 
-    def close(self) -> None:
+    def close(self) -> str:
         """Stop the run's work: waiters give up, futures are cancelled, and the op workers still
         busy with this run's ops are killed (a cancelled future does not stop a running op, which
-        would hold its Dask worker up to the op's timeout on a cluster that outlives the run)."""
+        would hold its Dask worker up to the op's timeout on a cluster that outlives the run); the
+        op workers refuse the run's ops that start later. Says what it stopped, for the run's log."""
         with self._cond:
             self._closed = True
-            futures = list(self._in_flight)
+            futures, client = list(self._in_flight), self._client
             self._cond.notify_all()
         for future in futures:
             try:
                 future.cancel()
             except Exception:  # the cluster may already be gone: nothing left to cancel
                 pass
-        if futures and self.plugin:
-            try:
-                futures[0].client.run(on_dask.abort_in_flight, self.plugin, self.tag)
-            except Exception:  # a cluster that is going away stops them anyway
-                pass
+        if client is None or not self.plugin:  # nothing was ever sent
+            return f"{len(futures)} task(s) cancelled"
+        try:  # also when nothing is awaited now: a task may be starting on a worker as we speak
+            killed = sum(client.run(on_dask.abort_in_flight, self.plugin, self.tag).values())
+        except Exception as e:  # a cluster that is going away stops them anyway
+            return f"{len(futures)} task(s) cancelled; the op workers could not be told ({type(e).__name__}: {e})"
+        return f"{len(futures)} task(s) cancelled, {killed} op worker(s) busy with them restarted"
 
     @property
     def closed(self) -> bool:

@@ -24,6 +24,7 @@ from prefect.states import Cancelled
 
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker import dask as on_dask
+from opbyop.worker.process import RunStopped
 from opbyop.config import AnalysisSettings
 from tasks.gate import ClusterGate, GateClosed
 
@@ -61,7 +62,7 @@ def run_isolated(gate: ClusterGate, submit: Callable[[Client], object]) -> T:
             except KilledWorker:
                 if alone:
                     raise KilledTwice() from None
-            except (CommClosedError, OSError, CancelledError, TimeoutError) as e:
+            except (CommClosedError, OSError, CancelledError, TimeoutError, RunStopped) as e:
                 if gate.closed:
                     raise GateClosed("the run is stopping") from None
                 raise InfrastructureError(f"lost the Dask cluster: {type(e).__name__}: {e}") from e

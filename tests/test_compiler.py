@@ -13,7 +13,7 @@ from opbyop.errors import SystemDescError
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import split_module
 from opbyop.records import Stage, Status
-from opbyop.worker.process import OpWorker
+from opbyop.worker.process import OpWorker, RunStopped
 
 
 def test_the_project_makes_its_own_p150_descriptor(p150):
@@ -85,6 +85,38 @@ def test_fault_injection_aborts_and_hangs_only_the_chosen_ops(p150, tmp_path, co
     assert "opbyop failed during compile (not the compiler)" in results[2].message
     assert results[3].compile.reached is Stage.FLATBUFFER
     assert not list((tmp_path / "scratch").glob("child-*/*"))  # lost requests leave no scratch behind
+
+
+def test_a_stopped_run_s_op_frees_its_worker_and_its_late_ops_are_refused(p150, tmp_path, compile_only, mlp_ops):
+    """abort(tag): the op of a stopped run hanging in the worker ends at once (not at its timeout),
+    and the run's ops that reach the worker afterwards (a cluster cannot unstart a task) are refused;
+    another run's ops go through."""
+    import threading
+    import time
+
+    hang, fine = mlp_ops[2], mlp_ops[3]
+    env = {"OPBYOP_FAULT_INJECT": f"hang:{hang.signature[:12]}"}
+    with OpWorker(p150.path, tmp_path, chip="p150", name="aborts", env=env) as worker:
+        box: dict[str, object] = {}
+
+        def hanging() -> None:
+            try:
+                box["result"] = worker.analyze(hang, compile_only, timeout=600, tag="run-a")
+            except RunStopped as e:  # the abort came before the request was sent
+                box["result"] = e
+
+        thread = threading.Thread(target=hanging)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while thread.is_alive() and time.monotonic() < deadline:
+            worker.abort("run-a")
+            thread.join(0.5)
+        assert not thread.is_alive(), "the stopped run's op still holds the worker"
+        late = pytest.raises(RunStopped, worker.analyze, fine, compile_only, timeout=60, tag="run-a")
+        other = worker.analyze(fine, compile_only, timeout=60, tag="run-b")
+    assert isinstance(box["result"], RunStopped) or box["result"].status is Status.CRASHED
+    assert "was stopped" in str(late.value)
+    assert other.compile.reached is Stage.FLATBUFFER
 
 
 def test_a_descriptor_of_another_schema_is_refused_up_front(p150, tmp_path):

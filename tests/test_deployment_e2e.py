@@ -356,7 +356,8 @@ def _outcome(tmp_path: Path, run_id: str):  # noqa: ANN202
 def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_their_cli(tmp_path):
     """`opbyop serve` holds the server, the cluster and the flow: analyze starts none of them, Ctrl-C
     or kill -9 of the CLI stops its run in the service (what was analysed is stored), the service
-    goes on serving, and its own Ctrl-C leaves nothing behind."""
+    goes on serving (an unreadable request gets an answer, not a dead service), and its own Ctrl-C
+    in the middle of a run stores that run's results, tells its CLI, and leaves nothing behind."""
     victim, n_ops = _victim()
     env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")  # jax-mlp cannot end by itself
     serve_log = tmp_path / "serve.log"
@@ -396,12 +397,34 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
         assert "time: " in done.stdout and _outcome(tmp_path, "served-after").completed
         results = Store(tmp_path / "home" / "store").results("served-after")
         assert results and all(r.status.value == "success" for r in results)
+
+        # a request it cannot read (another version's, a broken file) is answered, and it serves on
+        garbage = tmp_path / "home" / "service" / "garbage.request.json"
+        garbage.write_text('{"run_id": "garbage", "config": ')
+        answer = poll("the service to answer the unreadable request", lambda: _outcome(tmp_path, "garbage"),
+                      timeout=120)
+        assert not answer.completed and "could not read the request" in answer.message
+        assert not garbage.exists()
+
+        # Ctrl-C on the service in the middle of a run: the run stores what it has, its CLI is told
+        log = tmp_path / "served-stopped.log"
+        cli = subprocess.Popen([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--timeout", "900",
+                                "--run-id", "served-stopped"], env=env, cwd=tmp_path, stdout=open(log, "w"),
+                               stderr=subprocess.STDOUT, start_new_session=True)
+        _wait_for_results(env, "served-stopped", cli, log)
     finally:
         if serve.poll() is None:
             os.killpg(serve.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
     assert serve.wait(timeout=120) == 0, serve_log.read_text()[-3000:]
     assert not (tmp_path / "home" / "service.json").exists()
     _all_gone(service_processes)
+    assert cli.wait(timeout=60) == 1
+    out = log.read_text()
+    assert "`opbyop serve` was stopped during the run" in out, out[-3000:]
+    assert re.search(r"resume it with: opbyop analyze jax-mlp .*--run-id served-stopped", out)
+    kept = Store(tmp_path / "home" / "store").results("served-stopped")
+    assert 1 <= len(kept) < n_ops and not any(r.signature.startswith(victim) for r in kept)
+    assert Store(tmp_path / "home" / "store").run("served-stopped").status == "failed"
 
 
 def test_a_service_record_whose_process_is_gone_or_whose_api_is_silent_is_ignored(tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import shutil
@@ -26,6 +27,10 @@ from opbyop.ir.rewrite import rewritten_text
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
                                     WholeRequest)
+
+
+class RunStopped(RuntimeError):
+    """A request of a run that was stopped (abort) reached the worker after the stop: it is not run."""
 
 
 class WorkerStartError(RuntimeError):
@@ -73,6 +78,8 @@ class OpWorker:
         self.restarts = 0
         self._lock = threading.Lock()  # one request at a time on the pipe, whatever the caller's threads
         self._tag = ""  # who sent the request in flight (a run's gate): abort() ends only that one's
+        self._stopped: collections.deque[str] = collections.deque(maxlen=64)  # tags aborted: refused from now on
+        self._tag_lock = threading.Lock()  # a request's tag is set, or refused, atomically with abort()
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Ready:
@@ -179,18 +186,27 @@ class OpWorker:
         """Send a request; the child's answer, or a _Lost when it died, hung or failed (a child that
         died or hung is replaced)."""
         with self._lock:
-            self._tag = tag
+            with self._tag_lock:
+                if tag and tag in self._stopped:  # it started after its run's abort (Dask cannot unstart it)
+                    raise RunStopped(f"the run that sent {request.id} was stopped")
+                self._tag = tag
             try:
                 return self._exchange_locked(request, timeout)
             finally:
-                self._tag = ""
+                with self._tag_lock:
+                    self._tag = ""
 
     def abort(self, tag: str) -> bool:
         """Kill the child if it works on a request sent with `tag` (a run that is stopping, whose op
         would hold this worker up to its timeout); the sender gets a crash it no longer waits for,
-        the next request a new child. True if one was killed."""
-        proc = self._proc
-        if not tag or self._tag != tag or proc is None or proc.poll() is not None:
+        the next request a new child. Requests with `tag` that come later are refused (RunStopped):
+        a task the cluster had started before the stop reached it. True if one was killed."""
+        if not tag:
+            return False
+        with self._tag_lock:
+            self._stopped.append(tag)
+            proc = self._proc if self._tag == tag else None
+        if proc is None or proc.poll() is not None:
             return False
         proc.kill()
         return True
