@@ -33,7 +33,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -208,8 +207,8 @@ def start_service(tree: Path, home: Path, prefect_home: Path, work: Path) -> sub
     return proc
 
 
-def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int) -> dict[str, Measure]:
-    out: dict[str, Measure] = {}
+def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int, out: dict[str, Measure]) -> None:
+    """Fills `out` scenario by scenario (what was measured survives a scenario that breaks)."""
     home, prefect_home = work / f"{name}-home", work / f"{name}-prefect"
     warm = [m for m in ("mlp", "resnet50", "bert-base") if m in scenarios]
     if warm:
@@ -250,8 +249,8 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int) -> 
             for model in served:
                 out[f"{model}, opbyop serve"] = repeated(times, lambda i: analyze(
                     tree, [model], home, prefect_home, f"bench-{model}-serve-{i}", "--no-reuse"))
-        finally:
-            os.killpg(service.pid, signal.SIGINT)  # as its terminal's Ctrl-C: it stops what it started
+        finally:  # SIGTERM, as systemd stops it (SIGINT is ignored when this script runs in the background)
+            service.terminate()
             service.wait(timeout=120)
     if "zoo" in scenarios:
         from opbyop.config import load_zoo
@@ -259,7 +258,6 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int) -> 
         console.print(f"{name}: the whole zoo, cold ...")
         out["zoo"] = analyze(tree, [m.name for m in load_zoo().models], work / f"{name}-zoo",
                              work / f"{name}-zoo-prefect", "bench-zoo", OPBYOP_CACHE_DIR=str(work / f"{name}-zoo-cache"))
-    return out
 
 
 def main() -> None:
@@ -270,19 +268,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="runs of each warm scenario (the median is shown)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    results: dict[str, dict[str, Measure]] = {"baseline": {}, "current": {}}
     try:
-        results = {} if args.no_baseline else {"baseline": run(baseline_tree(args.baseline_ref, work), "baseline",
-                                                                  args.scenarios, work, args.repeat)}
-        results["current"] = run(ROOT, "current", args.scenarios, work, args.repeat)
+        if not args.no_baseline:
+            run(baseline_tree(args.baseline_ref, work), "baseline", args.scenarios, work, args.repeat,
+                results["baseline"])
+        run(ROOT, "current", args.scenarios, work, args.repeat, results["current"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    show(results)
+        show(results)  # what was measured, also when a scenario broke (its traceback follows)
 
 
 def show(results: dict[str, dict[str, Measure]]) -> None:
     from flows.phases import format_phases
 
-    figures = Figures("opbyop analyze, wall seconds: median [range] of the repeats (2-core machine; same run)",
+    figures = Figures("opbyop analyze, wall seconds: median [fastest-slowest] of the repeats (2-core machine; same run)",
                       ["scenario", "goal", "baseline", "current", "current's phases"])
     for scenario in GOALS:
         cells = []

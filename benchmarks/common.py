@@ -10,6 +10,7 @@ from typing import Iterator, Sequence
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console(width=160)
 
@@ -40,9 +41,9 @@ class Figures:
         self.rows.append([_fmt(v) for v in values])
 
     def show(self) -> None:
-        table = Table(*self.columns, title=self.title)
-        for row in self.rows:
-            table.add_row(*row)
+        table = Table(*self.columns, title=Text(self.title))
+        for row in self.rows:  # literally: figures and error messages may hold [brackets]
+            table.add_row(*(Text(cell) for cell in row))
         console.print(table)
 
 

@@ -100,7 +100,7 @@ class ClusterGate:
             killed = sum(client.run(on_dask.abort_in_flight, self.plugin, self.tag).values())
         except Exception as e:  # a cluster that is going away stops them anyway
             return f"{len(futures)} task(s) cancelled; the op workers could not be told ({type(e).__name__}: {e})"
-        return f"{len(futures)} task(s) cancelled, {killed} op worker(s) busy with them restarted"
+        return f"{len(futures)} task(s) cancelled, {killed} op worker(s) busy with them killed (restarted on next use)"
 
     @property
     def closed(self) -> bool:
