@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 pytest_plugins = ["core_fixtures"]  # library, compiler, device and flow fixtures
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C tests send SIGINT to the commands they start. A shell starts a background job (`make
+    test &`, nohup) with SIGINT ignored, the commands would inherit that and never see the Ctrl-C:
+    a handler here is reset to the default in every child instead."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
