@@ -21,7 +21,7 @@ Scenarios (wall time of the whole command, from the shell's point of view):
                              and OPBYOP_CACHE_DIR (descriptor, exports, executables, database: none)
 Goals (issue 10): warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
 Every warm scenario runs --repeat times (default 3) in a row: the median is shown with the range.
-Beside each: the machine's busy CPU seconds during the run (from /proc/stat, all processes). On 2
+Beside each: the machine's busy CPU seconds during the run (psutil.cpu_times, all processes). On 2
 cores a run cannot take less than half of them, whatever overlaps: that is why a CLI run that starts
 its own server and cluster cannot reach the mlp goal here. The current implementation's phases
 (RunInfo.phases, of the median run) are printed beside its times.
@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 from common import Figures, console
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,10 +70,8 @@ class Measure:
 
 def busy_cpu_seconds() -> float:
     """CPU seconds the machine has spent busy since boot (user, nice, system, irq, softirq)."""
-    with open("/proc/stat") as f:
-        fields = f.readline().split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[:7])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq
 
 
 def repeated(times: int, measure) -> Measure:  # noqa: ANN001

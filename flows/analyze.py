@@ -256,7 +256,7 @@ def _fan_out(out: FanOut, client: Client, plugin: str, config: AnalysisConfig, d
              settings: AnalysisSettings, workspace: Workspace, todo: list[UniqueOp], prepared: Prepared,
              wholes: dict, writer: RunWriter, clock: PhaseClock, handoff: handoffs.Handoff,
              logger) -> None:  # noqa: ANN001
-    gate = ClusterGate(plugin)
+    gate = ClusterGate(client, plugin)
     started = time.monotonic()
     # the whole models first: the longest jobs, beside the ops, never in front of the batch writes
     whole_futures = {}

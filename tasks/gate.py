@@ -14,9 +14,12 @@ from __future__ import annotations
 import threading
 import uuid
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from opbyop.worker import dask as on_dask
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 class GateClosed(RuntimeError):
@@ -24,9 +27,10 @@ class GateClosed(RuntimeError):
 
 
 class ClusterGate:
-    def __init__(self, plugin: str = "") -> None:
-        """`plugin`: the op workers' Dask plugin, whose ops in flight close() kills."""
-        self.plugin = plugin
+    def __init__(self, client: Client | None = None, plugin: str = "") -> None:
+        """`client`: the Dask client the run's work goes through; `plugin`: the op workers' Dask
+        plugin there. With both, close() also kills the op workers busy with the run's ops."""
+        self.client, self.plugin = client, plugin
         self.tag = uuid.uuid4().hex  # sent with the run's work: on_dask.abort_in_flight stops only this run's
         self._cond = threading.Condition()
         self._shared = 0
@@ -34,7 +38,6 @@ class ClusterGate:
         self._waiting_exclusive = 0  # writers first: a retry is not starved by the stream of ops
         self._closed = False
         self._in_flight: set[Any] = set()  # Dask futures, cancelled on close
-        self._client: Any = None  # the Dask client of the run's work, once it sent some
 
     @contextmanager
     def shared(self) -> Iterator[None]:
@@ -73,7 +76,6 @@ class ClusterGate:
             if self._closed:
                 future.cancel()
             self._in_flight.add(future)
-            self._client = future.client
         try:
             yield
         finally:
@@ -87,17 +89,17 @@ class ClusterGate:
         op workers refuse the run's ops that start later. Says what it stopped, for the run's log."""
         with self._cond:
             self._closed = True
-            futures, client = list(self._in_flight), self._client
+            futures = list(self._in_flight)
             self._cond.notify_all()
         for future in futures:
             try:
                 future.cancel()
             except Exception:  # the cluster may already be gone: nothing left to cancel
                 pass
-        if client is None or not self.plugin:  # nothing was ever sent
+        if self.client is None or not self.plugin:
             return f"{len(futures)} task(s) cancelled"
         try:  # also when nothing is awaited now: a task may be starting on a worker as we speak
-            killed = sum(client.run(on_dask.abort_in_flight, self.plugin, self.tag).values())
+            killed = sum(self.client.run(on_dask.abort_in_flight, self.plugin, self.tag).values())
         except Exception as e:  # a cluster that is going away stops them anyway
             return f"{len(futures)} task(s) cancelled; the op workers could not be told ({type(e).__name__}: {e})"
         return f"{len(futures)} task(s) cancelled, {killed} op worker(s) busy with them killed (restarted on next use)"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from distributed import Client
+from distributed import Client, default_client
 from prefect import task
 from prefect.cache_policies import NONE
 
@@ -55,7 +55,7 @@ def shrink_failing_ops(option: ShrinkOption, results: dict[str, OpResult], ops: 
                        settings: AnalysisSettings, timeout: float, plugin: str, writer, logger) -> list[ShrinkResult]:  # noqa: ANN001
     """Shrink the run's failing ops (at most option.max_ops) and store what each search found."""
     chosen = failing(results, ops, option.max_ops)
-    gate = ClusterGate(plugin)
+    gate = ClusterGate(default_client(), plugin)
     futures = [shrink_op.submit(op, result, f"{op.op_name.removeprefix('stablehlo.')}-{op.signature[:10]}", chip,
                                 settings, timeout, option.seconds_per_op, plugin, gate) for op, result in chosen]
     found: list[ShrinkResult] = []

@@ -28,7 +28,8 @@ from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.ir.provenance import encode_name
 from opbyop.records import TensorDesc
 
-# torch.export keeps process-wide state (two exports at once fail with 'CURRENT_PATCHER is None'),
+# torch.export keeps process-wide state (two exports at once fail: 'ProxyTorchDispatchMode slot
+# already occupied', 'Trying to pop empty mode stack'),
 # and the export's stderr is redirected for the process: one export at a time in a process, whichever
 # thread asks (a standing service's next run must not overlap a stopped run's export).
 _ONE_EXPORT = threading.Lock()
