@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1000, help="tasks of the server-lag flow")
     args = parser.parse_args()
 
-    from flows.settings import apply_defaults
+    from flows.hosting.settings import apply_defaults
 
     apply_defaults()  # the server below starts with the batching the product uses
     work = Path(tempfile.mkdtemp(prefix="bench-orchestration-"))

@@ -140,7 +140,7 @@ def failure_line(output: str) -> str:
 
 
 def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
-    from flows.settings import server_env
+    from flows.hosting.settings import server_env
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,7 +149,7 @@ def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
     env = {**server_env(ui_api_url=url), "PREFECT_HOME": str(prefect_home)}
     proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    from flows.server import healthy
+    from flows.hosting.server import healthy
 
     deadline = time.monotonic() + 180
     while not healthy(url):
@@ -172,11 +172,11 @@ if __name__ == "__main__":
 
 
 def start_cluster(tree: Path, work: Path) -> tuple[subprocess.Popen, str]:
-    """A standing LocalCluster with opbyop's scheduler settings (flows.cluster), its workers importing
+    """A standing LocalCluster with opbyop's scheduler settings (flows.hosting.cluster), its workers importing
     `tree`'s code (each implementation gets a cluster that runs its own functions)."""
     import json
 
-    from flows.cluster import SCHEDULER_SETTINGS
+    from flows.hosting.cluster import SCHEDULER_SETTINGS
 
     script, log = work / f"{tree.name}-cluster.py", work / f"{tree.name}-cluster.log"
     script.write_text(_CLUSTER)
@@ -279,7 +279,7 @@ def main() -> None:
 
 
 def show(results: dict[str, dict[str, Measure]]) -> None:
-    from flows.phases import format_phases
+    from flows.engine.phases import format_phases
 
     figures = Figures("opbyop analyze, wall seconds: median [fastest-slowest] of the repeats (2-core machine; same run)",
                       ["scenario", "goal", "baseline", "current", "current's phases"])

@@ -33,11 +33,11 @@ from prefect.futures import PrefectFuture
 from prefect.states import Cancelled, Completed, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows import handoff as handoffs
-from flows.cluster import dask_client
-from flows.phases import PhaseClock, format_phases
-from flows.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
-from flows.summary import RunFailed, RunSummary
+from flows.hosting import handoff as handoffs
+from flows.hosting.cluster import dask_client
+from flows.engine.phases import PhaseClock, format_phases
+from flows.engine.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
+from flows.engine.summary import RunFailed, RunSummary
 from opbyop import __version__
 from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
@@ -80,7 +80,7 @@ def claim_flow_run(logger) -> None:  # noqa: ANN001
     this host's runs whose process is gone as Crashed. Best effort: never stops the run."""
     from prefect.client.orchestration import get_client
 
-    from flows.crashed import label_flow_run, sweep
+    from flows.hosting.crashed import label_flow_run, sweep
 
     try:
         with get_client(sync_client=True) as client:

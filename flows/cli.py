@@ -7,7 +7,7 @@ summary, where the time went, and the report's path.
 
 Ctrl-C asks the flow to stop: what was analysed is stored, the run is marked failed, the server and
 the cluster are stopped, and the command to resume the run is printed. The server and the cluster
-are tied to this process: they die with it even on kill -9 (flows/tied.py).
+are tied to this process: they die with it even on kill -9 (flows/hosting/tied.py).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ PROGRESS_SECONDS = 0.5  # how often the progress bar reads the store
 
 
 def _defaults_for_laptop() -> None:
-    from flows.settings import apply_defaults
+    from flows.hosting.settings import apply_defaults
 
     apply_defaults()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
@@ -56,9 +56,9 @@ class Launch:
     Prefect server, the Dask cluster, and the models' split (in a thread of this process)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir):  # noqa: ANN001
-        from flows.cluster import ClusterProcess
-        from flows.handoff import Handoff
-        from flows.server import PrefectApi
+        from flows.hosting.cluster import ClusterProcess
+        from flows.hosting.handoff import Handoff
+        from flows.hosting.server import PrefectApi
 
         self.handoff = Handoff()
         self.api = PrefectApi(log_dir)
@@ -98,7 +98,7 @@ class Launch:
     def close(self) -> None:
         """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
         if self.api.started_here:
-            from flows.server import drain_prefect
+            from flows.hosting.server import drain_prefect
 
             drain_prefect()
         for child in (self.cluster, self.api):
@@ -131,8 +131,8 @@ def register(app: typer.Typer) -> None:
         """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
         _defaults_for_laptop()
-        from flows.run_ids import new_run_id
-        from flows.service import standing_service
+        from flows.engine.run_ids import new_run_id
+        from flows.hosting.service import standing_service
         from opbyop.config import AnalysisConfig, ClusterConfig, ShrinkOption, load_zoo
         from opbyop.environment import environment
         from opbyop.errors import OpbyopError
@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
         analyze in this workspace then hands its runs to them instead of starting its own. Ctrl-C (or
         SIGTERM) stops them."""
         _defaults_for_laptop()
-        from flows.serve import Service, terminate_as_interrupt, warm_imports
+        from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports
         from opbyop.errors import OpbyopError
         from opbyop.workspace import Workspace
 
@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
     def _start(launch: Launch, config, run_id: str, outcome: dict) -> None:  # noqa: ANN001
         """Start the flow in a thread (the main thread stays free for Ctrl-C): outcome gets the
         thread, the handoff, and at the end the flow's state or the error that stopped it."""
-        from flows.handoff import handing_off
+        from flows.hosting.handoff import handing_off
 
         handoff = launch.handoff
         outcome["handoff"] = handoff
@@ -297,7 +297,7 @@ def _run_on_service(workspace_root: Path, service, config, run_id: str, shrink, 
                     manifest: Optional[Path]) -> None:
     """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
     asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
-    from flows.service import AnalyzeRequest, Ticket
+    from flows.hosting.service import AnalyzeRequest, Ticket
     from opbyop.errors import OpbyopError
     from opbyop.workspace import Workspace
 
@@ -358,7 +358,7 @@ def _copy_manifest(root, run_id: str, target: Optional[Path]) -> None:  # noqa: 
 
 
 def _finish(outcome: dict, resume: str) -> None:
-    from flows.summary import summary_of
+    from flows.engine.summary import summary_of
 
     if "error" in outcome:
         console.print(f"[red]the run failed:[/red] {escape(str(outcome['error']))}", highlight=False)
@@ -378,7 +378,7 @@ def _finish(outcome: dict, resume: str) -> None:
 
 
 def _print(summary) -> None:  # noqa: ANN001
-    from flows.phases import format_phases
+    from flows.engine.phases import format_phases
 
     table = Table("status", "unique ops", title=f"run {escape(summary.run_id)}")
     for status, n in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):

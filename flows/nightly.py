@@ -20,8 +20,8 @@ from prefect.states import Completed, Failed
 from pydantic import BaseModel, Field
 
 from flows.analyze import analyze, claim_flow_run, run_id_for
-from flows.nightly_summary import TargetOutcome, nightly_markdown
-from flows.summary import summary_of
+from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
+from flows.engine.summary import summary_of
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
 from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for

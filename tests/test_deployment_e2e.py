@@ -35,7 +35,7 @@ def readme_setup(port: int, logs: Path) -> str:
     """The set-up block of deployments/README.md, on another port, its logs in `logs`."""
     text = (ROOT / "deployments" / "README.md").read_text()
     block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
-    assert "python -m flows.server --wait" in block and "prefect worker start" in block
+    assert "python -m flows.hosting.server --wait" in block and "prefect worker start" in block
     return (block.replace(". .venv/bin/activate", f". {BIN}/activate").replace("4200", str(port))
             .replace("${TMPDIR:-/tmp}", str(logs)))
 
@@ -70,7 +70,7 @@ def deployed(tmp_path_factory):
         yield {**env, "PREFECT_API_URL": api, "home": str(home)}
     finally:  # the server and the worker the set-up left running, by their session: SIGTERM, then
         # SIGKILL for what is left (a Prefect worker whose server went first can outlive a SIGTERM)
-        from flows.tied import stop
+        from flows.hosting.tied import stop
 
         stop(setup, grace=20.0)
 
@@ -288,7 +288,7 @@ def _wait_for_results(env: dict, run_id: str, proc: subprocess.Popen, log: Path)
 def _descendants(proc: subprocess.Popen) -> list[psutil.Process]:
     found = psutil.Process(proc.pid).children(recursive=True)
     assert any("uvicorn" in " ".join(p.cmdline()) for p in found)  # its own Prefect server
-    assert any("flows.cluster" in " ".join(p.cmdline()) for p in found)  # its own Dask cluster
+    assert any("flows.hosting.cluster" in " ".join(p.cmdline()) for p in found)  # its own Dask cluster
     return found
 
 
@@ -347,7 +347,7 @@ def test_kill_9_of_the_cli_leaves_nothing_behind_and_its_run_is_marked_crashed_b
 
 
 def _outcome(tmp_path: Path, run_id: str):  # noqa: ANN202
-    from flows.service import AnalyzeOutcome
+    from flows.hosting.service import AnalyzeOutcome
 
     path = tmp_path / "home" / "service" / f"{run_id}.outcome.json"
     return AnalyzeOutcome.model_validate_json(path.read_text()) if path.exists() else None
@@ -428,7 +428,7 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
 
 
 def test_a_service_record_whose_process_is_gone_or_whose_api_is_silent_is_ignored(tmp_path, monkeypatch):
-    from flows.service import ServiceRecord, record_path, standing_service, store_and_configs
+    from flows.hosting.service import ServiceRecord, record_path, standing_service, store_and_configs
 
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

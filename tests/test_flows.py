@@ -208,7 +208,7 @@ def test_the_run_form_is_built_from_the_pydantic_parameters():
 def _run_id_of(state) -> str:
     from prefect.client.orchestration import get_client
 
-    from flows.run_ids import run_id_for
+    from flows.engine.run_ids import run_id_for
 
     with get_client(sync_client=True) as client:
         return run_id_for(client.read_flow_run(state.state_details.flow_run_id))
@@ -269,7 +269,7 @@ def test_a_flow_runs_process_counts_as_gone_when_its_pid_is_dead_or_reused():
     import subprocess
     import sys
 
-    from flows.crashed import HOST, PID, PID_START, process_gone, process_labels
+    from flows.hosting.crashed import HOST, PID, PID_START, process_gone, process_labels
 
     assert not process_gone(process_labels())  # this very process
     ended = subprocess.Popen([sys.executable, "-c", "pass"])

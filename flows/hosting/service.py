@@ -1,8 +1,8 @@
-"""How `opbyop analyze` finds and uses a running `opbyop serve` (flows/serve.py): a standing Prefect
+"""How `opbyop analyze` finds and uses a running `opbyop serve` (flows/hosting/serve.py): a standing Prefect
 server, a warm Dask cluster, and a warm process that runs the analyze flow.
 
-On its own, every `opbyop analyze` starts a server and a cluster (6-9 s on 2 cores: flows/server.py,
-flows/cluster.py), imports Prefect, Dask and JAX (4-5 s) and stops it all at its end. With
+On its own, every `opbyop analyze` starts a server and a cluster (6-9 s on 2 cores: flows/hosting/server.py,
+flows/hosting/cluster.py), imports Prefect, Dask and JAX (4-5 s) and stops it all at its end. With
 `opbyop serve` running (another terminal, a systemd unit), analyze finds it through a record in the
 workspace, hands it the run as a request file and shows the progress and the summary: the flow
 runs in the service, where all of that is done once (benchmarks/bench_run.py, "mlp, opbyop serve").
@@ -13,7 +13,7 @@ Requests run one at a time, in the order they came (torch.export is not thread-s
 stopped as on Ctrl-C: what was analysed is stored, the run id resumes it. A record whose process is
 gone, or whose server does not answer, is ignored: analyze then starts its own server and cluster.
 Ctrl-C or SIGTERM stops the service (server, cluster, record); kill -9 takes the server and the
-cluster with it too (flows/tied.py) and leaves a record that names a dead process.
+cluster with it too (flows/hosting/tied.py) and leaves a record that names a dead process.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel
 
-from flows.server import configured_api_url, healthy
-from flows.summary import RunSummary
+from flows.hosting.server import configured_api_url, healthy
+from flows.engine.summary import RunSummary
 from opbyop.atomic import write_text
 from opbyop.config import AnalysisConfig, ShrinkOption
 from opbyop.errors import OpbyopError

@@ -6,7 +6,7 @@ UI minutes behind a large fan-out (measured in benchmarks/bench_orchestration.py
 environment defaults (a user's own values win). A server started by hand needs them in its
 environment too:
 
-    env $(python -m flows.settings --server --port 4200) prefect server start --host 127.0.0.1 --port 4200
+    env $(python -m flows.hosting.settings --server --port 4200) prefect server start --host 127.0.0.1 --port 4200
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ QUIET = {
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",  # 13-18 s to start on 2 loaded cores
 }
 # Every flow run sends a heartbeat event this often (Prefect's minimum; default 180 s): what the
-# zombie automation (flows/crashed.py) watches to mark a run whose process was killed as Crashed.
+# zombie automation (flows/hosting/crashed.py) watches to mark a run whose process was killed as Crashed.
 HEARTBEAT = {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
 
 

@@ -1,5 +1,5 @@
 """The `opbyop serve` process: its Prefect server and Dask cluster, and the loop that runs the
-analyze requests of its workspace (the protocol: flows/service.py)."""
+analyze requests of its workspace (the protocol: flows/hosting/service.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import threading
 import time
 from pathlib import Path
 
-from flows.cluster import ClusterProcess
-from flows.server import PrefectApi, drain_prefect
-from flows.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, ServiceRecord, alive, record_path,
+from flows.hosting.cluster import ClusterProcess
+from flows.hosting.server import PrefectApi, drain_prefect
+from flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, ServiceRecord, alive, record_path,
                            service_dir, store_and_configs)
-from flows.summary import summary_of
+from flows.engine.summary import summary_of
 from opbyop.atomic import write_text
 from opbyop.errors import OpbyopError
 
@@ -71,7 +71,7 @@ class Service:
 
     def _run(self, request: AnalyzeRequest, folder: Path) -> AnalyzeOutcome:
         """The flow in a thread; this one stops it when the CLI asks or is gone."""
-        from flows.handoff import Handoff
+        from flows.hosting.handoff import Handoff
 
         handoff = Handoff()
         box: dict[str, AnalyzeOutcome] = {}
@@ -122,7 +122,7 @@ def _answer(folder: Path, outcome: AnalyzeOutcome) -> None:
 def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The analyze flow for one request, on the service's cluster; never raises."""
     from flows.analyze import analyze
-    from flows.handoff import handing_off
+    from flows.hosting.handoff import handing_off
 
     config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
         update={"address": address})})

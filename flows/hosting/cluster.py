@@ -6,7 +6,7 @@ on the next worker, which the culprit would kill too), and a worker is sent no o
 runs (worker-saturation 1.0). A scheduler reads those settings at start-up, into attributes; on an
 existing scheduler the attributes are set (and read back) through Client.run_on_scheduler.
 
-`python -m flows.cluster` is the LocalCluster the CLI starts in a child process at once, beside the
+`python -m flows.hosting.cluster` is the LocalCluster the CLI starts in a child process at once, beside the
 Prefect server and the export, warming its op workers before the flow asks for them (ClusterProcess).
 """
 
@@ -26,7 +26,7 @@ from typing import Iterator
 import dask
 from distributed import Client, LocalCluster
 
-from flows.tied import spawn_tied, stop
+from flows.hosting.tied import spawn_tied, stop
 from opbyop.config import ClusterConfig
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
@@ -89,14 +89,14 @@ class ClusterProcess:
     """A LocalCluster in a child process of the CLI, its op workers warming up at once.
 
     Its own session (a terminal's Ctrl-C reaches only the CLI, which then stops the run in order) and
-    tied to the CLI (flows/tied.py): it dies with it, even on kill -9, and its Dask workers with it
+    tied to the CLI (flows/hosting/tied.py): it dies with it, even on kill -9, and its Dask workers with it
     (they exit when their parent does)."""
 
     def __init__(self, workers: int, chip: str, log_dir: Path):
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / "dask-cluster.log"
         with open(self.log_path, "wb") as log:
-            self._proc = spawn_tied([sys.executable, "-m", "flows.cluster", "--workers", str(workers), "--chip", chip],
+            self._proc = spawn_tied([sys.executable, "-m", "flows.hosting.cluster", "--workers", str(workers), "--chip", chip],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
         self.address: str | None = None
 
@@ -122,7 +122,7 @@ class ClusterProcess:
 
     def close(self, wait: bool = True) -> None:
         """Stop the cluster and all it started; without `wait`, its supervisor finishes the job
-        after this process is gone (flows/tied.py)."""
+        after this process is gone (flows/hosting/tied.py)."""
         stop(self._proc) if wait else self._proc.terminate()
 
     def _log_tail(self) -> str:

@@ -2,8 +2,8 @@
 
 Prefect's own temporary server is started lazily by the first flow call, takes 8-18 s to answer,
 and is left behind when its process is killed. Started here instead: at once, beside the cluster
-and the export; with the product's settings (flows/settings.py); tied to the CLI process
-(flows/tied.py), so neither Ctrl-C nor kill -9 leaves it behind.
+and the export; with the product's settings (flows/hosting/settings.py); tied to the CLI process
+(flows/hosting/tied.py), so neither Ctrl-C nor kill -9 leaves it behind.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from flows.settings import server_env
-from flows.tied import spawn_tied, stop
+from flows.hosting.settings import server_env
+from flows.hosting.tied import spawn_tied, stop
 from opbyop.errors import OpbyopError
 
 
@@ -108,7 +108,7 @@ class PrefectApi:
 
     def close(self, wait: bool = True) -> None:
         """Stop a server started here (SIGTERM: it flushes what it holds); without `wait`, its
-        supervisor finishes the job after this process is gone (flows/tied.py)."""
+        supervisor finishes the job after this process is gone (flows/hosting/tied.py)."""
         if self._proc is not None:
             stop(self._proc) if wait else self._proc.terminate()
             self._proc = None
