@@ -1,9 +1,10 @@
-"""`opbyop analyze`: the analyze flow on a laptop, nothing started by hand.
+"""`opbyop analyze`, `opbyop nightly` and `opbyop serve`: the flows on a laptop, nothing started by hand.
 
 At once, side by side: a Prefect server (or the one PREFECT_API_URL names), a LocalCluster whose op
 workers warm up (or the scheduler --address names), and this process importing the flow. Then the
-flow, with a progress bar fed from the store (results land there in batches); at the end the
-summary, where the time went, and the report's path.
+flow, in a thread of this process (the main thread stays free for Ctrl-C), with a progress bar fed
+from the store (results land there in batches); at the end the summary, where the time went, and
+the report's path.
 
 Ctrl-C asks the flow to stop: what was analysed is stored, the run is marked failed, the server and
 the cluster are stopped, and the command to resume the run is printed. The server and the cluster
@@ -15,19 +16,22 @@ from __future__ import annotations
 import faulthandler
 import os
 import shlex
+import shutil
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-console = Console()
+from flows.hosting.handoff import Handoff
+from opbyop.cli.app import make_console, positive_seconds, styled
+
+console = make_console()  # prints data literally: stored strings never read as markup
 STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
 PROGRESS_SECONDS = 0.5  # how often the progress bar reads the store
 
@@ -38,6 +42,10 @@ def _defaults_for_laptop() -> None:
     apply_defaults()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+
+
+def _say(*parts: str | tuple[str, str]) -> None:
+    console.print(styled(*parts), soft_wrap=True)
 
 
 def resume_command(names: list[str], chip: str, workers: int | None, address: str | None, reuse: bool, whole: bool,
@@ -53,11 +61,10 @@ def resume_command(names: list[str], chip: str, workers: int | None, address: st
 
 class Launch:
     """What one CLI run starts, all at once from this (the main) thread, and stops together: the
-    Prefect server, the Dask cluster, and the models' split (in a thread of this process)."""
+    Prefect server and the Dask cluster."""
 
-    def __init__(self, workers: int | None, address: str | None, chip: str, log_dir):  # noqa: ANN001
+    def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
         from flows.hosting.cluster import ClusterProcess
-        from flows.hosting.handoff import Handoff
         from flows.hosting.server import PrefectApi
 
         self.handoff = Handoff()
@@ -65,35 +72,17 @@ class Launch:
         if self.api.started_here:  # before Prefect is imported, which reads it once
             os.environ["PREFECT_API_URL"] = self.api.url or ""
         self.cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
-        self._waits = {"server": self._background(self.api.wait)}
+        self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
         if self.cluster is not None:
-            self._waits["cluster"] = self._background(self.cluster.wait)
-
-    def _background(self, wait) -> tuple[threading.Thread, dict]:  # noqa: ANN001
-        """wait() in a thread, noting when it returned: each start-up is timed on its own."""
-        box: dict[str, object] = {}
-
-        def run() -> None:
-            try:
-                box["value"] = wait()
-                box["seconds"] = time.monotonic() - self.handoff.started
-            except BaseException as e:
-                box["error"] = e
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        return thread, box
+            self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
 
     def wait(self) -> str | None:
         """Wait for the server and the cluster; the cluster's address (None: the one given)."""
-        for name, (thread, box) in self._waits.items():
-            while thread.is_alive():
-                time.sleep(0.1)  # not join(timeout): see _watch
-            if "error" in box:
-                raise box["error"]  # type: ignore[misc]
+        for name, started in self._waits.items():
+            started.join()
             if name != "server" or self.api.started_here:
-                self.handoff.phases[name] = float(box["seconds"])  # type: ignore[arg-type]
-        return self._waits["cluster"][1]["value"] if "cluster" in self._waits else None  # type: ignore[return-value]
+                self.handoff.phases[name] = started.seconds
+        return self._waits["cluster"].value if "cluster" in self._waits else None
 
     def close(self) -> None:
         """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
@@ -106,157 +95,287 @@ class Launch:
                 child.close(wait=False)  # their supervisors finish the job, after this process too
 
 
-def register(app: typer.Typer) -> None:
-    from opbyop.cli.app import positive_seconds  # option checks shared with the other commands
+@dataclass
+class _Started:
+    """A start-up's wait() running in a thread, timed on its own."""
 
-    @app.command()
-    def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
-                                                              "(default: the zoo's 'default' tag)"),
-                chip: str = typer.Option("p150", "--chip"),
-                workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
-                address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler "
-                                                      "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),
-                run_id: Optional[str] = typer.Option(None, "--run-id", help="resume or replace this run"),
-                reuse: bool = typer.Option(True, "--reuse/--no-reuse", help="reuse cached op results"),
-                whole: bool = typer.Option(True, "--whole/--no-whole"),
-                timeout: float = typer.Option(120.0, "--timeout", callback=positive_seconds,
-                                              help="seconds per op (above 0)"),
-                shrink: bool = typer.Option(False, "--shrink/--no-shrink", help="after the fan-out, search where each "
-                                            "failing op starts failing (by dimension and dtype; stored in `shrinks`)"),
-                shrink_seconds: float = typer.Option(60.0, "--shrink-seconds", callback=positive_seconds,
-                                                     help="time budget of each failing op's search (above 0)"),
-                manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
-                                                        "their origin models here (JSON; always beside the report)"),
-                ) -> None:
-        """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
-        faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
-        _defaults_for_laptop()
-        from flows.engine.run_ids import new_run_id
-        from flows.hosting.service import standing_service
-        from opbyop.config import AnalysisConfig, ClusterConfig, ShrinkOption, load_zoo
-        from opbyop.environment import environment
-        from opbyop.errors import OpbyopError
-        from opbyop.workspace import Workspace
+    thread: threading.Thread
+    value: Any = None
+    seconds: float = 0.0
+    error: BaseException | None = None
 
-        address = address or environment().dask_address  # an existing cluster: none is started here
-        try:
-            names = models or [m.name for m in load_zoo().tagged("default")]
-            config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
-                                    op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers))
-        except OpbyopError as e:
-            console.print(f"[red]error:[/red] {escape(str(e))}")
-            raise typer.Exit(2)
-        run_id = run_id or new_run_id()
-        resume = resume_command(names, chip, workers, address, reuse, whole, timeout, run_id)
-        workspace = Workspace.default()
-        shrink_option = ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds)
-        service = None if address or workers else standing_service(workspace.root)
-        if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
-            _run_on_service(workspace.root, service, config, run_id, shrink_option, resume, manifest)
-            return
-        launch = Launch(workers, address, chip, workspace.root / "logs")
-        outcome: dict[str, object] = {"shrink": shrink_option}
-        try:
-            _start(launch, config, run_id, outcome)
-            _watch(outcome["thread"], workspace.store, run_id)
-        except KeyboardInterrupt:
-            _interrupted(launch, outcome.get("thread"), outcome.get("handoff"), resume)
-        except OpbyopError as e:
-            launch.close()
-            console.print(f"[red]error:[/red] {escape(str(e))}")
-            raise typer.Exit(1)
-        try:
-            _copy_manifest(workspace.root, run_id, manifest)
-            _finish(outcome, resume)  # the outcome first, then the clean-up
-        finally:
-            launch.close()
+    @classmethod
+    def watch(cls, wait: Callable[[], Any], since: float) -> _Started:
+        started = cls(thread=threading.Thread(target=lambda: None))
 
-    @app.command()
-    def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers for this chip"),
-              workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Dask workers (default: one per core)"),
-              port: Optional[int] = typer.Option(None, "--port", min=1, max=65535,
-                                                 help="the Prefect server's port (default: a free one)"),
-              ) -> None:
-        """Keep a Prefect server, a warm Dask cluster and a warm flow process running for `opbyop analyze`.
+        def run() -> None:
+            try:
+                started.value = wait()
+                started.seconds = time.monotonic() - since
+            except BaseException as e:
+                started.error = e
 
-        analyze in this workspace then hands its runs to them instead of starting its own. Ctrl-C (or
-        SIGTERM) stops them."""
-        _defaults_for_laptop()
-        from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports
-        from opbyop.errors import OpbyopError
-        from opbyop.workspace import Workspace
+        started.thread = threading.Thread(target=run, daemon=True)
+        started.thread.start()
+        return started
 
-        terminate_as_interrupt()
-        root = Workspace.default().root
-        service = Service(root, chip, workers or os.cpu_count() or 1, port)
-        try:
-            record = service.start()
-            warm_imports()
-            console.print(f"serving {escape(str(root))}: Prefect API {record.api_url} (UI "
-                          f"{record.api_url.removesuffix('/api')}), Dask scheduler {record.dask_address}, "
-                          f"{record.workers} op workers warming up for {escape(chip)}", highlight=False, soft_wrap=True)
-            console.print("`opbyop analyze` in this workspace now runs here; Ctrl-C stops the service",
-                          highlight=False, markup=False)
-            service.serve(on_run=lambda request, outcome: console.print(
-                f"run {request.run_id}: {outcome.state}", highlight=False, markup=False))
-        except KeyboardInterrupt:
-            console.print("stopping the cluster and the server", highlight=False)
-        except OpbyopError as e:
-            console.print(f"[red]error:[/red] {escape(str(e))}")
-            raise typer.Exit(1)
-        finally:
-            service.stop()
+    def join(self) -> None:
+        _wait_while(self.thread.is_alive, 0.1)
+        if self.error is not None:
+            raise self.error
 
-    def _start(launch: Launch, config, run_id: str, outcome: dict) -> None:  # noqa: ANN001
-        """Start the flow in a thread (the main thread stays free for Ctrl-C): outcome gets the
-        thread, the handoff, and at the end the flow's state or the error that stopped it."""
+
+def _wait_while(condition: Callable[[], bool], step: float, deadline: float | None = None) -> None:
+    """Short sleeps, not Thread.join(timeout): a Ctrl-C that lands inside join can leave the thread
+    marked stopped while it runs (CPython 3.11), and the run would not be given its time to stop."""
+    while condition() and (deadline is None or time.monotonic() < deadline):
+        time.sleep(step)
+
+
+@dataclass
+class FlowThread:
+    """A flow called in a thread of this process, handed what the CLI started; its state or error."""
+
+    name: str
+    call: Callable[[], Any]  # the flow, called with return_state=True
+    handoff: Handoff
+    thread: threading.Thread | None = None
+    state: Any = None  # prefect State
+    error: BaseException | None = None
+
+    def start(self) -> None:
         from flows.hosting.handoff import handing_off
-
-        handoff = launch.handoff
-        outcome["handoff"] = handoff
-        handoff.start_splits(config.models, config.seed)
-        from flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
-
-        address = launch.wait()
-        if address:
-            config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"address": address})})
 
         def target() -> None:
             try:
-                with handing_off(handoff):
-                    outcome["state"] = analyze_flow(config=config, run_id=run_id, shrink=outcome["shrink"],
-                                                    return_state=True)
-            except BaseException as e:  # shown to the user, with the run id to resume
-                outcome["error"] = e
+                with handing_off(self.handoff):
+                    self.state = self.call()
+            except BaseException as e:  # shown to the user, with the command to resume
+                self.error = e
 
-        thread = threading.Thread(target=target, name="analyze-flow", daemon=True)
-        outcome["thread"] = thread
-        thread.start()
+        self.thread = threading.Thread(target=target, name=self.name, daemon=True)
+        self.thread.start()
 
-    def _watch(thread: threading.Thread, store_root, run_id: str) -> None:  # noqa: ANN001
-        def running() -> bool:
-            # not thread.join(timeout): a Ctrl-C that lands inside it can leave the thread marked
-            # stopped while it runs (CPython 3.11), and the run would not be given its time to stop
-            time.sleep(0.1)
-            return thread.is_alive()
+    def running(self) -> bool:
+        time.sleep(0.1)
+        return self.thread is not None and self.thread.is_alive()
 
-        _progress(running, store_root, run_id)
-
-    def _interrupted(launch: Launch, thread: threading.Thread | None, handoff, resume: str) -> None:  # noqa: ANN001
-        console.print("[yellow]interrupted:[/yellow] storing what was analysed, stopping the cluster and server")
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
+    def stop(self, launch: Launch, resume: str) -> NoReturn:
+        """Ctrl-C: ask the flow to store what it has and stop, then the cluster and the server."""
+        _say(("interrupted:", "yellow"), " storing what was analysed, stopping the cluster and server")
         try:
-            if handoff is not None:
-                handoff.stop.set()
-            while thread is not None and thread.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.2)  # see _watch: no join(timeout) where Ctrl-C may land
+            self.handoff.stop.set()
+            _wait_while(lambda: self.thread is not None and self.thread.is_alive(), 0.2,
+                        time.monotonic() + STOP_GRACE_SECONDS)
         except KeyboardInterrupt:  # a second Ctrl-C: leave now
             pass
         launch.close()
-        console.print(f"resume it with: {resume}", highlight=False, markup=False)
-        if thread is not None and thread.is_alive():
+        _say(f"resume it with: {resume}")
+        if self.thread is not None and self.thread.is_alive():
             os._exit(130)  # the flow thread is stuck in Prefect's engine: do not wait for it at exit
         raise typer.Exit(130)
+
+
+@dataclass
+class AnalyzeCommand:
+    """What `opbyop analyze` was asked, as the flow's configuration and the command that resumes it."""
+
+    names: list[str]
+    config: Any  # opbyop.config.AnalysisConfig
+    run_id: str
+    shrink: Any  # opbyop.config.ShrinkOption
+    resume: str
+    manifest: Optional[Path]
+    workspace_root: Path
+
+
+def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
+                                                          "(default: the zoo's 'default' tag)"),
+            chip: str = typer.Option("p150", "--chip"),
+            workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
+            address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler "
+                                                  "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),
+            run_id: Optional[str] = typer.Option(None, "--run-id", help="resume or replace this run"),
+            reuse: bool = typer.Option(True, "--reuse/--no-reuse", help="reuse cached op results"),
+            whole: bool = typer.Option(True, "--whole/--no-whole"),
+            timeout: float = typer.Option(120.0, "--timeout", callback=positive_seconds,
+                                          help="seconds per op (above 0)"),
+            shrink: bool = typer.Option(False, "--shrink/--no-shrink", help="after the fan-out, search where each "
+                                        "failing op starts failing (by dimension and dtype; stored in `shrinks`)"),
+            shrink_seconds: float = typer.Option(60.0, "--shrink-seconds", callback=positive_seconds,
+                                                 help="time budget of each failing op's search (above 0)"),
+            manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
+                                                    "their origin models here (JSON; always beside the report)"),
+            ) -> None:
+    """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
+    _defaults_for_laptop()
+    from flows.engine.run_ids import new_run_id
+    from flows.hosting.service import standing_service
+    from opbyop.config import AnalysisConfig, ClusterConfig, ShrinkOption, load_zoo
+    from opbyop.environment import environment
+    from opbyop.errors import OpbyopError
+    from opbyop.workspace import Workspace
+
+    address = address or environment().dask_address  # an existing cluster: none is started here
+    try:
+        names = models or [m.name for m in load_zoo().tagged("default")]
+        config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
+                                op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers))
+    except OpbyopError as e:
+        _say(("error:", "red"), f" {e}")
+        raise typer.Exit(2)
+    run_id = run_id or new_run_id()
+    command = AnalyzeCommand(names=names, config=config, run_id=run_id,
+                             shrink=ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds),
+                             resume=resume_command(names, chip, workers, address, reuse, whole, timeout, run_id),
+                             manifest=manifest, workspace_root=Workspace.default().root)
+    service = None if address or workers else standing_service(command.workspace_root)
+    if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
+        _run_on_service(command, service)
+    else:
+        _run_here(command, workers, address, chip)
+
+
+def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None, chip: str) -> None:
+    """The flow in this process, on a server and a cluster started (or named) for this run."""
+    from opbyop.errors import OpbyopError
+    from opbyop.workspace import Workspace
+
+    launch = Launch(workers, address, chip, command.workspace_root / "logs")
+    flow_thread: FlowThread | None = None
+    try:
+        launch.handoff.start_splits(command.config.models, command.config.seed)
+        from flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
+
+        config = _on_address(command.config, launch.wait())
+        flow_thread = FlowThread("analyze-flow", lambda: analyze_flow(
+            config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch.handoff)
+        flow_thread.start()
+        _progress(flow_thread.running, Workspace(command.workspace_root).store, command.run_id)
+    except KeyboardInterrupt:
+        if flow_thread is None:
+            flow_thread = FlowThread("analyze-flow", lambda: None, launch.handoff)
+        flow_thread.stop(launch, command.resume)
+    except OpbyopError as e:
+        launch.close()
+        _say(("error:", "red"), f" {e}")
+        raise typer.Exit(1)
+    try:
+        _copy_manifest(command.workspace_root, command.run_id, command.manifest)
+        _finish(flow_thread, command.resume)  # the outcome first, then the clean-up
+    finally:
+        launch.close()
+
+
+def _on_address(config, address: str | None):  # noqa: ANN001, ANN202
+    """The configuration with the cluster this CLI started (None: the one it was given)."""
+    if not address:
+        return config
+    return config.model_copy(update={"cluster": config.cluster.model_copy(update={"address": address})})
+
+
+def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="the nightly configuration "
+                                                       "(default: configs/nightly.yaml)"),
+            models: list[str] = typer.Option(None, "--model", help="only these models (repeat the option)"),
+            expectations: Optional[Path] = typer.Option(None, "--expectations",
+                                                        help="expected outcomes (default: configs/expectations.yaml)"),
+            workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
+            address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler "
+                                                  "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),
+            ) -> None:
+    """Run the nightly flow once, now: every target of the nightly configuration, compared with the
+    previous night and checked against the expectations."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _defaults_for_laptop()
+    from opbyop.config import ClusterConfig
+    from opbyop.environment import environment
+    from opbyop.errors import OpbyopError
+    from opbyop.workspace import Workspace
+
+    try:
+        from flows.nightly import load_nightly
+
+        chosen = load_nightly(config_file)
+    except OpbyopError as e:
+        _say(("error:", "red"), f" {e}")
+        raise typer.Exit(2)
+    address = address or environment().dask_address
+    chip = chosen.targets[0].chip if chosen.targets else "p150"  # the cluster's op workers warm up for it
+    root = Workspace.default().root
+    launch = Launch(workers, address, chip, root / "logs")
+    resume = shlex.join(["opbyop", "nightly"] + (["--config", str(config_file)] if config_file else []))
+    flow_thread: FlowThread | None = None
+    try:
+        from flows.nightly import nightly as nightly_flow
+
+        cluster = ClusterConfig(address=launch.wait() or address, workers=workers)
+        flow_thread = FlowThread("nightly-flow", lambda: nightly_flow(
+            config_file=str(config_file) if config_file else None, models=models or None,
+            expectations_file=str(expectations) if expectations else None, cluster=cluster, return_state=True),
+            launch.handoff)
+        flow_thread.start()
+        _wait_while(flow_thread.running, 0.0)
+    except KeyboardInterrupt:
+        if flow_thread is None:
+            flow_thread = FlowThread("nightly-flow", lambda: None, launch.handoff)
+        flow_thread.stop(launch, resume)
+    except OpbyopError as e:
+        launch.close()
+        _say(("error:", "red"), f" {e}")
+        raise typer.Exit(1)
+    try:
+        if flow_thread.error is not None:
+            _say(("the nightly failed:", "red"), f" {flow_thread.error}")
+            raise typer.Exit(1)
+        state = flow_thread.state
+        _say(f"nightly: {state.name}")
+        for line in (state.message or "").split("; "):
+            _say(f"  {line}")
+        if not state.is_completed():
+            raise typer.Exit(1)
+    finally:
+        launch.close()
+
+
+def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers for this chip"),
+          workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Dask workers (default: one per core)"),
+          port: Optional[int] = typer.Option(None, "--port", min=1, max=65535,
+                                             help="the Prefect server's port (default: a free one)"),
+          ) -> None:
+    """Keep a Prefect server, a warm Dask cluster and a warm flow process running for `opbyop analyze`.
+
+    analyze in this workspace then hands its runs to them instead of starting its own. Ctrl-C (or
+    SIGTERM) stops them."""
+    _defaults_for_laptop()
+    from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports
+    from opbyop.errors import OpbyopError
+    from opbyop.workspace import Workspace
+
+    terminate_as_interrupt()
+    root = Workspace.default().root
+    service = Service(root, chip, workers or os.cpu_count() or 1, port)
+    try:
+        record = service.start()
+        warm_imports()
+        _say(f"serving {root}: Prefect API {record.api_url} (UI {record.api_url.removesuffix('/api')}), Dask "
+             f"scheduler {record.dask_address}, {record.workers} op workers warming up for {chip}")
+        _say("`opbyop analyze` in this workspace now runs here; Ctrl-C stops the service")
+        service.serve(on_run=lambda request, outcome: _say(f"run {request.run_id}: {outcome.state}"))
+    except KeyboardInterrupt:
+        _say("stopping the cluster and the server")
+    except OpbyopError as e:
+        _say(("error:", "red"), f" {e}")
+        raise typer.Exit(1)
+    finally:
+        service.stop()
+
+
+def register(app: typer.Typer) -> None:
+    """The commands this package adds to `opbyop` (the entry point group opbyop.cli)."""
+    app.command()(analyze)
+    app.command()(nightly)
+    app.command()(serve)
 
 
 def _progress(running: Callable[[], bool], store_root: Path, run_id: str) -> None:
@@ -293,58 +412,52 @@ def _done(store, run_id: str) -> int:  # noqa: ANN001
         return 0
 
 
-def _run_on_service(workspace_root: Path, service, config, run_id: str, shrink, resume: str,  # noqa: ANN001
-                    manifest: Optional[Path]) -> None:
+def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
     """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
     asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
     from flows.hosting.service import AnalyzeRequest, Ticket
     from opbyop.errors import OpbyopError
     from opbyop.workspace import Workspace
 
-    console.print(f"run {run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})",
-                  highlight=False, markup=False, soft_wrap=True)
-    ticket = Ticket(workspace_root, service, AnalyzeRequest(run_id=run_id, config=config, shrink=shrink,
-                                                            client_pid=os.getpid()))
+    _say(f"run {command.run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
+    ticket = Ticket(command.workspace_root, service, AnalyzeRequest(
+        run_id=command.run_id, config=command.config, shrink=command.shrink, client_pid=os.getpid()))
     ticket.submit()
-    box: dict[str, object] = {}
+    outcome = None
 
     def running() -> bool:
-        box["outcome"] = ticket.outcome()
-        if box["outcome"] is None:
+        nonlocal outcome
+        outcome = ticket.outcome()
+        if outcome is None:
             time.sleep(0.1)
-        return box["outcome"] is None
+        return outcome is None
 
     try:
-        _progress(running, Workspace(workspace_root).store, run_id)
+        _progress(running, Workspace(command.workspace_root).store, command.run_id)
     except KeyboardInterrupt:
-        console.print("[yellow]interrupted:[/yellow] the service stores what was analysed and stops the run")
+        _say(("interrupted:", "yellow"), " the service stores what was analysed and stops the run")
         ticket.stop()
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
         try:
-            while ticket.outcome() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
+            _wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
         except (KeyboardInterrupt, OpbyopError):
             pass
-        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        _say(f"resume it with: {command.resume}")
         raise typer.Exit(130)
     except OpbyopError as e:
-        console.print(f"[red]error:[/red] {escape(str(e))}")
-        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        _say(("error:", "red"), f" {e}")
+        _say(f"resume it with: {command.resume}")
         raise typer.Exit(1)
-    outcome = box["outcome"]
-    _copy_manifest(workspace_root, run_id, manifest)
-    if outcome.summary is not None:  # type: ignore[union-attr]
-        _print(outcome.summary)  # type: ignore[union-attr]
-    if not outcome.completed:  # type: ignore[union-attr]
-        console.print(f"[red]{escape(outcome.state)}:[/red] {escape(outcome.message)}", highlight=False)  # type: ignore[union-attr]
-        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+    _copy_manifest(command.workspace_root, command.run_id, command.manifest)
+    if outcome.summary is not None:
+        _print(outcome.summary)
+    if not outcome.completed:
+        _say((f"{outcome.state}:", "red"), f" {outcome.message}")
+        _say(f"resume it with: {command.resume}")
         raise typer.Exit(1)
 
 
-def _copy_manifest(root, run_id: str, target: Optional[Path]) -> None:  # noqa: ANN001
+def _copy_manifest(root: Path, run_id: str, target: Optional[Path]) -> None:
     """The run's manifest (opbyop.pipeline.write_manifest, beside the report) also at --manifest."""
-    import shutil
-
     from opbyop.pipeline import run_manifest_path
 
     written = run_manifest_path(root, run_id)
@@ -352,46 +465,44 @@ def _copy_manifest(root, run_id: str, target: Optional[Path]) -> None:  # noqa: 
         return
     try:
         shutil.copyfile(written, target)
-        console.print(f"manifest: {target}", highlight=False, markup=False)
+        _say(f"manifest: {target}")
     except OSError as e:
-        console.print(f"[red]error:[/red] cannot write the manifest {escape(str(target))}: {escape(str(e))}")
+        _say(("error:", "red"), f" cannot write the manifest {target}: {e}")
 
 
-def _finish(outcome: dict, resume: str) -> None:
+def _finish(flow_thread: FlowThread, resume: str) -> None:
     from flows.engine.summary import summary_of
 
-    if "error" in outcome:
-        console.print(f"[red]the run failed:[/red] {escape(str(outcome['error']))}", highlight=False)
-        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+    if flow_thread.error is not None:
+        _say(("the run failed:", "red"), f" {flow_thread.error}")
+        _say(f"resume it with: {resume}")
         raise typer.Exit(1)
-    state = outcome["state"]
+    state = flow_thread.state
     summary = summary_of(state.result(raise_on_failure=False))
     if summary is None:
-        console.print(f"[red]{escape(state.name)}:[/red] {escape(state.message or '')}", highlight=False)
-        console.print(f"resume it with: {resume}", highlight=False, markup=False)
+        _say((f"{state.name}:", "red"), f" {state.message or ''}")
+        _say(f"resume it with: {resume}")
         raise typer.Exit(1)
     _print(summary)
     if not state.is_completed():
-        console.print(f"[red]{escape(state.name)}:[/red] {escape(summary.error or state.message or '')}",
-                      highlight=False)
+        _say((f"{state.name}:", "red"), f" {summary.error or state.message or ''}")
         raise typer.Exit(1)
 
 
 def _print(summary) -> None:  # noqa: ANN001
     from flows.engine.phases import format_phases
 
-    table = Table("status", "unique ops", title=f"run {escape(summary.run_id)}")
+    table = Table("status", "unique ops", title=f"run {summary.run_id}")
     for status, n in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
         table.add_row(status, str(n))
     console.print(table)
     for model, status in summary.whole.items():
-        console.print(f"whole model {escape(model)}: {escape(status)}", highlight=False)
+        _say(f"whole model {model}: {status}")
     for model, error in summary.model_errors.items():
-        console.print(f"[red]{escape(model)}: {escape(error)}[/red]", highlight=False)
-    console.print(summary.line(), highlight=False, markup=False)
+        _say((f"{model}: {error}", "red"))
+    _say(summary.line())
     if summary.phases:
-        console.print(f"time: {format_phases(summary.phases)}", highlight=False, markup=False, soft_wrap=True)
+        _say(f"time: {format_phases(summary.phases)}")
     if summary.report:
-        console.print(f"report: {summary.report}", highlight=False, markup=False)
-    console.print(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' "
-                  f"GROUP BY 1\"", highlight=False, markup=False, soft_wrap=True)
+        _say(f"report: {summary.report}")
+    _say(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' GROUP BY 1\"")

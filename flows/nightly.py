@@ -20,6 +20,7 @@ from prefect.states import Completed, Failed
 from pydantic import BaseModel, Field
 
 from flows.analyze import analyze, claim_flow_run, run_id_for
+from flows.hosting import handoff as handoffs
 from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
 from flows.engine.summary import summary_of
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
@@ -74,8 +75,14 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
     expectations = load_expectations(Path(expectations_file) if expectations_file else None)
     store = Store(Workspace.default().store)
     base = run_id_for(get_run_context().flow_run)
-    outcomes = [_run_target(i, target, base, config, models, cluster, store, expectations)
-                for i, target in enumerate(config.targets)]
+    caller = handoffs.current()  # `opbyop nightly`: its Ctrl-C stops the target running, and the rest
+    outcomes = []
+    for i, target in enumerate(config.targets):
+        if caller is not None and caller.stop.is_set():
+            break
+        # each target's run measures its own phases; only the stop request is shared
+        with handoffs.handing_off(handoffs.Handoff(stop=caller.stop) if caller else handoffs.Handoff()):
+            outcomes.append(_run_target(i, target, base, config, models, cluster, store, expectations))
     markdown = nightly_markdown(base, outcomes)
     if config.corpus is not None:
         markdown += "\n" + coverage_markdown(run_corpus(config_dir() / config.corpus.config))
@@ -110,3 +117,14 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
         outcome.expectations = compare(run_id, run_outcomes(store.root, run_id), expectations)
         outcome.comparisons = model_comparisons_for(store.root, run_id)
     return outcome
+
+
+if __name__ == "__main__":  # `python flows/nightly.py [CONFIG]`: one nightly, as Prefect users run a flow
+    import sys
+
+    from flows.hosting.settings import apply_defaults
+
+    apply_defaults()  # before Prefect reads its settings: a temporary server needs more than 20 s on 2 cores
+    state = nightly(config_file=sys.argv[1] if len(sys.argv) > 1 else None, return_state=True)
+    print(f"nightly: {state.name}: {state.message or ''}")
+    sys.exit(0 if state.is_completed() else 1)

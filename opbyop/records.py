@@ -314,13 +314,21 @@ class ModelSummary(BaseModel):
     whole: WholeModelResult | None = None
 
 
+class RunStatus(str, Enum):
+    """How an analysis run stands: still running, or how it ended."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"  # it stopped early: interrupted, no op worker could start, nothing could be split
+
+
 class RunInfo(BaseModel):
     """One analysis run: what was analysed, with what, and how it ended."""
 
     run_id: str
     started_at: datetime = Field(default_factory=utcnow)
     ended_at: datetime | None = None
-    status: str = "running"  # running | completed | failed
+    status: RunStatus = RunStatus.RUNNING
     models: list[str] = Field(default_factory=list)
     chip: str = ""
     system_desc_sha256: str = ""

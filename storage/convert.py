@@ -47,7 +47,7 @@ def _enum(value: Any) -> str | None:
 def run_row(run: RunInfo) -> dict[str, Any]:
     return {
         "run_id": run.run_id, "started_at": utc(run.started_at), "ended_at": utc(run.ended_at),
-        "status": run.status, "models": list(run.models), "chip": run.chip,
+        "status": run.status.value, "models": list(run.models), "chip": run.chip,
         "system_desc_sha256": run.system_desc_sha256, "plugin_version": run.plugin_version,
         "opbyop_version": run.opbyop_version, "git_sha": run.git_sha, "options_key": run.options_key,
         "config": _json(run.config),

@@ -21,7 +21,7 @@ from filelock import FileLock, Timeout
 import pyarrow.compute as pc
 
 from opbyop.errors import StoreError
-from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, Stage, Status, utcnow
+from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus, Stage, Status, utcnow
 from opbyop.shrink.result import ShrinkResult
 from storage import convert
 from storage.convert import ModelCounts, StoredModel
@@ -340,7 +340,7 @@ class RunWriter:
         if replace:
             self.store._remove_run_dirs(run.run_id)
             existing = []
-        run = run.model_copy(update={"status": "running", "ended_at": None})
+        run = run.model_copy(update={"status": RunStatus.RUNNING, "ended_at": None})
         if existing:
             self.day = partition_date(existing[0])
             if self.store.has_run(run.run_id) and not self.store.unreadable(run.run_id, tables=("runs",)):
@@ -414,7 +414,8 @@ class RunWriter:
         else:
             part.unlink()
 
-    def finish(self, run: RunInfo | None, models: list[ModelSummary], status: str = "completed") -> RunInfo:
+    def finish(self, run: RunInfo | None, models: list[ModelSummary],
+               status: RunStatus = RunStatus.COMPLETED) -> RunInfo:
         """Compact each table to one file for this run, write the models (with their counts computed
         from this run's ops and results), then mark the run `status` (last: 'completed' means all of
         it is in place)."""

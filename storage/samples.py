@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 from opbyop.records import (
     COMPILE_STAGES, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
-    OpPlacement, OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
+    OpPlacement, OpRecord, OpResult, Provenance, RunInfo, RunStatus, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
 
@@ -125,7 +125,7 @@ def result(op: OpSpec, status: Status, failed_stage: Stage | None = None, messag
 def run_info(run_id: str, started_at: datetime, models: list[str], chip: str = "p150", options_key: str = "opts-a",
              plugin_version: str = "0.1.3") -> RunInfo:
     return RunInfo(run_id=run_id, started_at=started_at, ended_at=started_at + timedelta(minutes=30),
-                   status="completed", models=models, chip=chip, system_desc_sha256=sha(chip),
+                   status=RunStatus.COMPLETED, models=models, chip=chip, system_desc_sha256=sha(chip),
                    plugin_version=plugin_version, opbyop_version="0.1.0", git_sha="abc1234", options_key=options_key,
                    config={"chip": chip, "seed": 0, "compiler": {"optimization_level": 0}})
 

@@ -1,0 +1,60 @@
+"""The nightly from a terminal, as a Prefect user runs a flow: `opbyop nightly` (its own server and
+cluster, like `opbyop analyze`) and `python flows/nightly.py` (Prefect's temporary server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from storage.dataset import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+pytestmark = pytest.mark.slow
+
+
+def _env(tmp_path: Path) -> dict:
+    """An operator's shell: no Prefect API configured, a workspace and a Prefect home of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
+    env.update({"PREFECT_HOME": str(tmp_path / "prefect"), "OPBYOP_HOME": str(tmp_path / "home"),
+                "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200"})
+    return env
+
+
+def _nightly_file(tmp_path: Path) -> Path:
+    path = tmp_path / "nightly.yaml"
+    path.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\n")
+    return path
+
+
+def _stored_target_runs(tmp_path: Path) -> list:
+    store = Store(tmp_path / "home" / "store")
+    return [run for run in store.runs() if run.run_id.endswith("-t0")]
+
+
+def test_opbyop_nightly_runs_each_target_on_a_server_and_cluster_of_its_own(tmp_path):
+    done = subprocess.run([str(BIN / "opbyop"), "nightly", "--config", str(_nightly_file(tmp_path)), "--workers", "1"],
+                          env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "nightly: Completed" in done.stdout and "p150 default options" in done.stdout, done.stdout
+    runs = _stored_target_runs(tmp_path)
+    assert len(runs) == 1 and runs[0].status.value == "completed"
+    results = Store(tmp_path / "home" / "store").results(runs[0].run_id)
+    assert results and all(r.status.value == "success" for r in results)
+
+
+def test_a_bare_nightly_call_waits_for_prefect_s_temporary_server_on_a_small_machine(tmp_path):
+    """No server anywhere: Prefect starts its temporary one, which takes longer than Prefect's own
+    20 s limit on 2 busy cores; the product's settings (applied when `flows` is imported) allow it."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "flows" / "nightly.py"), str(_nightly_file(tmp_path))],
+                            env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    assert "nightly: Completed" in out and "Timed out while attempting to connect" not in out
+    runs = _stored_target_runs(tmp_path)
+    assert len(runs) == 1 and Store(tmp_path / "home" / "store").results(runs[0].run_id)
