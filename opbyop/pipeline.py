@@ -1,7 +1,7 @@
 """The steps before the per-op fan-out, shared by the CLI and the Prefect tasks.
 
 Models are loaded and split one by one: a model that cannot be loaded, exported or split is
-recorded with its error and the others carry on (peers' defect 8: '0 ops processed').
+recorded with its error and the others carry on (one model that fails to split never leaves a run with '0 ops processed').
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Callable, Iterable, Sequence
 
 from pydantic import BaseModel
 
+from opbyop import atomic
 from opbyop.artifacts import ArtifactStore
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
@@ -177,13 +178,4 @@ def run_manifest_path(workspace_root: Path, run_id: str) -> Path:
 
 def write_manifest(prepared: Prepared, path: Path) -> Path:
     """The manifest as JSON at `path` (written whole or not at all)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    try:
-        partial.write_text(manifest(prepared).model_dump_json(indent=1))
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    partial.replace(path)
-    return path
+    return atomic.write_text(path, manifest(prepared).model_dump_json(indent=1))

@@ -18,6 +18,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from opbyop.atomic import atomic_path
 from opbyop.config import Zoo
 from opbyop.environment import environment
 from opbyop.frontends.graph import ModelGraph
@@ -75,14 +76,10 @@ def read(path: Path) -> ModelGraph | None:
 
 def write(path: Path, graph: ModelGraph) -> None:
     """Keep `graph` (atomically; a full disk only costs the cache), then trim the cache."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(partial, "wb") as f:
+        with atomic_path(path) as partial, open(partial, "wb") as f:
             pickle.dump(graph, f, protocol=pickle.HIGHEST_PROTOCOL)
-        partial.replace(path)
     except OSError:
-        partial.unlink(missing_ok=True)
         return
     _trim(path.parent)
 

@@ -12,13 +12,7 @@ from pathlib import Path
 
 from opbyop.records import Stage
 
-# The dump that proves a stage was reached (first match wins), and the artifact kinds kept.
-_STAGE_DUMPS: list[tuple[Stage, str]] = [
-    (Stage.STABLEHLO, "irs/shlo_compiler_cleaned_*.mlir"),
-    (Stage.TTIR, "irs/ttir_*.mlir"),
-    (Stage.TTNN, "irs/ttnn_[0-9]*.mlir"),
-    (Stage.FLATBUFFER, "fb_*.ttnn"),
-]
+# The artifact kinds kept (their dump files), and the kind whose dump proves each stage was reached.
 ARTIFACT_KINDS: dict[str, str] = {
     "shlo": "irs/shlo_compiler_cleaned_*.mlir",
     "ttir": "irs/ttir_*.mlir",
@@ -26,6 +20,9 @@ ARTIFACT_KINDS: dict[str, str] = {
     "ttnn_runtime": "irs/ttnn_runtime_*.mlir",
     "flatbuffer": "fb_*.ttnn",
 }
+_STAGE_PROOF: list[tuple[Stage, str]] = [
+    (Stage.STABLEHLO, "shlo"), (Stage.TTIR, "ttir"), (Stage.TTNN, "ttnn"), (Stage.FLATBUFFER, "flatbuffer"),
+]
 _STAMP = re.compile(r"_(\d{10,})\.(mlir|ttnn)$")
 
 
@@ -43,22 +40,21 @@ def _stamp(path: Path) -> float:
 
 def read_dumps(export_dir: Path, started: float) -> StageDumps:
     """Stages reached in `export_dir`; `started` is the compile's wall-clock start (time.time())."""
-    reached: Stage | None = None
-    seconds: dict[Stage, float] = {}
-    previous = started
-    for stage, pattern in _STAGE_DUMPS:
-        found = sorted(export_dir.glob(pattern))
-        if not found:
-            break
-        at = _stamp(found[-1])
-        seconds[stage] = max(0.0, at - previous)
-        previous = at
-        reached = stage
     files = {}
     for kind, pattern in ARTIFACT_KINDS.items():
         found = sorted(export_dir.glob(pattern))
         if found:
-            files[kind] = found[-1]
+            files[kind] = found[-1]  # the latest dump of its kind
+    reached: Stage | None = None
+    seconds: dict[Stage, float] = {}
+    previous = started
+    for stage, kind in _STAGE_PROOF:
+        if kind not in files:
+            break
+        at = _stamp(files[kind])
+        seconds[stage] = max(0.0, at - previous)
+        previous = at
+        reached = stage
     return StageDumps(reached=reached, seconds=seconds, files=files)
 
 

@@ -7,12 +7,12 @@ written, so a file that reaches the compiler is valid StableHLO.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from jaxlib.mlir import ir
 from pydantic import BaseModel
 
+from opbyop import atomic
 from opbyop.corpus.case import Case, Form, render
 from opbyop.corpus.catalog import cases
 from opbyop.errors import OpbyopError
@@ -90,6 +90,4 @@ def _write(path: Path, text: str) -> None:
     """Atomic, and untouched when the content is the same (reproducible trees keep their mtimes)."""
     if path.exists() and path.read_text() == text:
         return
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(text)
-    partial.replace(path)
+    atomic.write_text(path, text)

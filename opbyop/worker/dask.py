@@ -15,13 +15,14 @@ from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
 
+from opbyop import atomic
+from opbyop.environment import environment
+from opbyop.worker import faults
 from opbyop.records import OpResult, UniqueOp, WholeModelResult
 from opbyop.worker.process import OpWorker
 from opbyop.config import AnalysisSettings
 
 PLUGIN_PREFIX = "opbyop-op-workers"
-# Tests only: "exit:<signature prefix>" makes the Dask worker process itself die on that op.
-DASK_FAULT_ENV = "OPBYOP_DASK_FAULT_INJECT"
 
 
 class OpWorkerPlugin(WorkerPlugin):
@@ -71,12 +72,10 @@ class OpWorkerPlugin(WorkerPlugin):
             data = self.descriptors[chip]
             path = Path(self.workspace) / "system_descs" / f"{hashlib.sha256(data).hexdigest()[:16]}.ttsys"
             if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                partial = path.with_suffix(f".{os.getpid()}.partial")
-                partial.write_bytes(data)
-                partial.replace(path)
-            self._workers[chip] = OpWorker(path, Path(self.workspace), chip=chip,
-                                           name=f"{self._name}-{chip}-{os.getpid()}", env=self.env)
+                atomic.write_bytes(path, data)
+            worker = OpWorker(path, Path(self.workspace), chip=chip, name=f"{self._name}-{chip}-{os.getpid()}",
+                              env=self.env)
+            self._workers[chip] = faults.injected(worker, environment().dask_fault_inject, "analyze")
         return self._workers[chip]
 
 
@@ -87,17 +86,9 @@ def _plugin(name: str, worker: object | None = None) -> OpWorkerPlugin:
     return plugin  # type: ignore[return-value]
 
 
-def _inject_fault(signature: str) -> None:
-    for rule in filter(None, os.environ.get(DASK_FAULT_ENV, "").split(";")):
-        action, _, prefix = rule.partition(":")
-        if action == "exit" and prefix and signature.startswith(prefix):
-            os._exit(1)
-
-
 def analyze_op(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float,
                tag: str = "") -> OpResult:
     """Runs on a Dask worker: one op through its warm OpWorker. `tag`: the run's (abort_in_flight)."""
-    _inject_fault(op.signature)
     return _plugin(plugin).op_worker(chip).analyze(op, settings, timeout, tag)
 
 
