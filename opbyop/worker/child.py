@@ -10,29 +10,12 @@ import argparse
 import os
 import shutil
 import sys
-import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from opbyop.environment import environment
+from opbyop.worker import faults
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
-
-# Tests only: "abort:<signature prefix>", "hang:<prefix>" or "raise:<prefix>" (a bug in opbyop
-# itself), ';'-separated.
-FAULT_ENV = "OPBYOP_FAULT_INJECT"
-
-
-def _inject_fault(signature: str) -> None:
-    for rule in filter(None, environment().fault_inject.split(";")):
-        action, _, prefix = rule.partition(":")
-        if prefix and signature.startswith(prefix):
-            if action == "abort":
-                os.abort()
-            if action == "hang":
-                time.sleep(10**6)
-            if action == "raise":
-                raise RuntimeError(f"fault injected for {signature[:12]}")
-
 
 def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:
     from opbyop.jaxenv import prepare_jax
@@ -48,7 +31,8 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
     from opbyop.workspace import Workspace
 
     home = Workspace(workspace)
-    analyzer = OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(), home.artifacts, scratch)
+    analyzer = faults.injected(OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(),
+                                          home.artifacts, scratch), environment().fault_inject, "analyze")
     conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
     while True:
         try:
@@ -63,7 +47,6 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
 
         try:
             if isinstance(request, Request):
-                _inject_fault(request.op.signature)
                 reply: Reply | WholeReply | Failure = Reply(
                     id=request.id, result=analyzer.analyze(request.op, request.settings, request.id, progress))
             else:
