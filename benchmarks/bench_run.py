@@ -1,10 +1,10 @@
-"""Issue 10's figures: what one `opbyop analyze` costs end to end, now and before, in the same run.
+"""What one `opbyop analyze` costs end to end, now and before, in the same run.
 
     .venv/bin/python benchmarks/bench_run.py [--scenarios mlp resnet50 bert-base zoo] [--baseline-ref REF]
                                              [--repeat N]
 
 Two implementations of the orchestration side by side, on the same machine, one after the other:
-  baseline  the whole product as of --baseline-ref (default: the commit before issue 10's work; its
+  baseline  the whole product as of --baseline-ref (default: the commit before the orchestration's fixed-cost work; its
             op analysis differs too: the library moved on beside the orchestration)
   current   this checkout
 Scenarios (wall time of the whole command, from the shell's point of view):
@@ -19,7 +19,7 @@ Scenarios (wall time of the whole command, from the shell's point of view):
                              with --no-reuse
   zoo                        cold: every zoo model in one run, with a fresh OPBYOP_HOME, PREFECT_HOME
                              and OPBYOP_CACHE_DIR (descriptor, exports, executables, database: none)
-Goals (issue 10): warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
+Goals: warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
 Every warm scenario runs --repeat times (default 3) in a row: the median is shown with the range.
 Beside each: the machine's busy CPU seconds during the run (psutil.cpu_times, all processes). On 2
 cores a run cannot take less than half of them, whatever overlaps: that is why a CLI run that starts
@@ -47,7 +47,7 @@ from common import Figures, console
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-BASELINE_REF = "4770261^"  # the commit before issue 10's orchestration work
+BASELINE_REF = "4770261^"  # the commit before the orchestration's fixed-cost work
 GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "mlp, opbyop serve": 8.0, "resnet50": 30.0,
          "resnet50, opbyop serve": 30.0, "bert-base": 30.0, "bert-base, opbyop serve": 30.0, "zoo": 300.0}
 

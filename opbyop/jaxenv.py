@@ -2,7 +2,7 @@
 
 jax-tt-plugin registers the `tt` platform in every process that imports jax. Without a device and
 without a compile-only system descriptor, initialising it fails for EVERY backend, CPU included
-(facts/tt-compiler.md). So each process decides once, before its first JAX computation: CPU only
+('Unable to initialize backend tt: No chips detected'). So each process decides once, before its first JAX computation: CPU only
 (golden, frontends, tests) or TT compile-only with a descriptor (compile workers).
 """
 
@@ -46,7 +46,7 @@ def prepare_jax(system_desc: Path | None = None) -> None:
         _add_xla_flags()
     import jax
 
-    # f64/i64 operands must reach XLA unchanged (facts/stack.md, golden section).
+    # f64/i64 operands must reach XLA unchanged (else they are downcast and XLA refuses the inputs).
     jax.config.update("jax_enable_x64", True)
     if system_desc is None and not _backends_initialised():
         if _skip_plugin_discovery():

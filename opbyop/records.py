@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 def utcnow() -> datetime:
-    """Current time; a function (never a default evaluated once at import: peers' defect 1)."""
+    """Current time; a function (never a default evaluated once at import, which stamps every op with one time)."""
     return datetime.now(timezone.utc)
 
 

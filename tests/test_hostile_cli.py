@@ -1,5 +1,5 @@
 """Hostile and careless input to `opbyop split`, `compile`, `run`, `system-desc`: every case refused
-with a message naming the problem and the fix, a non-zero exit code and no traceback (issue 11).
+with a message naming the problem and the fix, a non-zero exit code and no traceback.
 
 The CLI runs in this process (typer's runner, the real commands on real files); nothing here
 compiles, except the descriptor check, which is the real compiler in a child process.

@@ -1,4 +1,4 @@
-"""Two `opbyop` commands on one OPBYOP_HOME (issue 11): each worker has its own name, scratch and
+"""Two `opbyop` commands on one OPBYOP_HOME: each worker has its own name, scratch and
 $TMPDIR, so neither deletes the other's system descriptor ('system desc does not exist' made every
 op of the first command compile_failed). Real commands, real compiler, tiny models."""
 

@@ -1,4 +1,4 @@
-"""Hostile device images (issue 11): limits hold for what members really expand to, nested
+"""Hostile device images: limits hold for what members really expand to, nested
 archives included; text in an image is printed literally. Images are made here, without compiling."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The store's commands under hostile and careless input (issue 11): data printed literally and
+"""The store's commands under hostile and careless input: data printed literally and
 whole, queries stopped by Ctrl-C, a time limit and a memory limit, corrupt files named (never
 '0 checked'), a corrupt run resumable, a full disk one line with nothing partial left behind."""
 

@@ -33,7 +33,7 @@ def test_every_op_becomes_a_verified_module(cnn_split):
 
 
 def test_torch_mlir_arith_constants_are_rewritten(cnn_split):
-    # batch norm's epsilon arrives as an f64 arith.constant from torch-mlir (facts/stack.md, trap 2)
+    # batch norm's epsilon arrives as an f64 arith.constant from torch-mlir, which the plugin refuses
     assert cnn_split.arith_constants_rewritten > 0
     assert not any("arith.constant" in r.module_text for r in cnn_split.ops)
 

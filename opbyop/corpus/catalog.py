@@ -5,7 +5,7 @@ docs/spec.md, "Ops"). Ops without single-device meaning (infeed, outfeed, send, 
 create_token), deprecated ops (broadcast, dot, einsum, unary_einsum, torch_index_select,
 cross-replica-sum), tuples, composites, custom calls and quantized types are left out: XLA:CPU,
 the golden reference, has no single-op answer for them. Everything else is in, also ops tt-mlir
-has no conversion for (facts/tt-compiler.md): the compiler's refusal is a verdict worth recording.
+has no conversion for: the compiler's refusal is a verdict worth recording.
 """
 
 from __future__ import annotations

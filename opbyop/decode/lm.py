@@ -70,7 +70,7 @@ def as_causal_lm(name: str, made: Any) -> CausalLM:
         raise OpbyopError(f"{name} is not a causal language model ({type(made).__name__}): decoding needs one",
                           _NOT_AN_LM_FIX)
     model = model.eval()
-    # sdpa attention does not export (facts/stack.md, trap 5); eager takes the additive 4D mask as is
+    # sdpa attention does not export (torch 2.13's run_decompositions fails on it); eager takes the additive 4D mask as is
     model.config._attn_implementation = "eager"
     return CausalLM(name=name, model=model, layers=config.num_hidden_layers,
                     max_positions=int(config.max_position_embeddings), vocab=int(config.vocab_size))

@@ -106,7 +106,7 @@ _PERFORMANCE: dict[str, dict[str, float]] = {
     "blackhole": {"clock_mhz": 1350, "dram_bytes_per_cycle": 512e9 / 1.35e9, "noc_bytes_per_cycle": 60.9},
 }
 
-# Presets from the chips' SoC descriptors (facts/tt-device.md), for use without a compiled program.
+# Presets from the chips' SoC descriptors (tt-metal's wormhole_b0_80_arch.yaml, blackhole_140_arch.yaml), for use without a compiled program.
 WORMHOLE_N150 = DeviceSpec(arch="wormhole_b0", grid_y=8, grid_x=8, l1_size=1_499_136, l1_unreserved_base=103_712,
                            num_dram_channels=12, dram_channel_size=1_073_741_824,
                            noc_dram_address_align_bytes=32, **_PERFORMANCE["wormhole_b0"])

@@ -1,4 +1,4 @@
-"""The self-describing device image (seed 003, TT-Buda's TTI): everything to run without compiling.
+"""The self-describing device image (as TT-Buda's TTI was): everything to run without compiling.
 
 One zip: manifest.json (versions, inputs, outputs, member checksums), device.json (arch, chip ids,
 grid, harvested rows ...), the TTNN program and its flatbuffer, the parameters as .npz (never a

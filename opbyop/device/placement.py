@@ -1,4 +1,4 @@
-"""Placing one TTNN compute op on the core grid (the pybuda balancer's idea, seed 001).
+"""Placing one TTNN compute op on the core grid (the idea of pybuda's balancer).
 
 For each op, candidate op models are enumerated as the balancer did: a grid of cores (r, c) within
 the worker grid (harvested rows excluded), a t-streaming direction and factor (the output cut into

@@ -1,7 +1,7 @@
 """Load the TTNN program tt-mlir emits (its `ttnn_runtime` dump) into plain Python objects.
 
 The dump prints ops in generic form inside two custom-form wrappers. Three textual normalisations
-make jaxlib's MLIR parse it with unregistered dialects (facts/tt-compiler.md): drop the wrapper
+make jaxlib's MLIR parse it with unregistered dialects: drop the wrapper
 lines, rewrite `ttcore.load_cached(@f, [args])` into generic form with the callee as an attribute,
 and turn `<{...}>` properties into an attribute dictionary. tt attributes stay opaque to MLIR and
 are read here from their text (`#ttnn.name<key = value, ...>`).

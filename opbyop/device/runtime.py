@@ -1,4 +1,4 @@
-"""The runtime API for on-device tensors (seed 002, as tt-mlir's runtime has it).
+"""The runtime API for on-device tensors (as tt-mlir's runtime has it).
 
     device = open_device(spec)
     weights = [to_device(w, device, get_layout(binary, 0, i)) for i, w in ...]   # pushed once

@@ -1,4 +1,4 @@
-"""torch.nn.Module -> StableHLO through torch-mlir, with every trap of facts/stack.md handled.
+"""torch.nn.Module -> StableHLO through torch-mlir, with the traps of torch-mlir 20261001 handled:
 
 - Weights and buffers become @main ARGUMENTS (a functional_call wrapper), as the real TT front ends
   pass them; only small constants stay inline, and those inline as DenseElementsAttr (XLA refuses

@@ -1,6 +1,6 @@
 """The constants inside an op's module whose element type the chip lacks (i64, ui64, f64).
 
-The compiler narrows them (facts/tt-device.md: no f64, no i64 on the chip); whether the narrowing
+The compiler narrows them (the chip's data formats have no f64 and no i64); whether the narrowing
 lost anything depends on their values, which golden.narrowing reads from here.
 """
 

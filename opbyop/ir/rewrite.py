@@ -1,7 +1,7 @@
 """Rewrite a module into the one shape the splitter, the compiler and XLA all accept.
 
 - arith.constant -> stablehlo.constant: torch-mlir emits a few; the TT plugin refuses mixed dialects
-  and the StableHLO interpreter aborts on them (facts/stack.md, trap 2).
+  and the StableHLO interpreter aborts on them (a few per model, e.g. f64 scalars).
 - func.call into private functions is inlined, so that no op hides behind a call.
 - @main must exist and every shape must be static.
 - test-harness checks (check.*) are replaced by the values they check, for the whole-model view.

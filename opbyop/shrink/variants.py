@@ -21,7 +21,7 @@ from opbyop.ir.context import make_context
 from opbyop.ir.rewrite import body_ops, main_func
 from opbyop.ir.parse import parse_module
 
-# Element types the Tenstorrent chips hold (facts/tt-device.md: f32, f16, bf16 ... u32, u16, u8, si32),
+# Element types the Tenstorrent chips hold (their data formats: f32, f16, bf16 ... u32, u16, u8, si32),
 # in StableHLO spelling; a float op is tried in the other float types, an integer op in the others.
 FLOAT_TYPES = ("f32", "bf16", "f16")
 INTEGER_TYPES = ("i32", "ui32", "ui16", "ui8")

@@ -37,7 +37,7 @@ def gpt2(seed: int = 0, hidden: int = 128, layers: int = 2, heads: int = 2, voca
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)
-    # sdpa attention fails inside torch 2.13's run_decompositions (facts/stack.md, trap 5).
+    # sdpa attention fails inside torch 2.13's run_decompositions; eager attention exports.
     config = GPT2Config(vocab_size=vocab, n_embd=hidden, n_layer=layers, n_head=heads,
                         n_positions=256, attn_implementation="eager")
     return FirstOutput(GPT2LMHeadModel(config), "logits")
