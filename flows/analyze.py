@@ -40,6 +40,7 @@ from flows.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: par
 from flows.summary import RunFailed, RunSummary
 from opbyop import __version__
 from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
+from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
@@ -105,7 +106,8 @@ def _prepare(config: AnalysisConfig, clock: PhaseClock, handoff: handoffs.Handof
         clock.add("export", outcome.seconds)
         return outcome.triple
 
-    prepared = prepare(config.models, load_zoo(), config.seed, prepare_one=one, artifacts=workspace.artifacts)
+    prepared = prepare(config.models, load_zoo(), config.seed, prepare_one=one, artifacts=workspace.artifacts,
+                       target=target_for(config.chip, config.mesh), unshard=config.unshard)
     clock.add("split", time.monotonic() - start - exporting)
     return prepared
 
@@ -132,11 +134,14 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     workspace = Workspace.default()
     store = Store(workspace.store)
     desc = resolve(config.chip)
+    target = target_for(config.chip, config.mesh)
     settings = AnalysisSettings(options=config.compiler, thresholds=config.thresholds or load_thresholds(),
-                                seed=config.seed, device=config.device)
+                                seed=config.seed, device=config.device, mesh=target.mesh_text,
+                                topology=target.topology.value)
     run = RunInfo(run_id=run_id, models=config.models, chip=desc.chip, system_desc_sha256=desc.sha256,
                   plugin_version=plugin_version(), opbyop_version=__version__, git_sha=_git_sha(),
-                  options_key=config.options_key(), config=config.model_dump(mode="json"))
+                  options_key=config.options_key(), config=config.model_dump(mode="json"),
+                  mesh=target.mesh_text, topology=target.topology.value)
 
     prepared = _prepare(config, clock, handoff, workspace)
     for spec, error in prepared.errors.items():

@@ -49,7 +49,7 @@ class OpAnalyzer:
                 progress: ProgressFn = lambda stage: None) -> OpResult:
         started = utcnow()
         result = OpResult(signature=op.signature, op_name=op.op_name, status=Status.COMPILE_FAILED,
-                          depth=Stage.SPLIT, started_at=started)
+                          depth=Stage.SPLIT, started_at=started, mesh=settings.mesh, topology=settings.topology)
         reason = not_a_model_op(op.op_name, op.attributes)
         if reason is not None:  # a test-harness check: nothing of the model to compile
             return _finish(result, Status.SKIPPED, Stage.SPLIT, None, reason)

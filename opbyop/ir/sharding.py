@@ -76,3 +76,37 @@ def set_shardings(fn: ir.Operation, arguments: list[ir.Attribute | None], result
 
 def text_of(sharding: ir.Attribute | None) -> str:
     return "" if sharding is None else str(sharding)
+
+
+def strip_shardings(text: str, what: str) -> str:
+    """`text` for one device: no mesh, no shardings, one partition (the explicit --unshard choice).
+    A shard_map body (sdy.manual_computation) has per-device shapes and cannot be made global."""
+    from opbyop.ir.context import make_context
+
+    with make_context():
+        module = ir.Module.parse(text)
+        manual: list[str] = []
+
+        def clean(op: ir.Operation) -> ir.WalkResult:
+            if op.name == "sdy.manual_computation":
+                manual.append(op.name)
+            for name in (SHARDING, "sdy.sharding_rule"):
+                if name in op.attributes:
+                    del op.attributes[name]
+            for key in ("arg_attrs", "res_attrs"):
+                if key in op.attributes:
+                    kept = [ir.DictAttr.get({e.name: e.attr for e in ir.DictAttr(d) if e.name != SHARDING})
+                            for d in ir.ArrayAttr(op.attributes[key])]
+                    op.attributes[key] = ir.ArrayAttr.get(kept)
+            return ir.WalkResult.ADVANCE
+
+        module.operation.walk(clean)
+        if manual:
+            raise ModuleError(f"{what} holds a shard_map body (sdy.manual_computation) with per-device shapes: "
+                              "it cannot be analysed as one chip", "analyse it on a mesh target (--chip p300 ...)")
+        for op in mesh_ops(module):
+            op.erase()
+        for name in ("mhlo.num_partitions",):
+            if name in module.operation.attributes:
+                del module.operation.attributes[name]
+        return module.operation.get_asm(enable_debug_info=True)
