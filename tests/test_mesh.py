@@ -1,0 +1,154 @@
+"""Sharded models on meshes: targets, Shardy shardings through the split, the compile for the mesh,
+golden on a host mesh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opbyop.compiler.targets import Topology, target_for
+from opbyop.errors import OpbyopError
+
+SHARDED_DOT = """module @jit_f attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2]>
+  func.func public @main(%arg0: tensor<64x128xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}, %arg1: tensor<128x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<256xf32>) {
+    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<64x128xf32>, tensor<128x256xf32>) -> tensor<64x256xf32>
+    %1 = stablehlo.tanh %0 : tensor<64x256xf32>
+    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
+    %2 = stablehlo.reduce(%1 init: %cst) applies stablehlo.add across dimensions = [0] : (tensor<64x256xf32>, tensor<f32>) -> tensor<256xf32>
+    return %2 : tensor<256xf32>
+  }
+}
+"""
+
+
+def _named_sharding_graph():
+    """A JAX function jitted with NamedSharding on its inputs (an abstract 2-device mesh)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec as P
+
+    from opbyop.frontends.jax_export import export_jax
+
+    mesh = AbstractMesh((2,), ("x",))
+    fn = jax.jit(lambda a, b: jnp.tanh(a @ b).sum(axis=0),
+                 in_shardings=(NamedSharding(mesh, P(None, "x")), NamedSharding(mesh, P("x", None))))
+    rng = np.random.default_rng(0)
+    return export_jax(fn, [rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 256), np.float32)],
+                      "sharded-jax")
+
+
+def test_each_board_is_a_mesh_with_the_topology_its_links_make():
+    assert (target_for("p300").mesh, target_for("p300").topology) == ((1, 2), Topology.LINEAR)
+    assert target_for("p150x4", "2x2").topology is Topology.RING  # UMD's 4xP150: links 0-2-1-3-0
+    assert target_for("p150x8", "2x4").chips == 8
+    assert target_for("bh-galaxy").mesh == (4, 8)
+    assert target_for("p150").topology is Topology.SINGLE
+    with pytest.raises(OpbyopError, match="cannot be used as a 4x4 mesh"):
+        target_for("p150x8", "4x4")
+
+
+def test_a_named_sharding_function_splits_into_ops_carrying_their_shardings():
+    from opbyop.ir.split import split_module
+
+    split = split_module(_named_sharding_graph().module_text, "sharded-jax")
+    dot = next(r for r in split.ops if r.op_name == "stablehlo.dot_general")
+    assert dot.mesh == "x=2"
+    assert dot.operand_shardings == ['#sdy.sharding<@mesh, [{}, {"x"}]>', '#sdy.sharding<@mesh, [{"x"}, {}]>']
+    assert "sdy.mesh @mesh" in dot.module_text and "mhlo.num_partitions = 2" in dot.module_text
+    # the same op unsharded is another unique op: the shardings are part of the signature
+    plain = split_module(SHARDED_DOT.replace(' {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}', "")
+                         .replace(' {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}', ""), "plain")
+    assert plain.ops[0].signature != dot.signature
+
+
+def test_propagated_shardings_reach_the_ops_downstream():
+    from opbyop.ir.split import split_module
+
+    text = SHARDED_DOT.replace('[{}, {"x"}]', '[{"x"}, {}]').replace('[{"x"}, {}]>}) ->', '[{}, {}]>}) ->')
+    split = split_module(text, "batch-sharded")
+    tanh = next(r for r in split.ops if r.op_name == "stablehlo.tanh")
+    assert tanh.operand_shardings == ['#sdy.sharding<@mesh, [{"x"}, {}]>']  # from the dot's result
+    assert tanh.result_shardings == ['#sdy.sharding<@mesh, [{"x"}, {}]>']
+
+
+def test_a_sharded_module_is_refused_on_a_single_chip_unless_unsharded_on_purpose(tmp_path):
+    from opbyop.pipeline import prepare
+
+    path = tmp_path / "sharded.mlir"
+    path.write_text(SHARDED_DOT)
+    refused = prepare([str(path)], target=target_for("p150"))
+    assert not refused.graphs
+    assert "single chip" in next(iter(refused.errors.values()))
+    unsharded = prepare([str(path)], target=target_for("p150"), unshard=True)
+    graph = next(iter(unsharded.graphs.values()))
+    assert any("unsharded" in note for note in graph.notes)
+    assert all(r.mesh is None and "sdy" not in r.module_text for r in next(iter(unsharded.splits.values())).ops)
+    fits = prepare([str(path)], target=target_for("p300"))
+    assert fits.graphs and not fits.errors
+
+
+@pytest.fixture(scope="module")
+def p300_worker(workspace_root):
+    from opbyop.compiler.system_desc import resolve
+    from opbyop.worker.process import OpWorker
+
+    with OpWorker(resolve("p300").path, workspace_root, chip="p300", name="tests-p300") as w:
+        yield w
+
+
+def test_the_sharded_dot_compiles_on_p300_with_the_all_reduce_the_model_needs(p300_worker, compile_only, workspace):
+    from opbyop.ir.dedupe import dedupe
+    from opbyop.ir.split import split_module
+
+    split = split_module(_named_sharding_graph().module_text, "sharded-jax")
+    dot = next(op for op in dedupe(split.ops) if op.op_name == "stablehlo.dot_general")
+    settings = compile_only.model_copy(update={"mesh": "1x2", "topology": "linear"})
+    result = p300_worker.analyze(dot, settings, timeout=300)
+    assert result.compile is not None and result.compile.ok, result.message
+    program = workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
+    assert '"ttnn.all_reduce"' in program
+    assert (result.mesh, result.topology) == ("1x2", "linear")
+
+
+def test_golden_of_a_sharded_op_on_two_host_devices_equals_the_unsharded_result(tmp_path):
+    from opbyop.ir.split import split_module
+
+    dot = split_module(SHARDED_DOT, "m").ops[0].module_text
+    (tmp_path / "dot.mlir").write_text(dot)
+    script = textwrap.dedent(f"""
+        import numpy as np
+        from opbyop.jaxenv import prepare_jax
+        prepare_jax()
+        from opbyop.golden.xla_cpu import XlaCpu
+        rng = np.random.default_rng(1)
+        a, b = rng.standard_normal((64, 128), np.float32), rng.standard_normal((128, 256), np.float32)
+        gathered, shards = XlaCpu().run_sharded(open({str(tmp_path / 'dot.mlir')!r}).read(), [a, b])
+        np.save({str(tmp_path / 'out.npy')!r}, gathered[0])
+        np.save({str(tmp_path / 'a.npy')!r}, a); np.save({str(tmp_path / 'b.npy')!r}, b)
+        print(len(shards[0]))
+    """)
+    env = {**os.environ, "OPBYOP_HOST_DEVICES": "2", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "2"  # one shard per host device
+    a, b = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_tensor_parallel_plan_splits_the_llama_projections_over_the_model_axis(zoo):
+    from opbyop.frontends.loader import load_entry
+    from opbyop.ir.split import split_module
+
+    graph = load_entry(zoo.get("llama-tp-1x2"))
+    split = split_module(graph.module_text, graph.name)
+    dots = [r for r in split.ops if r.op_name == "stablehlo.dot_general"]
+    assert all(r.mesh == "model=2" for r in split.ops if r.ok)
+    sharded = [r for r in dots if any('"model"' in s for s in r.operand_shardings + r.result_shardings)]
+    assert len(sharded) >= 6  # q, k, v, o, gate, up, down, lm_head
