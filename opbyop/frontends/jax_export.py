@@ -44,11 +44,27 @@ def _lower(jax, fn: Callable, specs: list) -> str:  # noqa: ANN001
     `sdy.mesh` and `#sdy.sharding`s either way."""
     jitted = fn if hasattr(fn, "trace") and hasattr(fn, "lower") else jax.jit(fn)  # keeps its in_shardings
     try:
-        return jitted.lower(*specs).as_text(debug_info=True)
+        return _with_partitions(jitted.lower(*specs).as_text(debug_info=True))
     except ValueError as e:
         if "AbstractMesh" not in str(e):
             raise
-    return jitted.trace(*specs).lower(lowering_platforms=("cpu",)).as_text(debug_info=True)
+    return _with_partitions(jitted.trace(*specs).lower(lowering_platforms=("cpu",)).as_text(debug_info=True))
+
+
+def _with_partitions(text: str) -> str:
+    """Lowered over an abstract mesh, JAX writes `mhlo.num_partitions = 1` whatever the mesh: the
+    module is compiled for as many partitions as its mesh has devices."""
+    import re
+
+    from opbyop.ir.mesh import module_mesh
+
+    mesh = module_mesh(text)
+    if mesh is None or not mesh.axes:
+        return text
+    devices = 1
+    for _, size in mesh.axes:
+        devices *= size
+    return re.sub(r"mhlo\.num_partitions = \d+ : i32", f"mhlo.num_partitions = {devices} : i32", text, count=1)
 
 
 def _reference(jax, fn: Callable, inputs: Sequence[np.ndarray], text: str) -> list | None:  # noqa: ANN001
