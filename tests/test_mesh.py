@@ -117,6 +117,22 @@ def test_the_sharded_dot_compiles_on_p300_with_the_all_reduce_the_model_needs(p3
     assert (result.mesh, result.topology) == ("1x2", "linear")
 
 
+def test_mesh_fields_survive_the_store(tmp_path):
+    from storage.convert import op_from_row, op_row, result_from_row, result_row, run_from_row, run_row
+    from opbyop.records import OpRecord, OpResult, RunInfo, Stage, Status
+
+    op = OpRecord(model="m", position=0, op_name="stablehlo.dot_general", signature="s", mesh="x=2",
+                  operand_shardings=['#sdy.sharding<@mesh, [{}, {"x"}]>', ""], result_shardings=[""])
+    back = op_from_row(op_row("r", op))
+    assert (back.mesh, back.operand_shardings, back.result_shardings) == (op.mesh, op.operand_shardings, [""])
+    result = OpResult(signature="s", op_name="x", status=Status.NOT_SIMULATED, depth=Stage.FLATBUFFER,
+                      mesh="1x2", topology="linear")
+    assert (result_from_row(result_row("r", result)).mesh, result_from_row(result_row("r", result)).topology) == \
+        ("1x2", "linear")
+    run = RunInfo(run_id="r", chip="p150x8", mesh="2x4", topology="2d")
+    assert (run_from_row(run_row(run)).mesh, run_from_row(run_row(run)).topology) == ("2x4", "2d")
+
+
 def test_golden_of_a_sharded_op_on_two_host_devices_equals_the_unsharded_result(tmp_path):
     from opbyop.ir.split import split_module
 
@@ -140,6 +156,21 @@ def test_golden_of_a_sharded_op_on_two_host_devices_equals_the_unsharded_result(
     assert proc.stdout.strip().splitlines()[-1] == "2"  # one shard per host device
     a, b = np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy")
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_a_wrong_shard_on_one_device_is_named_although_the_others_match():
+    from opbyop.golden.compare import Thresholds
+    from opbyop.golden.mesh import compare_on_mesh
+
+    rng = np.random.default_rng(2)
+    shards = [rng.standard_normal((4, 8)), rng.standard_normal((4, 8))]
+    gathered = np.concatenate(shards)
+    wrong = [shards[0], -shards[1]]
+    result = compare_on_mesh([np.concatenate(wrong)], [wrong], [gathered], [shards], ["f32"], Thresholds())
+    assert not result.passed and not result.gathered.passed
+    assert result.failing_devices() == [1]
+    same = compare_on_mesh([gathered], [shards], [gathered], [shards], ["f32"], Thresholds())
+    assert same.passed and same.failing_devices() == []
 
 
 def test_a_tensor_parallel_plan_splits_the_llama_projections_over_the_model_axis(zoo):
