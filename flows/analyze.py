@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
@@ -127,6 +128,8 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     """Analyse models op by op on a Dask cluster and store every op's result."""
     handoff = handoffs.current() or handoffs.Handoff()
     clock = PhaseClock(handoff.phases, handoff.started)
+    if target_for(config.chip, config.mesh).chips > 1:  # sharded ops' upstream values and golden: a host mesh
+        os.environ.setdefault("OPBYOP_HOST_DEVICES", str(target_for(config.chip, config.mesh).chips))
     prepare_jax()  # this process exports JAX models on the CPU; compilers live in the workers
     logger = get_run_logger()
     run_id = run_id or run_id_for(get_run_context().flow_run)
