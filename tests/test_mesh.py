@@ -133,6 +133,28 @@ def test_mesh_fields_survive_the_store(tmp_path):
     assert (run_from_row(run_row(run)).mesh, run_from_row(run_row(run)).topology) == ("2x4", "2d")
 
 
+def test_sql_lists_a_runs_sharded_ops_with_their_shardings_and_the_target_mesh(store_root):
+    from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, Stage, Status
+    from storage.aggregate import run_query
+    from storage.dataset import Store
+    from storage.readonly import StoreConnection
+
+    sharding = '#sdy.sharding<@mesh, [{}, {"x"}]>'
+    ops = [OpRecord(model="m", position=0, op_name="stablehlo.dot_general", signature="a", mesh="x=2",
+                    operand_shardings=[sharding, sharding], result_shardings=[""]),
+           OpRecord(model="m", position=1, op_name="stablehlo.tanh", signature="b")]
+    results = [OpResult(signature=s, op_name=o.op_name, status=Status.NOT_SIMULATED, depth=Stage.FLATBUFFER,
+                        mesh="1x2", topology="linear") for s, o in zip("ab", ops)]
+    store = Store(store_root)
+    store.write_run(RunInfo(run_id="r1", chip="p300", mesh="1x2", topology="linear", status="completed"), ops,
+                    results, [ModelSummary(model="m", frontend="jax", ops_total=2, ops_unique=2)])
+    with StoreConnection(store.root) as con:
+        rows = run_query(con, "mesh_ops", run_id="r1").records()
+    assert [(r["op_name"], r["module_mesh"], r["target_mesh"], r["topology"]) for r in rows] == [
+        ("stablehlo.dot_general", "x=2", "1x2", "linear")]
+    assert rows[0]["operand_shardings"] == [sharding, sharding]
+
+
 def test_golden_of_a_sharded_op_on_two_host_devices_equals_the_unsharded_result(tmp_path):
     from opbyop.ir.split import split_module
 
