@@ -200,10 +200,12 @@ class AnalysisConfig(BaseModel):
 
     def options_key(self) -> str:
         """The options a result depends on besides signature, compiler version and chip (cache key).
-        The default device keeps the compiler's key, so results of earlier runs stay reusable."""
-        if self.device == DeviceOptions():
+        The default device keeps the compiler's key, so results of earlier runs stay reusable; a mesh
+        chosen with `mesh` is part of it (its results record that mesh)."""
+        if self.device == DeviceOptions() and self.mesh is None:
             return self.compiler.key()
-        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}".encode()).hexdigest()[:16]
+        mesh = f"|mesh={self.mesh}" if self.mesh is not None else ""
+        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}{mesh}".encode()).hexdigest()[:16]
 
 
 class ShrinkOption(BaseModel):
