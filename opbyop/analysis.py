@@ -27,7 +27,7 @@ from opbyop.golden.narrowing import narrowed_type, narrowing
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
-from opbyop.ir.mesh import module_mesh
+from opbyop.ir.mesh import MeshMismatchError, module_mesh
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.config import AnalysisSettings
 
@@ -56,7 +56,10 @@ class OpAnalyzer:
             return _finish(result, Status.SKIPPED, Stage.SPLIT, None, reason)
 
         progress("compile")
-        outcome = self.compiler.compile(op.module_text, settings.options, self.scratch / request_id, self.artifacts)
+        try:
+            outcome = self.compiler.compile(op.module_text, settings.options, self.scratch / request_id, self.artifacts)
+        except MeshMismatchError as e:  # the target has too few chips for the op's mesh: never the compiler's fault
+            return _finish(result, Status.INFRA_ERROR, Stage.SPLIT, Stage.STABLEHLO, str(e))
         result.compile = outcome
         if not outcome.ok:
             return _finish(result, Status.COMPILE_FAILED, outcome.reached or Stage.SPLIT,

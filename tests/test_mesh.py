@@ -155,6 +155,17 @@ def test_sql_lists_a_runs_sharded_ops_with_their_shardings_and_the_target_mesh(s
     assert rows[0]["operand_shardings"] == [sharding, sharding]
 
 
+def test_a_sharded_op_sent_to_a_single_chip_worker_is_refused_by_name(worker, compile_only):
+    from opbyop.ir.dedupe import dedupe
+    from opbyop.ir.split import split_module
+    from opbyop.records import Status
+
+    dot = dedupe(split_module(SHARDED_DOT, "m").ops)[0]
+    result = worker.analyze(dot, compile_only, timeout=300)
+    assert result.status is Status.INFRA_ERROR and result.compile is None
+    assert "sharded over 2 devices" in result.message and "1 chip" in result.message
+
+
 def test_golden_of_a_sharded_op_on_two_host_devices_equals_the_unsharded_result(tmp_path):
     from opbyop.ir.split import split_module
 
