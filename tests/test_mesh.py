@@ -155,6 +155,36 @@ def test_sql_lists_a_runs_sharded_ops_with_their_shardings_and_the_target_mesh(s
     assert rows[0]["operand_shardings"] == [sharding, sharding]
 
 
+def test_a_shard_map_body_is_one_op_whose_program_holds_its_psum(p300_worker, compile_only, workspace):
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import AbstractMesh, PartitionSpec as P
+
+    from opbyop.frontends.jax_export import export_jax
+    from opbyop.ir.dedupe import dedupe
+    from opbyop.ir.split import split_module
+
+    mesh = AbstractMesh((2,), ("x",))
+    fn = jax.jit(jax.shard_map(lambda a, b: jax.lax.psum(jnp.tanh(a) @ b, "x"), mesh=mesh,
+                               in_specs=(P(None, "x"), P("x", None)), out_specs=P()))
+    graph = export_jax(fn, [np.ones((64, 128), np.float32), np.ones((128, 256), np.float32)], "shard-map")
+    assert "mhlo.num_partitions = 2" in graph.module_text  # JAX writes 1 for an abstract mesh
+    ops = dedupe(split_module(graph.module_text, graph.name).ops)
+    assert [op.op_name for op in ops] == ["sdy.manual_computation"]
+    result = p300_worker.analyze(ops[0], compile_only, timeout=300)
+    assert result.compile is not None and result.compile.ok, result.message
+    assert '"ttnn.all_reduce"' in workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
+
+
+def test_the_tensor_parallel_llama_compiles_whole_for_its_mesh(p300_worker, compile_only, zoo, workspace):
+    from opbyop.frontends.loader import load_entry
+
+    whole = p300_worker.analyze_whole(load_entry(zoo.get("llama-tp-1x2")), compile_only, timeout=600)
+    assert whole.compile is not None and whole.compile.ok, whole.message
+    program = workspace.artifacts.read_text(whole.compile.artifacts["ttnn_runtime"])
+    assert program.count('"ttnn.all_reduce"') >= 2  # after the row-parallel o_proj and down_proj
+
+
 def test_a_sharded_op_sent_to_a_single_chip_worker_is_refused_by_name(worker, compile_only):
     from opbyop.ir.dedupe import dedupe
     from opbyop.ir.split import split_module
