@@ -40,7 +40,7 @@ class Target(BaseModel):
     @property
     def title(self) -> str:
         options = self.compiler.model_dump(exclude_none=True, exclude_defaults=True)
-        return f"{self.chip} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
+        return f"{self.chip}{f' {self.mesh}' if self.mesh else ''} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
 
 
 class CorpusTarget(BaseModel):

@@ -105,7 +105,7 @@ def _fit_target(graph: ModelGraph, split: SplitResult | None, target: Target,
             graph.module_text = strip_shardings(graph.module_text, graph.name)
             graph.notes.append(f"unsharded: its mesh ({mesh}) and shardings were removed to analyse it on one chip (--unshard)")
             return graph, split_module(graph.module_text, graph.name), None
-        check_fits(mesh, target.chips, graph.name, f"{target.chip} ({target.mesh_text})")
+        check_fits(mesh, target.chips, graph.name, f"{target.chip} ({target.mesh_text})", target.mesh)
     except OpbyopError as e:
         return graph, split, str(e)
     return graph, split, None

@@ -94,6 +94,14 @@ def test_a_sharded_module_is_refused_on_a_single_chip_unless_unsharded_on_purpos
     assert fits.graphs and not fits.errors
 
 
+def test_a_model_sharded_for_2x4_is_refused_on_the_same_chips_arranged_1x8(zoo):
+    from opbyop.pipeline import prepare
+
+    refused = prepare(["llama-tp-2x4"], zoo, target=target_for("p150x8", "1x8"))
+    assert "2x4 mesh" in refused.errors["llama-tp-2x4"] and "--mesh 2x4" in refused.errors["llama-tp-2x4"]
+    assert prepare(["llama-tp-2x4"], zoo, target=target_for("p150x8", "2x4")).graphs
+
+
 @pytest.fixture(scope="module")
 def p300_worker(workspace_root):
     from opbyop.compiler.system_desc import resolve

@@ -38,6 +38,14 @@ class ModuleMesh(BaseModel):
     def devices(self) -> int:
         return max(self.partitions, math.prod(size for _, size in self.axes) if self.axes else 1)
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """The mesh of chips the compiler makes of it: one axis N is 1xN, two axes AxB (axes of size 1 dropped)."""
+        sizes = [size for _, size in self.axes if size > 1] or [self.devices]
+        if len(sizes) == 1:
+            return 1, sizes[0]
+        return sizes[0], math.prod(sizes[1:])
+
     def __str__(self) -> str:
         return ",".join(f"{name}={size}" for name, size in self.axes) or f"{self.partitions} devices"
 
@@ -59,8 +67,10 @@ def module_mesh(text: str) -> ModuleMesh | None:
     return mesh
 
 
-def check_fits(mesh: ModuleMesh | None, target_chips: int, what: str, target: str) -> None:
-    """Refuse a sharded module on a target with fewer chips than its mesh, or on a single chip."""
+def check_fits(mesh: ModuleMesh | None, target_chips: int, what: str, target: str,
+               target_mesh: tuple[int, int] | None = None) -> None:
+    """Refuse a sharded module on a target with fewer chips than its mesh, or on a single chip, or
+    on a target of as many chips arranged in another shape (the records would name the wrong mesh)."""
     if mesh is None or mesh.devices <= 1:
         return
     if target_chips == 1:
@@ -73,3 +83,7 @@ def check_fits(mesh: ModuleMesh | None, target_chips: int, what: str, target: st
         raise MeshMismatchError(
             f"{what} is sharded over {mesh.devices} devices ({mesh}), but {target} has {target_chips} chips",
             "pick a target with at least that many chips (--chip / --mesh)")
+    if target_mesh is not None and mesh.devices == target_chips and mesh.shape != tuple(target_mesh):
+        raise MeshMismatchError(
+            f"{what} is sharded over a {mesh.shape[0]}x{mesh.shape[1]} mesh ({mesh}), but the target is {target}",
+            f"pass --mesh {mesh.shape[0]}x{mesh.shape[1]} (if the board allows it), or shard the model for the target's mesh")
