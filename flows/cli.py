@@ -206,12 +206,17 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                                                  help="time budget of each failing op's search (above 0)"),
             manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
                                                     "their origin models here (JSON; always beside the report)"),
+            mesh: Optional[str] = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its "
+                                               "board allows several (p150x8: 1x8|2x4, bh-galaxy: 4x8|8x4|1x32)"),
+            unshard: bool = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip "
+                                         "with its shardings removed (noted); otherwise an error"),
             ) -> None:
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
     _defaults_for_laptop()
     from flows.engine.run_ids import new_run_id
     from flows.hosting.service import standing_service
+    from opbyop.compiler.targets import target_for
     from opbyop.config import AnalysisConfig, ClusterConfig, ShrinkOption, load_zoo
     from opbyop.environment import environment
     from opbyop.errors import OpbyopError
@@ -221,7 +226,11 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
     try:
         names = models or [m.name for m in load_zoo().tagged("default")]
         config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
-                                op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers))
+                                op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers),
+                                mesh=mesh, unshard=unshard)
+        chips = target_for(chip, mesh).chips
+        if chips > 1:  # the cluster's workers run sharded ops' golden on a host mesh of that many devices
+            os.environ.setdefault("OPBYOP_HOST_DEVICES", str(chips))
     except OpbyopError as e:
         _say(("error:", "red"), f" {e}")
         raise typer.Exit(2)

@@ -34,11 +34,14 @@ from tasks.corpus import coverage_markdown, run_corpus
 class Target(BaseModel):
     chip: str = "p150"
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+    mesh: str | None = Field(None, description="the chips' mesh ROWSxCOLS where the board allows several")
+    models: list[str] | None = Field(None, description="this target's models (default: the nightly's): a mesh "
+                                                       "target runs the sharded models made for it")
 
     @property
     def title(self) -> str:
         options = self.compiler.model_dump(exclude_none=True, exclude_defaults=True)
-        return f"{self.chip} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
+        return f"{self.chip}{f' {self.mesh}' if self.mesh else ''} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
 
 
 class CorpusTarget(BaseModel):
@@ -101,7 +104,8 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
 def _run_target(index: int, target: Target, base: str, config: NightlyConfig, models: list[str] | None,
                 cluster: ClusterConfig, store: Store, expectations: Expectations) -> TargetOutcome:
     run_id = f"{base}-t{index}"
-    analysis = AnalysisConfig(models=models or config.models, chip=target.chip, compiler=target.compiler,
+    analysis = AnalysisConfig(models=models or target.models or config.models, chip=target.chip,
+                              compiler=target.compiler, mesh=target.mesh,
                               op_timeout_s=config.op_timeout_s, reuse_cached=config.reuse_cached,
                               whole_model=config.whole_model, cluster=cluster)
     state = analyze(config=analysis, run_id=run_id, return_state=True)

@@ -27,6 +27,7 @@ from opbyop.golden.narrowing import narrowed_type, narrowing
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
+from opbyop.ir.mesh import MeshMismatchError, module_mesh
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.config import AnalysisSettings
 
@@ -49,13 +50,16 @@ class OpAnalyzer:
                 progress: ProgressFn = lambda stage: None) -> OpResult:
         started = utcnow()
         result = OpResult(signature=op.signature, op_name=op.op_name, status=Status.COMPILE_FAILED,
-                          depth=Stage.SPLIT, started_at=started)
+                          depth=Stage.SPLIT, started_at=started, mesh=settings.mesh, topology=settings.topology)
         reason = not_a_model_op(op.op_name, op.attributes)
         if reason is not None:  # a test-harness check: nothing of the model to compile
             return _finish(result, Status.SKIPPED, Stage.SPLIT, None, reason)
 
         progress("compile")
-        outcome = self.compiler.compile(op.module_text, settings.options, self.scratch / request_id, self.artifacts)
+        try:
+            outcome = self.compiler.compile(op.module_text, settings.options, self.scratch / request_id, self.artifacts)
+        except MeshMismatchError as e:  # the target has too few chips for the op's mesh: never the compiler's fault
+            return _finish(result, Status.INFRA_ERROR, Stage.SPLIT, Stage.STABLEHLO, str(e))
         result.compile = outcome
         if not outcome.ok:
             return _finish(result, Status.COMPILE_FAILED, outcome.reached or Stage.SPLIT,
@@ -64,6 +68,9 @@ class OpAnalyzer:
             return _finish(result, Status.SKIPPED, Stage.FLATBUFFER, None, "device run not requested")
 
         progress("device_run")
+        unsimulated = self._mesh_not_simulated(op.module_text)
+        if unsimulated is not None:
+            return _finish(result, Status.NOT_SIMULATED, Stage.FLATBUFFER, Stage.DEVICE_RUN, unsimulated)
         self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
         try:
             inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
@@ -98,6 +105,15 @@ class OpAnalyzer:
             return _finish(result, Status.GOLDEN_FAILED, Stage.DEVICE_RUN, Stage.GOLDEN, verdict(comparison))
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
 
+    def _mesh_not_simulated(self, module_text: str) -> str | None:
+        """Why a program compiled for a mesh cannot run on this simulator (None: it can). A mesh
+        program takes per-device shards: run on one simulated chip it would give wrong numbers,
+        never a verdict against the device."""
+        devices = mesh_devices(module_text)
+        if devices <= 1 or getattr(self.device, "simulates_meshes", False):
+            return None
+        return f"not simulated: a program for a mesh of {devices} devices (this simulator is one chip)"
+
     def analyze_whole(self, model: WholeModel, settings: AnalysisSettings, request_id: str,
                       progress: ProgressFn = lambda stage: None) -> WholeModelResult:
         """The whole module compiled at once, then run stitched against the framework's output (or,
@@ -115,6 +131,10 @@ class OpAnalyzer:
             return WholeModelResult(status=Status.SKIPPED, depth=Stage.FLATBUFFER, compile=outcome,
                                     message="device run not requested", seconds=time.perf_counter() - started)
         progress("device_run")
+        unsimulated = self._mesh_not_simulated(model.module_text)
+        if unsimulated is not None:
+            return WholeModelResult(status=Status.NOT_SIMULATED, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
+                                    message=unsimulated, compile=outcome, seconds=time.perf_counter() - started)
         self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
         values, references = model.load_values()
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
@@ -152,6 +172,12 @@ class OpAnalyzer:
             result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
             result.message = comparison.message or f"output differs from the {result.reference}'s: pcc {comparison.pcc}"
         return result
+
+
+def mesh_devices(module_text: str) -> int:
+    """How many devices a module is compiled for (1 unless it is sharded over a mesh)."""
+    mesh = module_mesh(module_text)
+    return mesh.devices if mesh is not None else 1
 
 
 @dataclass(frozen=True)

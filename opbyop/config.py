@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from opbyop.environment import environment
 from opbyop.errors import ConfigError, UnknownModelError
+from opbyop.frontends.sharding_plan import ShardingPlan
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
 __all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
@@ -62,6 +63,8 @@ class ZooEntry(BaseModel):
     inputs: list[InputSpec] = Field(default_factory=list)
     tags: list[str] = Field(default_factory=list)
     description: str = ""
+    sharding: ShardingPlan | None = Field(None, description="tensor/data-parallel plan: the model's mesh and "
+                                                            "each input's and parameter's partition spec")
 
     @field_validator("factory")
     @classmethod
@@ -161,6 +164,8 @@ class AnalysisSettings(BaseModel):
     run_device: bool = True
     run_golden: bool = True
     device: DeviceOptions = Field(default_factory=lambda: DeviceOptions())
+    mesh: str = "1x1"  # the target's mesh of chips (ROWSxCOLS), written into every result
+    topology: str = "single"  # how the target's chips are linked (opbyop.compiler.targets.Topology)
 
 
 class ClusterConfig(BaseModel):
@@ -188,13 +193,19 @@ class AnalysisConfig(BaseModel):
     whole_model: bool = Field(True, description="also compile and run each model whole")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
     cluster: ClusterConfig = Field(ClusterConfig(), description="where the per-op work runs")
+    mesh: str | None = Field(None, description="the target's mesh ROWSxCOLS where its board allows several "
+                                               "(p150x4: 1x4 or 2x2; p150x8: 1x8 or 2x4; bh-galaxy: 4x8, 8x4, 1x32)")
+    unshard: bool = Field(False, description="analyse a sharded model on a single chip with its shardings removed "
+                                             "(recorded on the model); without it, that is an error")
 
     def options_key(self) -> str:
         """The options a result depends on besides signature, compiler version and chip (cache key).
-        The default device keeps the compiler's key, so results of earlier runs stay reusable."""
-        if self.device == DeviceOptions():
+        The default device keeps the compiler's key, so results of earlier runs stay reusable; a mesh
+        chosen with `mesh` is part of it (its results record that mesh)."""
+        if self.device == DeviceOptions() and self.mesh is None:
             return self.compiler.key()
-        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}".encode()).hexdigest()[:16]
+        mesh = f"|mesh={self.mesh}" if self.mesh is not None else ""
+        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}{mesh}".encode()).hexdigest()[:16]
 
 
 class ShrinkOption(BaseModel):

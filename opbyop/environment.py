@@ -22,6 +22,8 @@ class Environment(BaseSettings):
     dask_address: str | None = Field(None, description="an existing Dask scheduler, tcp://host:8786")
     xla_flags: str = Field("--xla_backend_optimization_level=0",
                            description="flags opbyop gives XLA:CPU for golden runs (empty: XLA's defaults)")
+    host_devices: int = Field(1, ge=1, description="XLA:CPU devices of a process (a host mesh for golden runs "
+                                                 "of sharded modules); set before JAX starts")
     fault_inject: str = Field("", description="tests only: abort:|hang:|raise:<signature prefix>, ';'-separated")
     dask_fault_inject: str = Field("", description="tests only: exit:<signature prefix> kills the Dask worker")
 

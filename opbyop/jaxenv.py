@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from opbyop.environment import environment
 from opbyop.errors import OpbyopError
 
 _DESC_VAR = "TT_COMPILE_ONLY_SYSTEM_DESC"
@@ -83,6 +84,9 @@ def _add_xla_flags() -> None:
     from opbyop.golden.xla_cpu import opbyop_xla_flags
 
     extra = opbyop_xla_flags()
+    devices = environment().host_devices
+    if devices > 1:  # a host mesh: a sharded module's golden runs on as many XLA:CPU devices as its mesh
+        extra = f"{extra} --xla_force_host_platform_device_count={devices}".strip()
     current = os.environ.get("XLA_FLAGS", "")
     if extra and extra not in current:
         os.environ["XLA_FLAGS"] = f"{current} {extra}".strip()

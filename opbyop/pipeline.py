@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from opbyop import atomic
 from opbyop.artifacts import ArtifactStore
+from opbyop.compiler.targets import Target
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.frontends.graph import ModelGraph
@@ -59,9 +60,12 @@ PrepareOne = Callable[[str, Zoo, int], tuple[ModelGraph | None, SplitResult | No
 
 
 def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
-            prepare_one: PrepareOne = prepare_model, artifacts: ArtifactStore | None = None) -> Prepared:
+            prepare_one: PrepareOne = prepare_model, artifacts: ArtifactStore | None = None,
+            target: Target | None = None, unshard: bool = False) -> Prepared:
     """Every model split, one after another (torch.export keeps global state: two exports at once
-    fail with 'CURRENT_PATCHER is None'), then deduplicated. `prepare_one` lets the flow run each
+    fail with 'CURRENT_PATCHER is None'), then deduplicated. With `target`, a sharded model must fit its
+    mesh (never silently one chip: an error for that model, or with `unshard` its shardings removed,
+    noted on the model). `prepare_one` lets the flow run each
     model as its own task. With `artifacts`, arguments whose values the model's constants fix get
     those values (golden.upstream, on XLA:CPU in this process), stored there for the workers.
     A folder of IR dumps is one model per dumped module (frontends.dumps)."""
@@ -73,6 +77,8 @@ def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
         if graph is not None and name != graph.name:  # two specs, one name (a dump folder named like a zoo model)
             graph, split = _renamed(graph, split, name)
         prepared.sources[name] = spec
+        if error is None and target is not None:
+            graph, split, error = _fit_target(graph, split, target, unshard)
         if error is not None:
             prepared.errors[name] = error
             continue
@@ -84,6 +90,26 @@ def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
 
         prepared.upstream_failures = attach(prepared.unique, prepared.splits, XlaCpu(), artifacts)
     return prepared
+
+
+def _fit_target(graph: ModelGraph, split: SplitResult | None, target: Target,
+                unshard: bool) -> tuple[ModelGraph, SplitResult | None, str | None]:
+    """(graph, split, error): a sharded model checked against the target's chips (ir.mesh)."""
+    from opbyop.ir.mesh import check_fits, module_mesh
+    from opbyop.ir.sharding import strip_shardings
+
+    mesh = module_mesh(graph.module_text)
+    if mesh is None:
+        return graph, split, None
+    try:
+        if unshard and target.chips == 1:
+            graph.module_text = strip_shardings(graph.module_text, graph.name)
+            graph.notes.append(f"unsharded: its mesh ({mesh}) and shardings were removed to analyse it on one chip (--unshard)")
+            return graph, split_module(graph.module_text, graph.name), None
+        check_fits(mesh, target.chips, graph.name, f"{target.chip} ({target.mesh_text})", target.mesh)
+    except OpbyopError as e:
+        return graph, split, str(e)
+    return graph, split, None
 
 
 def _free_name(name: str, prepared: Prepared) -> str:

@@ -164,6 +164,11 @@ class OpRecord(BaseModel):
     provenance: Provenance = Field(default_factory=Provenance)
     module_text: str | None = None  # with locations; None when the split failed
     split_error: str | None = None
+    # A sharded model's op: its module's mesh ("x=2,y=4") and, after Shardy's propagation, the
+    # sharding of each module argument and result (Shardy's text, "" when it has none)
+    mesh: str | None = None
+    operand_shardings: list[str] = Field(default_factory=list)
+    result_shardings: list[str] = Field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -192,6 +197,9 @@ class UniqueOp(BaseModel):
     # argument index -> artifact digest (.npy) of its real value, for COMPUTED operands whose value
     # was computed from the model's constants (golden.upstream); other arguments are drawn from the seed
     input_values: dict[int, str] = Field(default_factory=dict)
+    mesh: str | None = None  # the module's mesh ("x=2"); None on one device
+    operand_shardings: list[str] = Field(default_factory=list)
+    result_shardings: list[str] = Field(default_factory=list)
 
     @property
     def models(self) -> list[str]:
@@ -277,6 +285,8 @@ class OpResult(BaseModel):
     reused_from: str | None = None  # run id whose result was reused (cache hit)
     # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
     narrowing: str | None = None
+    mesh: str | None = None  # the target's mesh of chips, ROWSxCOLS ("1x2"); None in older records
+    topology: str | None = None  # single | linear | ring | 2d | unknown (opbyop.compiler.targets.Topology)
 
     @property
     def seconds(self) -> float:
@@ -338,3 +348,5 @@ class RunInfo(BaseModel):
     options_key: str = ""
     config: dict[str, Any] = Field(default_factory=dict)  # the AnalysisConfig, as JSON
     phases: dict[str, float] = Field(default_factory=dict)  # phase (export, split, cluster ...) -> seconds
+    mesh: str = "1x1"  # the target's mesh of chips, ROWSxCOLS
+    topology: str = "single"  # how its chips are linked: single | linear | ring | 2d | unknown

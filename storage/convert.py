@@ -52,6 +52,7 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "opbyop_version": run.opbyop_version, "git_sha": run.git_sha, "options_key": run.options_key,
         "config": _json(run.config),
         "phases": [{"phase": k, "seconds": v} for k, v in run.phases.items()],
+        "mesh": run.mesh, "topology": run.topology,
     }
 
 
@@ -70,6 +71,8 @@ def op_row(run_id: str, rec: OpRecord) -> dict[str, Any]:
                       "dtype": o.tensor.dtype, "argument": o.argument} for o in rec.operands],
         "input_sources": [s.model_dump() for s in rec.input_sources],
         "attributes": _json(rec.attributes), "split_error": rec.split_error,
+        "mesh": rec.mesh, "operand_shardings": list(rec.operand_shardings),
+        "result_shardings": list(rec.result_shardings),
     }
 
 
@@ -125,7 +128,7 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "message": r.message, "narrowing": r.narrowing,
         **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
-        "reused_from": r.reused_from,
+        "reused_from": r.reused_from, "mesh": r.mesh, "topology": r.topology,
     }
 
 
@@ -180,6 +183,7 @@ def run_from_row(row: dict[str, Any]) -> RunInfo:
         git_sha=row["git_sha"] or "", options_key=row["options_key"] or "",
         config=json.loads(row["config"]) if row["config"] else {},
         phases={p["phase"]: p["seconds"] for p in row.get("phases") or []},
+        mesh=row.get("mesh") or "1x1", topology=row.get("topology") or "single",
     )
 
 
@@ -198,7 +202,8 @@ def op_from_row(row: dict[str, Any]) -> OpRecord:
         attributes=json.loads(row["attributes"]) if row["attributes"] else {}, operands=operands,
         inputs=_tensors(row["inputs"]), input_sources=[ValueRef(**v) for v in row["input_sources"] or []],
         outputs=_tensors(row["outputs"]), provenance=provenance, module_text=None,
-        split_error=row["split_error"],
+        split_error=row["split_error"], mesh=row.get("mesh"),
+        operand_shardings=row.get("operand_shardings") or [], result_shardings=row.get("result_shardings") or [],
     )
 
 
@@ -250,6 +255,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         failed_stage=_stage(row["failed_stage"]), message=row["message"], compile=_compile_from(row),
         device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
+        mesh=row.get("mesh"), topology=row.get("topology"),
     )
 
 

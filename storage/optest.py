@@ -120,6 +120,8 @@ def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend
         "positions": sorted(o.position for o in occurrences), "occurrences": len(occurrences),
         "module_paths": sorted({o.provenance.module_path for o in occurrences if o.provenance.module_path}),
         "location": p.location, "chip": run.chip, "options_key": run.options_key,
+        "mesh": run.mesh, "topology": run.topology, "module_mesh": first.mesh,
+        "operand_shardings": first.operand_shardings, "result_shardings": first.result_shardings,
         "plugin_version": run.plugin_version, "worker": result.worker, "reused_from": result.reused_from,
         "pcc": result.golden.pcc if result.golden else None,
         "cycles": result.device.cycles if result.device else None,

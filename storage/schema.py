@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 3  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks
+SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+#                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -117,6 +118,8 @@ RUNS = pa.schema([
     pa.field("options_key", pa.string()),
     pa.field("config", pa.string()),  # the AnalysisConfig as JSON
     pa.field("phases", pa.list_(PHASE)),  # where the run's wall time went, in order
+    pa.field("mesh", pa.string()),  # the target's mesh of chips, ROWSxCOLS
+    pa.field("topology", pa.string()),  # single | linear | ring | 2d | unknown
 ])
 
 OPS = pa.schema([
@@ -139,6 +142,9 @@ OPS = pa.schema([
     pa.field("input_sources", pa.list_(VALUE_REF)),
     pa.field("attributes", pa.string()),  # JSON object
     pa.field("split_error", pa.string()),
+    pa.field("mesh", pa.string()),  # the op's module's mesh ("x=2,y=4"); null on one device
+    pa.field("operand_shardings", pa.list_(pa.string())),  # per module argument, Shardy's text
+    pa.field("result_shardings", pa.list_(pa.string())),
 ])
 
 RESULTS = pa.schema([
@@ -165,6 +171,8 @@ RESULTS = pa.schema([
     pa.field("ended_at", TIMESTAMP, nullable=False),
     pa.field("worker", pa.string()),
     pa.field("reused_from", pa.string()),
+    pa.field("mesh", pa.string()),  # the target's mesh of chips, ROWSxCOLS
+    pa.field("topology", pa.string()),
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.

@@ -37,6 +37,7 @@ from flows.hosting.cluster import dask_client
 from flows.hosting.handoff import Handoff
 from opbyop import __version__
 from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
+from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.pipeline import Prepared, prepare, run_manifest_path, summarize, write_manifest
@@ -79,15 +80,18 @@ class AnalyzeRun:
     clock: PhaseClock = field(init=False)
     desc: SystemDesc = field(init=False)
     settings: AnalysisSettings = field(init=False)
+    target: Target = field(init=False)
     out: FanOut = field(default_factory=FanOut)
     prepared: Prepared | None = None
 
     def __post_init__(self) -> None:
         self.clock = PhaseClock(self.handoff.phases, self.handoff.started)
         self.desc = resolve(self.config.chip)
+        self.target = target_for(self.config.chip, self.config.mesh)
         self.settings = AnalysisSettings(options=self.config.compiler,
                                          thresholds=self.config.thresholds or load_thresholds(),
-                                         seed=self.config.seed, device=self.config.device)
+                                         seed=self.config.seed, device=self.config.device,
+                                         mesh=self.target.mesh_text, topology=self.target.topology.value)
 
     @property
     def store(self) -> Store:
@@ -98,7 +102,8 @@ class AnalyzeRun:
         return RunInfo(run_id=self.run_id, models=config.models, chip=self.desc.chip,
                        system_desc_sha256=self.desc.sha256, plugin_version=plugin_version(),
                        opbyop_version=__version__, git_sha=_git_sha(), options_key=config.options_key(),
-                       config=config.model_dump(mode="json"))
+                       config=config.model_dump(mode="json"), mesh=self.target.mesh_text,
+                       topology=self.target.topology.value)
 
     def execute(self) -> State:
         """The whole run, from the split to the report; the flow's final state."""
@@ -140,7 +145,7 @@ class AnalyzeRun:
             return outcome.triple
 
         prepared = prepare(self.config.models, load_zoo(), self.config.seed, prepare_one=one,
-                           artifacts=self.workspace.artifacts)
+                           artifacts=self.workspace.artifacts, target=self.target, unshard=self.config.unshard)
         self.clock.add("split", time.monotonic() - start - exporting)
         for spec, error in prepared.errors.items():
             self.logger.error("model %s produced no ops: %s", spec, error)

@@ -26,7 +26,11 @@ from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
 __all__ = ["STATUS_STYLE"]  # every Status, styled: opbyop.cli.app
 
-ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, or a .ttsys path")
+ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, or a .ttsys path")
+MeshOption = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its board allows several "
+                                                "(p150x4: 1x4|2x2, p150x8: 1x8|2x4, bh-galaxy: 4x8|8x4|1x32)")
+UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
+                                                        "shardings removed (noted on the model); otherwise an error")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
 Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
 Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")
@@ -98,9 +102,17 @@ def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str
                             run_golden=run_device, device=device or DeviceOptions())
 
 
-def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str]):
+def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str],
+             mesh: str | None = None, unshard: bool = False):
+    import os
+
+    from opbyop.compiler.targets import target_for
     from opbyop.jaxenv import prepare_jax
 
+    target = target_for(chip, mesh)
+    if target.chips > 1:  # golden of sharded ops on a host mesh: XLA:CPU devices are fixed when JAX starts
+        os.environ["OPBYOP_HOST_DEVICES"] = str(max(target.chips, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
+    settings = settings.model_copy(update={"mesh": target.mesh_text, "topology": target.topology.value})
     prepare_jax()
     from opbyop.compiler.system_desc import resolve
     from opbyop.config import load_zoo
@@ -117,7 +129,7 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
         zoo = zoo.model_copy(update={"models": zoo.models + [factory_entry(m, specs) for m in models if ":" in m]})
         models = [factory_name(m) if ":" in m else m for m in models]
     workspace = Workspace.default()
-    prepared = prepare(models, zoo, settings.seed, artifacts=workspace.artifacts)
+    prepared = prepare(models, zoo, settings.seed, artifacts=workspace.artifacts, target=target, unshard=unshard)
     for name, error in prepared.errors.items():
         print_error(f"{name}: {error}")
     if not prepared.graphs:
@@ -202,10 +214,10 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
 def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: MathFidelity | None,
                     fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
                     run_device: bool, full: bool, manifest: Path | None = None,
-                    device: DeviceOptions | None = None) -> None:
+                    device: DeviceOptions | None = None, mesh: str | None = None, unshard: bool = False) -> None:
     try:
         settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
-        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs)
+        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs, mesh, unshard)
     except OpbyopError as e:
         fail(e)
     _render(prepared, results, wholes, full)
@@ -230,10 +242,11 @@ ManifestOption = typer.Option(None, "--manifest", help="write the unique ops and
 def compile(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
             math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
-            full: bool = Full, manifest: Optional[Path] = ManifestOption) -> None:
+            full: bool = Full, manifest: Optional[Path] = ManifestOption, mesh: Optional[str] = MeshOption,
+            unshard: bool = UnshardOption) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=False, full=full, manifest=manifest)
+                    run_device=False, full=full, manifest=manifest, mesh=mesh, unshard=unshard)
 
 
 @app.command()
@@ -245,7 +258,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
                                          help="harvested Tensix rows, a bit per row (rows 1 and 11: 2050)"),
         policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
-                                             "the key/value cache on the device (opbyop decode MODEL --steps N)")) -> None:
+                                             "the key/value cache on the device (opbyop decode MODEL --steps N)"),
+        mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         from opbyop.cli.decode_cmds import run_decode_command
@@ -259,7 +273,7 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         return
     device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value)
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=True, full=full, manifest=manifest, device=device)
+                    run_device=True, full=full, manifest=manifest, device=device, mesh=mesh, unshard=unshard)
 
 
 @app.command()
@@ -311,8 +325,14 @@ def system_desc(chip: str = typer.Argument("p150", help="p150, p100, n150, or a 
         desc = resolve(chip)
     except OpbyopError as e:
         fail(e)
+    from opbyop.compiler.targets import BOARDS, target_for
+
     console.print(f"{desc.chip}: {desc.path} ({desc.source}, schema {desc.schema_hash[:16]}..., "
                   f"sha256 {desc.sha256[:16]}...)")
+    if chip in BOARDS:
+        board, target = BOARDS[chip], target_for(chip)
+        console.print(f"{board.chips} chip(s), meshes {', '.join(f'{r}x{c}' for r, c in board.meshes)}, "
+                      f"topology {target.topology.value}")
     if out is not None:
         try:
             shutil.copyfile(desc.path, out)

@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from opbyop.cli.app import app, console, fail, input_specs, styled
 from opbyop.errors import OpbyopError
@@ -54,13 +55,18 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     if as_json:
         sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in result.ops]) + "\n")
         return
-    table = Table("#", "op", "inputs", "outputs", "framework op", "module", "source", "signature", title=graph.name)
+    sharded = any(r.mesh for r in result.ops)
+    table = Table("#", "op", "inputs", "outputs", "framework op", "module", "source", "signature",
+                  *(["in shardings", "out shardings"] if sharded else []), title=graph.name)
     for r in result.ops:
         p = r.provenance
         table.add_row(str(r.position), r.op_name, " ".join(map(str, r.inputs)), " ".join(map(str, r.outputs)),
                       p.framework_op or "", p.module_path or "", f"{Path(p.source.file).name}:{p.source.line}" if p.source else "",
-                      r.signature[:12] if r.ok else styled(("split failed: ", "red"), str(r.split_error)))
+                      r.signature[:12] if r.ok else styled(("split failed: ", "red"), str(r.split_error)),
+                      *([Text(_shardings(r.operand_shardings)), Text(_shardings(r.result_shardings))] if sharded else []))
     console.print(table)
+    if sharded:
+        console.print(f"sharded over a mesh {next(r.mesh for r in result.ops if r.mesh)} (Shardy's propagation applied)")
     kinds = Counter(r.op_name for r in result.ops)
     histogram = Table("op kind", "count")
     for kind, n in kinds.most_common():
@@ -69,3 +75,8 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     unique = len({r.signature for r in result.ops if r.ok})
     console.print(f"{len(result.ops)} ops, {unique} unique, {len(result.failed)} failed to split; "
                   f"{result.arith_constants_rewritten} arith.constant rewritten, {result.calls_inlined} calls inlined")
+
+
+def _shardings(values: list[str]) -> str:
+    """Shardy's per-dimension axes of each value ('[{}, {"x"}]'), '-' for a value without one."""
+    return " ".join(v.split(", ", 1)[1].rstrip(">") if ", " in v else "-" for v in values)

@@ -35,9 +35,12 @@ from opbyop.config import config_dir
 from opbyop.errors import SystemDescError
 
 # Boards the plugin's mock mode can describe: name -> UMD cluster descriptor file.
-MOCK_BOARDS = {"p150": "blackhole_P150.yaml", "p100": "blackhole_P100.yaml"}
+MOCK_BOARDS = {"p150": "blackhole_P150.yaml", "p100": "blackhole_P100.yaml",
+               # meshes of Blackhole chips (opbyop.compiler.targets says their mesh shapes)
+               "p300": "blackhole_P300_both_mmio.yaml", "p150x4": "blackhole_4xP150.yaml",
+               "p150x8": "blackhole_8xP150.yaml", "bh-galaxy": "blackhole_galaxy.yaml"}
 VENDORED = {"n150": "n150.ttsys"}
-_CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
+CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
 _FIX_SCHEMA = ("use a descriptor made by this plugin version: `opbyop system-desc p150` makes one, or "
                "collect one on hardware with the same tt-mlir runtime (ttrt query --save-artifacts)")
 
@@ -96,7 +99,7 @@ def generate_mock(board: str, out: Path) -> Path:
     with startup_lock():
         assets = ensure_assets()
         tmp = private_tmpdir(out.parent / f".tmp-{board}-{os.getpid()}", assets)
-        cluster_yaml = assets / _CLUSTER_DIR / MOCK_BOARDS[board]
+        cluster_yaml = assets / CLUSTER_DIR / MOCK_BOARDS[board]
         env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
         env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
         partial = out.with_suffix(".partial")

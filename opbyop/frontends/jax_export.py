@@ -22,9 +22,8 @@ def export_jax(fn: Callable, inputs: Sequence[np.ndarray], name: str,
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
     given = ", ".join(f"{'x'.join(map(str, x.shape)) or 'scalar'}x{x.dtype}" for x in inputs)
     try:
-        lowered = jax.jit(fn).lower(*specs)
-        text = lowered.as_text(debug_info=True)
-        out = jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))
+        text = _lower(jax, fn, specs)
+        out = _reference(jax, fn, inputs, text)
     except Exception as e:  # wrong shapes or dtypes for the function, or a function JAX cannot trace
         first = " ".join(str(e).strip().splitlines()[:3])[:600]
         raise ExportError(f"JAX could not trace {name} on the example inputs ({given}): {type(e).__name__}: {first}",
@@ -35,5 +34,50 @@ def export_jax(fn: Callable, inputs: Sequence[np.ndarray], name: str,
                  for n, x in zip(names, inputs)]
     return ModelGraph(name=name, frontend="jax", module_text=text, arguments=arguments,
                       argument_values=[np.asarray(x) for x in inputs],
-                      reference_outputs=[np.asarray(o) for o in out],
+                      reference_outputs=None if out is None else [np.asarray(o) for o in out],
                       export_seconds=time.perf_counter() - start)
+
+
+def _lower(jax, fn: Callable, specs: list) -> str:  # noqa: ANN001
+    """StableHLO text of `fn`. A function sharded over an abstract mesh (NamedSharding on an
+    AbstractMesh: no devices needed) lowers for the CPU platform explicitly; the module keeps its
+    `sdy.mesh` and `#sdy.sharding`s either way."""
+    jitted = fn if hasattr(fn, "trace") and hasattr(fn, "lower") else jax.jit(fn)  # keeps its in_shardings
+    try:
+        return _with_partitions(jitted.lower(*specs).as_text(debug_info=True))
+    except ValueError as e:
+        if "AbstractMesh" not in str(e):
+            raise
+    return _with_partitions(jitted.trace(*specs).lower(lowering_platforms=("cpu",)).as_text(debug_info=True))
+
+
+def _with_partitions(text: str) -> str:
+    """Lowered over an abstract mesh, JAX writes `mhlo.num_partitions = 1` whatever the mesh: the
+    module is compiled for as many partitions as its mesh has devices."""
+    import re
+
+    from opbyop.ir.mesh import module_mesh
+
+    mesh = module_mesh(text)
+    if mesh is None or not mesh.axes:
+        return text
+    devices = 1
+    for _, size in mesh.axes:
+        devices *= size
+    return re.sub(r"mhlo\.num_partitions = \d+ : i32", f"mhlo.num_partitions = {devices} : i32", text, count=1)
+
+
+def _reference(jax, fn: Callable, inputs: Sequence[np.ndarray], text: str) -> list | None:  # noqa: ANN001
+    """The function's own outputs; None for a sharded function this process has too few devices
+    for (the whole model is then checked against XLA:CPU running its module on a host mesh)."""
+    from opbyop.ir.mesh import module_mesh
+
+    mesh = module_mesh(text)
+    if mesh is not None and mesh.devices > len(jax.devices()):
+        return None
+    try:
+        return jax.tree_util.tree_leaves(jax.jit(fn)(*inputs))
+    except ValueError:
+        if mesh is None:
+            raise
+        return None

@@ -111,6 +111,20 @@ def factory_name(spec: str) -> str:
 
 
 def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> ModelGraph:
+    """A zoo entry (with its sharding plan applied, when it has one) -> ModelGraph."""
+    graph = _load_entry(entry, seed, infer_frontend)
+    if entry.sharding is not None:
+        from opbyop.frontends.graph import ArgumentKind
+        from opbyop.frontends.sharding_plan import apply_plan
+
+        inputs = sum(1 for a in graph.arguments if a.kind is ArgumentKind.INPUT)
+        graph.module_text = apply_plan(graph.module_text, [a.name for a in graph.arguments], inputs,
+                                       entry.sharding, entry.name)
+        graph.notes.append(f"sharded over a {entry.sharding.mesh} mesh by its plan in the zoo")
+    return graph
+
+
+def _load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> ModelGraph:
     """A zoo entry (or a user's factory) -> ModelGraph. The frontend follows from what the factory
     returns (an nn.Module is torch, any other callable JAX); `infer_frontend` is kept for callers."""
     if entry.frontend == "stablehlo":

@@ -4,6 +4,11 @@ The process must have chosen its JAX platforms first (opbyop.jaxenv.prepare_jax)
 XLA opbyop's flags: a single op is compiled once and run once, so XLA's LLVM optimisation costs
 more than it saves (benchmarks/bench_golden.py: compile about 2x faster, outputs unchanged).
 
+A sharded module (Shardy's mesh, num_partitions N) runs on a host mesh: N XLA:CPU devices (the
+process must have been given them before JAX started: OPBYOP_HOST_DEVICES, opbyop.jaxenv), each
+input split as the executable's parameter shardings say; its outputs come back per device shard and
+gathered into the global value.
+
 Executables are cached in memory by the op's signature and, with `cache_dir`, on disk (XLA's own
 serialised executables, keyed by signature, jaxlib version and XLA flags): a warm run pays
 deserialisation (under a millisecond) instead of compilation. The cache lives in the workspace,
@@ -22,6 +27,8 @@ import numpy as np
 
 from opbyop.atomic import write_bytes
 from opbyop.environment import Environment, environment
+from opbyop.errors import OpbyopError
+from opbyop.ir.mesh import module_mesh
 
 # The flags opbyop gives XLA in its processes by default (environment variable OPBYOP_XLA_FLAGS
 # overrides them; empty: XLA's defaults).
@@ -43,7 +50,8 @@ class XlaCpu:
 
         self._jax = jax
         self._backend = jax.extend.backend.get_backend("cpu")
-        self._device = self._backend.local_devices()[0]
+        self._devices = self._backend.local_devices()
+        self._device = self._devices[0]
         self._options = jax.extend.backend.get_compile_options(num_replicas=1, num_partitions=1)
         self._cache: OrderedDict[str, object] = OrderedDict()
         self._cache_size = cache_size
@@ -58,9 +66,10 @@ class XlaCpu:
         if exe is not None:
             self._cache.move_to_end(key)
             return exe
-        exe = self._load(key)
+        devices, options = self._placement(module_text)
+        exe = self._load(key, devices, options)
         if exe is None:
-            exe = self._backend.compile_and_load(module_text, [self._device], self._options)
+            exe = self._backend.compile_and_load(module_text, devices, options)
             self.compiles += 1
             self._save(key, exe)
         self._cache[key] = exe
@@ -68,14 +77,65 @@ class XlaCpu:
             self._cache.popitem(last=False)
         return exe
 
+    def _placement(self, module_text: str) -> tuple[list, object]:
+        """The devices and compile options of a module: one device, or a host mesh for a sharded one."""
+        mesh = module_mesh(module_text)
+        count = mesh.devices if mesh is not None else 1
+        if count == 1:
+            return [self._device], self._options
+        if count > len(self._devices):
+            raise OpbyopError(
+                f"the module is sharded over {count} devices ({mesh}), but this process's XLA:CPU has "
+                f"{len(self._devices)}", f"set OPBYOP_HOST_DEVICES={count} (or more) before the process starts JAX")
+        import jax.extend
+
+        options = jax.extend.backend.get_compile_options(num_replicas=1, num_partitions=count)
+        options.executable_build_options.use_spmd_partitioning = True
+        return self._devices[:count], options
+
     def execute(self, exe: object, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         buffers = [self._jax.device_put(np.asarray(x), self._device) for x in inputs]
         results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()  # type: ignore[attr-defined]
         return [np.asarray(r[0]) for r in results]
 
+    def execute_sharded(self, exe: object, inputs: Sequence[np.ndarray],
+                        shapes: Sequence[tuple[int, ...]]) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+        """Run a host-mesh executable on global `inputs`: (gathered outputs of global `shapes`, each
+        output's shards in device order)."""
+        from jax._src.sharding_impls import GSPMDSharding
+
+        devices = list(exe.local_devices())  # type: ignore[attr-defined]
+        in_shardings = exe.get_parameter_shardings()  # type: ignore[attr-defined]
+        out_shardings = exe.get_output_shardings()  # type: ignore[attr-defined]
+        buffers = [self._jax.device_put(np.asarray(x), GSPMDSharding(devices, s)) for x, s in zip(inputs, in_shardings)]
+        results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()  # type: ignore[attr-defined]
+        gathered, shards = [], []
+        for per_device, sharding, shape in zip(results, out_shardings, shapes):
+            local = [np.asarray(r) for r in per_device]
+            full = np.empty(shape, dtype=local[0].dtype)
+            where = GSPMDSharding(devices, sharding).devices_indices_map(tuple(shape))
+            for device, piece in zip(devices, local):
+                full[where[device]] = piece
+            gathered.append(full)
+            shards.append(local)
+        return gathered, shards
+
+    def run_sharded(self, module_text: str, inputs: Sequence[np.ndarray],
+                    key: str | None = None) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+        """A sharded module on the host mesh: (gathered outputs, per-device shards of each output)."""
+        exe = self.executable(module_text, key)
+        if len(exe.local_devices()) == 1:  # type: ignore[attr-defined]
+            outputs = self.execute(exe, inputs)
+            return outputs, [[o] for o in outputs]
+        return self.execute_sharded(exe, inputs, result_shapes(module_text))
+
     def run(self, module_text: str, inputs: Sequence[np.ndarray], key: str | None = None) -> list[np.ndarray]:
-        """Execute the module's @main on `inputs`; returns its results as numpy arrays."""
-        return self.execute(self.executable(module_text, key), inputs)
+        """Execute the module's @main on `inputs`; returns its results as numpy arrays (a sharded
+        module's gathered from the host mesh)."""
+        exe = self.executable(module_text, key)
+        if len(exe.local_devices()) > 1:  # type: ignore[attr-defined]
+            return self.execute_sharded(exe, inputs, result_shapes(module_text))[0]
+        return self.execute(exe, inputs)
 
     # -- the disk cache --------------------------------------------------------------------
     def _path(self, key: str) -> Path | None:
@@ -84,12 +144,12 @@ class XlaCpu:
         digest = hashlib.sha256(f"{self._salt}|{key}".encode()).hexdigest()
         return self._cache_dir / digest[:2] / f"{digest}.xla"
 
-    def _load(self, key: str) -> object | None:
+    def _load(self, key: str, devices: list, options: object) -> object | None:
         path = self._path(key)
         if path is None or not path.exists():
             return None
         try:
-            return self._backend.deserialize_executable(path.read_bytes(), [self._device], self._options)
+            return self._backend.deserialize_executable(path.read_bytes(), devices, options)
         except Exception:  # a truncated or stale entry: compile again (and overwrite it)
             return None
 
@@ -101,3 +161,17 @@ class XlaCpu:
             write_bytes(path, exe.serialize())  # type: ignore[attr-defined]
         except OSError:  # a full disk costs the cache, never the op (and leaves no partial file)
             return
+
+
+
+def result_shapes(module_text: str) -> list[tuple[int, ...]]:
+    """The global shapes @main returns (a host-mesh run gets only per-device shards back)."""
+    from jaxlib.mlir import ir
+
+    from opbyop.ir.context import make_context
+    from opbyop.ir.rewrite import main_func
+
+    with make_context():
+        module = ir.Module.parse(module_text)
+        main = main_func(module, "module")
+        return [tuple(ir.RankedTensorType(t).shape) for t in ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results]

@@ -8,7 +8,9 @@ from opbyop.records import Occurrence, OpRecord, UniqueOp
 
 
 def dedupe(records: Iterable[OpRecord]) -> list[UniqueOp]:
-    """Unique ops by signature, first-seen order; each keeps every (model, position) it came from."""
+    """Unique ops by signature, first-seen order; each keeps every (model, position) it came from.
+    A sharded op's signature covers its mesh and shardings (they are in its module's text): the same
+    op sharded differently, or on another mesh, is another unique op."""
     unique: dict[str, UniqueOp] = {}
     for r in records:
         if not r.ok:
@@ -18,7 +20,8 @@ def dedupe(records: Iterable[OpRecord]) -> list[UniqueOp]:
             unique[r.signature] = UniqueOp(
                 signature=r.signature, op_name=r.op_name, module_text=r.module_text or "",
                 attributes=r.attributes, inputs=r.inputs, outputs=r.outputs, operands=r.operands,
-                provenance=r.provenance, occurrences=[Occurrence(model=r.model, position=r.position)])
+                provenance=r.provenance, occurrences=[Occurrence(model=r.model, position=r.position)],
+                mesh=r.mesh, operand_shardings=r.operand_shardings, result_shardings=r.result_shardings)
         else:
             op.occurrences.append(Occurrence(model=r.model, position=r.position))
     return list(unique.values())

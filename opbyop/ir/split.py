@@ -11,6 +11,12 @@ must be a compile-time constant for it to compile:
 - values an op's regions use from outside (while / case bodies) become extra arguments;
 - functions the op (or its kept chain) refers to travel with it;
 - an op that cannot be extracted becomes a record with `split_error`; the others carry on.
+
+A sharded module (Shardy's `sdy.mesh`, `#sdy.sharding`) has its shardings propagated first, as the
+compiler does (ir.sharding); each op's module then carries the mesh, the number of partitions, and
+that op's operand shardings (on its arguments) and result shardings (on its results), so the compiler
+inserts the collectives it would for the op inside the model. Collectives already in the program
+(all_reduce, all_gather ..., a shard_map's sdy.manual_computation) are ops of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from pydantic import BaseModel
 
 from opbyop.ir.attributes import op_attributes, safe_attributes
 from opbyop.ir.context import make_context
+from opbyop.ir.mesh import ModuleMesh, module_mesh
+from opbyop.ir import sharding as sdy_sharding
 from opbyop.ir.rewrite import (
     body_ops,
     check_static_shapes,
@@ -82,8 +90,12 @@ def split_module(source: str | bytes, model: str, ctx: ir.Context | None = None)
         rewritten = replace_arith_constants(module)
         main = main_func(module, model)
         inlined = inline_calls(module, main)
+        mesh = module_mesh(module.operation.get_asm(enable_debug_info=False, large_elements_limit=16))
+        if mesh is not None:
+            module = sdy_sharding.propagate(module, model)
+            main = main_func(module, model)
         check_static_shapes(main, model)
-        splitter = _Splitter(main, model)
+        splitter = _Splitter(main, model, mesh)
         records = [splitter.record(i) for i in range(len(splitter.ops))]
         terminator = [op.operation for op in main.regions[0].blocks[0].operations][-1]
         outputs = [splitter.ref(v) for v in terminator.operands]
@@ -93,9 +105,12 @@ def split_module(source: str | bytes, model: str, ctx: ir.Context | None = None)
 
 
 class _Splitter:
-    def __init__(self, main: ir.Operation, model: str):
+    def __init__(self, main: ir.Operation, model: str, mesh: ModuleMesh | None = None):
         self.model = model
+        self.mesh = mesh
         module_ops = [op.operation for op in main.parent.regions[0].blocks[0].operations]
+        self.mesh_ops = [op for op in module_ops if op.name == "sdy.mesh"]
+        self.arg_shardings = sdy_sharding.argument_shardings(main) if mesh is not None else []
         self.functions = {ir.StringAttr(op.attributes["sym_name"]).value: op for op in module_ops
                           if op.name == "func.func" and "sym_name" in op.attributes}
         self.ops = body_ops(main)
@@ -188,7 +203,14 @@ class _Splitter:
         chain = self._constant_chain(constants)
         callees = self._callees([op] + [self.ops[p] for p in chain])
         module = ir.Module.create(op.location)
+        sharded = self.mesh is not None
+        if sharded:  # compiled for the model's mesh: as many partitions as it has devices
+            i32 = ir.IntegerType.get_signless(32)
+            module.operation.attributes["mhlo.num_partitions"] = ir.IntegerAttr.get(i32, self.mesh.devices)
+            module.operation.attributes["mhlo.num_replicas"] = ir.IntegerAttr.get(i32, 1)
         with ir.InsertionPoint(module.body), op.location:
+            for mesh in self.mesh_ops:
+                mesh.clone()
             for name in callees:  # functions the op refers to (custom_call's called_computations ...)
                 self.functions[name].clone()
             fn = func.FuncOp("main", ([v.type for v in arguments], [r.type for r in op.results]))
@@ -199,6 +221,10 @@ class _Splitter:
                     self._clone_into(self.ops[p], mapping)
                 clone = self._clone_into(op, mapping)
                 func.ReturnOp(list(clone.results))
+            in_shardings = [self._sharding_of(v) for v in arguments] if sharded else []
+            out_shardings = sdy_sharding.result_shardings(op) if sharded else []
+            if sharded:
+                sdy_sharding.set_shardings(fn.operation, in_shardings, out_shardings)
         if not module.operation.verify():
             raise ValueError("the extracted module does not verify")
         canonical = canonical_text(module)
@@ -209,7 +235,17 @@ class _Splitter:
             "inputs": [self.desc(v.type) for v in arguments],
             "input_sources": [self.ref(v) for v in arguments],
             "module_text": module.operation.get_asm(enable_debug_info=True),
+            "mesh": str(self.mesh) if sharded else None,
+            "operand_shardings": [sdy_sharding.text_of(s) for s in in_shardings],
+            "result_shardings": [sdy_sharding.text_of(s) for s in out_shardings],
         })
+
+    def _sharding_of(self, value: ir.Value) -> ir.Attribute | None:
+        """The sharding `value` has in the model after propagation (None: none, i.e. replicated)."""
+        if value in self.arg_index:
+            return self.arg_shardings[self.arg_index[value]]
+        position, result = self.producer[value]
+        return sdy_sharding.result_shardings(self.ops[position])[result]
 
     def _callees(self, ops: list[ir.Operation]) -> list[str]:
         """Functions of the model that `ops` (or anything nested in them) refer to, transitively."""
