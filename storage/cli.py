@@ -259,6 +259,24 @@ def export_optest_cmd(run: str = typer.Option(..., "--run", help="run id"),
     console.print(f"wrote {count} OpTest records to {out}")
 
 
+@export_app.command("perf")
+def export_perf_cmd(run: str = typer.Option(..., "--run", help="run id"),
+                    out: Path = typer.Option(Path("ops_perf.csv"), "--out", help="CSV file to write"),
+                    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Write the run's simulated per-op device time as tt-metal's ops perf CSV (read it with tt-perf-report)."""
+    from storage.dataset import Store
+    from storage.perf_csv import export_perf
+
+    try:
+        s = Store(_root(store))
+        s.check_readable(run)
+        count = export_perf(s, run, out)
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(s.skipped)
+    console.print(f"wrote {count} device op rows to {out}  (read it with: tt-perf-report {out})")
+
+
 def register(app: typer.Typer) -> None:
     """Called by opbyop's CLI for the `opbyop.cli` entry point `store`."""
     app.command("sql")(sql)
