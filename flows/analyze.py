@@ -43,7 +43,7 @@ from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
-from opbyop.pipeline import Prepared, prepare, run_manifest_path, summarize, write_manifest
+from opbyop.pipeline import Prepared, prepare, run_manifest_path, store_modules, summarize, write_manifest
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import WorkerStartError, parameter_indices
@@ -144,6 +144,7 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     for op in prepared.unique:
         workspace.ops.put(op)
     write_manifest(prepared, run_manifest_path(workspace.root, run_id))  # unique ops and every model they came from
+    modules = store_modules(prepared, workspace.artifacts)  # each model's graph, for Model Explorer
 
     with store.writer() as writer:
         with clock.phase("store"):
@@ -162,7 +163,8 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
             _on_cluster(out, config, desc, settings, workspace, todo, prepared, wholes_todo, writer, clock, handoff,
                         logger, shrink)
         with clock.phase("store"):
-            models = [summarize(name, prepared, out.wholes.get(name)) for name in prepared.graphs]
+            models = [summarize(name, prepared, out.wholes.get(name)).model_copy(
+                update={"module_artifact": modules.get(name)}) for name in prepared.graphs]
             models += [summarize(spec, prepared) for spec in prepared.errors]
             status = "failed" if out.error or out.interrupted else "completed"
             run = writer.finish(run.model_copy(update={"ended_at": datetime.now(timezone.utc),
