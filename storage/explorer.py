@@ -33,11 +33,13 @@ SPLIT_FAILED = "SPLIT_FAILED"
 
 
 class Metric(str, Enum):
-    STATUS = "status"
+    """In the order Model Explorer is given them: it shows the last one loaded, the status."""
+
     DEPTH = "depth"
     PCC = "pcc"
     CYCLES = "cycles"
     PEAK_L1 = "peak_l1"
+    STATUS = "status"
 
 
 # Gradients run from the better end (stop 0: the run's lowest value) to the worse; PCC the other way.

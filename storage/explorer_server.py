@@ -27,7 +27,10 @@ def free_port(host: str = HOST) -> int:
 
 
 def check_port(port: int, host: str = HOST) -> None:
+    """A clear error for a port in use; a port with only closing connections is free (the server
+    binds with SO_REUSEADDR too)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as e:

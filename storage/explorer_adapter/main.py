@@ -38,4 +38,4 @@ class OpbyopMlirAdapter(Adapter):
         sidecar = Path(model_path + SIDECAR_SUFFIX)
         extra = json.loads(sidecar.read_text()) if sidecar.exists() else {}
         graphs = [with_attributes(g, extra) for g in adapter_graphs(Path(model_path))]
-        return {"graphCollections": [GraphCollection(label=Path(model_path).name, graphs=graphs)]}
+        return {"graphCollections": [GraphCollection(label="", graphs=graphs)]}  # labelled by its file, as the built-in does
