@@ -20,12 +20,14 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class ChromiumPage:
-    def __init__(self, profile: Path, width: int = 1600, height: int = 1000):
+    def __init__(self, profile: Path, width: int = 1600, height: int = 1000, offline: bool = False):
+        # offline: every request but to 127.0.0.1 goes to a closed port (as on a machine without network)
+        no_network = ["--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=127.0.0.1"] if offline else []
         self.process = subprocess.Popen(
             [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader",
              "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update",
              "--disable-sync", f"--user-data-dir={profile}", f"--window-size={width},{height}",
-             "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1", "about:blank"],
+             "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1", *no_network, "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port = self._port(profile)
         targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))

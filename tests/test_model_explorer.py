@@ -133,26 +133,27 @@ def _colour_pixels(png: Path, hex_colour: str, tolerance: int = 12) -> int:
 
 
 @pytest.mark.skipif(not __import__("shutil").which("chromium"), reason="chromium is not on PATH (make browser)")
-def test_explore_shows_the_overlay_in_headless_chromium_and_ctrl_c_leaves_nothing(graph_store: Store, tmp_path: Path) -> None:
+def test_explore_shows_the_overlay_in_headless_chromium_offline_and_ctrl_c_leaves_nothing(graph_store: Store,
+                                                                                            tmp_path: Path) -> None:
     from chromium_page import ChromiumPage
 
     command = [sys.executable, "-m", "opbyop.cli.main", "explore", "--run", "n2", "--model", "mlp",
                "--store", str(graph_store.root)]
     started = time.monotonic()
+    offline = {"HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+                              env={**os.environ, **offline, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
     try:
         url, lines = None, []
         for line in server.stdout:
             lines.append(line)
-            if url is None and (m := re.search(r"(http://127\.0\.0\.1:\d+/\?data=\S+)", line)):
-                url = m.group(1)
-            if "Press Ctrl+C to stop" in line:
+            if m := re.search(r"(http://127\.0\.0\.1:\d+/\?data=\S+)", line):
+                url = m.group(1)  # printed once the server answers
                 break
         assert url is not None, "".join(lines)
         ready = time.monotonic() - started
         print(f"opbyop explore served the run after {ready:.1f} s")
-        with ChromiumPage(tmp_path / "chromium-profile") as page:
+        with ChromiumPage(tmp_path / "chromium-profile", offline=True) as page:
             page.goto(url)
             page.wait_for("document.body.innerText.includes('mlp.status.json')", timeout=60)
             page.wait_for("document.querySelectorAll('canvas').length > 0", timeout=30)
