@@ -118,3 +118,18 @@ def test_export_perf_on_the_command_line_writes_the_csv(perf_store: Store, tmp_p
     assert f"to {out}" in done.output and len(_read(out)) == len(perf_rows(perf_store, "n2"))
     missing = CliRunner().invoke(build_app(), ["export", "perf", "--run", "nope", "--store", str(perf_store.root)])
     assert missing.exit_code == 2 and "not in the store" in missing.output
+
+
+def test_the_report_and_the_flow_show_the_ops_with_the_most_device_time(perf_store: Store) -> None:
+    from storage.report import render_html, report_data
+
+    data = report_data(perf_store.root, "n2")
+    top = data["device_time"]
+    assert top[0]["op"] == "mlp:whole" and top[0]["device_ns"] == round(50_000 / 1.35)  # the whole model's program
+    ns = [t["device_ns"] for t in top]
+    assert ns == sorted(ns, reverse=True)
+    dot = next(t for t in top if t["stablehlo_op"] == "stablehlo.dot_general")
+    assert dot["ttnn_ops"] == 2 and dot["op_codes"] == "TilizeWithValPaddingDeviceOperation, MatmulDeviceOperation"
+    assert data["status_colours"]["golden_failed"] != data["status_colours"]["success"]
+    page = render_html(data)
+    assert 'id="device-time-table"' in page and "opbyop export perf --run" in page
