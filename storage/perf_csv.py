@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from opbyop.atomic import write_text
 from opbyop.device.arch import BLACKHOLE_P150, WORMHOLE_N150, DeviceSpec
-from opbyop.records import DeviceRun, OpPlacement, OpRecord, OpResult, TensorDesc
+from opbyop.records import DeviceRun, OpPlacement, OpRecord, TensorDesc
 from storage.dataset import Store
 
 TILE = 32
