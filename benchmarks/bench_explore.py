@@ -47,7 +47,12 @@ def _served(command: list[str], port: int, timeout: float = 120) -> float:
         raise TimeoutError(f"{command[:4]} served nothing within {timeout} s")
     finally:
         os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # reported, and never left running
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            print(f"{command[:4]} ignored Ctrl-C for 30 s and was killed")
 
 
 def main() -> None:
