@@ -141,6 +141,13 @@ def summarize(name: str, prepared: Prepared, whole: WholeModelResult | None = No
                         export_seconds=graph.export_seconds if graph else 0.0, whole=whole)
 
 
+def store_modules(prepared: Prepared, artifacts: ArtifactStore) -> dict[str, str]:
+    """Each split model's StableHLO module (with its locations) in the artifact store: model -> sha256.
+    The graph a viewer draws of the model, that the run's results are laid over."""
+    return {name: artifacts.put(graph.module_text.encode(), ".mlir")
+            for name, graph in prepared.graphs.items() if graph.module_text}
+
+
 def depth_histogram(records: Iterable[OpRecord], results: dict[str, OpResult]) -> Counter:
     """Occurrences per depth reached (a split failure counts at SPLIT with nothing beyond)."""
     counts: Counter = Counter()

@@ -322,6 +322,7 @@ class ModelSummary(BaseModel):
     export_seconds: float = 0.0
     error: str | None = None  # the model could not be loaded, exported or split at all
     whole: WholeModelResult | None = None
+    module_artifact: str | None = None  # sha256 of the model's StableHLO module (with locations) in the artifacts
 
 
 class RunStatus(str, Enum):

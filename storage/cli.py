@@ -259,6 +259,80 @@ def export_optest_cmd(run: str = typer.Option(..., "--run", help="run id"),
     console.print(f"wrote {count} OpTest records to {out}")
 
 
+@export_app.command("perf")
+def export_perf_cmd(run: str = typer.Option(..., "--run", help="run id"),
+                    out: Path = typer.Option(Path("ops_perf.csv"), "--out", help="CSV file to write"),
+                    store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Write the run's simulated per-op device time as tt-metal's ops perf CSV (read it with tt-perf-report)."""
+    from storage.dataset import Store
+    from storage.perf_csv import export_perf
+
+    try:
+        s = Store(_root(store))
+        s.check_readable(run)
+        count = export_perf(s, run, out)
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(s.skipped)
+    console.print(f"wrote {count} device op rows to {out}  (read it with: tt-perf-report {out})")
+
+
+METRIC_HELP = "status | depth | pcc | cycles | peak_l1"
+
+
+@export_app.command("model-explorer")
+def export_model_explorer_cmd(run: str = typer.Option(..., "--run", help="run id"),
+                              model: str = typer.Option(..., "--model", help="model of the run"),
+                              out: Path = typer.Option(..., "--out", help="node data JSON file to write"),
+                              metric: str = typer.Option("status", "--metric", help=METRIC_HELP),
+                              store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Write a model's node data for Model Explorer, keyed to the graph it draws of the model's .mlir."""
+    from storage.dataset import Store
+    from storage.explorer import export_node_data
+
+    try:
+        chosen = _metric(metric)
+        s = Store(_root(store))
+        s.check_readable(run)
+        count = export_node_data(s, run, model, chosen, out)
+    except OpbyopError as e:
+        _fail(e)
+    console.print(f"wrote {metric} of {count} nodes to {out}  (load it in Model Explorer beside the model's graph)")
+
+
+def _metric(name: str):  # -> storage.explorer.Metric
+    from storage.explorer import Metric
+
+    try:
+        return Metric(name)
+    except ValueError:
+        raise OpbyopError(f"unknown metric {name!r}", f"use one of {METRIC_HELP}") from None
+
+
+def explore(run: str = typer.Option(..., "--run", help="run id"),
+            model: Optional[str] = typer.Option(None, "--model", help="one model (default: every model of the run)"),
+            port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="default: a free port"),
+            open_browser: bool = typer.Option(False, "--open/--no-open", help="open the page in a browser"),
+            store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Open a run's models in Model Explorer on 127.0.0.1, coloured by status, depth, PCC, cycles and
+    peak L1 (the node data menu); each op's attributes name its signature and repro command. Ctrl-C stops it."""
+    from storage.dataset import Store
+    from storage.explorer_server import serve
+
+    def announce(url: str) -> None:
+        console.print(f"Model Explorer for run {run}: {url}", soft_wrap=True)
+
+    try:
+        s = Store(_root(store))
+        s.check_readable(run)
+        serve(s, run, model, port, open_browser, announce)
+    except OpbyopError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        pass
+    console.print("stopped")
+
+
 def register(app: typer.Typer) -> None:
     """Called by opbyop's CLI for the `opbyop.cli` entry point `store`."""
     app.command("sql")(sql)
@@ -266,5 +340,6 @@ def register(app: typer.Typer) -> None:
     app.command("runs")(runs)
     app.command("report")(report)
     app.command("catalog")(catalog)
+    app.command("explore")(explore)
     app.add_typer(expectations_app, name="expectations")
     app.add_typer(export_app, name="export")

@@ -152,6 +152,7 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
         **_device_columns(w.device if w else None, "whole_"),
         "whole_pcc": w.pcc if w else None, "whole_reference": w.reference if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
         "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
+        "module_artifact": m.module_artifact,
     }
     for stage, column in zip(Stage, S.DEPTH_COUNT_COLUMNS):
         row[column] = counts.by_depth.get(stage, 0)
@@ -300,7 +301,8 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
         )
     summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,
                            ops_unique=row["ops_unique"] or 0, split_failures=row["split_failures"] or 0,
-                           export_seconds=row["export_s"] or 0.0, error=row["error"], whole=whole)
+                           export_seconds=row["export_s"] or 0.0, error=row["error"], whole=whole,
+                           module_artifact=row.get("module_artifact"))
     counts = ModelCounts(
         by_depth={stage: row[c] for stage, c in zip(Stage, S.DEPTH_COUNT_COLUMNS) if row[c]},
         by_status={status: row[f"status_{status.value}"] for status in Status if row.get(f"status_{status.value}")},

@@ -10,6 +10,7 @@ batch that repeats a key first removes the older row, so re-running a run id nev
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -26,7 +27,7 @@ from opbyop.shrink.result import ShrinkResult
 from storage import convert
 from storage.convert import ModelCounts, StoredModel
 from storage.files import (
-    SkippedFile, check_run_id, data_files, default_root, new_part_name, part_files,
+    SkippedFile, Vanished, check_run_id, data_files, default_root, mid_swap, new_part_name, part_files,
     partition_date, read_footer, read_part, recover, remove_dir, run_dir, run_dirs, staging_dir, swap_in,
     write_parquet_atomic,
 )
@@ -35,6 +36,15 @@ from storage.schema import TABLES, schema_of
 log = logging.getLogger("opbyop.storage")
 
 RUN_PART = "part-000000.parquet"  # the name of a compacted run's single file per table
+
+# A reader that meets a writer's rename (a file gone, a run between the two renames of a compaction)
+# lists the files again; renames take microseconds, so a few short waits cover them. A writer that
+# died mid-swap leaves the run absent until recover(): the reader then goes on without it.
+RELIST_ATTEMPTS = 20
+
+
+def _relist_pause(attempt: int) -> None:
+    time.sleep(min(0.002 * 2 ** attempt, 0.1))
 
 
 @dataclass
@@ -98,20 +108,32 @@ class Store:
 
     # ------------------------------------------------------------------ reading
     def scan(self) -> DatasetScan:
-        """All data files, with their footers checked: corrupt ones are listed apart, with their paths."""
-        scan = DatasetScan()
+        """All data files, with their footers checked: corrupt ones are listed apart, with their paths.
+        A listing that a writer changed while it was read (a file replaced, a run mid-compaction) is
+        taken again: the scan is of one moment when every file it names was there."""
+        for attempt in range(RELIST_ATTEMPTS):
+            scan, vanished = self._scan_once()
+            if not vanished and not mid_swap(self.root):
+                break
+            _relist_pause(attempt)
+        self._note(scan.skipped)
+        return scan
+
+    def _scan_once(self) -> tuple[DatasetScan, bool]:
+        scan, vanished = DatasetScan(), False
         for table in TABLES:
             good, versions = [], set()
             for path in data_files(self.root, table):
                 footer = read_footer(path)
-                if isinstance(footer, SkippedFile):
+                if isinstance(footer, Vanished):
+                    vanished = True
+                elif isinstance(footer, SkippedFile):
                     scan.skipped.append(footer)
                 else:
                     good.append(path)
                     versions.add(footer)
             scan.files[table], scan.versions[table] = good, versions
-        self._note(scan.skipped)
-        return scan
+        return scan, vanished
 
     def _note(self, skipped: Iterable[SkippedFile]) -> None:
         for s in skipped:
@@ -119,18 +141,31 @@ class Store:
                 self.skipped.append(s)
 
     def _read_files(self, table: str, paths: Iterable[Path]) -> pa.Table:
-        parts, skipped = [], []
+        return self._read_parts(table, paths)[0]
+
+    def _read_parts(self, table: str, paths: Iterable[Path]) -> tuple[pa.Table, bool]:
+        """The files' rows, and whether any file vanished while they were read."""
+        parts, skipped, vanished = [], [], False
         for path in paths:
             got = read_part(path, table)
-            (skipped if isinstance(got, SkippedFile) else parts).append(got)
+            if isinstance(got, Vanished):
+                vanished = True
+            else:
+                (skipped if isinstance(got, SkippedFile) else parts).append(got)
         self._note(skipped)
-        return pa.concat_tables(parts) if parts else schema_of(table).empty_table()
+        return (pa.concat_tables(parts) if parts else schema_of(table).empty_table()), vanished
 
     def read_table(self, table: str, run_id: str | None = None) -> pa.Table:
-        """One table (of one run, or all), in the current schema; corrupt files skipped and noted."""
+        """One table (of one run, or all), in the current schema; corrupt files skipped and noted.
+        Files a writer replaced while they were read are listed and read again."""
         if run_id is not None:
             check_run_id(run_id)
-        return self._read_files(table, data_files(self.root, table, run_id))
+        for attempt in range(RELIST_ATTEMPTS):
+            data, vanished = self._read_parts(table, data_files(self.root, table, run_id))
+            if not vanished and not mid_swap(self.root, table, run_id):
+                break
+            _relist_pause(attempt)
+        return data
 
     def runs(self) -> list[RunInfo]:
         """Every run, oldest first."""
@@ -152,7 +187,7 @@ class Store:
         """The data files of `run_id` whose footer does not parse (corrupt or truncated)."""
         check_run_id(run_id)
         found = [f for t in tables for path in data_files(self.root, t, run_id)
-                 if isinstance(f := read_footer(path), SkippedFile)]
+                 if isinstance(f := read_footer(path), SkippedFile)]  # a Vanished file was replaced, not corrupt
         self._note(found)
         return found
 
@@ -202,7 +237,7 @@ class Store:
     def completed_signatures(self, run_id: str, exclude: Collection[Status] = ()) -> set[str]:
         """Signatures that already have a result in `run_id` (optionally not counting some statuses):
         what a resumed run can skip."""
-        data = self._read_files("results", data_files(self.root, "results", check_run_id(run_id)))
+        data = self.read_table("results", check_run_id(run_id))
         excluded = {s.value for s in exclude}
         return {sig for sig, status in zip(data.column("signature").to_pylist(), data.column("status").to_pylist())
                 if status not in excluded}
@@ -359,6 +394,8 @@ class RunWriter:
         index: dict[Hashable, Path] = {}
         for path in part_files(self._dir(table)):
             got = read_part(path, table)
+            if isinstance(got, Vanished):  # only this run's writer (the lock holder) replaces its files
+                continue
             if isinstance(got, SkippedFile):
                 self.store._note([got])  # its rows are lost: those ops are not 'completed' and get redone
                 continue
@@ -403,6 +440,8 @@ class RunWriter:
 
     def _rewrite_without(self, table: str, part: Path, keys: set[Hashable]) -> None:
         got = read_part(part, table)
+        if isinstance(got, Vanished):
+            return
         if isinstance(got, SkippedFile):
             self.store._note([got])
             part.unlink(missing_ok=True)

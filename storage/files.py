@@ -86,6 +86,14 @@ def partition_date(directory: Path) -> date:
 
 
 @dataclass(frozen=True)
+class Vanished:
+    """A data file listed a moment ago and gone now: a writer replaced it (a batch rewritten, a run's
+    parts compacted into one file). Not an error: list the files again."""
+
+    path: Path
+
+
+@dataclass(frozen=True)
 class SkippedFile:
     """A data file that could not be read: reported with its path, never silently dropped."""
 
@@ -96,14 +104,18 @@ class SkippedFile:
         return f"{self.path}: {self.error}"
 
 
-def read_part(path: Path, table: str) -> pa.Table | SkippedFile:
+def read_part(path: Path, table: str) -> pa.Table | SkippedFile | Vanished:
     """One part file in the table's current schema, or why it could not be read.
 
     ParquetFile reads the file alone: pq.read_table would also add the Hive path's columns.
     """
     try:
         return conform(pq.ParquetFile(path).read(), schema_of(table))
+    except FileNotFoundError:
+        return Vanished(path)
     except (pa.ArrowException, OSError, ValueError) as e:
+        if not path.exists():  # pyarrow's own error for a file removed while it was opened
+            return Vanished(path)
         log.warning("skipping unreadable Parquet file %s: %s", path, e)
         return SkippedFile(path, f"{type(e).__name__}: {str(e).strip()}")
 
@@ -111,7 +123,7 @@ def read_part(path: Path, table: str) -> pa.Table | SkippedFile:
 _footers: dict[tuple[str, int, int], int | None] = {}  # (path, size, mtime) -> schema version
 
 
-def read_footer(path: Path) -> int | None | SkippedFile:
+def read_footer(path: Path) -> int | None | SkippedFile | Vanished:
     """The file's schema version (None if untagged) if its footer parses, else why not.
     Cached by path, size and mtime: a scan of a long history reads each footer once per process."""
     try:
@@ -121,7 +133,11 @@ def read_footer(path: Path) -> int | None | SkippedFile:
             version = (pq.read_metadata(path).metadata or {}).get(VERSION_KEY)
             _footers[key] = int(version) if version is not None else None
         return _footers[key]
+    except FileNotFoundError:
+        return Vanished(path)
     except (pa.ArrowException, OSError, ValueError) as e:
+        if not path.exists():
+            return Vanished(path)
         log.warning("skipping unreadable Parquet file %s: %s", path, e)
         return SkippedFile(path, f"{type(e).__name__}: {str(e).strip()}")
 
@@ -200,6 +216,23 @@ def remove_dir(live: Path) -> None:
         trash = _hidden_sibling(live, _TRASH)
         os.rename(live, trash)
         shutil.rmtree(trash, ignore_errors=True)
+
+
+def mid_swap(root: Path, table: str | None = None, run_id: str | None = None) -> bool:
+    """True while a writer is between the two renames of swap_in: a complete staging directory and no
+    live one (the run is absent for that instant). Also true for a writer that died there, until
+    recover() runs: callers wait a bounded time."""
+    tables = [table] if table is not None else list(TABLES)
+    pattern = f".run_id={run_id if run_id is not None else '*'}{_STAGING}*"
+    for t in tables:
+        base = Path(root) / t
+        if not base.is_dir():
+            continue
+        for staging in base.glob(f"date=*/{pattern}"):
+            live = staging.with_name(staging.name[1:].split(_STAGING, 1)[0])
+            if not live.exists():
+                return True
+    return False
 
 
 def recover(partition: Path, run_id: str) -> None:

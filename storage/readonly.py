@@ -29,6 +29,13 @@ from storage.dataset import DatasetScan, Store
 from storage.files import SkippedFile
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+RESCANS = 5  # a query whose files a writer replaced meanwhile runs again over a new scan, so many times
+
+
+def _vanished(e: duckdb.IOException) -> bool:
+    """DuckDB's error for a file the views name that is gone (a writer's compaction replaced it)."""
+    text = str(e)
+    return "No files found that match the pattern" in text or "No such file" in text
 DEFAULT_TIMEOUT_S = 300.0  # for `opbyop sql` and `opbyop query`; the library's own queries have none
 
 
@@ -92,21 +99,49 @@ class StoreConnection:
         store = Store(root)
         self.root = store.root
         self.scan = scan or store.scan()
-        self.con = duckdb.connect(":memory:")
-        create_views(self.con, self.scan)
         self.memory_limit = memory_limit or default_memory_limit()
+        for attempt in range(RESCANS + 1):
+            try:
+                self.con = self._connect(self.scan)
+                break
+            except duckdb.IOException as e:  # the views read each file's schema when they are made
+                if attempt == RESCANS or not _vanished(e):
+                    raise StoreError(f"the store's files cannot be read: {e}", "run the command again") from None
+                self.scan = store.scan()
+
+    def _connect(self, scan: DatasetScan) -> duckdb.DuckDBPyConnection:
+        con = duckdb.connect(":memory:")
         try:
-            self.con.execute("SET memory_limit = $limit", {"limit": self.memory_limit})
+            create_views(con, scan)
+        except duckdb.Error:
+            con.close()
+            raise
+        try:
+            con.execute("SET memory_limit = $limit", {"limit": self.memory_limit})
         except duckdb.Error as e:
-            self.con.close()
+            con.close()
             raise StoreError(f"memory limit {self.memory_limit!r} is not a size DuckDB reads ({e})",
                              "give a size like 2GB or 512MB") from None
         allowed = str(self.root.resolve()).rstrip("/") + "/"
-        self.con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
-        self.con.execute("SET enable_external_access = false")
-        self.con.execute("SET autoinstall_known_extensions = false")
-        self.con.execute("SET autoload_known_extensions = false")
-        self.con.execute("SET lock_configuration = true")
+        con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET autoinstall_known_extensions = false")
+        con.execute("SET autoload_known_extensions = false")
+        con.execute("SET lock_configuration = true")
+        return con
+
+    def _rescan(self) -> None:
+        """Views over the files as they are now: a writer replaced some since the last scan."""
+        for attempt in range(RESCANS + 1):
+            scan = Store(self.root).scan()
+            try:
+                con = self._connect(scan)
+                break
+            except duckdb.IOException as e:
+                if attempt == RESCANS or not _vanished(e):
+                    raise
+        self.con.close()
+        self.con, self.scan = con, scan
 
     @property
     def skipped(self) -> list[SkippedFile]:
@@ -122,7 +157,14 @@ class StoreConnection:
             return [d[0] for d in cursor.description or []], cursor.fetchall()
 
         try:
-            columns, rows = self._interruptible(execute, timeout)
+            for attempt in range(RESCANS + 1):
+                try:
+                    columns, rows = self._interruptible(execute, timeout)
+                    break
+                except duckdb.IOException as e:
+                    if attempt == RESCANS or not _vanished(e):
+                        raise
+                    self._rescan()  # a file the views name was replaced by its run's writer
         except duckdb.PermissionException as e:
             raise StoreError(f"refused by DuckDB: {e}",
                              "query the views (runs, ops, results, models, occurrences); "

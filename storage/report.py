@@ -15,6 +15,7 @@ import jinja2
 
 from opbyop.atomic import write_text
 from storage.aggregate import NightlySummary, nightly, run_query
+from storage.colours import DEPTH_COLOURS, status_colours
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from storage.expectations import default_path as default_expectations_path
@@ -65,7 +66,17 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "expectations": expectation_report,
         "skipped": skipped,
         "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),
+        "device_time": device_time(store, run_id),
+        "status_colours": status_colours(),
+        "depth_colours": DEPTH_COLOURS,
     }
+
+
+def device_time(store: Store, run_id: str, n: int = 30) -> list[dict[str, Any]]:
+    """The op occurrences (and whole-model programs) with the most simulated device time."""
+    from storage.perf_csv import perf_rows, top_ops
+
+    return top_ops(perf_rows(store, run_id), n)
 
 
 def shrinks_of(store: Store, run_id: str, signatures: list[str]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from opbyop.records import Status
 
 SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
+#                     models.module_artifact
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -203,6 +204,7 @@ MODELS = pa.schema([
     pa.field("whole_max_abs_error", pa.float64()),
     pa.field("whole_iterations", pa.int64()),
     pa.field("whole_s", pa.float64()),
+    pa.field("module_artifact", pa.string()),  # the model's StableHLO module in the artifact store (sha256)
 ])
 
 # One row per variant a shrink tried (opbyop.shrink): where a failing op starts failing. The op-level

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from prefect import task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
 from storage.aggregate import NightlySummary, nightly_for
 from storage.catalog import build_catalog
+from storage.dataset import Store
 from storage.readonly import QueryResult
 from storage.report import write_report
 
@@ -76,4 +77,15 @@ def publish(store_root: Path, run_id: str, report_path: Path, phases: dict[str, 
     path = write_report(store_root, run_id, report_path)
     create_markdown_artifact(markdown=report_markdown(summary, path.resolve(), phases or {}), key="report",
                              description=f"report of run {run_id}")
+    publish_device_time(store_root, run_id)
     return path
+
+
+def publish_device_time(store_root: Path, run_id: str, n: int = 20) -> None:
+    """The op occurrences with the most simulated device time, as a table artifact."""
+    from storage.report import device_time
+
+    rows = device_time(Store(store_root), run_id, n)
+    create_table_artifact(table=rows or [{"op": "nothing ran on the simulated device"}], key="device-time",
+                          description=f"run {run_id}: the {len(rows)} op occurrences with the most simulated device "
+                                      f"time (all of it for tt-perf-report: opbyop export perf --run {run_id})")

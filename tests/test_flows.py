@@ -66,6 +66,10 @@ def test_analyze_fans_out_one_task_per_op_and_stores_every_result(harness, home)
     assert {"run-summary", "regressions", "report"} <= set(artifacts)
     report = artifacts["report"]  # what the HTML report shows first, readable in the UI (no file:// link)
     assert "file://" not in report and "| mlp | GOLDEN |" in report and "fan-out" in report
+    # the ops with the most simulated device time, as a table; the model's graph kept for Model Explorer
+    assert "device-time" in artifacts and "MatmulDeviceOperation" in artifacts["device-time"]
+    assert 'id="device-time-table"' in html and '"device_time":[{' in html
+    assert all(m.summary.module_artifact for m in store.models(summary.run_id))
 
 
 def test_a_dask_worker_dying_fails_only_its_op(harness, home, clean_env):

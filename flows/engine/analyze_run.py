@@ -40,7 +40,7 @@ from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.pipeline import Prepared, prepare, run_manifest_path, summarize, write_manifest
+from opbyop.pipeline import Prepared, prepare, run_manifest_path, store_modules, summarize, write_manifest
 from opbyop.records import OpResult, RunInfo, RunStatus, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import WorkerStartError, parameter_indices
@@ -83,6 +83,7 @@ class AnalyzeRun:
     target: Target = field(init=False)
     out: FanOut = field(default_factory=FanOut)
     prepared: Prepared | None = None
+    modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
 
     def __post_init__(self) -> None:
         self.clock = PhaseClock(self.handoff.phases, self.handoff.started)
@@ -152,6 +153,7 @@ class AnalyzeRun:
         for op in prepared.unique:
             self.workspace.ops.put(op)
         write_manifest(prepared, run_manifest_path(self.workspace.root, self.run_id))
+        self.modules = store_modules(prepared, self.workspace.artifacts)  # each model's graph, for Model Explorer
         self.prepared = prepared
         return prepared
 
@@ -236,7 +238,8 @@ class AnalyzeRun:
 
     def model_summaries(self) -> list:
         prepared = self.prepared
-        models = [summarize(name, prepared, self.out.wholes.get(name)) for name in prepared.graphs]
+        models = [summarize(name, prepared, self.out.wholes.get(name)).model_copy(
+            update={"module_artifact": self.modules.get(name)}) for name in prepared.graphs]
         return models + [summarize(spec, prepared) for spec in prepared.errors]
 
     def summary(self) -> RunSummary:

@@ -1,0 +1,1 @@
+"""opbyop's Model Explorer extension: Model Explorer imports an extension as `<package>.main`."""
