@@ -70,7 +70,7 @@ class OpAnalyzer:
                                  known=upstream.load(op, self.artifacts))
             binary = self.device.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
             result.narrowing = _narrowing(op, binary, inputs)
-            outputs, run = self.device.run_binary(binary, inputs)
+            outputs, run = self.device.run_binary(binary, inputs, stablehlo=op.module_text)
         except SimulationError as e:
             result.device = e.run
             return _finish(result, e.status, Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
@@ -121,7 +121,7 @@ class OpAnalyzer:
         device = self.device.device_for(binary.program.spec)
         device.memory.reset_peaks()
         try:
-            run = run_stitched(device, binary, values, model.parameters, model.iterations)
+            run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text)
         except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
             message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
             status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
@@ -130,8 +130,8 @@ class OpAnalyzer:
                                     seconds=time.perf_counter() - started)
         finally:
             device.release_constants()
-        steady = run.steady.model_copy(update={"peak_dram_bytes": device.memory.peak_dram,
-                                               "peak_l1_bytes": device.memory.peak_l1_per_core})
+        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(  # a mesh run has its chips' peaks
+            update={"peak_dram_bytes": device.memory.peak_dram, "peak_l1_bytes": device.memory.peak_l1_per_core})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
                                   iterations=run.iterations, seconds=time.perf_counter() - started)
         progress("golden")

@@ -13,6 +13,7 @@ the program's; without one it is inferred from the global and per-chip shapes.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -28,7 +29,9 @@ from opbyop.device.mesh import (LinkSpec, Mesh, MeshError, ModuleShardings, Shar
 from opbyop.device.mesh_executor import MeshExecutor, mesh_unsupported_ops
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary, as_host_type, get_layout, input_shape, to_device, to_host, to_layout
+from opbyop.device.stitch import StitchedRun
 from opbyop.device.tensor import DeviceTensor
+from opbyop.device.transfers import TransferTotals
 from opbyop.records import DeviceRun
 
 ChipTensors = list[DeviceTensor]  # one tensor per chip, row-major
@@ -200,3 +203,61 @@ class MeshSimulator:
         for mesh in self._meshes.values():
             mesh.close()
         self._meshes.clear()
+
+
+def _mesh_transfers(mesh: Mesh) -> TransferTotals:
+    return functools.reduce(lambda a, b: a + b, (d.transfers.totals for d in mesh.devices))
+
+
+def run_stitched_mesh(mesh: Mesh, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
+                      iterations: int = 2, stablehlo: str | None = None,
+                      policy: Policy = Policy.FEWEST_CYCLES) -> StitchedRun:
+    """A whole sharded model on its mesh: each weight's shards pushed to their chips once, program 0
+    run `iterations` times, activations never leaving the chips; the outputs gathered at the end."""
+    started = time.perf_counter()
+    expected = len(binary.function(0).arguments)
+    if expected != len(values):
+        raise SimulationError(f"the compiled program takes {expected} arguments, the model has {len(values)}")
+    try:
+        shardings = resolve_shardings(binary, values, mesh.shape, stablehlo)
+    except MeshError as e:
+        raise SimulationError(f"cannot split the model's arguments over the mesh: {e}") from None
+    for device in mesh.devices:
+        device.memory.reset_peaks()
+
+    def push(i: int, what: str) -> ChipTensors:
+        return to_mesh(values[i], mesh, shardings.inputs[i], get_layout(binary, 0, i), name=f"{what} {i}",
+                       shape=input_shape(binary, 0, i))
+
+    before = _mesh_transfers(mesh)
+    resident = {i: push(i, "weight") for i in parameters}
+    pushed = sum(t.buffer.nbytes for ts in resident.values() for t in ts if t.buffer is not None)
+    weight_transfers = _mesh_transfers(mesh) - before
+    iteration_transfers: list[TransferTotals] = []
+    runs: list[DeviceRun] = []
+    outputs: list[ChipTensors] = []
+    inputs: dict[int, ChipTensors] = {}
+    try:
+        for _ in range(max(1, iterations)):
+            before = _mesh_transfers(mesh)
+            for tensors in outputs:
+                release(tensors)
+            inputs = {i: push(i, "input") for i in range(len(values)) if i not in resident}
+            outputs, run = submit_mesh(mesh, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))],
+                                       policy)
+            runs.append(run)
+            for tensors in inputs.values():
+                release(tensors)
+            inputs = {}
+            iteration_transfers.append(_mesh_transfers(mesh) - before)
+        before = _mesh_transfers(mesh)
+        host = [from_mesh(tensors, mesh, shardings.outputs[k]) for k, tensors in enumerate(outputs)]
+        iteration_transfers[-1] = iteration_transfers[-1] + (_mesh_transfers(mesh) - before)
+    finally:  # also after a failed program: release everything this run holds
+        for tensors in [*outputs, *inputs.values(), *resident.values()]:
+            release(tensors)
+        for device in mesh.devices:
+            device.release_constants()
+    return StitchedRun(outputs=host, first=runs[0], steady=runs[-1], iterations=len(runs),
+                       weight_bytes_pushed=pushed, seconds=time.perf_counter() - started,
+                       weight_transfers=weight_transfers, iteration_transfers=iteration_transfers)
