@@ -250,3 +250,35 @@ def test_tensors_pushed_to_a_mesh_come_back_whole():
     assert [t.shape for t in tensors] == [(32, 32)] * 4
     assert all(t.device is d for t, d in zip(tensors, mesh.devices))
     np.testing.assert_array_equal(from_mesh(tensors, mesh, sharding), full)
+
+
+def test_the_device_simulator_runs_a_mesh_program_on_global_inputs():
+    from opbyop.device.simulator import DeviceSimulator
+
+    case = DATA / "4xp150" / "psum_scatter"
+    simulator = DeviceSimulator()
+    binary = simulator.load((case / "ttnn_runtime.mlir").read_text())
+    x = np.random.default_rng(10).standard_normal((128, 128)).astype(np.float32)
+    try:
+        (out,), run = simulator.run_binary(binary, [x], stablehlo=(case / "stablehlo.mlir").read_text())
+    finally:
+        simulator.close()
+    np.testing.assert_allclose(out, sum(np.split(x, 4, axis=1)), rtol=1e-5, atol=1e-5)
+    assert run.mesh_shape == [1, 4] and run.topology == "ring"
+    assert [c.op for c in run.collectives] == ["ttnn.reduce_scatter"]
+
+
+def test_a_whole_sharded_model_runs_stitched_on_its_mesh_with_weights_pushed_once():
+    from opbyop.device.runtime import open_device
+    from opbyop.device.stitch import run_stitched
+
+    case = DATA / "p300" / "matmul_allreduce"
+    binary = Binary.load((case / "ttnn_runtime.mlir").read_text())
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((32, 128)).astype(np.float32) / 8, rng.standard_normal((128, 64)).astype(np.float32) / 8
+    run = run_stitched(open_device(binary.program.spec), binary, [x, w], parameters=[1], iterations=3,
+                       stablehlo=(case / "stablehlo.mlir").read_text())
+    assert np.corrcoef(run.outputs[0].ravel(), np.tanh(x @ w).ravel())[0, 1] > 0.9999
+    assert run.weight_transfers.to_device_tensors == 2  # one shard per chip, once
+    assert [t.to_device_tensors for t in run.iteration_transfers] == [2, 2, 2]  # only x's shards move
+    assert run.steady.collective_bytes > 0 and len(run.steady.chip_peak_dram_bytes) == 2
