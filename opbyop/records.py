@@ -261,7 +261,7 @@ class DeviceRun(BaseModel):
     chip_peak_dram_bytes: list[int] = Field(default_factory=list)  # per chip
     collectives: list[CollectiveRun] = Field(default_factory=list)
     collective_bytes: int = 0  # payload bytes of every collective
-    collective_cycles: int = 0  # cycles spent in collectives (within `cycles`)
+    collective_cycles: int = 0  # summed over collectives (those on disjoint chips overlap in `cycles`)
 
 
 class GoldenComparison(BaseModel):

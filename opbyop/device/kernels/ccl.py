@@ -43,6 +43,11 @@ class MeshCall:
         return int(value.nbytes)
 
     def groups(self) -> list[list[int]]:
+        """The chips the op joins, group by group: a point_to_point only its sender and receiver
+        (other chips go on with their own ops), a CCL op each row or column of its cluster_axis."""
+        if self.op.name == "ttnn.point_to_point":
+            ends = [self.mesh.index(_coord(self.attr("sender_coord"))), self.mesh.index(_coord(self.attr("receiver_coord")))]
+            return [list(dict.fromkeys(ends))]
         axis = self.attr("cluster_axis")
         if axis is None:
             return [list(range(self.mesh.size))]
