@@ -297,3 +297,11 @@ def test_point_to_points_between_disjoint_chips_overlap_in_the_runs_cycles(simul
     compute = sum(p.cycles for p in run.placements)  # one chip's own ops
     each = run.collectives[0].cycles
     assert run.cycles == compute + 2 * each  # a chip waits for its own two transfers, not all eight
+
+
+def test_a_mesh_program_run_without_its_module_says_the_results_need_the_shardings(simulator):
+    from opbyop.device.mesh import MeshError
+
+    case = DATA / "p300" / "psum_scatter"
+    with pytest.raises(MeshError, match="pass the StableHLO module"):
+        simulator.run((case / "ttnn_runtime.mlir").read_text(), [np.zeros((64, 64), np.float32)])

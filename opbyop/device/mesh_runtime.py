@@ -131,6 +131,9 @@ def resolve_shardings(binary: Binary, inputs: Sequence[np.ndarray], mesh_shape: 
         given = declared.inputs[i] if i < len(declared.inputs) else None
         local = function.argument_types[i].shape if function.argument_types[i] is not None else np.shape(x)
         ins.append(given or infer_sharding(np.shape(x), local, mesh_shape))
+    if stablehlo is None and function.return_types:
+        raise MeshError("the program's results cannot be gathered without the module's shardings (a per-chip "
+                        "result may be a shard or a replica)", "pass the StableHLO module the program was compiled from")
     outs = []
     for k, t in enumerate(function.return_types):
         given = declared.outputs[k] if k < len(declared.outputs) else None
@@ -171,10 +174,7 @@ class MeshSimulator:
                    shardings: MeshShardings | None = None) -> MeshResult:
         started = time.perf_counter()
         mesh = self.mesh_for(binary.program.spec, program_mesh_shape(binary.program.text))
-        try:
-            shardings = shardings or resolve_shardings(binary, inputs, mesh.shape, stablehlo)
-        except MeshError as e:
-            raise SimulationError(f"cannot split the inputs over the mesh: {e}") from None
+        shardings = shardings or resolve_shardings(binary, inputs, mesh.shape, stablehlo)  # MeshError: the caller's
         for device in mesh.devices:
             device.memory.reset_peaks()
         pushed: list[ChipTensors] = []
