@@ -182,7 +182,16 @@ def _blocks(a, n, axis):
     return np.split(a, n, axis=axis)
 
 
+def _tp_mlp(x, w1, b1, w2, g):
+    """gelu(x @ w1 + b1) @ w2 + x, rms-normalised: the tensor-parallel MLP of tests/data/mesh/*/tp_mlp."""
+    h = x @ w1 + b1
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    y = x + h @ w2
+    return y / np.sqrt(np.mean(y * y, axis=-1, keepdims=True) + 1e-6) * g
+
+
 _REFERENCE = {
+    "tp_mlp": lambda x, n: _tp_mlp(*[v.astype(np.float64) for v in x]),
     "matmul_allreduce": lambda x, n: np.tanh(x[0] @ x[1]), "gspmd_matmul": lambda x, n: x[0] @ x[1],
     "mesh2d_matmul": lambda x, n: x[0] @ x[1],
     "add_gather_out": lambda x, n: x[0] + x[1], "add_sharded": lambda x, n: x[0] * x[1] + 1,
@@ -305,3 +314,27 @@ def test_a_mesh_program_run_without_its_module_says_the_results_need_the_shardin
     case = DATA / "p300" / "psum_scatter"
     with pytest.raises(MeshError, match="pass the StableHLO module"):
         simulator.run((case / "ttnn_runtime.mlir").read_text(), [np.zeros((64, 64), np.float32)])
+
+
+@pytest.mark.parametrize("board", ["p300", "8xp150"])
+def test_a_tensor_parallel_mlp_runs_whole_and_stitched_on_its_mesh(board):
+    """Columns of w1 and rows of w2 split over the chips (and the batch over the rows of a 2x4 mesh):
+    weights pushed once as shards, one all_reduce per step, the result the unsharded model's."""
+    from opbyop.device.runtime import open_device
+    from opbyop.device.stitch import run_stitched
+
+    case = DATA / board / "tp_mlp"
+    module = (case / "stablehlo.mlir").read_text()
+    binary = Binary.load((case / "ttnn_runtime.mlir").read_text())
+    rng = np.random.default_rng(13)
+    values = [(rng.standard_normal(s) / np.sqrt(s[0] if len(s) > 1 else 1)).astype(np.float32)
+              for s in module_shapes(module)[0]]
+    run = run_stitched(open_device(binary.program.spec), binary, values, parameters=[1, 2, 3, 4], iterations=2,
+                       stablehlo=module)
+    want = _tp_mlp(*[v.astype(np.float64) for v in values])
+    assert np.corrcoef(run.outputs[0].ravel(), want.ravel())[0, 1] > 0.99999
+    chips = {"p300": 2, "8xp150": 8}[board]
+    assert run.weight_transfers.to_device_tensors == 4 * chips
+    assert [t.to_device_tensors for t in run.iteration_transfers] == [chips, chips]  # x's shards only
+    assert [c.op for c in run.steady.collectives] == ["ttnn.all_reduce"]
+    assert len(set(run.steady.chip_peak_dram_bytes)) == 1 and len(run.steady.chip_peak_dram_bytes) == chips
