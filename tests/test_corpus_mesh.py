@@ -59,3 +59,20 @@ def test_each_cases_reference_agrees_with_the_collective_kernels_on_its_shards(c
     out, _ = KERNELS[_ttnn_op(case).name](MeshCall(_ttnn_op(case), [[s] for s in shards], mesh))
     got = declared.outputs[0].gather([o[0] for o in out], mesh.shape)
     np.testing.assert_allclose(got, case.reference(x), rtol=1e-5, atol=1e-5)
+
+
+def test_the_multichip_corpus_is_written_as_verified_modules_with_a_manifest(tmp_path):
+    import json
+
+    from opbyop.corpus.mesh_catalog import MESH_MANIFEST, generate_mesh
+    from opbyop.errors import OpbyopError
+
+    entries = generate_mesh(tmp_path, [(1, 2), (2, 2)], ["f32"])
+    assert len(entries) == 7 + 14  # one axis on 1x2, two on 2x2
+    manifest = json.loads((tmp_path / MESH_MANIFEST).read_text())
+    assert {e["file"] for e in manifest} == {p.name for p in tmp_path.glob("*.mlir")}
+    assert "sdy.manual_computation" in (tmp_path / entries[0].file).read_text()
+    with pytest.raises(OpbyopError, match="no dtype f64"):
+        generate_mesh(tmp_path, [(1, 2)], ["f64"])
+    with pytest.raises(OpbyopError, match="fewer than two chips"):
+        generate_mesh(tmp_path, [(1, 1)], ["f32"])

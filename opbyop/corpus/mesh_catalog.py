@@ -11,10 +11,18 @@ per-chip simulation.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
+from jaxlib.mlir import ir
+from pydantic import BaseModel
+
+from opbyop.atomic import write_text
+from opbyop.errors import OpbyopError
+from opbyop.ir.context import make_context
 
 # Boards' meshes: p300 and n300 (1x2), 4x p150 (1x4, 2x2), 8x p150 / T3K (2x4, 1x8), Galaxy (4x8).
 MESH_SHAPES: tuple[tuple[int, int], ...] = ((1, 2), (1, 4), (2, 2), (1, 8), (2, 4), (4, 8))
@@ -168,6 +176,48 @@ def _all_to_all_reference(x: np.ndarray, n: int) -> np.ndarray:
 
 def mesh_cases(meshes: list[tuple[int, int]] | None = None, dtypes: list[str] | None = None) -> Iterator[MeshCase]:
     """Every multichip case for the named mesh shapes and dtypes (all by default)."""
+    unknown = [d for d in dtypes or [] if d not in DTYPES]
+    if unknown:
+        raise OpbyopError(f"the multichip corpus has no dtype {', '.join(unknown)}", f"use {', '.join(DTYPES)}")
+    small = [m for m in meshes or [] if min(m) < 1 or m[0] * m[1] < 2]
+    if small:
+        raise OpbyopError(f"mesh {small[0][0]}x{small[0][1]} has fewer than two chips", "use a shape such as 1x2 or 2x4")
     for mesh in meshes or list(MESH_SHAPES):
         for dtype in dtypes or list(DTYPES):
             yield from cases_for(mesh, dtype)
+
+
+MESH_MANIFEST = "mesh_corpus.json"
+
+
+class MeshEntry(BaseModel):
+    """What one multichip corpus file exercises."""
+
+    file: str
+    op: str  # stablehlo.<op>
+    variant: str
+    dtype: str
+    mesh: tuple[int, int]
+    axis: str
+    global_shape: list[int]  # of the argument
+
+
+def generate_mesh(out: Path, meshes: list[tuple[int, int]] | None = None,
+                  dtypes: list[str] | None = None) -> list[MeshEntry]:
+    """Write the selected multichip cases into `out` (created), each parsed and verified with jaxlib's
+    MLIR first, and their manifest; returns the entries."""
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = make_context()
+    entries = []
+    for case in mesh_cases(meshes, dtypes):
+        text = case.render()
+        try:
+            ir.Module.parse(text, ctx).operation.verify()
+        except ir.MLIRError as e:
+            raise OpbyopError(f"multichip corpus case {case.name} is not valid StableHLO: {e}",
+                              "fix its builder in opbyop/corpus/mesh_catalog.py") from None
+        write_text(out / f"{case.name}.mlir", text)
+        entries.append(MeshEntry(file=f"{case.name}.mlir", op=f"stablehlo.{case.op}", variant=case.variant,
+                                 dtype=case.dtype, mesh=case.mesh, axis=case.axis, global_shape=list(case.global_in)))
+    write_text(out / MESH_MANIFEST, json.dumps([e.model_dump() for e in entries], indent=1))
+    return entries
