@@ -11,9 +11,24 @@ import pytest
 
 from opbyop.corpus.mesh_catalog import mesh_cases
 from opbyop.device.arch import BLACKHOLE_P150, WORMHOLE_N150
-from opbyop.device.kernels.ccl import KERNELS as CCL, MeshCall
-from opbyop.device.mesh import Mesh, Sharding, Topology, Transfer, infer_sharding, module_shardings, program_mesh_shape
-from opbyop.device.mesh_runtime import MeshSimulator, from_mesh, module_shapes, submit_mesh, to_mesh
+from opbyop.device.kernels.ccl import KERNELS as CCL
+from opbyop.device.kernels.ccl import MeshCall
+from opbyop.device.mesh import (
+    Mesh,
+    Sharding,
+    Topology,
+    Transfer,
+    infer_sharding,
+    module_shardings,
+    program_mesh_shape,
+)
+from opbyop.device.mesh_runtime import (
+    MeshSimulator,
+    from_mesh,
+    module_shapes,
+    submit_mesh,
+    to_mesh,
+)
 from opbyop.device.program import Op
 from opbyop.device.runtime import Binary
 from opbyop.records import DeviceRun

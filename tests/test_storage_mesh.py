@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from opbyop.records import CollectiveRun, Status
@@ -22,7 +22,7 @@ def _mesh_result():
 def test_a_mesh_run_round_trips_with_its_chips_and_collectives(store_root: Path) -> None:
     mesh, single = _mesh_result(), samples.result(samples.ADD, Status.SUCCESS)
     store = Store(store_root)
-    store.write_run(samples.run_info("mesh", datetime(2026, 11, 24, tzinfo=timezone.utc), ["mlp"]), [],
+    store.write_run(samples.run_info("mesh", datetime(2026, 11, 24, tzinfo=UTC), ["mlp"]), [],
                     [mesh, single], [])
     back = {r.signature: r for r in store.results("mesh")}
     assert back[mesh.signature] == mesh
@@ -33,7 +33,7 @@ def _store_with_mesh_run(store_root: Path) -> tuple[Store, object]:
     mesh, single = _mesh_result(), samples.result(samples.ADD, Status.SUCCESS)
     ops = [samples.record("mlp", 0, samples.DOT), samples.record("mlp", 1, samples.ADD)]
     store = Store(store_root)
-    store.write_run(samples.run_info("mesh", datetime(2026, 11, 24, tzinfo=timezone.utc), ["mlp"]), ops,
+    store.write_run(samples.run_info("mesh", datetime(2026, 11, 24, tzinfo=UTC), ["mlp"]), ops,
                     [mesh, single], [samples.summary("mlp", ops)])
     return store, mesh
 
@@ -54,7 +54,7 @@ def test_report_and_optest_show_a_mesh_runs_collectives(store_root: Path) -> Non
     from storage import optest
     from storage.report import report_data
 
-    store, mesh = _store_with_mesh_run(store_root)
+    store, _ = _store_with_mesh_run(store_root)
     data = report_data(store.root, "mesh")
     assert [r["collective_cycles"] for r in data["mesh_ops"]] == [1100]
     tests = {t.op_name: t for t in optest.optests_for_run(store, "mesh")}

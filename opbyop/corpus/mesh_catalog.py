@@ -12,9 +12,9 @@ per-chip simulation.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 from jaxlib.mlir import ir
@@ -135,7 +135,7 @@ def cases_for(mesh: tuple[int, int], dtype: str) -> Iterator[MeshCase]:
         sharded_in = (other, (axis,))
         replicated_out = (other, ())
         groups_attr = _groups_attr(mesh, axis)
-        common = dict(dtype=dtype, mesh=mesh, axis=axis)
+        common = {"dtype": dtype, "mesh": mesh, "axis": axis}
         for variant, body in (("sum", "add"), ("max", "maximum")):
             yield MeshCase("all_reduce", variant, local_in=(_ROWS, _COLS), local_out=(_ROWS, _COLS), in_axes=sharded_in,
                            out_axes=replicated_out, attrs=f"{_CHANNEL}, {groups_attr}, use_global_device_ids",
@@ -168,8 +168,7 @@ def cases_for(mesh: tuple[int, int], dtype: str) -> Iterator[MeshCase]:
 
 def _all_to_all_reference(x: np.ndarray, n: int) -> np.ndarray:
     """Chip k gets piece k (columns) of every chip of its group, stacked by source along rows."""
-    rows, cols = x.shape
-    outer = rows // _ROWS
+    outer = x.shape[0] // _ROWS
     blocks = x.reshape(outer, _ROWS, n, n, _ROWS)  # [o, r, source j, piece k, c]
     return blocks.transpose(0, 2, 1, 3, 4).reshape(outer * n * _ROWS, n * _ROWS)
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -332,8 +332,8 @@ def module_shardings(stablehlo: str) -> ModuleShardings:
     out_shardings of a top-level `sdy.manual_computation` (shard_map), when there is one."""
     axes = sdy_mesh_axes(stablehlo)
     names = sdy_to_mesh_axes(axes) if axes else {}
-    head = re.search(r"func\.func public @main\((.*?)\)\s*->\s*\((.*?)\)\s*\{", stablehlo, re.S) or \
-        re.search(r"func\.func (?:public )?@main\((.*?)\)\s*->\s*\(?(.*?)\)?\s*(?:attributes.*?)?\{", stablehlo, re.S)
+    head = re.search(r"func\.func public @main\((.*?)\)\s*->\s*\((.*?)\)\s*\{", stablehlo, re.DOTALL) or \
+        re.search(r"func\.func (?:public )?@main\((.*?)\)\s*->\s*\(?(.*?)\)?\s*(?:attributes.*?)?\{", stablehlo, re.DOTALL)
     if head is None:
         raise MeshError("the module has no @main", "pass a StableHLO module with func.func @main")
     args = _split_signature(head.group(1))

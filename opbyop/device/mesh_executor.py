@@ -8,11 +8,18 @@ each chip keeps its own clock, and a collective starts when the last chip of its
 
 from __future__ import annotations
 
-from opbyop.device.executor import (CONTROL_OPS, Executor, NotSimulatedError, SimulationError, SimulatorBugError,
-                                    _short)
+from opbyop.device.executor import (
+    CONTROL_OPS,
+    Executor,
+    NotSimulatedError,
+    SimulationError,
+    SimulatorBugError,
+    _short,
+)
 from opbyop.device.kernels import KERNELS
 from opbyop.device.kernels.base import NotSimulated
-from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES, MeshCall
+from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
+from opbyop.device.kernels.ccl import MeshCall
 from opbyop.device.memory import OutOfMemory
 from opbyop.device.mesh import Mesh
 from opbyop.device.placement import PlacementError, Policy

@@ -16,19 +16,36 @@ from __future__ import annotations
 import functools
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError
 from opbyop.device.layout import Layout
-from opbyop.device.mesh import (LinkSpec, Mesh, MeshError, ModuleShardings, Sharding, Topology, infer_sharding,
-                                module_shardings, program_mesh_shape)
+from opbyop.device.mesh import (
+    LinkSpec,
+    Mesh,
+    MeshError,
+    ModuleShardings,
+    Sharding,
+    Topology,
+    infer_sharding,
+    module_shardings,
+    program_mesh_shape,
+)
 from opbyop.device.mesh_executor import MeshExecutor, mesh_unsupported_ops
 from opbyop.device.placement import Policy
-from opbyop.device.runtime import Binary, as_host_type, get_layout, input_shape, to_device, to_host, to_layout
+from opbyop.device.runtime import (
+    Binary,
+    as_host_type,
+    get_layout,
+    input_shape,
+    to_device,
+    to_host,
+    to_layout,
+)
 from opbyop.device.stitch import StitchedRun
 from opbyop.device.tensor import DeviceTensor
 from opbyop.device.transfers import TransferTotals
@@ -102,7 +119,7 @@ _RESULT_TYPES = re.compile(r"tensor<((?:\d+x)*)[a-z]\w*>")
 
 def module_shapes(stablehlo: str) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """Global shapes of @main's arguments and results, from the module's signature."""
-    m = re.search(r"func\.func (?:public )?@main\((.*?)\)\s*->\s*(.*?)\{", stablehlo, re.S)
+    m = re.search(r"func\.func (?:public )?@main\((.*?)\)\s*->\s*(.*?)\{", stablehlo, re.DOTALL)
     if m is None:
         raise MeshError("the module has no @main", "pass a StableHLO module with func.func @main")
 

@@ -10,14 +10,14 @@ sends each chip the slice it reduces, all_reduce is a reduce_scatter then an all
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from opbyop.device.kernels.base import NotSimulated
 from opbyop.device.mesh import Mesh, Sharding, Transfer
-from opbyop.device.program import Op, TensorType
+from opbyop.device.program import Op
 
 
 @dataclass
@@ -217,7 +217,3 @@ KERNELS: dict[str, Callable[[MeshCall], Result]] = {
     "ttnn.point_to_point": point_to_point, "ttnn.all_to_all": all_to_all,
     "ttnn.collective_permute": collective_permute, "ttnn.mesh_shard": mesh_shard,
 }
-
-
-def result_types(op: Op) -> list[TensorType | None]:
-    return op.result_types
