@@ -229,10 +229,10 @@ def simulator():
 @pytest.mark.parametrize("case", _CASES, ids=[f"{c.parent.name}-{c.name}" for c in _CASES])
 def test_a_compiled_mesh_program_matches_the_unsharded_numpy_result(case, simulator):
     program, module = (case / "ttnn_runtime.mlir").read_text(), (case / "stablehlo.mlir").read_text()
-    chips = {"p300": 2, "4xp150": 4, "8xp150": 8}[case.parent.name]
+    chips = {"p300": 2, "4xp150": 4, "8xp150": 8, "galaxy": 32}[case.parent.name]
     shapes, _ = module_shapes(module)
     rng = np.random.default_rng(0)
-    corpus = {c.name: c for c in mesh_cases([(2, 4)])}.get(case.name)  # cases of the multichip corpus
+    corpus = {c.name: c for c in mesh_cases([(2, 4), (4, 8)])}.get(case.name)  # cases of the multichip corpus
     dtype = {"bf16": ml_dtypes.bfloat16, "i32": np.int32}.get(corpus.dtype if corpus else "f32", np.float32)
     inputs = [(rng.integers(-8, 8, s) if dtype is np.int32 else rng.standard_normal(s)).astype(dtype) for s in shapes]
     result = simulator.run(program, inputs, stablehlo=module)
