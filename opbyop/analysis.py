@@ -27,7 +27,7 @@ from opbyop.golden.narrowing import narrowed_type, narrowing
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
-from opbyop.ir.mesh import MeshMismatchError, module_mesh
+from opbyop.ir.mesh import MeshMismatchError
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.config import AnalysisSettings
 
@@ -68,16 +68,13 @@ class OpAnalyzer:
             return _finish(result, Status.SKIPPED, Stage.FLATBUFFER, None, "device run not requested")
 
         progress("device_run")
-        unsimulated = self._mesh_not_simulated(op.module_text)
-        if unsimulated is not None:
-            return _finish(result, Status.NOT_SIMULATED, Stage.FLATBUFFER, Stage.DEVICE_RUN, unsimulated)
         self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
         try:
             inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
                                  known=upstream.load(op, self.artifacts))
             binary = self.device.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
             result.narrowing = _narrowing(op, binary, inputs)
-            outputs, run = self.device.run_binary(binary, inputs)
+            outputs, run = self.device.run_binary(binary, inputs, stablehlo=op.module_text)
         except SimulationError as e:
             result.device = e.run
             return _finish(result, e.status, Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
@@ -105,15 +102,6 @@ class OpAnalyzer:
             return _finish(result, Status.GOLDEN_FAILED, Stage.DEVICE_RUN, Stage.GOLDEN, verdict(comparison))
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
 
-    def _mesh_not_simulated(self, module_text: str) -> str | None:
-        """Why a program compiled for a mesh cannot run on this simulator (None: it can). A mesh
-        program takes per-device shards: run on one simulated chip it would give wrong numbers,
-        never a verdict against the device."""
-        devices = mesh_devices(module_text)
-        if devices <= 1 or getattr(self.device, "simulates_meshes", False):
-            return None
-        return f"not simulated: a program for a mesh of {devices} devices (this simulator is one chip)"
-
     def analyze_whole(self, model: WholeModel, settings: AnalysisSettings, request_id: str,
                       progress: ProgressFn = lambda stage: None) -> WholeModelResult:
         """The whole module compiled at once, then run stitched against the framework's output (or,
@@ -131,17 +119,13 @@ class OpAnalyzer:
             return WholeModelResult(status=Status.SKIPPED, depth=Stage.FLATBUFFER, compile=outcome,
                                     message="device run not requested", seconds=time.perf_counter() - started)
         progress("device_run")
-        unsimulated = self._mesh_not_simulated(model.module_text)
-        if unsimulated is not None:
-            return WholeModelResult(status=Status.NOT_SIMULATED, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
-                                    message=unsimulated, compile=outcome, seconds=time.perf_counter() - started)
         self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
         values, references = model.load_values()
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
         device = self.device.device_for(binary.program.spec)
         device.memory.reset_peaks()
         try:
-            run = run_stitched(device, binary, values, model.parameters, model.iterations)
+            run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text)
         except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
             message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
             status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
@@ -150,8 +134,8 @@ class OpAnalyzer:
                                     seconds=time.perf_counter() - started)
         finally:
             device.release_constants()
-        steady = run.steady.model_copy(update={"peak_dram_bytes": device.memory.peak_dram,
-                                               "peak_l1_bytes": device.memory.peak_l1_per_core})
+        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(  # a mesh run has its chips' peaks
+            update={"peak_dram_bytes": device.memory.peak_dram, "peak_l1_bytes": device.memory.peak_l1_per_core})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
                                   iterations=run.iterations, seconds=time.perf_counter() - started)
         progress("golden")
@@ -172,12 +156,6 @@ class OpAnalyzer:
             result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
             result.message = comparison.message or f"output differs from the {result.reference}'s: pcc {comparison.pcc}"
         return result
-
-
-def mesh_devices(module_text: str) -> int:
-    """How many devices a module is compiled for (1 unless it is sharded over a mesh)."""
-    mesh = module_mesh(module_text)
-    return mesh.devices if mesh is not None else 1
 
 
 @dataclass(frozen=True)

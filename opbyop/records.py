@@ -239,6 +239,18 @@ class OpPlacement(BaseModel):
     policy: str = ""  # the balancer policy that chose it (fewest_cycles | fewest_cores | nlp)
 
 
+class CollectiveRun(BaseModel):
+    """One collective of a mesh program: what it moved over the chips' Ethernet links and its cost."""
+
+    op: str  # ttnn.all_reduce, ttnn.all_gather ...
+    cluster_axis: int | None = None  # the mesh axis it joins chips along (None: every chip)
+    group_size: int = 1  # chips in each group it joins
+    payload_bytes: int = 0  # bytes the chips sent, each send once
+    link_bytes: int = 0  # bytes summed over every directed link crossed
+    hops: int = 0  # the longest route, in links
+    cycles: int = 0  # busiest link's bytes over its bandwidth, plus hops x per-hop latency
+
+
 class DeviceRun(BaseModel):
     """One simulated run of a compiled TTNN program."""
 
@@ -250,6 +262,14 @@ class DeviceRun(BaseModel):
     placements: list[OpPlacement] = Field(default_factory=list)
     seconds: float = 0.0
     message: str | None = None
+    # a mesh program (several chips): empty / None / 0 for one chip
+    mesh_shape: list[int] = Field(default_factory=list)  # rows, columns
+    topology: str | None = None  # linear | ring | mesh2d | torus2d
+    chip_peak_l1_bytes: list[int] = Field(default_factory=list)  # per chip (row-major), per core
+    chip_peak_dram_bytes: list[int] = Field(default_factory=list)  # per chip
+    collectives: list[CollectiveRun] = Field(default_factory=list)
+    collective_bytes: int = 0  # payload bytes of every collective
+    collective_cycles: int = 0  # summed over collectives (those on disjoint chips overlap in `cycles`)
 
 
 class GoldenComparison(BaseModel):

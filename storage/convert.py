@@ -15,7 +15,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from opbyop.records import (
-    COMPILE_STAGES, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OpPlacement,
+    COMPILE_STAGES, CollectiveRun, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OpPlacement,
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
@@ -109,6 +109,11 @@ def _device_columns(d: DeviceRun | None, prefix: str = "") -> dict[str, Any]:
         f"{prefix}peak_dram_bytes": d.peak_dram_bytes,
         f"{prefix}placements": [_placement(p) for p in d.placements],
         f"{prefix}device_s": d.seconds, f"{prefix}device_message": d.message,
+        f"{prefix}device_mesh_shape": list(d.mesh_shape), f"{prefix}device_topology": d.topology,
+        f"{prefix}chip_peak_l1_bytes": list(d.chip_peak_l1_bytes),
+        f"{prefix}chip_peak_dram_bytes": list(d.chip_peak_dram_bytes),
+        f"{prefix}collectives": [c.model_dump() for c in d.collectives],
+        f"{prefix}collective_bytes": d.collective_bytes, f"{prefix}collective_cycles": d.collective_cycles,
     }
 
 
@@ -237,6 +242,12 @@ def _device_from(row: dict[str, Any], prefix: str = "") -> DeviceRun | None:
         peak_dram_bytes=row[f"{prefix}peak_dram_bytes"],
         placements=[_placement_from(p) for p in row[f"{prefix}placements"] or []],
         seconds=row[f"{prefix}device_s"], message=row[f"{prefix}device_message"],
+        mesh_shape=row.get(f"{prefix}device_mesh_shape") or [], topology=row.get(f"{prefix}device_topology"),
+        chip_peak_l1_bytes=row.get(f"{prefix}chip_peak_l1_bytes") or [],
+        chip_peak_dram_bytes=row.get(f"{prefix}chip_peak_dram_bytes") or [],
+        collectives=[CollectiveRun(**c) for c in row.get(f"{prefix}collectives") or []],
+        collective_bytes=row.get(f"{prefix}collective_bytes") or 0,
+        collective_cycles=row.get(f"{prefix}collective_cycles") or 0,
     )
 
 

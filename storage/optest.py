@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from opbyop.atomic import write_text
-from opbyop.records import COMPILE_STAGES, OpRecord, OpResult, RunInfo, Stage, Status, TensorDesc
+from opbyop.records import COMPILE_STAGES, DeviceRun, OpRecord, OpResult, RunInfo, Stage, Status, TensorDesc
 from storage.dataset import Store
 
 BACKEND = "tt-mlir"
@@ -105,6 +105,15 @@ def _grid(result: OpResult) -> list[int]:
     return []
 
 
+def _mesh_config(device: DeviceRun) -> dict:
+    """A mesh run's shape, topology, per-chip peaks and collectives (bytes and cycles)."""
+    return {"mesh_shape": list(device.mesh_shape), "topology": device.topology,
+            "chip_peak_dram_bytes": list(device.chip_peak_dram_bytes),
+            "chip_peak_l1_bytes": list(device.chip_peak_l1_bytes),
+            "collectives": [c.model_dump() for c in device.collectives],
+            "collective_bytes": device.collective_bytes, "collective_cycles": device.collective_cycles}
+
+
 def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend: str,
            github_job_id: int = 0) -> OpTest:
     first = min(occurrences, key=lambda o: o.position)
@@ -125,6 +134,7 @@ def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend
         "plugin_version": run.plugin_version, "worker": result.worker, "reused_from": result.reused_from,
         "pcc": result.golden.pcc if result.golden else None,
         "cycles": result.device.cycles if result.device else None,
+        **(_mesh_config(result.device) if result.device and result.device.mesh_shape else {}),
         "compile_seconds": {s.value: result.compile.stage_seconds[s] for s in COMPILE_STAGES
                             if result.compile and s in result.compile.stage_seconds},
     }

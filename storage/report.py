@@ -42,6 +42,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         ops = run_query(con, "run_ops", run_id=run_id).records()
         models = run_query(con, "run_models", run_id=run_id).records()
         gaps = run_query(con, "opbyop_gaps", run_id=run_id).records()
+        mesh_ops = run_query(con, "mesh_collectives", run_id=run_id).records()
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
     if expectations is not None:
@@ -63,6 +64,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "models": models,
         "ops": ops,
         "gaps": gaps,
+        "mesh_ops": mesh_ops,
         "expectations": expectation_report,
         "skipped": skipped,
         "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),

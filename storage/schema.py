@@ -19,6 +19,7 @@ from opbyop.records import Status
 SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
+#                     device_mesh_shape, device_topology, per-chip peaks, collectives
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -89,6 +90,17 @@ def compile_fields(prefix: str = "") -> list[pa.Field]:
     ]
 
 
+COLLECTIVE = pa.struct([
+    pa.field("op", pa.string()),
+    pa.field("cluster_axis", pa.int64()),
+    pa.field("group_size", pa.int64()),
+    pa.field("payload_bytes", pa.int64()),
+    pa.field("link_bytes", pa.int64()),
+    pa.field("hops", pa.int64()),
+    pa.field("cycles", pa.int64()),
+])
+
+
 def device_fields(prefix: str = "") -> list[pa.Field]:
     """One DeviceRun, flattened."""
     return [
@@ -100,6 +112,14 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
         pa.field(f"{prefix}placements", pa.list_(PLACEMENT)),
         pa.field(f"{prefix}device_s", pa.float64()),
         pa.field(f"{prefix}device_message", pa.string()),
+        # a mesh run (several chips); empty lists / nulls / 0 for one chip
+        pa.field(f"{prefix}device_mesh_shape", pa.list_(pa.int64())),  # rows, columns
+        pa.field(f"{prefix}device_topology", pa.string()),
+        pa.field(f"{prefix}chip_peak_l1_bytes", pa.list_(pa.int64())),  # per chip, row-major
+        pa.field(f"{prefix}chip_peak_dram_bytes", pa.list_(pa.int64())),
+        pa.field(f"{prefix}collectives", pa.list_(COLLECTIVE)),
+        pa.field(f"{prefix}collective_bytes", pa.int64()),
+        pa.field(f"{prefix}collective_cycles", pa.int64()),
     ]
 
 

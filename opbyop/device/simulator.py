@@ -9,6 +9,8 @@ import numpy as np
 
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
+from opbyop.device.mesh import program_mesh_shape
+from opbyop.device.mesh_runtime import MeshSimulator
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import (Binary, Device, as_host_type, get_layout, input_shape, open_device, run_of, submit,
                                    to_device, to_host)
@@ -24,6 +26,7 @@ class DeviceSimulator:
         self.harvesting_mask = harvesting_mask
         self.policy = policy
         self._devices: dict[DeviceSpec, Device] = {}
+        self._mesh: MeshSimulator | None = None  # made when the first mesh program runs
 
     def configure(self, harvesting_mask: int, policy: Policy) -> None:
         """The device set-up of the next runs (devices of each set-up stay open, keyed by their spec)."""
@@ -43,8 +46,17 @@ class DeviceSimulator:
         """Outputs of the program's entry on `inputs`, and what the run cost; SimulationError on failure."""
         return self.run_binary(self.load(program_text), inputs)
 
-    def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], DeviceRun]:
-        """Like run, for a program already loaded (its types read before the run, e.g. for narrowing)."""
+    def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray],
+                   stablehlo: str | None = None) -> tuple[list[np.ndarray], DeviceRun]:
+        """Like run, for a program already loaded (its types read before the run, e.g. for narrowing).
+        A program compiled for a mesh runs on a mesh of chips: `inputs` are global tensors, split as
+        the op's module (`stablehlo`, its Shardy shardings) says, and the outputs come back gathered."""
+        if program_mesh_shape(binary.program.text) != (1, 1):
+            if self._mesh is None:
+                self._mesh = MeshSimulator(self.policy)
+            self._mesh.policy = self.policy
+            result = self._mesh.run_binary(binary, inputs, stablehlo)
+            return result.outputs, result.run
         started = time.perf_counter()
         device = self.device_for(binary.program.spec)
         device.memory.reset_peaks()
@@ -72,3 +84,5 @@ class DeviceSimulator:
         for device in self._devices.values():
             device.close()
         self._devices.clear()
+        if self._mesh is not None:
+            self._mesh.close()

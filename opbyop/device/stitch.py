@@ -32,8 +32,18 @@ class StitchedRun:
 
 
 def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
-                 iterations: int = 2) -> StitchedRun:
-    """Run program 0 `iterations` times; arguments listed in `parameters` are pushed once."""
+                 iterations: int = 2, stablehlo: str | None = None) -> StitchedRun:
+    """Run program 0 `iterations` times; arguments listed in `parameters` are pushed once. A program
+    compiled for a mesh runs on a mesh of `device`'s chips, split as `stablehlo`'s shardings say."""
+    from opbyop.device.mesh import Mesh, program_mesh_shape  # the mesh runtime builds on this module
+    from opbyop.device.mesh_runtime import run_stitched_mesh
+
+    if (shape := program_mesh_shape(binary.program.text)) != (1, 1):
+        mesh = Mesh(device.spec, shape)
+        try:
+            return run_stitched_mesh(mesh, binary, values, parameters, iterations, stablehlo)
+        finally:
+            mesh.close()
     started = time.perf_counter()
     expected = len(binary.function(0).arguments)
     if expected != len(values):

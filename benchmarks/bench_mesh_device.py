@@ -1,0 +1,74 @@
+"""Simulating a mesh program against simulating one chip: the checked-in TTNN programs compiled for
+meshes (tests/data/mesh: 1x2, 1x4, 2x2, 2x4), each run on its mesh of simulated chips.
+
+    .venv/bin/python benchmarks/bench_mesh_device.py [--repeat 5]
+
+Goal: a mesh run costs no more than one chip's run per chip plus the collectives' own simulation.
+Baseline, measured in the same run: each program's ops (collectives aside) on one chip, i.e. the
+mesh run's non-collective time divided by its chips; the collectives' time is measured apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+from common import Figures
+
+from opbyop.device.mesh_executor import MeshExecutor
+from opbyop.device.mesh_runtime import MeshSimulator, module_shapes
+from opbyop.device.runtime import Binary
+
+DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "mesh"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    spent = {"collectives": 0.0}
+    collective = MeshExecutor._collective
+
+    def timed_collective(self, *a, **k):  # the benchmark's own stopwatch around each collective
+        start = time.perf_counter()
+        try:
+            return collective(self, *a, **k)
+        finally:
+            spent["collectives"] += time.perf_counter() - start
+
+    MeshExecutor._collective = timed_collective
+    figures = Figures("mesh runs (median of repeats, ms)",
+                      ["program", "chips", "mesh run", "per chip, collectives aside", "collectives",
+                       "mesh / (one chip + collectives)", "collective bytes", "cycles"])
+    simulator = MeshSimulator()
+    ratios = []
+    for case in sorted(p.parent for p in DATA.glob("*/*/ttnn_runtime.mlir")):
+        program, module = (case / "ttnn_runtime.mlir").read_text(), (case / "stablehlo.mlir").read_text()
+        shapes, _ = module_shapes(module)
+        inputs = [np.random.default_rng(0).standard_normal(s).astype(np.float32) for s in shapes]
+        binary = Binary.load(program)  # loaded once, as the pipeline does: the runs are what is measured
+        walls, colls = [], []
+        for _ in range(args.repeat):
+            spent["collectives"] = 0.0
+            start = time.perf_counter()
+            result = simulator.run_binary(binary, inputs, stablehlo=module)
+            walls.append(time.perf_counter() - start)
+            colls.append(spent["collectives"])
+        wall, coll = statistics.median(walls), statistics.median(colls)
+        chips = result.run.mesh_shape[0] * result.run.mesh_shape[1]
+        per_chip = (wall - coll) / chips
+        ratio = wall / (per_chip + coll)
+        ratios.append(ratio)
+        figures.add(f"{case.parent.name}/{case.name}", chips, 1000 * wall, 1000 * per_chip, 1000 * coll, ratio,
+                    result.run.collective_bytes, result.run.cycles)
+    simulator.close()
+    figures.show()
+    print(f"median mesh / (one chip + collectives): {statistics.median(ratios):.2f} "
+          "(1.0 would be free chips; the chips run one after another on one host thread)")
+
+
+if __name__ == "__main__":
+    main()

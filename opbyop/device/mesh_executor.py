@@ -1,0 +1,116 @@
+"""Run a TTNN mesh program on a mesh of simulated chips, op by op, all chips in step.
+
+Every op but a collective runs on each chip's own shard with the single-chip executor (its
+kernels, memory and placement). A collective takes every chip's operands at once
+(opbyop.device.kernels.ccl), puts its transfers on the links, and waits for the chips it joins:
+each chip keeps its own clock, and a collective starts when the last chip of its group is ready.
+"""
+
+from __future__ import annotations
+
+from opbyop.device.executor import (
+    CONTROL_OPS,
+    Executor,
+    NotSimulatedError,
+    SimulationError,
+    SimulatorBugError,
+    _short,
+)
+from opbyop.device.kernels import KERNELS
+from opbyop.device.kernels.base import NotSimulated
+from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
+from opbyop.device.kernels.ccl import MeshCall
+from opbyop.device.memory import OutOfMemory
+from opbyop.device.mesh import Mesh
+from opbyop.device.placement import PlacementError, Policy
+from opbyop.device.program import Function, Program
+from opbyop.device.tensor import DeviceTensor
+from opbyop.records import CollectiveRun, DeviceRun
+
+
+def mesh_unsupported_ops(program: Program) -> list[str]:
+    """TTNN ops of a mesh program that neither a chip nor the mesh simulates, sorted, each once."""
+    names = {op.name for f in program.functions.values() for op in f.ops}
+    return sorted(n for n in names if n not in KERNELS and n not in CONTROL_OPS and n not in COLLECTIVES)
+
+
+class MeshExecutor:
+    def __init__(self, mesh: Mesh, program: Program, policy: Policy = Policy.FEWEST_CYCLES):
+        self.mesh = mesh
+        self.program = program
+        self.chips = [Executor(device, program, policy) for device in mesh.devices]
+        self.clocks = [0] * mesh.size  # cycles each chip has spent
+        self.collectives: list[CollectiveRun] = []
+
+    def run(self, function: Function, args: list[list[DeviceTensor]]) -> list[list[DeviceTensor]]:
+        """Run `function` with each chip's arguments; returns each chip's outputs (the caller holds
+        them). The call's own references are dropped whatever happens."""
+        envs: list[dict] = [dict(zip(function.arguments, chip_args)) for chip_args in args]
+        owned: list[set[int]] = [set() for _ in self.chips]
+        for chip, chip_args in enumerate(args):
+            for t in {id(t): t for t in chip_args}.values():
+                t.refs += 1
+                owned[chip].add(id(t))
+        try:
+            for op in function.ops:
+                if op.name in COLLECTIVES:
+                    self._collective(op, envs, owned)
+                    continue
+                for chip, executor in enumerate(self.chips):
+                    before = executor.stats.cycles
+                    executor._step(op, envs[chip], owned[chip])
+                    self.clocks[chip] += executor.stats.cycles - before
+            return [[executor._own_output(envs[chip][v], owned[chip]) for v in function.returns
+                     if envs[chip][v] is not None] for chip, executor in enumerate(self.chips)]
+        except (OutOfMemory, PlacementError) as e:
+            raise SimulationError(str(e)) from None
+        except NotSimulated as e:
+            raise NotSimulatedError(f"not simulated: {e}") from None
+        finally:
+            for chip, executor in enumerate(self.chips):
+                for t in {id(t): t for t in envs[chip].values() if t is not None}.values():
+                    if id(t) in owned[chip]:
+                        executor.device.release(t)
+
+    def _collective(self, op, envs: list[dict], owned: list[set[int]]) -> None:
+        inputs = [[t.values if (t := env.get(v)) is not None else None for v in op.operands] for env in envs]
+        call = MeshCall(op=op, inputs=inputs, mesh=self.mesh)
+        try:
+            results, transfers = COLLECTIVES[op.name](call)
+            groups = call.groups()
+        except NotSimulated:
+            raise
+        except Exception as e:  # a gap in the simulator, never the whole run's end
+            raise SimulatorBugError(f"simulator error in {op.name} ({_short(op.location)}): "
+                                    f"{type(e).__name__}: {e}") from None
+        traffic = self.mesh.cost(transfers)
+        for group in groups:
+            start = max(self.clocks[c] for c in group)
+            for c in group:
+                self.clocks[c] = start + traffic.cycles
+        axis = op.attrs.get("cluster_axis")
+        self.collectives.append(CollectiveRun(
+            op=op.name, cluster_axis=int(axis) if axis is not None else None, group_size=len(groups[0]),
+            payload_bytes=traffic.payload_bytes, link_bytes=traffic.link_bytes, hops=traffic.hops,
+            cycles=traffic.cycles))
+        where = f"{op.name} ({_short(op.location)})"
+        for chip, executor in enumerate(self.chips):
+            executor.stats.ttnn_ops += 1
+            for v, value, t in zip(op.results, results[chip], op.result_types):
+                tensor = executor._materialise(value, t, where)
+                envs[chip][v] = tensor
+                owned[chip].add(id(tensor))
+
+    def stats(self, seconds: float) -> DeviceRun:
+        """What the run did: the slowest chip's cycles, the largest per-chip peaks, each chip's
+        peaks, and every collective's bytes and cycles."""
+        l1 = [max(ex.device.memory.peak_l1_per_core, ex.stats.peak_l1) for ex in self.chips]
+        dram = [ex.device.memory.peak_dram for ex in self.chips]
+        first = self.chips[0]
+        return DeviceRun(ttnn_ops=first.stats.ttnn_ops, cycles=max(self.clocks, default=0),
+                         peak_l1_bytes=max(l1, default=0), peak_dram_bytes=max(dram, default=0),
+                         placements=first.stats.placements, seconds=seconds, mesh_shape=list(self.mesh.shape),
+                         topology=self.mesh.topology.value, chip_peak_l1_bytes=l1, chip_peak_dram_bytes=dram,
+                         collectives=list(self.collectives),
+                         collective_bytes=sum(c.payload_bytes for c in self.collectives),
+                         collective_cycles=sum(c.cycles for c in self.collectives))

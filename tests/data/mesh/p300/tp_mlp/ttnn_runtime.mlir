@@ -1,0 +1,64 @@
+#dram = #ttnn.buffer_type<dram>
+#loc2 = loc("-":3:26)
+#loc3 = loc("-":3:101)
+#loc4 = loc("-":3:180)
+#loc5 = loc("-":3:251)
+#loc6 = loc("-":3:330)
+#system_desc = #ttcore.system_desc<[{role = host, target_triple = "x86_64-pc-linux"}], [{arch = <blackhole>, grid = 10x11, coord_translation_offsets = 2x1, l1_size = 1572864, num_dram_channels = 8, dram_channel_size = 4278190080, noc_l1_address_align_bytes = 16, pcie_address_align_bytes = 64, noc_dram_address_align_bytes = 64, l1_unreserved_base = 177280, erisc_l1_unreserved_base = 88896, dram_unreserved_base = 1048704, dram_unreserved_end = 4275486528, supported_data_types = [<f32>, <f16>, <bf16>, <bfp_f8>, <bfp_bf8>, <bfp_f4>, <bfp_bf4>, <bfp_f2>, <bfp_bf2>, <u32>, <u16>, <u8>, <si32>], supported_tile_sizes = [ 4x16,  16x16,  32x16,  4x32,  16x32,  32x32], dst_physical_size_tiles = 16, num_cbs = 64, num_compute_threads = 1, num_datamovement_threads = 2, dram_grid = 1x8, dram_bank_to_logical_worker_noc0 = [(9, 0), (0, 0), (7, 0), (3, 0), (9, 7), (1, 7), (6, 7), (4, 7)], dram_bank_to_logical_worker_noc1 = [(0, 0), (8, 0), (2, 0), (5, 0), (0, 7), (8, 7), (2, 7), (5, 7)]}, {arch = <blackhole>, grid = 10x11, coord_translation_offsets = 2x1, l1_size = 1572864, num_dram_channels = 8, dram_channel_size = 4278190080, noc_l1_address_align_bytes = 16, pcie_address_align_bytes = 64, noc_dram_address_align_bytes = 64, l1_unreserved_base = 177280, erisc_l1_unreserved_base = 88896, dram_unreserved_base = 1048704, dram_unreserved_end = 4275486528, supported_data_types = [<f32>, <f16>, <bf16>, <bfp_f8>, <bfp_bf8>, <bfp_f4>, <bfp_bf4>, <bfp_f2>, <bfp_bf2>, <u32>, <u16>, <u8>, <si32>], supported_tile_sizes = [ 4x16,  16x16,  32x16,  4x32,  16x32,  32x32], dst_physical_size_tiles = 16, num_cbs = 64, num_compute_threads = 1, num_datamovement_threads = 2, dram_grid = 1x8, dram_bank_to_logical_worker_noc0 = [(9, 0), (0, 0), (7, 0), (3, 0), (9, 6), (1, 6), (6, 6), (4, 6)], dram_bank_to_logical_worker_noc1 = [(0, 0), (8, 0), (2, 0), (5, 0), (0, 6), (8, 6), (2, 6), (5, 6)]}], [0, 1], [1 : i32, 1 : i32], [ 0x0x0x0], [<[0, 2, 0], [1, 9, 0]>, <[0, 3, 0], [1, 8, 0]>]>
+#ttnn_layout = #ttnn.ttnn_layout<(d0, d1) -> (d0, d1), <1x1>, memref<64x128xf32, #dram>, <interleaved>>
+#ttnn_layout1 = #ttnn.ttnn_layout<(d0, d1) -> (d0, d1), <1x1>, memref<128x256xf32, #dram>, <interleaved>>
+#ttnn_layout2 = #ttnn.ttnn_layout<(d0) -> (0, d0), <1x1>, memref<1x256xf32, #dram>, <interleaved>>
+#ttnn_layout3 = #ttnn.ttnn_layout<(d0, d1) -> (d0, d1), <1x1>, memref<256x128xf32, #dram>, <interleaved>>
+#ttnn_layout4 = #ttnn.ttnn_layout<(d0) -> (0, d0), <1x1>, memref<1x128xf32, #dram>, <interleaved>>
+#ttnn_layout5 = #ttnn.ttnn_layout<(d0, d1) -> (d0, d1), <1x1>, memref<2x4x!ttcore.tile<32x32, f32>, #dram>, <interleaved>>
+#ttnn_layout6 = #ttnn.ttnn_layout<(d0, d1) -> (d0, d1), <1x1>, memref<4x8x!ttcore.tile<32x32, f32>, #dram>, <interleaved>>
+#ttnn_layout7 = #ttnn.ttnn_layout<(d0) -> (0, d0), <1x1>, memref<1x8x!ttcore.tile<32x32, f32>, #dram>, <interleaved>>
+#ttnn_layout8 = #ttnn.ttnn_layout<(d0, d1) -> (d0, d1), <1x1>, memref<2x8x!ttcore.tile<32x32, f32>, #dram>, <interleaved>>
+#ttnn_layout9 = #ttnn.ttnn_layout<(d0, d1) -> (d0, d1), <1x1>, memref<8x4x!ttcore.tile<32x32, f32>, #dram>, <interleaved>>
+#ttnn_layout10 = #ttnn.ttnn_layout<(d0, d1, d2, d3) -> (d0 * 64 + d1 * 64 + d2, d3), <1x1>, memref<2x4x!ttcore.tile<32x32, f32>, #dram>, <interleaved>>
+#ttnn_layout11 = #ttnn.ttnn_layout<(d0) -> (0, d0), <1x1>, memref<1x4x!ttcore.tile<32x32, f32>, #dram>, <interleaved>>
+module @jit_mlp attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32, ttcore.meshes = #ttcore.meshes<[<"mesh" = 1x2>]>} {
+  ttcore.device_module {
+    builtin.module @jit_mlp attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32, ttcore.meshes = #ttcore.meshes<[<"mesh" = 1x2>]>, ttcore.system_desc = #system_desc, ttnn.l1_const_eval_usage = 1024 : ui64} {
+      ttcore.device @default_device = <workerGrid = #ttcore.grid<10x11, virt_to_physical_map = (d0, d1) -> (0, d0, d1), physical_to_virt_map = (d0, d1, d2) -> (d1, d2)>, dramGrid = #ttcore.grid<1x8>, l1Map = (d0, d1, d2)[s0] -> (0, d0, d1, d2 + s0), dramMap = (d0, d1, d2)[s0, s1, s2, s3, s4, s5, s6] -> (0, 0, (((d0 * s1) * (s2 * (s3 * s6)) + d1 * (s2 * (s3 * s6)) + d2) floordiv s4) mod 8, ((((d0 * s1) * (s2 * (s3 * s6)) + d1 * (s2 * (s3 * s6)) + d2) floordiv s4) floordiv 8) * s4 + ((d0 * s1) * (s2 * (s3 * s6)) + d1 * (s2 * (s3 * s6)) + d2) mod s4 + s5), meshShape = 1x2, chipIds = [0, 1]> loc(#loc)
+      func.func public @main(%arg0: tensor<64x128xf32, #ttnn_layout> {ttcore.argument_type = #ttcore.argument_type<input>, ttcore.local_shape = #ttcore<local_shape local_shape = tensor<64x128xf32>>, ttcore.shard_status = #ttcore.shard_status<presharded>} loc("-":3:26), %arg1: tensor<128x256xf32, #ttnn_layout1> {ttcore.argument_type = #ttcore.argument_type<input>, ttcore.local_shape = #ttcore<local_shape local_shape = tensor<128x256xf32>>, ttcore.shard_status = #ttcore.shard_status<presharded>} loc("-":3:101), %arg2: tensor<256xf32, #ttnn_layout2> {ttcore.argument_type = #ttcore.argument_type<input>, ttcore.local_shape = #ttcore<local_shape local_shape = tensor<256xf32>>, ttcore.shard_status = #ttcore.shard_status<presharded>} loc("-":3:180), %arg3: tensor<256x128xf32, #ttnn_layout3> {ttcore.argument_type = #ttcore.argument_type<input>, ttcore.local_shape = #ttcore<local_shape local_shape = tensor<256x128xf32>>, ttcore.shard_status = #ttcore.shard_status<presharded>} loc("-":3:251), %arg4: tensor<128xf32, #ttnn_layout4> {ttcore.argument_type = #ttcore.argument_type<input>, ttcore.local_shape = #ttcore<local_shape local_shape = tensor<128xf32>>, ttcore.shard_status = #ttcore.shard_status<presharded>} loc("-":3:330)) -> (tensor<64x128xf32, #ttnn_layout5> {jax.result_info = "result", ttcore.local_shape = #ttcore<local_shape local_shape = tensor<64x128xf32>>, ttcore.shard_status = #ttcore.shard_status<presharded>}) attributes {tt.function_type = "forward_device"} {
+        %0 = "ttnn.to_layout"(%arg0) : (tensor<64x128xf32, #ttnn_layout>) -> tensor<64x128xf32, #ttnn_layout5> loc(#loc2)
+        "ttnn.deallocate"(%arg0) <{force = false}> : (tensor<64x128xf32, #ttnn_layout>) -> () loc(#loc2)
+        %1 = "ttnn.to_layout"(%arg1) : (tensor<128x256xf32, #ttnn_layout1>) -> tensor<128x256xf32, #ttnn_layout6> loc(#loc3)
+        "ttnn.deallocate"(%arg1) <{force = false}> : (tensor<128x256xf32, #ttnn_layout1>) -> () loc(#loc3)
+        %2 = "ttnn.to_layout"(%arg2) : (tensor<256xf32, #ttnn_layout2>) -> tensor<256xf32, #ttnn_layout7> loc(#loc4)
+        "ttnn.deallocate"(%arg2) <{force = false}> : (tensor<256xf32, #ttnn_layout2>) -> () loc(#loc4)
+        %3 = "ttnn.linear"(%0, %1, %2) <{activation = "gelu", compute_config = #ttnn.device_compute_kernel_config<math_fidelity = hifi4, fp32_dest_acc_en = true>, matmul_program_config = #ttnn.matmul_multi_core_reuse_multi_cast_program_config<compute_with_storage_grid_size = #ttnn.core_coord<11, 10>, in0_block_w = 2, out_subblock_h = 1, out_subblock_w = 1, out_block_h = 1, out_block_w = 1, per_core_m = 1, per_core_n = 1, transpose_mcast = false, fuse_batch = true>, transpose_a = false, transpose_b = false}> : (tensor<64x128xf32, #ttnn_layout5>, tensor<128x256xf32, #ttnn_layout6>, tensor<256xf32, #ttnn_layout7>) -> tensor<64x256xf32, #ttnn_layout8> loc(#loc7)
+        "ttnn.deallocate"(%2) <{force = false}> : (tensor<256xf32, #ttnn_layout7>) -> () loc(#loc7)
+        "ttnn.deallocate"(%1) <{force = false}> : (tensor<128x256xf32, #ttnn_layout6>) -> () loc(#loc7)
+        %4 = "ttnn.to_layout"(%arg3) : (tensor<256x128xf32, #ttnn_layout3>) -> tensor<256x128xf32, #ttnn_layout9> loc(#loc5)
+        "ttnn.deallocate"(%arg3) <{force = false}> : (tensor<256x128xf32, #ttnn_layout3>) -> () loc(#loc5)
+        %5 = "ttnn.matmul"(%3, %4) <{compute_config = #ttnn.device_compute_kernel_config<math_fidelity = hifi4, fp32_dest_acc_en = true>, matmul_program_config = #ttnn.matmul_multi_core_reuse_multi_cast_program_config<compute_with_storage_grid_size = #ttnn.core_coord<11, 10>, in0_block_w = 4, out_subblock_h = 1, out_subblock_w = 1, out_block_h = 1, out_block_w = 1, per_core_m = 1, per_core_n = 1, transpose_mcast = false, fuse_batch = true>, transpose_a = false, transpose_b = false}> : (tensor<64x256xf32, #ttnn_layout8>, tensor<256x128xf32, #ttnn_layout9>) -> tensor<64x128xf32, #ttnn_layout5> loc(#loc8)
+        "ttnn.deallocate"(%4) <{force = false}> : (tensor<256x128xf32, #ttnn_layout9>) -> () loc(#loc8)
+        "ttnn.deallocate"(%3) <{force = false}> : (tensor<64x256xf32, #ttnn_layout8>) -> () loc(#loc8)
+        %6 = "ttnn.reshape"(%5) <{shape = [1 : i32, 1 : i32, 64 : i32, 128 : i32]}> : (tensor<64x128xf32, #ttnn_layout5>) -> tensor<1x1x64x128xf32, #ttnn_layout10> loc(#loc8)
+        "ttnn.deallocate"(%5) <{force = false}> : (tensor<64x128xf32, #ttnn_layout5>) -> () loc(#loc8)
+        %7 = "ttnn.all_reduce"(%6) <{cluster_axis = 1 : ui32, reduce_type = #ttcore.reduce_type<sum>}> : (tensor<1x1x64x128xf32, #ttnn_layout10>) -> tensor<1x1x64x128xf32, #ttnn_layout10> loc(#loc8)
+        "ttnn.deallocate"(%6) <{force = false}> : (tensor<1x1x64x128xf32, #ttnn_layout10>) -> () loc(#loc8)
+        %8 = "ttnn.reshape"(%7) <{shape = [64 : i32, 128 : i32]}> : (tensor<1x1x64x128xf32, #ttnn_layout10>) -> tensor<64x128xf32, #ttnn_layout5> loc(#loc8)
+        "ttnn.deallocate"(%7) <{force = false}> : (tensor<1x1x64x128xf32, #ttnn_layout10>) -> () loc(#loc8)
+        %9 = "ttnn.add"(%0, %8) <{activations = [], input_tensor_a_activations = [], input_tensor_b_activations = []}> : (tensor<64x128xf32, #ttnn_layout5>, tensor<64x128xf32, #ttnn_layout5>) -> tensor<64x128xf32, #ttnn_layout5> loc(#loc9)
+        "ttnn.deallocate"(%8) <{force = false}> : (tensor<64x128xf32, #ttnn_layout5>) -> () loc(#loc9)
+        "ttnn.deallocate"(%0) <{force = false}> : (tensor<64x128xf32, #ttnn_layout5>) -> () loc(#loc9)
+        %10 = "ttnn.to_layout"(%arg4) : (tensor<128xf32, #ttnn_layout4>) -> tensor<128xf32, #ttnn_layout11> loc(#loc6)
+        "ttnn.deallocate"(%arg4) <{force = false}> : (tensor<128xf32, #ttnn_layout4>) -> () loc(#loc6)
+        %11 = "ttnn.rms_norm"(%9, %10) <{compute_config = #ttnn.device_compute_kernel_config<math_fidelity = hifi4, math_approx_mode = false, fp32_dest_acc_en = true, packer_l1_acc = true>, epsilon = 9.99999997E-7 : f32, operandSegmentSizes = array<i32: 1, 1, 0>}> : (tensor<64x128xf32, #ttnn_layout5>, tensor<128xf32, #ttnn_layout11>) -> tensor<64x128xf32, #ttnn_layout5> loc(#loc10)
+        "ttnn.deallocate"(%10) <{force = false}> : (tensor<128xf32, #ttnn_layout11>) -> () loc(#loc10)
+        "ttnn.deallocate"(%9) <{force = false}> : (tensor<64x128xf32, #ttnn_layout5>) -> () loc(#loc10)
+        return %11 : tensor<64x128xf32, #ttnn_layout5> loc(#loc11)
+      } loc(#loc1)
+    } loc(#loc)
+  } loc(#loc)
+} loc(#loc)
+#loc = loc("-":1:1)
+#loc1 = loc("-":3:3)
+#loc7 = loc("-":7:10)
+#loc8 = loc("-":25:11)
+#loc9 = loc("-":26:11)
+#loc10 = loc("-":42:11)
+#loc11 = loc(unknown)
