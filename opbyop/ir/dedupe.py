@@ -18,7 +18,8 @@ def dedupe(records: Iterable[OpRecord]) -> list[UniqueOp]:
             unique[r.signature] = UniqueOp(
                 signature=r.signature, op_name=r.op_name, module_text=r.module_text or "",
                 attributes=r.attributes, inputs=r.inputs, outputs=r.outputs, operands=r.operands,
-                provenance=r.provenance, occurrences=[Occurrence(model=r.model, position=r.position)])
+                provenance=r.provenance, occurrences=[Occurrence(model=r.model, position=r.position)],
+                frontend_error=r.frontend_error)
         else:
             op.occurrences.append(Occurrence(model=r.model, position=r.position))
     return list(unique.values())
