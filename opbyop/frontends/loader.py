@@ -134,9 +134,9 @@ def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> M
         values = example_inputs(entry.inputs, seed)
     names = [s.name or f"input{i}" for i, s in enumerate(entry.inputs)] or [f"input{i}" for i in range(len(values))]
     if isinstance(made, torch.nn.Module):
-        from opbyop.frontends.torch_export import export_torch
+        from opbyop.frontends.torch_export import export_torch, from_numpy
 
-        tensors = [torch.from_numpy(np.ascontiguousarray(v)) for v in values]
+        tensors = [from_numpy(v) for v in values]
         return export_torch(made, tensors, entry.name, names)
     from opbyop.frontends.jax_export import export_jax
 

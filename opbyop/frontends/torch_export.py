@@ -128,6 +128,14 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
+def from_numpy(array: np.ndarray) -> torch.Tensor:
+    """A tensor of the array's values (bfloat16 arrays, which torch.from_numpy refuses, included)."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
 @contextmanager
 def _quiet_torch_logs() -> Iterator[None]:
     """torch.export logs warnings and prints whole partial graphs to stderr when it fails; the
@@ -262,7 +270,7 @@ def _lowered(program: Any, name: str) -> tuple[str, list[FrontendFailure], list[
             return module.operation.get_asm(enable_debug_info=True), failures, unlowered
         except Exception as e:
             ops = unlowered_ops(diagnostics)
-            nodes = failing_nodes(program.graph_module.graph, ops) if len(failures) < MAX_CUTS * 4 else []
+            nodes = failing_nodes(program.graph_module.graph, ops)
             if not nodes:
                 raise ExportError(
                     f"torch-mlir could not lower {name} to StableHLO (torch.export traced it): "
