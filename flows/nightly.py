@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from flows.analyze import analyze, claim_flow_run, run_id_for
 from flows.nightly_summary import TargetOutcome, nightly_markdown
 from flows.summary import summary_of
-from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
+from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, Zoo, config_dir, load_config, load_zoo
 from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
@@ -33,11 +33,21 @@ from tasks.corpus import coverage_markdown, run_corpus
 class Target(BaseModel):
     chip: str = "p150"
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+    tags: list[str] = Field(default_factory=list, description="run the zoo's models with any of these tags "
+                            "(e.g. real-size) instead of the configuration's models")
+
+    def models(self, default: list[str], zoo: Zoo | None = None) -> list[str]:
+        """The models this target runs: the zoo's models tagged with any of `tags`, else `default`."""
+        if not self.tags:
+            return default
+        zoo = zoo or load_zoo()
+        return [m.name for m in zoo.models if set(m.tags) & set(self.tags)]
 
     @property
     def title(self) -> str:
         options = self.compiler.model_dump(exclude_none=True, exclude_defaults=True)
-        return f"{self.chip} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
+        return f"{self.chip} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options") \
+            + (f" (models tagged {', '.join(self.tags)})" if self.tags else "")
 
 
 class CorpusTarget(BaseModel):
@@ -94,7 +104,7 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
 def _run_target(index: int, target: Target, base: str, config: NightlyConfig, models: list[str] | None,
                 cluster: ClusterConfig, store: Store, expectations: Expectations) -> TargetOutcome:
     run_id = f"{base}-t{index}"
-    analysis = AnalysisConfig(models=models or config.models, chip=target.chip, compiler=target.compiler,
+    analysis = AnalysisConfig(models=models or target.models(config.models), chip=target.chip, compiler=target.compiler,
                               op_timeout_s=config.op_timeout_s, reuse_cached=config.reuse_cached,
                               whole_model=config.whole_model, cluster=cluster)
     state = analyze(config=analysis, run_id=run_id, return_state=True)
