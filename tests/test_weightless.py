@@ -185,3 +185,14 @@ def test_a_nightly_target_can_choose_the_real_size_models_by_tag(zoo):
     target = Target.model_validate({"chip": "p150", "tags": ["real-size"]})
     assert set(target.models(["mlp"], zoo)) == {m.name for m in zoo.tagged("real-size")}
     assert Target().models(["mlp"], zoo) == ["mlp"]
+
+
+def test_a_model_with_real_bf16_weights_exports_its_bf16_constants():
+    import torch
+
+    from opbyop.frontends.models.hf import llama
+    from opbyop.frontends.torch_export import export_torch
+
+    graph = export_torch(llama().to(torch.bfloat16), [torch.zeros(1, 8, dtype=torch.int64)], "llama-bf16", ["input_ids"])
+    assert graph.reference_outputs[0].dtype.name == "bfloat16" and all(v is not None for v in graph.argument_values)
+    assert "bf16" in graph.module_text

@@ -48,18 +48,12 @@ class ModelGraph:
     export_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     # Framework ops the frontend could not lower (their outputs became @main arguments of the rest).
-    frontend_failures: list["FrontendFailure"] = field(default_factory=list)
+    frontend_failures: list[FrontendFailure] = field(default_factory=list)
 
     def value(self, index: int) -> np.ndarray | None:
         """The value of @main's argument `index`, or None when it is known by shape and dtype only."""
         values = self.argument_values or []
         return values[index] if index < len(values) else None
-
-    @property
-    def complete(self) -> bool:
-        """Every argument has a value (what a whole-model run against the framework needs)."""
-        return self.argument_values is not None and len(self.argument_values) == len(self.arguments) \
-            and all(v is not None for v in self.argument_values)
 
     def real_values(self) -> dict[int, np.ndarray]:
         """Argument index -> value, for the arguments whose value is real and independent of the

@@ -4,6 +4,10 @@
   pass them; only small constants stay inline, and those inline as DenseElementsAttr (XLA refuses
   dense_resource blobs).
 - Non-persistent buffers are made persistent first (torch-mlir misses them otherwise).
+- A model whose weights are on the meta device is traced on meta tensors (torch.export fakes them
+  anyway): no eager forward, no weight ever allocated (frontends.torch_meta).
+- A framework op torch-mlir cannot lower is cut out of the graph and recorded, not the model lost
+  (frontends.torch_partition).
 - Every op's location is a named location `fw=torch.conv2d;module=layer1.0.conv1;aten=...` around
   torch-mlir's file:line call-site chain: the framework op and module path are in the FX graph but
   not in torch-mlir's locations.
@@ -100,7 +104,9 @@ def _importer(context: Any) -> Any:
                     raise ExportError(f"the model creates a {tuple(literal.shape)} constant on the meta device in forward",
                                       "create it on the CPU (its values are the model's), or build the model with real weights")
                 literal = torch.empty(literal.shape, dtype=literal.dtype)
-            array = literal.detach().cpu().contiguous().numpy()
+            literal = literal.detach().cpu().contiguous()
+            # numpy has no bfloat16: its bits, typed by the attribute's own element type
+            array = literal.view(torch.int16).numpy() if literal.dtype == torch.bfloat16 else literal.numpy()
             attr = ir.DenseElementsAttr.get(array, type=fxi.create_mlir_tensor_type(literal))
             op = ir.Operation.create("torch.vtensor.literal",
                                      results=[gni._cc.tensor_to_vtensor_type(literal)],
@@ -259,7 +265,7 @@ def _lowered(program: Any, name: str) -> tuple[str, list[FrontendFailure], list[
         torch_d.register_dialect(context)
         diagnostics: list[str] = []
 
-        def collect(d: Any) -> bool:  # torch-mlir's own words; otherwise they only reach stderr
+        def collect(d: Any, diagnostics: list[str] = diagnostics) -> bool:  # torch-mlir's own words, else only on stderr
             diagnostics.append(f"{_short_location(d.location)}: {d.message}")
             return True
 
