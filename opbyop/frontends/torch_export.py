@@ -30,7 +30,7 @@ from torch import nn
 from opbyop.errors import ExportError
 from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
 from opbyop.frontends.torch_meta import fix_meta_graph, is_meta, to_meta
-from opbyop.frontends.torch_partition import cut, failing_nodes, mlir_name, unlowered_ops
+from opbyop.frontends.torch_partition import cut, failing_nodes, mlir_name, nodes_at, unlowered_ops
 from opbyop.ir.provenance import encode_name
 from opbyop.records import TensorDesc
 
@@ -43,7 +43,7 @@ _ONE_EXPORT = threading.Lock()
 _TORCH_TO_MLIR_DTYPE = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
-    torch.uint8: "ui8", torch.bool: "i1",
+    torch.uint8: "ui8", torch.bool: "i1", torch.complex64: "complex<f32>", torch.complex128: "complex<f64>",
 }
 
 
@@ -264,9 +264,11 @@ def _lowered(program: Any, name: str) -> tuple[str, list[FrontendFailure], list[
         context = ir.Context()
         torch_d.register_dialect(context)
         diagnostics: list[str] = []
+        located: list[tuple[str, str]] = []  # (the whole location, the message) of each diagnostic
 
-        def collect(d: Any, diagnostics: list[str] = diagnostics) -> bool:  # torch-mlir's own words, else only on stderr
-            diagnostics.append(f"{_short_location(d.location)}: {d.message}")
+        def collect(d: Any, diagnostics: list[str] = diagnostics, located: list = located) -> bool:
+            diagnostics.append(f"{_short_location(d.location)}: {d.message}")  # torch-mlir's words, else only on stderr
+            located.append((str(d.location), str(d.message)))
             return True
 
         context.attach_diagnostic_handler(collect)
@@ -275,19 +277,20 @@ def _lowered(program: Any, name: str) -> tuple[str, list[FrontendFailure], list[
                                           func_name="main", decomposition_table={})
             return module.operation.get_asm(enable_debug_info=True), failures, unlowered
         except Exception as e:
+            graph = program.graph_module.graph
             ops = unlowered_ops(diagnostics)
-            nodes = failing_nodes(program.graph_module.graph, ops)
-            if not nodes:
+            failing = {node: ops[mlir_name(node.target) or ""] for node in failing_nodes(graph, ops)}
+            failing = failing or nodes_at(graph, located, _module_path)  # an op lowered halfway: by its location
+            if not failing:
                 raise ExportError(
                     f"torch-mlir could not lower {name} to StableHLO (torch.export traced it): "
                     + ("; ".join(diagnostics[:5]) or _first_lines(e)),
                     "torch-mlir has no StableHLO lowering for the op named there: rewrite that part of the "
                     "model with ops it lowers, or export the model to StableHLO another way and pass the .mlir "
                     "file") from None
-        graph = program.graph_module.graph
-        for node in nodes:
-            failure, created = cut(graph, node, ops[mlir_name(node.target) or ""], len(failures), _tensor_desc,
-                                   _module_path(node), _framework_op(node))
+        for node, message in failing.items():
+            failure, created = cut(graph, node, message, len(failures), _tensor_desc, _module_path(node),
+                                   _framework_op(node))
             failures.append(failure)
             unlowered += created
         graph.lint()

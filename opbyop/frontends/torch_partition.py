@@ -47,6 +47,27 @@ def failing_nodes(graph: torch.fx.Graph, ops: dict[str, str]) -> list[torch.fx.N
     return [n for n in graph.nodes if n.op == "call_function" and mlir_name(n.target) in ops]
 
 
+def nodes_at(graph: torch.fx.Graph, located: list[tuple[str, str]],
+             module_path: Callable[[torch.fx.Node], str | None]) -> dict[torch.fx.Node, str]:
+    """Nodes named by the locations of 'failed to legalize' diagnostics (`aten=...;module=...`, which
+    the exporter puts on every op), with the message: for an op whose lowering failed halfway and left
+    a helper op (a `torch.constant.int`) illegal instead of itself."""
+    out: dict[torch.fx.Node, str] = {}
+    for location, message in located:
+        if "failed to legalize" not in message:
+            continue
+        aten = re.search(r"aten=([\w.]+)", location)
+        module = re.search(r"module=([\w.]+)", location)
+        if aten is None:
+            continue
+        for node in graph.nodes:
+            if node.op == "call_function" and node not in out \
+                    and str(node.meta.get("original_aten") or node.target) == aten[1] \
+                    and (module is None or module_path(node) == module[1]):
+                out[node] = message
+    return out
+
+
 def _source(node: torch.fx.Node) -> tuple[str | None, str]:
     """(innermost file:line of the model's code, the whole chain innermost first) from the node's stack trace."""
     frames = re.findall(r'File "([^"]+)", line (\d+)', node.meta.get("stack_trace") or "")
