@@ -12,7 +12,7 @@ from opbyop.golden.replay import replay
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.split import split_module
 
-ZOO = [m.name for m in load_zoo().models]
+ZOO = [m.name for m in load_zoo().small()]
 
 
 @pytest.fixture(scope="module")

@@ -176,7 +176,8 @@ def test_the_real_size_configurations_are_in_the_zoo_tagged_for_a_nightly(zoo):
     names = {m.name for m in zoo.tagged("real-size")}
     assert names == {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b",
                      "whisper-large-v3-encoder"}
-    assert {m.name for m in zoo.tagged("llm")} < names and "mlp" in zoo.names()
+    assert {m.name for m in zoo.tagged("llm")} < names and not names & {m.name for m in zoo.small()}
+    assert "mlp" in {m.name for m in zoo.small()}
 
 
 def test_a_nightly_target_can_choose_the_real_size_models_by_tag(zoo):
