@@ -42,7 +42,7 @@ TTCompiler().compile(Path(sys.argv[2]).read_text(), CompilerOptions(), Path(sys.
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--models", nargs="*", default=[m.name for m in load_zoo().models])
+    parser.add_argument("--models", nargs="*", default=[m.name for m in load_zoo().small()])
     parser.add_argument("--fresh-sample", type=int, default=8, help="ops compiled the peers' way")
     parser.add_argument("--chip", default="p150")
     args = parser.parse_args()

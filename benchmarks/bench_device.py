@@ -28,7 +28,7 @@ from opbyop.config import AnalysisSettings  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--models", nargs="*", default=[m.name for m in load_zoo().models])
+    parser.add_argument("--models", nargs="*", default=[m.name for m in load_zoo().small()])
     parser.add_argument("--chip", default="p150")
     args = parser.parse_args()
 

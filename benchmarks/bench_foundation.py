@@ -31,7 +31,7 @@ from opbyop.ir.split import split_module  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--models", nargs="*", default=[m.name for m in load_zoo().models])
+    parser.add_argument("--models", nargs="*", default=[m.name for m in load_zoo().small()])
     parser.add_argument("--uncached-sample", type=int, default=40, help="occurrences compiled without the cache")
     args = parser.parse_args()
 

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     prepare_jax()
     from opbyop.config import load_zoo
 
-    args.models = args.models or [m.name for m in load_zoo().models]
+    args.models = args.models or [m.name for m in load_zoo().small()]
     from distributed import Client, LocalCluster
 
     from flows.analyze import analyze, new_run_id

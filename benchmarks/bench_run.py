@@ -255,7 +255,7 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int, out
         from opbyop.config import load_zoo
 
         console.print(f"{name}: the whole zoo, cold ...")
-        out["zoo"] = analyze(tree, [m.name for m in load_zoo().models], work / f"{name}-zoo",
+        out["zoo"] = analyze(tree, [m.name for m in load_zoo().small()], work / f"{name}-zoo",
                              work / f"{name}-zoo-prefect", "bench-zoo", OPBYOP_CACHE_DIR=str(work / f"{name}-zoo-cache"))
 
 

@@ -23,7 +23,7 @@ from flows.analyze import analyze, claim_flow_run, run_id_for
 from flows.hosting import handoff as handoffs
 from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
 from flows.engine.summary import summary_of
-from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, config_dir, load_config
+from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, Zoo, config_dir, load_config, load_zoo
 from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
@@ -37,11 +37,24 @@ class Target(BaseModel):
     mesh: str | None = Field(None, description="the chips' mesh ROWSxCOLS where the board allows several")
     models: list[str] | None = Field(None, description="this target's models (default: the nightly's): a mesh "
                                                        "target runs the sharded models made for it")
+    tags: list[str] = Field(default_factory=list, description="run the zoo's models with any of these tags "
+                            "(e.g. real-size) instead of the configuration's models")
+
+    def chosen_models(self, default: list[str], zoo: Zoo | None = None) -> list[str]:
+        """The models this target runs: its own, else the zoo's models tagged with any of `tags`, else `default`."""
+        if self.models:
+            return self.models
+        if not self.tags:
+            return default
+        zoo = zoo or load_zoo()
+        return [m.name for m in zoo.models if set(m.tags) & set(self.tags)]
 
     @property
     def title(self) -> str:
         options = self.compiler.model_dump(exclude_none=True, exclude_defaults=True)
-        return f"{self.chip}{f' {self.mesh}' if self.mesh else ''} " + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options")
+        return f"{self.chip}{f' {self.mesh}' if self.mesh else ''} " \
+            + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options") \
+            + (f" (models tagged {', '.join(self.tags)})" if self.tags else "")
 
 
 class CorpusTarget(BaseModel):
@@ -104,7 +117,7 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
 def _run_target(index: int, target: Target, base: str, config: NightlyConfig, models: list[str] | None,
                 cluster: ClusterConfig, store: Store, expectations: Expectations) -> TargetOutcome:
     run_id = f"{base}-t{index}"
-    analysis = AnalysisConfig(models=models or target.models or config.models, chip=target.chip,
+    analysis = AnalysisConfig(models=models or target.chosen_models(config.models), chip=target.chip,
                               compiler=target.compiler, mesh=target.mesh,
                               op_timeout_s=config.op_timeout_s, reuse_cached=config.reuse_cached,
                               whole_model=config.whole_model, cluster=cluster)

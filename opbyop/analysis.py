@@ -51,6 +51,8 @@ class OpAnalyzer:
         started = utcnow()
         result = OpResult(signature=op.signature, op_name=op.op_name, status=Status.COMPILE_FAILED,
                           depth=Stage.SPLIT, started_at=started, mesh=settings.mesh, topology=settings.topology)
+        if op.frontend_error is not None:  # the framework's exporter could not lower it: nothing to compile
+            return _finish(result, Status.FRONTEND_FAILED, Stage.SPLIT, Stage.STABLEHLO, op.frontend_error)
         reason = not_a_model_op(op.op_name, op.attributes)
         if reason is not None:  # a test-harness check: nothing of the model to compile
             return _finish(result, Status.SKIPPED, Stage.SPLIT, None, reason)
@@ -120,7 +122,7 @@ class OpAnalyzer:
                                     message="device run not requested", seconds=time.perf_counter() - started)
         progress("device_run")
         self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
-        values, references = model.load_values()
+        values, references = model.load_values(settings.seed)
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
         device = self.device.device_for(binary.program.spec)
         device.memory.reset_peaks()
@@ -169,11 +171,11 @@ class WholeModel:
     parameters: list[int]  # argument indices that are weights (pushed to the device once)
     iterations: int = 2
 
-    def load_values(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        with np.load(self.values_path) as npz:
-            values = [npz[f"arg{i}"] for i in range(sum(1 for k in npz.files if k.startswith("arg")))]
-            references = [npz[f"ref{i}"] for i in range(sum(1 for k in npz.files if k.startswith("ref")))]
-        return values, references
+    def load_values(self, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Arguments without a value (weights known by shape and dtype) are drawn here, in the worker."""
+        from opbyop.frontends.values import read_values
+
+        return read_values(self.values_path, self.name, seed)
 
 
 def _narrowing(op: UniqueOp, binary: Binary, inputs: list) -> str | None:

@@ -74,6 +74,9 @@ class ZooEntry(BaseModel):
         return v
 
 
+REAL_SIZE = "real-size"  # the tag of published configurations at full size (benchmarks, not tests)
+
+
 class Zoo(BaseModel):
     models: list[ZooEntry]
 
@@ -91,6 +94,10 @@ class Zoo(BaseModel):
 
     def tagged(self, tag: str) -> list[ZooEntry]:
         return [m for m in self.models if tag in m.tags]
+
+    def small(self) -> list[ZooEntry]:
+        """The models fast tests and the small-zoo benchmarks run: all but the real-size ones."""
+        return [m for m in self.models if REAL_SIZE not in m.tags]
 
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)

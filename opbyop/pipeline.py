@@ -18,10 +18,11 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.targets import Target
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.frontends.graph import ModelGraph
+from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.dumps import spec_name
+from opbyop.frontends.failures import failure_records
 from opbyop.frontends.loader import expand_specs, load_model
-from opbyop.golden.upstream import attach, needed_values
+from opbyop.golden.upstream import attach
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import SplitResult, split_module
 from opbyop.records import ModelSummary, Occurrence, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
@@ -49,11 +50,19 @@ def prepare_model(spec: str, zoo: Zoo, seed: int = 0) -> tuple[ModelGraph | None
     """(graph, split, error): never raises for the model's own faults."""
     try:
         graph = load_model(spec, zoo=zoo, seed=seed)
-        return graph, split_module(graph.module_text, graph.name), None
+        return graph, split_graph(graph), None
     except OpbyopError as e:
         return None, None, str(e)
     except Exception as e:  # an exporter crash must not take the other models with it
         return None, None, f"{type(e).__name__}: {e}"
+
+
+def split_graph(graph: ModelGraph) -> SplitResult:
+    """The graph's module split into its ops, followed by the framework ops its frontend could not lower."""
+    split = split_module(graph.module_text, graph.name)
+    if graph.frontend_failures:
+        split.ops.extend(failure_records(graph, len(split.ops)))
+    return split
 
 
 PrepareOne = Callable[[str, Zoo, int], tuple[ModelGraph | None, SplitResult | None, str | None]]
@@ -85,10 +94,13 @@ def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
         prepared.graphs[name] = graph
         prepared.splits[name] = split
     prepared.unique = dedupe(prepared.records)
-    if artifacts is not None and any(needed_values(r) for r in prepared.records if r.ok):
+    if artifacts is not None:
         from opbyop.golden.xla_cpu import XlaCpu
 
-        prepared.upstream_failures = attach(prepared.unique, prepared.splits, XlaCpu(), artifacts)
+        prepared.upstream_failures = attach(
+            prepared.unique, prepared.splits, XlaCpu, artifacts,
+            real_arguments={name: graph.real_values() for name, graph in prepared.graphs.items()},
+            argument_names={name: argument_names(graph) for name, graph in prepared.graphs.items()})
     return prepared
 
 
@@ -105,11 +117,24 @@ def _fit_target(graph: ModelGraph, split: SplitResult | None, target: Target,
         if unshard and target.chips == 1:
             graph.module_text = strip_shardings(graph.module_text, graph.name)
             graph.notes.append(f"unsharded: its mesh ({mesh}) and shardings were removed to analyse it on one chip (--unshard)")
-            return graph, split_module(graph.module_text, graph.name), None
+            return graph, split_graph(graph), None
         check_fits(mesh, target.chips, graph.name, f"{target.chip} ({target.mesh_text})", target.mesh)
     except OpbyopError as e:
         return graph, split, str(e)
     return graph, split, None
+
+
+def argument_names(graph: ModelGraph) -> dict[int, str]:
+    """How op records name the model's @main arguments whose values are not real."""
+    names = {}
+    for i, a in enumerate(graph.arguments):
+        if a.kind is ArgumentKind.PARAMETER and not a.buffer:
+            names[i] = f"the weight {a.name}"
+        elif a.kind is ArgumentKind.UNLOWERED:
+            names[i] = f"{a.name}, a result of an op the frontend could not lower"
+        else:
+            names[i] = f"{'the buffer ' if a.buffer else 'the argument '}{a.name}, known by shape and dtype only"
+    return names
 
 
 def _free_name(name: str, prepared: Prepared) -> str:

@@ -52,6 +52,7 @@ class Fault(str, Enum):
     DEVICE = "device"  # the compiled program ran wrong or did not run: a real finding
     OPBYOP = "opbyop"  # opbyop's own gap (simulator) or bug (analyzer)
     INFRA = "infra"  # the cluster, a worker process, the disk
+    FRONTEND = "frontend"  # the framework's exporter (torch-mlir) could not lower the op to StableHLO
 
 
 class Status(str, Enum):
@@ -65,6 +66,7 @@ class Status(str, Enum):
     ANALYZER_ERROR = "analyzer_error"  # an exception in opbyop's own code
     INFRA_ERROR = "infra_error"  # cluster, worker process, disk, descriptor
     SKIPPED = "skipped"  # not an op of the model (a test-harness check), or a stage not requested
+    FRONTEND_FAILED = "frontend_failed"  # the frontend could not lower this framework op: it never reached StableHLO
 
     @property
     def fault(self) -> Fault:
@@ -73,7 +75,7 @@ class Status(str, Enum):
     @property
     def is_verdict(self) -> bool:
         """True for the outcomes a pass rate counts: success and the compiler's or device's failures."""
-        return self is Status.SUCCESS or self.fault in (Fault.COMPILER, Fault.DEVICE)
+        return self is Status.SUCCESS or self.fault in (Fault.COMPILER, Fault.DEVICE, Fault.FRONTEND)
 
     @property
     def is_failure(self) -> bool:
@@ -86,6 +88,7 @@ _FAULT = {
     Status.RUN_FAILED: Fault.DEVICE, Status.GOLDEN_FAILED: Fault.DEVICE,
     Status.NOT_SIMULATED: Fault.OPBYOP, Status.ANALYZER_ERROR: Fault.OPBYOP,
     Status.INFRA_ERROR: Fault.INFRA,
+    Status.FRONTEND_FAILED: Fault.FRONTEND,
 }
 # Statuses worth analysing again when a run is resumed: the op itself was never judged.
 RETRYABLE = frozenset({Status.CRASHED, Status.TIMEOUT, Status.ANALYZER_ERROR, Status.INFRA_ERROR})
@@ -169,6 +172,9 @@ class OpRecord(BaseModel):
     mesh: str | None = None
     operand_shardings: list[str] = Field(default_factory=list)
     result_shardings: list[str] = Field(default_factory=list)
+    # The frontend's words when it could not lower this framework op (op_name is then the aten op):
+    # the op is recorded as frontend_failed, with no module of its own.
+    frontend_error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -200,6 +206,10 @@ class UniqueOp(BaseModel):
     mesh: str | None = None  # the module's mesh ("x=2"); None on one device
     operand_shardings: list[str] = Field(default_factory=list)
     result_shardings: list[str] = Field(default_factory=list)
+    # argument index -> why an argument whose value matters (an index, a mask, a divisor ...) still gets
+    # deterministic data: it depends on the weights, or an upstream op could not be replayed
+    synthetic_reasons: dict[int, str] = Field(default_factory=dict)
+    frontend_error: str | None = None  # as OpRecord.frontend_error
 
     @property
     def models(self) -> list[str]:

@@ -161,7 +161,8 @@ class ExpectationReport(BaseModel):
     unexpected_failures: list[Mismatch] = Field(default_factory=list)
     unexpected_passes: list[Mismatch] = Field(default_factory=list)
     # short of their expectation because of opbyop or the infrastructure (not_simulated, analyzer_error,
-    # infra_error): neither the compiler's regression nor a reason to lower the expectation
+    # infra_error): neither the compiler's regression nor a reason to lower the expectation (a frontend's
+    # failure, frontend_failed, is a verdict: compared like the compiler's)
     not_judged: list[Mismatch] = Field(default_factory=list)
 
     @property

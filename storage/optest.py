@@ -3,7 +3,8 @@
 One OpTest per (unique op, model it occurs in), each with its own op's real start and end time,
 `status` always filled for ops that were attempted (crashed / timeout are mapped by the stage that
 failed and keep their real status in `config`), the failing stage in `config`, and `message` the
-compiler's / device's words verbatim (never a stage prefix in it). Ops without a verdict of the
+compiler's / device's words verbatim (never a stage prefix in it). A framework op the frontend
+could not lower (frontend_failed) never compiled: compile_failed, its real status in `config`. Ops without a verdict of the
 compiler or the device (skipped; not_simulated, analyzer_error, infra_error: opbyop's or the
 infrastructure's) are skipped=True, success=False, status None, their fault in `config` (never
 reported as passing, never counted as the compiler's failure). Split failures have no compiled op and no
@@ -90,7 +91,7 @@ def optest_status(result: OpResult) -> TestStatus | None:
         return TestStatus.GOLDEN_FAILED
     if stage is Stage.DEVICE_RUN:
         return TestStatus.RUN_FAILED
-    return TestStatus.COMPILE_FAILED  # a compile stage, SPLIT, or unknown: it never got to run
+    return TestStatus.COMPILE_FAILED  # a compile stage, SPLIT, the frontend, or unknown: it never got to run
 
 
 def _tensors(tensors: list[TensorDesc], grid: list[int]) -> list[OpTestTensor]:

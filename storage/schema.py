@@ -20,6 +20,7 @@ SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status c
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
+#                     the frontend_failed status column
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 

@@ -13,8 +13,8 @@ from prefect.cache_policies import NONE
 from opbyop.config import Zoo
 from opbyop.frontends.graph import ModelGraph
 from opbyop.ir.rewrite import rewritten_text
-from opbyop.ir.split import SplitResult, split_module
-from opbyop.pipeline import prepare_model
+from opbyop.ir.split import SplitResult
+from opbyop.pipeline import prepare_model, split_graph
 from opbyop.worker.process import write_values
 from tasks import graph_cache
 
@@ -40,7 +40,7 @@ def split_outcome(spec: str, zoo: Zoo, seed: int) -> SplitOutcome:
     graph = graph_cache.read(path) if path is not None and path.exists() else None
     if graph is not None:
         try:  # what prepare_model does after the export
-            return SplitOutcome(graph, split_module(graph.module_text, graph.name), None, time.monotonic() - start)
+            return SplitOutcome(graph, split_graph(graph), None, time.monotonic() - start)
         except Exception:  # prepare_model reports it in its own words
             pass
     graph, split, error = prepare_model(spec, zoo, seed)

@@ -18,7 +18,7 @@ from opbyop.golden.replay import replay
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.split import split_module
 
-ZOO = [m.name for m in load_zoo().models]
+ZOO = [m.name for m in load_zoo().small()]
 # A sharded model's ops run on a host mesh: XLA:CPU's device count is fixed when JAX starts, so in a
 # process of their own
 SHARDED = {m.name: m.sharding.shape()[0] * m.sharding.shape()[1] for m in load_zoo().models if m.sharding}

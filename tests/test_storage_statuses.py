@@ -86,3 +86,16 @@ def test_results_of_schema_version_1_are_read_and_reclassified(store: Store) -> 
         assert row == [("not_simulated", "opbyop")]
         older = con.query("SELECT count(*) FROM results WHERE run_id = 'n2' AND fault IS NOT NULL", {}).rows
         assert older[0][0] > 0  # version-2 files beside it keep their own column
+
+
+def test_an_op_the_frontend_could_not_lower_is_a_judged_blocker_of_its_model(history_store: Store) -> None:
+    outcomes = {**samples.NIGHT2, "dot": (Status.FRONTEND_FAILED, Stage.STABLEHLO,
+                                          "failed to legalize operation 'torch.aten.histc'")}
+    n3 = samples.night("n3", 4, outcomes, zoo_night=2)
+    history_store.write_run(n3.run, n3.ops, n3.results, n3.models)
+    with StoreConnection(history_store.root) as con:
+        blockers = {r["op_name"]: r for r in run_query(con, "blockers", run_id="n3").records()}
+        assert blockers["stablehlo.dot_general"]["status"] == "frontend_failed"
+        assert not run_query(con, "opbyop_gaps", run_id="n3").records()
+        models = {m["model"]: m for m in run_query(con, "run_models", run_id="n3").records()}
+        assert models["mlp"]["ops_not_judged"] == 0

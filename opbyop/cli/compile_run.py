@@ -307,10 +307,11 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
             console.print(f"  compiler: {line}")
         for kind, digest in compiled.artifacts.items():
             console.print(f"  {kind}: {workspace.artifacts.path(digest)}")
-    module = workspace.root / "repro" / f"{unique.signature[:16]}.mlir"
-    module.parent.mkdir(parents=True, exist_ok=True)
-    module.write_text(unique.module_text)
-    console.print(f"  module: {module}")
+    if unique.frontend_error is None:  # an op the frontend could not lower has no StableHLO module
+        module = workspace.root / "repro" / f"{unique.signature[:16]}.mlir"
+        module.parent.mkdir(parents=True, exist_ok=True)
+        module.write_text(unique.module_text)
+        console.print(f"  module: {module}")
     if result.status not in (Status.SUCCESS, Status.SKIPPED):
         raise typer.Exit(1)
 

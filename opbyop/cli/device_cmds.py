@@ -44,7 +44,7 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
         graph = load_model(model, inputs=input_specs(input), seed=seed)
     except OpbyopError as e:
         fail(e)
-    if graph.argument_values is None or len(graph.argument_values) != len(graph.arguments):
+    if not graph.arguments:
         fail(OpbyopError(f"{model} has no example values for its arguments ({'; '.join(graph.notes) or 'unknown'})",
                          "build the image from a zoo model or a factory, or give @main tensor arguments"))
     workspace = Workspace.default()
@@ -61,7 +61,9 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     artifacts = workspace.artifacts
     program = artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
     flatbuffer = artifacts.read(result.compile.artifacts["flatbuffer"])
-    parameters = {i: v for i, (a, v) in enumerate(zip(graph.arguments, graph.argument_values or []))
+    from opbyop.frontends.values import filled
+
+    parameters = {i: v for i, (a, v) in enumerate(zip(graph.arguments, filled(graph, seed)))
                   if a.kind is ArgumentKind.PARAMETER}
     outputs = [TensorDesc(shape=tuple(r.shape), dtype=str(r.dtype)) for r in graph.reference_outputs or []]
     try:

@@ -43,11 +43,11 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
 
     prepare_jax()
     from opbyop.frontends.loader import load_model
-    from opbyop.ir.split import split_module
+    from opbyop.pipeline import split_graph
 
     try:
         graph = load_model(model, inputs=input_specs(input), seed=seed)
-        result = split_module(graph.module_text, graph.name)
+        result = split_graph(graph)  # with the framework ops the frontend could not lower
     except OpbyopError as e:
         fail(e)
     if out is not None:
@@ -75,6 +75,10 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     unique = len({r.signature for r in result.ops if r.ok})
     console.print(f"{len(result.ops)} ops, {unique} unique, {len(result.failed)} failed to split; "
                   f"{result.arith_constants_rewritten} arith.constant rewritten, {result.calls_inlined} calls inlined")
+    unlowered = [r for r in result.ops if r.frontend_error]
+    if unlowered:  # recorded as frontend_failed ops; the rest of the model is split and analysed
+        console.print(f"{len(unlowered)} framework ops the frontend could not lower, cut out of the graph "
+                      f"({', '.join(sorted({r.op_name for r in unlowered}))}): {unlowered[0].frontend_error}")
 
 
 def _shardings(values: list[str]) -> str:

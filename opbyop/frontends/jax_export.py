@@ -1,9 +1,14 @@
-"""A JAX function -> StableHLO: JAX lowers natively; locations carry the primitive and source line."""
+"""A JAX function -> StableHLO: JAX lowers natively; locations carry the primitive and source line.
+
+An input given as `jax.ShapeDtypeStruct` (e.g. weights from `jax.eval_shape(init, key)`) is an
+argument known by shape and dtype only: the function is lowered, never run, and nothing of that
+argument is materialised.
+"""
 
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -13,28 +18,38 @@ from opbyop.golden.dtypes import mlir_dtype
 from opbyop.records import TensorDesc
 
 
-def export_jax(fn: Callable, inputs: Sequence[np.ndarray], name: str,
+def is_shape_only(x: Any) -> bool:
+    import jax
+
+    return isinstance(x, jax.ShapeDtypeStruct)
+
+
+def export_jax(fn: Callable, inputs: Sequence[Any], name: str,
                input_names: Sequence[str] | None = None) -> ModelGraph:
-    """Lower `fn(*inputs)` and run it once (its outputs are the whole model's reference)."""
+    """Lower `fn(*inputs)`; when every input has a value, run it once (its outputs are the whole
+    model's reference). Inputs given as jax.ShapeDtypeStruct are weights known by shape and dtype."""
     import jax
 
     start = time.perf_counter()
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in inputs]
-    given = ", ".join(f"{'x'.join(map(str, x.shape)) or 'scalar'}x{x.dtype}" for x in inputs)
+    specs = [x if is_shape_only(x) else jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype) for x in inputs]
+    given = ", ".join(f"{'x'.join(map(str, s.shape)) or 'scalar'}x{s.dtype}" for s in specs)
+    shape_only = any(is_shape_only(x) for x in inputs)
     try:
         text = _lower(jax, fn, specs)
-        out = _reference(jax, fn, inputs, text)
+        out = None if shape_only else _reference(jax, fn, inputs, text)
     except Exception as e:  # wrong shapes or dtypes for the function, or a function JAX cannot trace
         first = " ".join(str(e).strip().splitlines()[:3])[:600]
         raise ExportError(f"JAX could not trace {name} on the example inputs ({given}): {type(e).__name__}: {first}",
                           "give the shapes and dtypes the function takes (--input 8x32xf32, one per argument), "
                           "and make it a JAX function of arrays") from None
     names = list(input_names or [f"input{i}" for i in range(len(inputs))])
-    arguments = [Argument(n, ArgumentKind.INPUT, TensorDesc(shape=tuple(x.shape), dtype=mlir_dtype(x.dtype)))
-                 for n, x in zip(names, inputs)]
+    names += [f"input{i}" for i in range(len(names), len(inputs))]
+    arguments = [Argument(n, ArgumentKind.PARAMETER if is_shape_only(x) else ArgumentKind.INPUT,
+                          TensorDesc(shape=tuple(s.shape), dtype=mlir_dtype(np.dtype(s.dtype))))
+                 for n, x, s in zip(names, inputs, specs)]
     return ModelGraph(name=name, frontend="jax", module_text=text, arguments=arguments,
-                      argument_values=[np.asarray(x) for x in inputs],
-                      reference_outputs=None if out is None else [np.asarray(o) for o in out],
+                      argument_values=[None if is_shape_only(x) else np.asarray(x) for x in inputs],
+                      reference_outputs=[np.asarray(o) for o in out] if out is not None else None,
                       export_seconds=time.perf_counter() - start)
 
 

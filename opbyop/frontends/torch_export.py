@@ -4,6 +4,10 @@
   pass them; only small constants stay inline, and those inline as DenseElementsAttr (XLA refuses
   dense_resource blobs).
 - Non-persistent buffers are made persistent first (torch-mlir misses them otherwise).
+- A model whose weights are on the meta device is traced on meta tensors (torch.export fakes them
+  anyway): no eager forward, no weight ever allocated (frontends.torch_meta).
+- A framework op torch-mlir cannot lower is cut out of the graph and recorded, not the model lost
+  (frontends.torch_partition).
 - Every op's location is a named location `fw=torch.conv2d;module=layer1.0.conv1;aten=...` around
   torch-mlir's file:line call-site chain: the framework op and module path are in the FX graph but
   not in torch-mlir's locations.
@@ -24,7 +28,9 @@ import torch
 from torch import nn
 
 from opbyop.errors import ExportError
-from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
+from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
+from opbyop.frontends.torch_meta import fix_meta_graph, is_meta, to_meta
+from opbyop.frontends.torch_partition import cut, failing_nodes, mlir_name, nodes_at, unlowered_ops
 from opbyop.ir.provenance import encode_name
 from opbyop.records import TensorDesc
 
@@ -37,7 +43,7 @@ _ONE_EXPORT = threading.Lock()
 _TORCH_TO_MLIR_DTYPE = {
     torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
     torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
-    torch.uint8: "ui8", torch.bool: "i1",
+    torch.uint8: "ui8", torch.bool: "i1", torch.complex64: "complex<f32>", torch.complex128: "complex<f64>",
 }
 
 
@@ -93,7 +99,14 @@ def _importer(context: Any) -> Any:
             # Inline tensor literals as DenseElementsAttr instead of dense_resource blobs.
             if not isinstance(literal, torch.Tensor):
                 return None
-            array = literal.detach().cpu().contiguous().numpy()
+            if literal.is_meta:  # a constant made in forward on the weights' device: only an empty one has no values to lose
+                if literal.numel():
+                    raise ExportError(f"the model creates a {tuple(literal.shape)} constant on the meta device in forward",
+                                      "create it on the CPU (its values are the model's), or build the model with real weights")
+                literal = torch.empty(literal.shape, dtype=literal.dtype)
+            literal = literal.detach().cpu().contiguous()
+            # numpy has no bfloat16: its bits, typed by the attribute's own element type
+            array = literal.view(torch.int16).numpy() if literal.dtype == torch.bfloat16 else literal.numpy()
             attr = ir.DenseElementsAttr.get(array, type=fxi.create_mlir_tensor_type(literal))
             op = ir.Operation.create("torch.vtensor.literal",
                                      results=[gni._cc.tensor_to_vtensor_type(literal)],
@@ -119,6 +132,14 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy().copy()
+
+
+def from_numpy(array: np.ndarray) -> torch.Tensor:
+    """A tensor of the array's values (bfloat16 arrays, which torch.from_numpy refuses, included)."""
+    array = np.ascontiguousarray(array)
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 @contextmanager
@@ -160,21 +181,52 @@ def _flatten_outputs(out: Any) -> list[torch.Tensor]:
 
 def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
                  input_names: Sequence[str] | None = None) -> ModelGraph:
-    """Export `model(*inputs)` to StableHLO text with weights as @main arguments."""
-    from torch_mlir import fx, ir
-    from torch_mlir.dialects import torch as torch_d
+    """Export `model(*inputs)` to StableHLO text with weights as @main arguments.
 
+    A model whose weights are on the meta device exports with them known by shape and dtype only:
+    nothing runs eagerly (no framework reference), the export traces meta tensors, and the inputs
+    keep their real values beside the graph. Framework ops torch-mlir cannot lower are cut out of the
+    graph (frontends.torch_partition) and listed in `frontend_failures`."""
     start = time.perf_counter()
     model = model.eval()
     for sub in model.modules():  # trap 4: non-persistent buffers are missed by the exporter
         sub._non_persistent_buffers_set.clear()
     named = list(model.named_parameters()) + list(model.named_buffers())
+    buffers = {n for n, _ in model.named_buffers()}
     names = [n for n, _ in named]
     weights = [w.detach() for _, w in named]
     inputs = list(inputs)
+    meta = is_meta(weights + inputs)
+    reference = None if meta else _eager_reference(model, inputs, name)
+    traced = [to_meta(t) for t in inputs + weights] if meta else inputs + weights
+    with _ONE_EXPORT, warnings.catch_warnings(), _quiet_torch_logs():
+        warnings.simplefilter("ignore")
+        program = _traced_program(_Functional(model, names, len(inputs)), traced, name)
+        if meta:
+            fix_meta_graph(program)
+        text, failures, unlowered = _lowered(program, name)
+    input_names = list(input_names or [f"input{i}" for i in range(len(inputs))])
+    arguments = [Argument(n, ArgumentKind.INPUT, _tensor_desc(t)) for n, t in zip(input_names, inputs)]
+    arguments += [Argument(n, ArgumentKind.PARAMETER, _tensor_desc(w), buffer=n in buffers)
+                  for n, w in zip(names, weights)]
+    arguments += [Argument(f"unlowered{i}", ArgumentKind.UNLOWERED, d) for i, d in enumerate(unlowered)]
+    values: list[np.ndarray | None] = [None if t.is_meta else _to_numpy(t) for t in inputs + weights]
+    values += [None] * len(unlowered)
+    return ModelGraph(
+        name=name, frontend="torch", module_text=text, arguments=arguments, argument_values=values,
+        # the module's outputs are the model's only when no op was cut out
+        reference_outputs=[_to_numpy(t) for t in reference] if reference is not None and not failures else None,
+        export_seconds=time.perf_counter() - start, frontend_failures=failures,
+        notes=[f"{len(failures)} framework op(s) torch-mlir could not lower were cut out: "
+               + ", ".join(sorted({f.framework_op for f in failures}))] if failures else [],
+    )
+
+
+def _eager_reference(model: nn.Module, inputs: list[torch.Tensor], name: str) -> list[torch.Tensor]:
+    """The framework's own outputs on the example inputs (a model with real weights only)."""
     with torch.no_grad():
         try:
-            reference = _flatten_outputs(model(*inputs))
+            return _flatten_outputs(model(*inputs))
         except Exception as e:  # the inputs given do not fit the model (shape, dtype, count)
             given = ", ".join(f"{'x'.join(map(str, t.shape)) or 'scalar'}x{_TORCH_TO_MLIR_DTYPE.get(t.dtype, t.dtype)}"
                               for t in inputs)
@@ -182,40 +234,66 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
                               "give the shapes and dtypes its forward takes (--input 1x3x224x224xf32, "
                               "one --input per argument)") from None
 
-    context = ir.Context()
-    torch_d.register_dialect(context)
-    diagnostics: list[str] = []
 
-    def collect(d: Any) -> bool:  # torch-mlir's own words; otherwise they only reach stderr
-        diagnostics.append(f"{_short_location(d.location)}: {d.message}")
-        return True
+def _traced_program(wrapper: nn.Module, args: list[torch.Tensor], name: str) -> Any:
+    """torch.export's program of `wrapper(*args)`, decomposed as torch-mlir expects."""
+    from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
-    context.attach_diagnostic_handler(collect)
     try:
-        with _ONE_EXPORT, warnings.catch_warnings(), _quiet_torch_logs():
-            warnings.simplefilter("ignore")
-            module = fx.export_and_import(_Functional(model, names, len(inputs)), *inputs, *weights,
-                                          output_type="stablehlo", fx_importer=_importer(context),
-                                          func_name="main")
+        program = torch.export.export(wrapper, tuple(args), strict=False)
+        return program.run_decompositions(get_decomposition_table())
     except Exception as e:
-        if type(e).__module__.startswith("torch_mlir") or diagnostics:
-            raise ExportError(
-                f"torch-mlir could not lower {name} to StableHLO (torch.export traced it): "
-                + ("; ".join(diagnostics[:5]) or _first_lines(e)),
-                "torch-mlir has no StableHLO lowering for the op named there: rewrite that part of the "
-                "model with ops it lowers, or export the model to StableHLO another way and pass the .mlir "
-                "file") from None
         raise ExportError(f"torch.export could not trace {name}: {type(e).__name__}: {_first_lines(e)}",
                           "make forward traceable by torch.export.export(model, inputs): no Python branches "
-                          "on tensor values (torch.cond), no data-dependent shapes; or pass a .mlir file") from None
-    text = module.operation.get_asm(enable_debug_info=True)
+                          "on tensor values (torch.cond), no data-dependent shapes, inputs of the shapes and "
+                          "dtypes forward takes; or pass a .mlir file") from None
 
-    input_names = list(input_names or [f"input{i}" for i in range(len(inputs))])
-    arguments = [Argument(n, ArgumentKind.INPUT, _tensor_desc(t)) for n, t in zip(input_names, inputs)]
-    arguments += [Argument(n, ArgumentKind.PARAMETER, _tensor_desc(w)) for n, w in zip(names, weights)]
-    return ModelGraph(
-        name=name, frontend="torch", module_text=text, arguments=arguments,
-        argument_values=[_to_numpy(t) for t in inputs + weights],
-        reference_outputs=[_to_numpy(t) for t in reference],
-        export_seconds=time.perf_counter() - start,
-    )
+
+MAX_CUTS = 8  # rounds of cutting unlowerable ops out before giving the model up
+
+
+def _lowered(program: Any, name: str) -> tuple[str, list[FrontendFailure], list[TensorDesc]]:
+    """The program as StableHLO text; ops torch-mlir cannot lower are cut out, round by round
+    (one op's failure can hide the next one's), and described."""
+    from torch_mlir import fx, ir
+    from torch_mlir.dialects import torch as torch_d
+
+    failures: list[FrontendFailure] = []
+    unlowered: list[TensorDesc] = []
+    for _ in range(MAX_CUTS + 1):
+        context = ir.Context()
+        torch_d.register_dialect(context)
+        diagnostics: list[str] = []
+        located: list[tuple[str, str]] = []  # (the whole location, the message) of each diagnostic
+
+        def collect(d: Any, diagnostics: list[str] = diagnostics, located: list = located) -> bool:
+            diagnostics.append(f"{_short_location(d.location)}: {d.message}")  # torch-mlir's words, else only on stderr
+            located.append((str(d.location), str(d.message)))
+            return True
+
+        context.attach_diagnostic_handler(collect)
+        try:
+            module = fx.export_and_import(program, output_type="stablehlo", fx_importer=_importer(context),
+                                          func_name="main", decomposition_table={})
+            return module.operation.get_asm(enable_debug_info=True), failures, unlowered
+        except Exception as e:
+            graph = program.graph_module.graph
+            ops = unlowered_ops(diagnostics)
+            failing = {node: ops[mlir_name(node.target) or ""] for node in failing_nodes(graph, ops)}
+            failing = failing or nodes_at(graph, located, _module_path)  # an op lowered halfway: by its location
+            if not failing:
+                raise ExportError(
+                    f"torch-mlir could not lower {name} to StableHLO (torch.export traced it): "
+                    + ("; ".join(diagnostics[:5]) or _first_lines(e)),
+                    "torch-mlir has no StableHLO lowering for the op named there: rewrite that part of the "
+                    "model with ops it lowers, or export the model to StableHLO another way and pass the .mlir "
+                    "file") from None
+        for node, message in failing.items():
+            failure, created = cut(graph, node, message, len(failures), _tensor_desc, _module_path(node),
+                                   _framework_op(node))
+            failures.append(failure)
+            unlowered += created
+        graph.lint()
+        program.graph_module.recompile()
+    raise ExportError(f"torch-mlir could not lower {name}: still failing after cutting out {len(failures)} ops",
+                      "export the model to StableHLO another way and pass the .mlir file")

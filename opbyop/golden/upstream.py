@@ -1,19 +1,21 @@
-"""Real values for the arguments that a model's constants determine.
+"""Real values for the arguments of an op that do not depend on the model's weights.
 
-The splitter keeps only constant-forming chains inside an op's module; an operand computed from
-constants by any other op (an add of two constants, a while loop, an iota compared with a
-constant) becomes an argument (OperandKind.COMPUTED), so that an upstream failure never lands on
-this op. Where its value matters (indices, masks, loop counters, divisors, small tensors) it is
-computed here, once per model, by replaying the upstream ops' own single-op modules on XLA:CPU in
-program order; large float activations keep deterministic random data, like any other argument.
-An upstream op XLA cannot run leaves its dependents to random data, never the model without ops.
+The splitter keeps only constant-forming chains inside an op's module; any other producer becomes
+an argument, so that an upstream failure never lands on this op. Where such an argument's value
+matters (indices, masks, positions, loop counters, divisors, small tensors) and it is computed only
+from the model's constants and its real values (its inputs and buffers: iota and position chains,
+attention masks, rotary tables), it is computed here, once per model, by replaying the upstream
+ops' own single-op modules on XLA:CPU in program order. A weight, an argument known by shape and
+dtype only, a random op or an upstream op XLA cannot run make everything after them synthetic:
+such an argument gets deterministic data, and the unique op says why (UniqueOp.synthetic_reasons).
+Only one occurrence per unique op is planned: 80 identical layers replay one layer's chains.
 """
 
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -22,9 +24,10 @@ from opbyop.golden.dtypes import numpy_dtype
 from opbyop.golden.inputs import POSITIVE_OPERANDS
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.split import SplitResult
-from opbyop.records import OperandKind, OpRecord, UniqueOp
+from opbyop.records import OpRecord, UniqueOp, ValueRef
 
 SMALL_ELEMENTS = 65536  # a computed float operand up to this size gets its real value anyway
+RANDOM_OPS = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
 
 Key = tuple[int, int]  # (position of the producing op, result index)
 
@@ -38,19 +41,38 @@ def value_matters(record: OpRecord, operand_index: int, dtype: str, elements: in
     return elements <= SMALL_ELEMENTS
 
 
-def needed_values(record: OpRecord) -> dict[int, Key]:
-    """argument index -> the model value that feeds it, for the COMPUTED operands whose value matters."""
-    out: dict[int, Key] = {}
+def mattering_arguments(record: OpRecord) -> dict[int, ValueRef]:
+    """argument index -> the model value that feeds it, for the arguments whose value matters."""
+    out: dict[int, ValueRef] = {}
     for o in record.operands:
-        if o.kind is not OperandKind.COMPUTED or o.argument is None:
-            continue
-        ref = record.input_sources[o.argument]
-        if ref.position is None:
+        if o.argument is None or o.argument in out:
             continue
         elements = int(np.prod(o.tensor.shape)) if o.tensor.shape else 1
         if value_matters(record, o.index, o.tensor.dtype, elements):
-            out[o.argument] = (ref.position, ref.result)
+            out[o.argument] = record.input_sources[o.argument]
     return out
+
+
+def synthetic_causes(split: SplitResult, real_arguments: Iterable[int], argument_names: Mapping[int, str]) -> dict[int, str]:
+    """position -> why its results are not real (absent: computed only from constants and real values)."""
+    real = set(real_arguments)
+    causes: dict[int, str] = {}
+    for record in split.ops:
+        if not record.ok:
+            causes[record.position] = f"op {record.position} ({record.op_name}) could not be split"
+            continue
+        if record.op_name in RANDOM_OPS:
+            causes[record.position] = f"op {record.position} ({record.op_name}) draws random values"
+            continue
+        for ref in record.input_sources:
+            if ref.model_argument is not None and ref.model_argument not in real:
+                name = argument_names.get(ref.model_argument, f"argument {ref.model_argument}, known by shape and dtype only")
+                causes[record.position] = f"it depends on {name}"
+                break
+            if ref.position is not None and ref.position in causes:
+                causes[record.position] = causes[ref.position]
+                break
+    return causes
 
 
 @dataclass
@@ -61,8 +83,11 @@ class UpstreamValues:
     failed: dict[int, str] = field(default_factory=dict)  # position -> XLA's message
 
 
-def compute(split: SplitResult, golden: XlaCpu, wanted: Iterable[Key]) -> UpstreamValues:
-    """Replay the ops that `wanted` values depend on (all fed by constants), in program order."""
+def compute(split: SplitResult, golden: XlaCpu, wanted: Iterable[Key],
+            arguments: Mapping[int, np.ndarray] | None = None) -> UpstreamValues:
+    """Replay the ops that `wanted` values depend on, in program order; `arguments` are the model's
+    real argument values (an op fed by any other argument is never replayed)."""
+    arguments = arguments or {}
     wanted = set(wanted)
     closure: set[int] = set()
     stack = [position for position, _ in wanted]
@@ -75,59 +100,112 @@ def compute(split: SplitResult, golden: XlaCpu, wanted: Iterable[Key]) -> Upstre
     last_use: dict[Key, int] = {}
     for p in sorted(closure):
         for ref in split.ops[p].input_sources:
-            last_use[(ref.position, ref.result)] = p
+            if ref.position is not None:
+                last_use[(ref.position, ref.result)] = p
     out = UpstreamValues()
     live: dict[Key, np.ndarray] = {}
+
+    def value(ref: ValueRef) -> np.ndarray | None:
+        if ref.model_argument is not None:
+            return arguments.get(ref.model_argument)
+        return live.get((ref.position, ref.result))
+
     for p in sorted(closure):
         record = split.ops[p]
-        if not record.ok or any(ref.model_argument is not None for ref in record.input_sources):
-            out.failed[p] = record.split_error or "fed by a model argument"  # cannot happen for constant-fed ops
+        if not record.ok or any(ref.model_argument is not None and ref.model_argument not in arguments
+                                for ref in record.input_sources):
+            out.failed[p] = record.split_error or "fed by an argument without a real value"  # never planned
             continue
-        keys = [(ref.position, ref.result) for ref in record.input_sources]
-        if any(k not in live for k in keys):
+        inputs = [value(ref) for ref in record.input_sources]
+        if any(v is None for v in inputs):
             continue  # an upstream op failed: its dependents keep random data
         try:
-            results = golden.run(record.module_text or "", [live[k] for k in keys], key=record.signature)
+            results = golden.run(record.module_text or "", inputs, key=record.signature)
         except Exception as e:  # XLA refusing one op must not stop the others
             out.failed[p] = f"{type(e).__name__}: {e}"
             continue
-        for j, value in enumerate(results):
-            live[(p, j)] = value
+        for j, result in enumerate(results):
+            live[(p, j)] = result
             if (p, j) in wanted:
-                out.values[(p, j)] = value
-        for k in keys:  # drop what no later op of the replay reads
-            if last_use.get(k) == p and k not in wanted:
+                out.values[(p, j)] = result
+        for ref in record.input_sources:  # drop what no later op of the replay reads
+            k = (ref.position, ref.result)
+            if ref.position is not None and last_use.get(k) == p and k not in wanted:
                 live.pop(k, None)
     return out
 
 
-def attach(unique: list[UniqueOp], splits: dict[str, SplitResult], golden: XlaCpu,
-           artifacts: ArtifactStore) -> dict[str, dict[int, str]]:
-    """Give each unique op the real values of its COMPUTED arguments (from its first occurrence whose
-    values could be computed); returns model -> {position: XLA's message} for upstream ops XLA refused."""
-    plans: dict[str, dict[int, dict[int, Key]]] = {}  # model -> position -> argument -> key
+@dataclass
+class _Plan:
+    """One unique op's occurrence chosen for real values: argument -> the model value feeding it."""
+
+    op: UniqueOp
+    model: str
+    needed: dict[int, ValueRef]
+
+
+def attach(unique: list[UniqueOp], splits: dict[str, SplitResult], golden: Callable[[], XlaCpu],
+           artifacts: ArtifactStore, real_arguments: Mapping[str, Mapping[int, np.ndarray]] | None = None,
+           argument_names: Mapping[str, Mapping[int, str]] | None = None) -> dict[str, dict[int, str]]:
+    """Give each unique op the real values of its arguments that matter and do not depend on the
+    weights (from the first occurrence where they all can be computed; else the one missing fewest);
+    `golden` makes the XLA:CPU replayer when something is to be replayed; `real_arguments`: model ->
+    its real @main argument values (inputs, buffers); `argument_names`: model -> argument -> how a
+    record names it (`weight layers.0.mlp.up_proj.weight`). Returns model ->
+    {position: XLA's message} for upstream ops XLA refused."""
+    real_arguments = real_arguments or {}
+    argument_names = argument_names or {}
+    causes = {model: synthetic_causes(split, real_arguments.get(model, {}), argument_names.get(model, {}))
+              for model, split in splits.items()}
+    plans: list[_Plan] = []
     for op in unique:
+        best: _Plan | None = None
+        best_missing = -1
         for occurrence in op.occurrences:
             split = splits.get(occurrence.model)
-            if split is None:
+            if split is None or op.frontend_error is not None:
                 continue
-            needed = needed_values(split.ops[occurrence.position])
-            if needed:
-                plans.setdefault(occurrence.model, {})[occurrence.position] = needed
-    computed: dict[str, UpstreamValues] = {}
-    for model, by_position in plans.items():
-        wanted = {k for needed in by_position.values() for k in needed.values()}
-        computed[model] = compute(splits[model], golden, wanted)
-    for op in unique:
-        for occurrence in op.occurrences:
-            needed = plans.get(occurrence.model, {}).get(occurrence.position)
+            needed = mattering_arguments(split.ops[occurrence.position])
             if not needed:
-                continue
-            values = computed[occurrence.model].values
-            if all(k in values for k in needed.values()):
-                op.input_values = {arg: artifacts.put(_npy(values[k]), ".npy") for arg, k in needed.items()}
                 break
+            model_causes = causes[occurrence.model]
+            synthetic = {arg: model_causes[ref.position] for arg, ref in needed.items()
+                         if ref.position is not None and ref.position in model_causes}
+            synthetic.update({arg: _argument_cause(ref.model_argument, argument_names.get(occurrence.model, {}))
+                              for arg, ref in needed.items() if ref.model_argument is not None
+                              and ref.model_argument not in real_arguments.get(occurrence.model, {})})
+            if best is None or len(synthetic) < best_missing:
+                best = _Plan(op, occurrence.model, {a: r for a, r in needed.items() if a not in synthetic})
+                best_missing = len(synthetic)
+                op.synthetic_reasons = synthetic
+            if not synthetic:
+                break  # every value that matters is real here: the other occurrences cost nothing
+        if best is not None and best.needed:
+            plans.append(best)
+    wanted: dict[str, set[Key]] = {}
+    for plan in plans:
+        wanted.setdefault(plan.model, set()).update((r.position, r.result) for r in plan.needed.values()
+                                                    if r.position is not None)
+    replayer = golden() if any(wanted.values()) else None
+    computed = {model: compute(splits[model], replayer, keys, real_arguments.get(model, {}))
+                for model, keys in wanted.items() if keys and replayer is not None}
+    for plan in plans:
+        values = computed[plan.model].values if plan.model in computed else {}
+        arguments = real_arguments.get(plan.model, {})
+        got: dict[int, str] = {}
+        for arg, ref in plan.needed.items():
+            array = arguments.get(ref.model_argument) if ref.model_argument is not None \
+                else values.get((ref.position, ref.result))
+            if array is None:
+                plan.op.synthetic_reasons[arg] = f"op {ref.position} upstream could not be replayed on XLA:CPU"
+                continue
+            got[arg] = artifacts.put(_npy(array), ".npy")
+        plan.op.input_values = got
     return {model: u.failed for model, u in computed.items() if u.failed}
+
+
+def _argument_cause(index: int | None, names: Mapping[int, str]) -> str:
+    return f"it is {names.get(index, f'argument {index}, known by shape and dtype only')}"
 
 
 def _npy(array: np.ndarray) -> bytes:

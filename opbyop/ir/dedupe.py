@@ -21,7 +21,8 @@ def dedupe(records: Iterable[OpRecord]) -> list[UniqueOp]:
                 signature=r.signature, op_name=r.op_name, module_text=r.module_text or "",
                 attributes=r.attributes, inputs=r.inputs, outputs=r.outputs, operands=r.operands,
                 provenance=r.provenance, occurrences=[Occurrence(model=r.model, position=r.position)],
-                mesh=r.mesh, operand_shardings=r.operand_shardings, result_shardings=r.result_shardings)
+                mesh=r.mesh, operand_shardings=r.operand_shardings, result_shardings=r.result_shardings,
+                frontend_error=r.frontend_error)
         else:
             op.occurrences.append(Occurrence(model=r.model, position=r.position))
     return list(unique.values())

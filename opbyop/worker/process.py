@@ -17,9 +17,6 @@ from pathlib import Path
 
 from dataclasses import dataclass
 
-import numpy as np
-
-from opbyop.atomic import atomic_path
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
@@ -299,12 +296,11 @@ class OpWorker:
 
 
 def write_values(graph: ModelGraph, path: Path) -> Path:
-    """The arrays a whole-model run needs (arguments arg*, framework outputs ref*) as one npz."""
-    arrays = {f"arg{i}": v for i, v in enumerate(graph.argument_values or [])}
-    arrays.update({f"ref{i}": v for i, v in enumerate(graph.reference_outputs or [])})
-    with atomic_path(path) as partial:
-        np.savez(partial, **arrays)
-    return path
+    """The arrays a whole-model run needs as one npz (frontends.values: arguments without a value
+    travel as their description and are drawn in the worker)."""
+    from opbyop.frontends.values import write_values as write
+
+    return write(graph, path)
 
 
 def parameter_indices(graph: ModelGraph) -> list[int]:

@@ -1,4 +1,4 @@
--- Per model: the unique ops that keep it from passing (the compiler or the device failed them),
+-- Per model: the unique ops that keep it from passing (the compiler, the device or the frontend failed them),
 -- heaviest first, weighted by how often each occurs in that model. opbyop's own gaps
 -- (not_simulated, analyzer_error) and skipped ops are not blockers: see query opbyop_gaps.
 WITH o AS (

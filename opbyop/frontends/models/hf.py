@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from torch import nn
@@ -64,3 +65,87 @@ def vit(seed: int = 0, image: int = 32, patch: int = 8, hidden: int = 128, layer
                        num_attention_heads=heads, intermediate_size=intermediate,
                        attn_implementation="eager")
     return FirstOutput(ViTModel(config, add_pooling_layer=False), "last_hidden_state")
+
+
+# Published configurations of the LLMs Tenstorrent brings up (their config.json numbers). Built on the
+# meta device: the graph and its op shapes, never the weights (llama-3.1-70B is 141 GB in bf16).
+REAL_SIZE: dict[str, dict[str, Any]] = {
+    "llama-3.1-8b": dict(arch="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
+                         num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                         max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
+                                              low_freq_factor=1.0, high_freq_factor=4.0,
+                                              original_max_position_embeddings=8192)),
+    "llama-3.1-70b": dict(arch="llama", vocab_size=128256, hidden_size=8192, intermediate_size=28672,
+                          num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8,
+                          max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                          rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
+                                               low_freq_factor=1.0, high_freq_factor=4.0,
+                                               original_max_position_embeddings=8192)),
+    "qwen2.5-7b": dict(arch="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+                       num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                       max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                       rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+    "mistral-7b": dict(arch="mistral", vocab_size=32768, hidden_size=4096, intermediate_size=14336,
+                       num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                       max_position_embeddings=32768, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                       sliding_window=None, rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+    "mixtral-8x7b": dict(arch="mixtral", vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                         num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                         num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=32768,
+                         rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None,
+                         rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+    "whisper-large-v3-encoder": dict(arch="whisper-encoder", d_model=1280, encoder_layers=32,
+                                     encoder_attention_heads=20, encoder_ffn_dim=5120, num_mel_bins=128,
+                                     max_source_positions=1500, vocab_size=51866),
+}
+
+_CAUSAL_LM = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+              "mistral": ("MistralConfig", "MistralForCausalLM"), "mixtral": ("MixtralConfig", "MixtralForCausalLM")}
+_DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
+
+
+def real_size(name: str, layers: int | None = None, dtype: str = "bfloat16") -> nn.Module:
+    """A published configuration from REAL_SIZE on the meta device (`layers` overrides the depth)."""
+    if name not in REAL_SIZE:
+        raise ValueError(f"no real-size configuration named {name!r}; known: {', '.join(REAL_SIZE)}")
+    config = dict(REAL_SIZE[name])
+    arch = config.pop("arch")
+    if layers is not None:
+        config["encoder_layers" if arch == "whisper-encoder" else "num_hidden_layers"] = layers
+    return meta_model(arch, dtype=dtype, **config)
+
+
+def meta_model(arch: str, dtype: str = "bfloat16", **config: Any) -> nn.Module:
+    """A transformers model of `arch` (llama, qwen2, mistral, mixtral, whisper-encoder) built from
+    `config` on the meta device: weights known by shape and dtype, buffers real (rebuilt on the CPU
+    from the configuration: rotary frequencies are what position chains are computed from)."""
+    import transformers
+
+    if arch == "whisper-encoder":
+        config_class, model_class = transformers.WhisperConfig, transformers.models.whisper.modeling_whisper.WhisperEncoder
+        field = "last_hidden_state"
+    elif arch in _CAUSAL_LM:
+        config_class, model_class = (getattr(transformers, n) for n in _CAUSAL_LM[arch])
+        field = "logits"
+    else:
+        raise ValueError(f"unknown architecture {arch!r}: one of {', '.join([*_CAUSAL_LM, 'whisper-encoder'])}")
+    settings = config_class(attn_implementation="eager", **config)
+    with torch.device("meta"):
+        model = model_class(settings).to(_DTYPES[dtype])
+    _real_buffers(model, settings)
+    return FirstOutput(model, field)
+
+
+def _real_buffers(model: nn.Module, config: Any) -> None:
+    """Rebuild on the CPU each parameterless submodule whose buffers are on the meta device and that
+    is made from the configuration alone (transformers' rotary embeddings)."""
+    for name, sub in list(model.named_modules()):
+        if not name or not any(b.is_meta for b in sub.buffers(recurse=False)) or any(True for _ in sub.parameters()):
+            continue
+        try:
+            rebuilt = type(sub)(config=config)
+        except TypeError:  # not built from the configuration alone: its buffers stay shape-only
+            continue
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, attr, rebuilt)

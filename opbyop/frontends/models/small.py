@@ -1,4 +1,4 @@
-"""Small models for smoke runs: an MLP and a convnet."""
+"""Small models for smoke runs: an MLP, a convnet, and a model with one op torch-mlir cannot lower."""
 
 from __future__ import annotations
 
@@ -58,3 +58,27 @@ def _randomize_batchnorm(model: nn.Module, seed: int) -> None:
             m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
             m.weight.data.copy_(torch.rand(m.num_features, generator=g) + 0.5)
             m.bias.data.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+
+
+class Histogram(nn.Module):
+    """A linear layer, a histogram of its activations (torch.histc: torch-mlir has no StableHLO
+    lowering for it, like Mixtral's expert routing), then arithmetic on both: one frontend failure
+    among ops that lower."""
+
+    def __init__(self, features: int = 32, bins: int = 8):
+        super().__init__()
+        self.fc = nn.Linear(features, features)
+        self.bins = bins
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.fc(x))
+        counts = torch.histc(y, bins=self.bins, min=0.0, max=4.0)
+        return y.sum(dim=-1) * 2.0 + counts.sum()
+
+
+def histogram(seed: int = 0, meta: bool = False) -> nn.Module:
+    torch.manual_seed(seed)
+    if meta:
+        with torch.device("meta"):
+            return Histogram()
+    return Histogram()
