@@ -43,6 +43,7 @@ from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
+from opbyop.op_memory import misfits
 from opbyop.pipeline import Prepared, prepare, run_manifest_path, summarize, write_manifest
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
@@ -154,6 +155,10 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
         todo = known.todo
         out = FanOut(results=known.results)
         wholes_todo = prepared.graphs if config.whole_model else {}
+        for name, misfit in misfits(wholes_todo, desc.chip).items():  # said with its figures, never run to death
+            out.wholes[name] = WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit)
+            logger.info(f"{name}: {misfit}")
+        wholes_todo = {name: graph for name, graph in wholes_todo.items() if name not in out.wholes}
         if config.models and not prepared.graphs:
             out.error = "no model could be split"
         elif handoff.stop.is_set():

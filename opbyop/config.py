@@ -161,6 +161,8 @@ class AnalysisSettings(BaseModel):
     run_device: bool = True
     run_golden: bool = True
     device: DeviceOptions = Field(default_factory=lambda: DeviceOptions())
+    memory_budget_bytes: int | None = Field(None, ge=1, description="host memory one op's worker may use: an op "
+                                            "whose operands and results exceed it is refused (infra_error)")
 
 
 class ClusterConfig(BaseModel):

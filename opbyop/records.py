@@ -277,6 +277,10 @@ class OpResult(BaseModel):
     reused_from: str | None = None  # run id whose result was reused (cache hit)
     # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
     narrowing: str | None = None
+    # The single-op module's arguments (arg0 ..) whose values were the model's own (computed from
+    # producers that do not depend on weights), and those drawn from the seed instead
+    real_inputs: list[str] = Field(default_factory=list)
+    synthetic_inputs: list[str] = Field(default_factory=list)
 
     @property
     def seconds(self) -> float:

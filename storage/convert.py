@@ -125,7 +125,7 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "message": r.message, "narrowing": r.narrowing,
         **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
-        "reused_from": r.reused_from,
+        "reused_from": r.reused_from, "real_inputs": list(r.real_inputs), "synthetic_inputs": list(r.synthetic_inputs),
     }
 
 
@@ -250,6 +250,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         failed_stage=_stage(row["failed_stage"]), message=row["message"], compile=_compile_from(row),
         device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
+        real_inputs=list(row.get("real_inputs") or []), synthetic_inputs=list(row.get("synthetic_inputs") or []),
     )
 
 

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 3  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks
+SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+# 4: real_inputs, synthetic_inputs
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -165,6 +166,8 @@ RESULTS = pa.schema([
     pa.field("ended_at", TIMESTAMP, nullable=False),
     pa.field("worker", pa.string()),
     pa.field("reused_from", pa.string()),
+    pa.field("real_inputs", pa.list_(pa.string())),  # arguments with the model's own values (arg0 ..)
+    pa.field("synthetic_inputs", pa.list_(pa.string())),  # arguments drawn from the seed
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.

@@ -182,21 +182,36 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     taken in blocks of rows of `a` and columns of `b`, each converted to f32 and split into its
     phases on its own: every output element is the same sum over K as in one call, so memory is
     bounded by a block, not by the operands."""
-    rows = max(MIN_ROW_BLOCK, _block(a.shape[-2], a.shape[-1], a.size))
-    cols = _block(b.shape[-1], b.shape[-2], b.size)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    rows = max(_block(m, k, a.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * n)))
+    cols = max(_block(n, k, b.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * min(rows, m))))
     if rows >= a.shape[-2] and cols >= b.shape[-1]:
         return _fidelity_matmul(np.asarray(a, np.float32), np.asarray(b, np.float32), fidelity, fp32_acc, k_tile)
     parts = []
-    for i in range(0, a.shape[-2], rows):
-        a_rows = np.asarray(a[..., i:i + rows, :], np.float32)
-        parts.append(np.concatenate([_fidelity_matmul(a_rows, np.asarray(b[..., j:j + cols], np.float32), fidelity,
+    for i, i_end in _spans(m, rows):
+        a_rows = np.asarray(a[..., i:i_end, :], np.float32)
+        parts.append(np.concatenate([_fidelity_matmul(a_rows, np.asarray(b[..., j:j_end], np.float32), fidelity,
                                                       fp32_acc, k_tile)
-                                     for j in range(0, b.shape[-1], cols)], axis=-1))
+                                     for j, j_end in _spans(n, cols)], axis=-1))
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
 
 
-# BLAS takes another path for a few rows (its sums then differ in the last bits): row blocks stay large.
-MIN_ROW_BLOCK = 1024
+# BLAS sums small products another way (multiplications M*N*K below a few million come out different
+# in the last bits): a block never has fewer multiplications than this, so it matches the whole call.
+MIN_BLOCK_PRODUCTS = 1 << 24
+
+
+def _spans(extent: int, step: int) -> list[tuple[int, int]]:
+    """[start, end) blocks of `step`; a short last block joins the one before it (it would have
+    too few multiplications to be summed as the whole call sums them)."""
+    starts = list(range(0, extent, step))
+    if len(starts) > 1 and extent - starts[-1] < step:
+        starts.pop()
+    return [(start, starts[i + 1] if i + 1 < len(starts) else extent) for i, start in enumerate(starts)]
+
+
+def _tiles(n: int) -> int:
+    return -(-max(1, n) // 32) * 32
 
 
 def _block(extent: int, inner: int, size: int) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import time
 from multiprocessing.connection import Connection
@@ -18,7 +19,7 @@ from opbyop.environment import environment
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 
 # Tests only: "abort:<signature prefix>", "hang:<prefix>" or "raise:<prefix>" (a bug in opbyop
-# itself), ';'-separated.
+# itself), "sigkill:<prefix>" (as the kernel's out-of-memory killer ends a process), ';'-separated.
 FAULT_ENV = "OPBYOP_FAULT_INJECT"
 
 
@@ -30,8 +31,23 @@ def _inject_fault(signature: str) -> None:
                 os.abort()
             if action == "hang":
                 time.sleep(10**6)
+            if action == "sigkill":
+                os.kill(os.getpid(), signal.SIGKILL)
             if action == "raise":
                 raise RuntimeError(f"fault injected for {signature[:12]}")
+
+
+def _limit_memory(extra: int) -> None:
+    """Cap this process's address space at what it holds now (compiler, XLA:CPU loaded) plus `extra`:
+    an allocation beyond it raises MemoryError in the op that made it (0: no cap)."""
+    if extra <= 0:
+        return
+    import resource
+
+    import psutil
+
+    limit = psutil.Process().memory_info().vms + extra
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
 def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:
@@ -49,6 +65,7 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
 
     home = Workspace(workspace)
     analyzer = OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(), home.artifacts, scratch)
+    _limit_memory(environment().worker_memory_limit)
     conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
     while True:
         try:
