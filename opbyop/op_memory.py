@@ -36,7 +36,7 @@ def _total(tensors: Sequence[TensorDesc]) -> int:
 
 
 def gigabytes(n: float) -> str:
-    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def op_memory_message(op: UniqueOp, what: str) -> str:
