@@ -1,7 +1,7 @@
 """Issue 18's figures: op by op at real LLM sizes, memory and time per model size in one run.
 
     PYTHONPATH=. /work/bin/heavy .venv/bin/python benchmarks/bench_real_size.py [--models llama-3.1-8b ...]
-        [--layers 2] [--baseline llama-3.2-1b] [--chip p150]
+        [--layers N] [--baseline llama-3.2-1b] [--chip p150]
 
 Each model is a llama-style decoder at its published dimensions (benchmarks/real_size_models.py),
 lowered from JAX with jax.ShapeDtypeStruct arguments: no weight exists anywhere. Its module is split
@@ -94,9 +94,10 @@ class ModelFigures:
     error: str = ""
 
 
-def run_model(name: str, layers: int, chip, rss: PeakRss, workspace: Path, env: dict[str, str] | None,
+def run_model(name: str, layers: int | None, chip, rss: PeakRss, workspace: Path, env: dict[str, str] | None,
               label: str) -> ModelFigures:
     config = CONFIGS[name]
+    layers = config.layers if layers is None else layers
     figures = ModelFigures(f"{name} ({layers} layers){label}", parameters=config.parameters())
     rss.reset()
     started = time.perf_counter()
@@ -127,7 +128,7 @@ def run_model(name: str, layers: int, chip, rss: PeakRss, workspace: Path, env: 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", nargs="*", default=["llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"])
-    parser.add_argument("--layers", type=int, default=2, help="decoder layers per model (identical layers dedupe)")
+    parser.add_argument("--layers", type=int, default=None, help="decoder layers per model (default: the model's own)")
     parser.add_argument("--baseline", nargs="*", default=[], help="models to run again with --baseline-path's code")
     parser.add_argument("--baseline-path", default="/work/main")
     parser.add_argument("--chip", default="p150")

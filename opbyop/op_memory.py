@@ -39,6 +39,12 @@ def gigabytes(n: float) -> str:
     return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
+def op_size(op: UniqueOp) -> str:
+    """The op's operand and result bytes, in words (a worker that dies of memory is judged by them)."""
+    operands, results = op_bytes(op)
+    return f"its operands are {gigabytes(operands)} and its results {gigabytes(results)}"
+
+
 def op_memory_message(op: UniqueOp, what: str) -> str:
     """`what` happened (the worker ran out of memory ...), with the op's own figures and the fix."""
     operands, results = op_bytes(op)

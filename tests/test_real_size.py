@@ -113,3 +113,64 @@ def test_an_op_beyond_the_worker_memory_limit_is_an_infra_error_and_the_worker_c
     assert "the op's operands are 268.4 MB" in result.message
     assert result.compile.reached is Stage.FLATBUFFER and result.synthetic_inputs == ["arg0", "arg1"]
     assert after.status is Status.SUCCESS and worker.restarts == 0
+
+
+def test_a_whole_model_beyond_the_chip_s_dram_is_left_out_with_its_figures_and_a_small_one_is_run():
+    from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
+    from opbyop.op_memory import whole_model_misfit_on
+
+    def graph(rows: int) -> ModelGraph:
+        weight = Argument("w", ArgumentKind.PARAMETER, TensorDesc(shape=(rows, 8192), dtype="bf16"))
+        return ModelGraph(name="m", frontend="stablehlo", module_text="", arguments=[weight] * 80)
+
+    misfit = whole_model_misfit_on(graph(28672), "n150")  # 80 llama-70B MLP weights: 37.6 GB
+    assert misfit.startswith("whole model not run: its arguments (weights included) are 37.58 GB")
+    assert "the chip's DRAM holds 12.88 GB" in misfit
+    assert whole_model_misfit_on(graph(32), "n150") is None
+
+
+def test_which_inputs_were_real_and_which_synthetic_survive_the_store(mlp_ops):
+    from storage.convert import result_from_row, result_row
+
+    from opbyop.analysis import input_kinds
+    from opbyop.records import OpResult
+
+    op = next(o for o in mlp_ops if len(o.inputs) >= 2).model_copy(update={"input_values": {1: "digest"}})
+    real, synthetic = input_kinds(op)
+    assert (real, synthetic[0]) == (["arg1"], "arg0")
+    result = OpResult(signature=op.signature, op_name=op.op_name, status=Status.SUCCESS, depth=Stage.GOLDEN,
+                      real_inputs=real, synthetic_inputs=synthetic)
+    back = result_from_row(result_row("run", result))
+    assert (back.real_inputs, back.synthetic_inputs) == (real, synthetic)
+
+
+HUGE_ADD = """module {
+  func.func @main(%a: tensor<20000x20000xf32>, %b: tensor<20000x20000xf32>) -> tensor<20000x20000xf32> {
+    %0 = stablehlo.add %a, %b : tensor<20000x20000xf32>
+    return %0 : tensor<20000x20000xf32>
+  }
+}"""
+
+
+def test_the_cli_out_of_memory_says_how_much_it_held_and_what_to_do_instead_of_dying(tmp_path):
+    """A process capped below what a model's values need (3.2 GB here): an error naming memory and
+    the fix, a non-zero exit, no traceback (the kernel's out-of-memory killer would leave nothing)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    (tmp_path / "huge.mlir").write_text(HUGE_ADD)
+
+    def cap() -> None:
+        import psutil
+
+        parent_vms = psutil.Process(os.getppid()).memory_info().vms  # about what an importing process reserves
+        resource.setrlimit(resource.RLIMIT_AS, (max(parent_vms, 4 << 30) + (1 << 30), resource.RLIM_INFINITY))
+
+    env = {**os.environ, "OPBYOP_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(tmp_path / "huge.mlir"), "--no-whole"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, preexec_fn=cap)
+    assert done.returncode != 0
+    assert "ran out of memory" in done.stderr and "without weights" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
