@@ -36,6 +36,9 @@ class DecoderConfig:
 CONFIGS: dict[str, DecoderConfig] = {
     "llama-3.2-1b": DecoderConfig(hidden=2048, intermediate=8192, heads=32, kv_heads=8, vocab=128256, layers=16),
     "llama-3.1-8b": DecoderConfig(hidden=4096, intermediate=14336, heads=32, kv_heads=8, vocab=128256, layers=32),
+    # one layer of llama-3.1-8B with a 1,000-token vocabulary: the largest case today's path was measured on
+    "llama-3.1-8b-1layer-1k-vocab": DecoderConfig(hidden=4096, intermediate=14336, heads=32, kv_heads=8, vocab=1000,
+                                                  layers=1),
     "llama-3.1-70b": DecoderConfig(hidden=8192, intermediate=28672, heads=64, kv_heads=8, vocab=128256, layers=80),
 }
 

@@ -145,16 +145,17 @@ def test_which_inputs_were_real_and_which_synthetic_survive_the_store(mlp_ops):
 
 
 HUGE_ADD = """module {
-  func.func @main(%a: tensor<20000x20000xf32>, %b: tensor<20000x20000xf32>) -> tensor<20000x20000xf32> {
-    %0 = stablehlo.add %a, %b : tensor<20000x20000xf32>
-    return %0 : tensor<20000x20000xf32>
+  func.func @main(%a: tensor<40000x40000xf32>, %b: tensor<40000x40000xf32>) -> tensor<40000x40000xf32> {
+    %0 = stablehlo.add %a, %b : tensor<40000x40000xf32>
+    return %0 : tensor<40000x40000xf32>
   }
 }"""
 
 
 def test_the_cli_out_of_memory_says_how_much_it_held_and_what_to_do_instead_of_dying(tmp_path):
-    """A process capped below what a model's values need (3.2 GB here): an error naming memory and
-    the fix, a non-zero exit, no traceback (the kernel's out-of-memory killer would leave nothing)."""
+    """A process capped below what a model's values need (12.8 GB here; the cap stops the allocation
+    before a page is touched): an error naming memory and the fix, a non-zero exit, no traceback
+    (uncapped, the kernel's out-of-memory killer ended such a run and left nothing)."""
     import os
     import resource
     import subprocess
