@@ -175,3 +175,14 @@ def test_the_cli_out_of_memory_says_how_much_it_held_and_what_to_do_instead_of_d
     assert done.returncode != 0
     assert "ran out of memory" in done.stderr and "without weights" in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_a_large_constant_output_is_judged_by_allclose_in_pieces_as_it_is_whole(monkeypatch):
+    expected = np.full((300, 100), 2.0, np.float32)
+    actual = expected.astype(BF16)
+    actual[7, 7] = 2.5
+    whole = compare([actual], [expected], ["f32"], Thresholds())
+    monkeypatch.setattr(large, "PIECE", 1000)
+    pieces = compare([actual], [expected], ["f32"], Thresholds())
+    assert whole.method == pieces.method == "allclose" and whole.pcc is pieces.pcc is None
+    assert whole.passed is pieces.passed is False and pieces.max_abs_error == whole.max_abs_error == 0.5
