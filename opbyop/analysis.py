@@ -28,6 +28,7 @@ from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
+from opbyop.op_memory import op_memory_message, over_budget
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.config import AnalysisSettings
 
@@ -48,9 +49,24 @@ class OpAnalyzer:
 
     def analyze(self, op: UniqueOp, settings: AnalysisSettings, request_id: str,
                 progress: ProgressFn = lambda stage: None) -> OpResult:
-        started = utcnow()
         result = OpResult(signature=op.signature, op_name=op.op_name, status=Status.COMPILE_FAILED,
-                          depth=Stage.SPLIT, started_at=started, mesh=settings.mesh, topology=settings.topology)
+                          depth=Stage.SPLIT, started_at=utcnow(),
+                          mesh=settings.mesh, topology=settings.topology)
+        stage = [Stage.SPLIT]  # the deepest stage done, for an op that runs out of memory
+
+        def staged(step: str) -> None:
+            stage[0] = {"device_run": Stage.FLATBUFFER, "golden": Stage.DEVICE_RUN}.get(step, Stage.SPLIT)
+            progress(step)
+
+        try:
+            return self._analyze(op, settings, request_id, result, staged)
+        except MemoryError:  # the worker's memory limit: this op's fault of size, never the worker's end
+            failed = {Stage.FLATBUFFER: Stage.DEVICE_RUN, Stage.DEVICE_RUN: Stage.GOLDEN}.get(stage[0], Stage.STABLEHLO)
+            return _finish(result, Status.INFRA_ERROR, stage[0], failed,
+                           op_memory_message(op, f"MemoryError during {failed.value}"))
+
+    def _analyze(self, op: UniqueOp, settings: AnalysisSettings, request_id: str, result: OpResult,
+                 progress: ProgressFn) -> OpResult:
         if op.frontend_error is not None:  # the framework's exporter could not lower it: nothing to compile
             return _finish(result, Status.FRONTEND_FAILED, Stage.SPLIT, Stage.STABLEHLO, op.frontend_error)
         reason = not_a_model_op(op.op_name, op.attributes)
@@ -69,8 +85,12 @@ class OpAnalyzer:
         if not settings.run_device:
             return _finish(result, Status.SKIPPED, Stage.FLATBUFFER, None, "device run not requested")
 
+        refused = over_budget(op, settings.memory_budget_bytes)
+        if refused is not None:
+            return _finish(result, Status.INFRA_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN, refused)
         progress("device_run")
         self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
+        result.real_inputs, result.synthetic_inputs = input_kinds(op)
         try:
             inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
                                  known=upstream.load(op, self.artifacts))
@@ -81,6 +101,8 @@ class OpAnalyzer:
             result.device = e.run
             return _finish(result, e.status, Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
         except Exception as e:  # a bug in opbyop's simulator, named as such
+            if isinstance(e, MemoryError):
+                raise
             return _finish(result, Status.ANALYZER_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN,
                            f"simulator error: {describe_exception(e)}")
         result.device = run
@@ -95,6 +117,8 @@ class OpAnalyzer:
         try:
             expected = self.golden.run(op.module_text, inputs, key=op.signature)
         except Exception as e:  # XLA:CPU cannot run the op: no reference, opbyop's gap, not the device's
+            if isinstance(e, MemoryError):
+                raise
             return _finish(result, Status.ANALYZER_ERROR, Stage.DEVICE_RUN, Stage.GOLDEN,
                            f"golden reference unavailable: XLA:CPU failed: {type(e).__name__}: {e}")
         comparison = compare(outputs, expected, [o.dtype for o in op.outputs], settings.thresholds)
@@ -176,6 +200,13 @@ class WholeModel:
         from opbyop.frontends.values import read_values
 
         return read_values(self.values_path, self.name, seed)
+
+
+def input_kinds(op: UniqueOp) -> tuple[list[str], list[str]]:
+    """(real, synthetic) arguments of the op's module by name: real ones have the model's own values."""
+    names = [f"arg{i}" for i in range(len(op.inputs))]
+    return ([n for i, n in enumerate(names) if i in op.input_values],
+            [n for i, n in enumerate(names) if i not in op.input_values])
 
 
 def _narrowing(op: UniqueOp, binary: Binary, inputs: list) -> str | None:

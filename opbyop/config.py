@@ -173,6 +173,8 @@ class AnalysisSettings(BaseModel):
     device: DeviceOptions = Field(default_factory=lambda: DeviceOptions())
     mesh: str = "1x1"  # the target's mesh of chips (ROWSxCOLS), written into every result
     topology: str = "single"  # how the target's chips are linked (opbyop.compiler.targets.Topology)
+    memory_budget_bytes: int | None = Field(None, ge=1, description="host memory one op's worker may use: an op "
+                                            "whose operands and results exceed it is refused (infra_error)")
 
 
 class ClusterConfig(BaseModel):

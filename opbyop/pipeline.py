@@ -25,6 +25,7 @@ from opbyop.frontends.loader import expand_specs, load_model
 from opbyop.golden.upstream import attach
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import SplitResult, split_module
+from opbyop.op_memory import process_out_of_memory
 from opbyop.records import ModelSummary, Occurrence, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
 
 
@@ -53,6 +54,8 @@ def prepare_model(spec: str, zoo: Zoo, seed: int = 0) -> tuple[ModelGraph | None
         return graph, split_graph(graph), None
     except OpbyopError as e:
         return None, None, str(e)
+    except MemoryError:  # the model's values do not fit this process: said with the figures and the fix
+        return None, None, process_out_of_memory(f"loading {spec}")
     except Exception as e:  # an exporter crash must not take the other models with it
         return None, None, f"{type(e).__name__}: {e}"
 

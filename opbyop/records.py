@@ -317,6 +317,10 @@ class OpResult(BaseModel):
     narrowing: str | None = None
     mesh: str | None = None  # the target's mesh of chips, ROWSxCOLS ("1x2"); None in older records
     topology: str | None = None  # single | linear | ring | 2d | unknown (opbyop.compiler.targets.Topology)
+    # The single-op module's arguments (arg0 ..) whose values were the model's own (computed from
+    # producers that do not depend on weights), and those drawn from the seed instead
+    real_inputs: list[str] = Field(default_factory=list)
+    synthetic_inputs: list[str] = Field(default_factory=list)
 
     @property
     def seconds(self) -> float:

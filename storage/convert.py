@@ -134,6 +134,7 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
         "reused_from": r.reused_from, "mesh": r.mesh, "topology": r.topology,
+        "real_inputs": list(r.real_inputs), "synthetic_inputs": list(r.synthetic_inputs),
     }
 
 
@@ -268,6 +269,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
         mesh=row.get("mesh"), topology=row.get("topology"),
+        real_inputs=list(row.get("real_inputs") or []), synthetic_inputs=list(row.get("synthetic_inputs") or []),
     )
 
 

@@ -21,6 +21,7 @@ SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status c
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
 #                     the frontend_failed status column
+#                     real_inputs, synthetic_inputs
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -195,6 +196,8 @@ RESULTS = pa.schema([
     pa.field("reused_from", pa.string()),
     pa.field("mesh", pa.string()),  # the target's mesh of chips, ROWSxCOLS
     pa.field("topology", pa.string()),
+    pa.field("real_inputs", pa.list_(pa.string())),  # arguments with the model's own values (arg0 ..)
+    pa.field("synthetic_inputs", pa.list_(pa.string())),  # arguments drawn from the seed
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.

@@ -22,6 +22,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 
+from opbyop.op_memory import op_size
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import RunStopped
@@ -90,7 +91,7 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
         return OpResult(signature=op.signature, op_name=op.op_name, status=Status.CRASHED, depth=Stage.SPLIT,
                         failed_stage=None, started_at=started, ended_at=utcnow(),
                         message="killed the Dask worker running it, twice: the second time it ran alone on the "
-                                "cluster (the stage it was in is unknown)")
+                                f"cluster (the stage it was in is unknown; {op_size(op)})")
 
 
 @task(name="whole-model", task_run_name="whole-{model}", retries=1, retry_delay_seconds=2,

@@ -40,6 +40,7 @@ from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
+from opbyop.op_memory import misfits
 from opbyop.pipeline import Prepared, prepare, run_manifest_path, store_modules, summarize, write_manifest
 from opbyop.records import OpResult, RunInfo, RunStatus, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask
@@ -117,7 +118,7 @@ class AnalyzeRun:
                 known = known_results(writer, store, prepared.unique, run, self.config.reuse_cached)
             self.logger.info(known.line(len(prepared.unique)))
             self.out.results.update(known.results)
-            wholes = prepared.graphs if self.config.whole_model else {}
+            wholes = self.fitting_wholes(prepared.graphs) if self.config.whole_model else {}
             if self.config.models and not prepared.graphs:
                 self.out.error = "no model could be split"
             elif self.handoff.stop.is_set():
@@ -232,6 +233,14 @@ class AnalyzeRun:
             self.clock.add("store", batches.writing_seconds)
         if not self.out.interrupted:
             update_progress_artifact(progress, progress=100.0)
+
+    def fitting_wholes(self, graphs: dict) -> dict:
+        """The models whose whole-model run fits the chip and the host; the others are skipped here,
+        with their figures (weights' bytes against DRAM and host memory), never run out of memory."""
+        for name, misfit in misfits(graphs, self.desc.chip).items():
+            self.out.wholes[name] = WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit)
+            self.logger.info("%s: %s", name, misfit)
+        return {name: graph for name, graph in graphs.items() if name not in self.out.wholes}
 
     def run_status(self) -> RunStatus:
         return RunStatus.FAILED if self.out.error or self.out.interrupted else RunStatus.COMPLETED

@@ -22,6 +22,7 @@ from opbyop.cli.app import (STATUS_STYLE, MathFidelity, Policy, app, console, cu
 from opbyop.config import DeviceOptions
 from opbyop.errors import OpbyopError
 from opbyop.messages import message_pattern
+from opbyop.op_memory import whole_model_misfit_on
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
 __all__ = ["STATUS_STYLE"]  # every Status, styled: opbyop.cli.app
@@ -152,7 +153,9 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
             if whole:
                 for model, graph in prepared.graphs.items():
                     progress.update(task, description=f"{model} (whole model)")
-                    wholes[model] = worker.analyze_whole(graph, settings, timeout=max(timeout, 600.0))
+                    misfit = whole_model_misfit_on(graph, desc.chip)
+                    wholes[model] = (WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit)
+                                     if misfit else worker.analyze_whole(graph, settings, timeout=max(timeout, 600.0)))
     finally:
         _drop_scratch(workspace.root, name)
     return prepared, results, wholes, desc

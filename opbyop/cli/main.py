@@ -49,6 +49,11 @@ def main() -> None:
     except OpbyopError as e:  # a command that let one through: still the user's message, not a traceback
         print_error(e)
         sys.exit(2)
+    except MemoryError:  # the process's memory limit: say how much it held and what to do
+        from opbyop.op_memory import process_out_of_memory
+
+        print_error(process_out_of_memory("opbyop"))
+        sys.exit(1)
 
 
 def disk_full(e: OSError) -> OpbyopError:

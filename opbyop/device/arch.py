@@ -113,3 +113,9 @@ WORMHOLE_N150 = DeviceSpec(arch="wormhole_b0", grid_y=8, grid_x=8, l1_size=1_499
 BLACKHOLE_P150 = DeviceSpec(arch="blackhole", grid_y=10, grid_x=13, l1_size=1_572_864, l1_unreserved_base=177_280,
                             num_dram_channels=8, dram_channel_size=4_278_190_080,
                             noc_dram_address_align_bytes=64, **_PERFORMANCE["blackhole"])
+PRESETS: dict[str, DeviceSpec] = {"n150": WORMHOLE_N150, "p150": BLACKHOLE_P150}
+
+
+def dram_bytes(spec: DeviceSpec) -> int:
+    """DRAM a program may use on one chip: every channel's unreserved bytes."""
+    return spec.num_dram_channels * spec.dram_per_channel

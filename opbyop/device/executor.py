@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opbyop.device.formats import store
-from opbyop.device.kernels import KERNELS, Call
+from opbyop.device.formats import BF16, store
+from opbyop.device.kernels import KERNELS, STORAGE_KERNELS, Call
 from opbyop.device.kernels.base import NotSimulated
 from opbyop.device.memory import OutOfMemory
 from opbyop.device.placement import PlacementError, Policy, nlp_targets, place
@@ -131,9 +131,10 @@ class Executor:
         if kernel is None:
             raise NotSimulated(op.name)
         inputs = [env.get(v) for v in op.operands]
+        raw = op.name in STORAGE_KERNELS
         try:
-            values = kernel(Call(op=op, inputs=[t.values if t is not None else None for t in inputs],
-                                 out_types=op.result_types))
+            values = kernel(Call(op=op, inputs=[None if t is None else t.values if raw else _computable(t.values)
+                                                for t in inputs], out_types=op.result_types))
         except NotSimulated:
             raise
         except Exception as e:  # a gap in the simulator, named as such: never the whole run's end
@@ -163,7 +164,8 @@ class Executor:
         if t is None:
             raise NotSimulated(f"{name}: result without a tensor type")
         layout = t.layout or host_layout(t.dtype)
-        stored = store(np.asarray(value).reshape(t.shape), layout.dtype)
+        # contiguous, as a device buffer is: a transposed view would make every later read copy it
+        stored = store(np.ascontiguousarray(np.asarray(value).reshape(t.shape)), layout.dtype)
         buffer = self.device.memory.allocate(layout, t.shape, name)
         return DeviceTensor(values=stored, dtype=t.dtype, layout=layout, device=self.device, buffer=buffer, name=name)
 
@@ -235,6 +237,11 @@ class Executor:
         buffer = self.device.memory.allocate(tensor.layout, tensor.shape, f"copy of {tensor.name}")
         return DeviceTensor(values=tensor.values.copy(), dtype=tensor.dtype, layout=tensor.layout,
                             device=self.device, buffer=buffer, name=tensor.name)
+
+
+def _computable(values: np.ndarray) -> np.ndarray:
+    """Stored values as a computing kernel takes them: bf16 storage as its f32 values."""
+    return values.astype(np.float32) if values.dtype == BF16 else values
 
 
 def _short(location: str) -> str:

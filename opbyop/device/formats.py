@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 BFP_MANTISSA_BITS = {"bfp_bf8": 7, "bfp_bf4": 3, "bfp_bf2": 1, "bfp_f8": 7, "bfp_f4": 3, "bfp_f2": 1}
@@ -29,6 +30,10 @@ BYTES_PER_ELEMENT = {"f32": 4.0, "tf32": 4.0, "f16": 2.0, "bf16": 2.0, "si32": 4
                      "u8": 1.0, "bfp_bf8": 1.0 + 1 / 16, "bfp_f8": 1.0 + 1 / 16, "bfp_bf4": 0.5 + 1 / 16,
                      "bfp_f4": 0.5 + 1 / 16, "bfp_bf2": 0.25 + 1 / 16, "bfp_f2": 0.25 + 1 / 16, "i1": 1.0}
 INTEGER_FORMATS = {"si32": np.int32, "u32": np.uint32, "u16": np.uint16, "u8": np.uint8}
+BF16 = np.dtype(ml_dtypes.bfloat16)
+# Elements converted at once where a whole-tensor conversion would need full-size temporaries
+# (a 70B model's lm_head weight is 1G elements: one f32 copy is 4 GiB).
+CHUNK_ELEMENTS = 1 << 22
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -96,12 +101,30 @@ def quantize_bfp(x: np.ndarray, fmt: str) -> np.ndarray:
     return out.reshape(shape)
 
 
+def to_bf16(x: np.ndarray) -> np.ndarray:
+    """Nearest-even bf16 values held as bf16 (ml_dtypes): half the bytes of f32, the same values
+    as round_bf16; converted chunk by chunk, so no full-size temporary is made."""
+    x = np.asarray(x)
+    if x.dtype == BF16:
+        return x
+    out = np.empty(x.shape, BF16)
+    flat_in, flat_out = x.reshape(-1), out.reshape(-1)
+    for start in range(0, flat_in.size, CHUNK_ELEMENTS):
+        # ml_dtypes rounds f32 to nearest even as round_bf16 does (checked bit for bit over f32's range)
+        with np.errstate(invalid="ignore"):
+            flat_out[start:start + CHUNK_ELEMENTS] = np.asarray(flat_in[start:start + CHUNK_ELEMENTS], np.float32)
+    return out
+
+
 def store(x: np.ndarray, fmt: str) -> np.ndarray:
-    """The values a tensor holds once stored in format `fmt`."""
+    """The values a tensor holds once stored in format `fmt` (bf16 as bf16 arrays, other float
+    formats as f32 holding the format's values)."""
+    if fmt == "bf16":
+        return to_bf16(x)
+    if np.asarray(x).dtype == BF16:  # bf16 storage read in another format: through its f32 values
+        x = np.asarray(x, dtype=np.float32)
     if fmt in ("f32", "tf32"):
         return np.asarray(x, dtype=np.float32)
-    if fmt == "bf16":
-        return round_bf16(np.asarray(x, dtype=np.float32))
     if fmt == "f16":
         return np.asarray(x, dtype=np.float32).astype(np.float16).astype(np.float32)
     if fmt in BFP_MANTISSA_BITS:
@@ -153,7 +176,54 @@ def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32) -> np.ndarray:
     """a @ b as the FPU computes it (MVMUL): in0 `a` sits in srcB and in1 `b` in srcA (the
     unpacker's matmul mapping), partial products per fidelity phase, and the running sum kept in
-    f32 (fp32_dest_acc_en) or rounded to bf16 after every K tile."""
+    f32 (fp32_dest_acc_en) or rounded to bf16 after every K tile.
+
+    Operands may be held in any storage format (a bf16 weight stays bf16). A large operand is
+    taken in blocks of rows of `a` and columns of `b`, each converted to f32 and split into its
+    phases on its own: every output element is the same sum over K as in one call, so memory is
+    bounded by a block, not by the operands."""
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    rows = max(_block(m, k, a.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * n)))
+    cols = max(_block(n, k, b.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * min(rows, m))))
+    if rows >= a.shape[-2] and cols >= b.shape[-1]:
+        return _fidelity_matmul(np.asarray(a, np.float32), np.asarray(b, np.float32), fidelity, fp32_acc, k_tile)
+    parts = []
+    for i, i_end in _spans(m, rows):
+        a_rows = np.asarray(a[..., i:i_end, :], np.float32)
+        parts.append(np.concatenate([_fidelity_matmul(a_rows, np.asarray(b[..., j:j_end], np.float32), fidelity,
+                                                      fp32_acc, k_tile)
+                                     for j, j_end in _spans(n, cols)], axis=-1))
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
+
+
+# BLAS sums small products another way (multiplications M*N*K below a few million come out different
+# in the last bits): a block never has fewer multiplications than this, so it matches the whole call.
+MIN_BLOCK_PRODUCTS = 1 << 24
+
+
+def _spans(extent: int, step: int) -> list[tuple[int, int]]:
+    """[start, end) blocks of `step`; a short last block joins the one before it (it would have
+    too few multiplications to be summed as the whole call sums them)."""
+    starts = list(range(0, extent, step))
+    if len(starts) > 1 and extent - starts[-1] < step:
+        starts.pop()
+    return [(start, starts[i + 1] if i + 1 < len(starts) else extent) for i, start in enumerate(starts)]
+
+
+def _tiles(n: int) -> int:
+    return -(-max(1, n) // 32) * 32
+
+
+def _block(extent: int, inner: int, size: int) -> int:
+    """How many rows (or columns) of an operand to convert at once: all of them when the operand
+    is at most CHUNK_ELEMENTS, else a multiple of a tile's 32 that keeps a block near that size."""
+    if size <= CHUNK_ELEMENTS:
+        return extent
+    batch = max(1, size // max(1, extent * inner))
+    return max(32, CHUNK_ELEMENTS // max(1, inner * batch) // 32 * 32)
+
+
+def _fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int) -> np.ndarray:
     terms = [(a_part, b_part) for b_part, a_part in _phase_terms(b, a, fidelity)]
     k = a.shape[-1]
     if fp32_acc:

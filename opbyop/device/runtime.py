@@ -192,7 +192,8 @@ def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[
     missing = unsupported_ops(binary.program)
     if missing:
         raise NotSimulatedError("not simulated: " + ", ".join(missing), DeviceRun(not_simulated=missing))
-    outputs = [DeviceTensor(values=np.zeros(t.shape if t else ()), dtype=t.dtype if t else "f32",
+    # placeholders until the run fills them: shaped, holding no memory
+    outputs = [DeviceTensor(values=np.broadcast_to(np.float32(0), t.shape if t else ()), dtype=t.dtype if t else "f32",
                             layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, name=f"output {i}")
                for i, t in enumerate(function.return_types)]
     future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy, outputs)

@@ -54,9 +54,36 @@ _ACCUMULATING = {"stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolutio
                  "stablehlo.reduce_window"}
 
 
+# Above this many elements a tensor is drawn in pieces of this size: the values are the same (the
+# generator's stream is consumed in order), and no full-size f64 temporary is made (an 8192x128256
+# bf16 weight is 2 GiB; drawn whole in f64 it would be 8 GiB).
+DRAW_CHUNK = 1 << 22
+
+
 def _draw(rng: np.random.Generator, desc: TensorDesc, positive: bool, bound: int | None) -> np.ndarray:
+    size = int(np.prod(desc.shape, dtype=np.int64))
+    if size <= DRAW_CHUNK or desc.dtype.startswith("complex"):
+        return _draw_whole(rng, desc, desc.shape, positive, bound)
+    out = _aligned_empty(desc.shape, numpy_dtype(desc.dtype))
+    flat = out.reshape(-1)
+    for start in range(0, size, DRAW_CHUNK):
+        piece = (min(DRAW_CHUNK, size - start),)
+        flat[start:start + piece[0]] = _draw_whole(rng, desc, piece, positive, bound)
+    return out
+
+
+def _aligned_empty(shape: Sequence[int], dtype: np.dtype, alignment: int = 64) -> np.ndarray:
+    """An uninitialised array at a 64-byte boundary: XLA:CPU then uses it in place for the golden run
+    instead of copying it (a gigabyte weight would be held twice)."""
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    start = -raw.ctypes.data % alignment
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
+def _draw_whole(rng: np.random.Generator, desc: TensorDesc, shape: Sequence[int], positive: bool,
+                bound: int | None) -> np.ndarray:
     dtype = numpy_dtype(desc.dtype)
-    shape = desc.shape
     if desc.dtype == "i1":
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     if is_float(desc.dtype):

@@ -17,6 +17,20 @@ from opbyop.environment import environment
 from opbyop.worker import faults
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 
+
+def _limit_memory(extra: int) -> None:
+    """Cap this process's address space at what it holds now (compiler, XLA:CPU loaded) plus `extra`:
+    an allocation beyond it raises MemoryError in the op that made it (0: no cap)."""
+    if extra <= 0:
+        return
+    import resource
+
+    import psutil
+
+    limit = psutil.Process().memory_info().vms + extra
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+
 def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:
     from opbyop.jaxenv import prepare_jax
 
@@ -33,6 +47,7 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
     home = Workspace(workspace)
     analyzer = faults.injected(OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(),
                                           home.artifacts, scratch), environment().fault_inject, "analyze")
+    _limit_memory(environment().worker_memory_limit)
     conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
     while True:
         try:

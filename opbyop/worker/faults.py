@@ -2,7 +2,8 @@
 
 `OPBYOP_FAULT_INJECT` (a worker's child process) and `OPBYOP_DASK_FAULT_INJECT` (a Dask worker) hold
 ';'-separated rules `action:<signature prefix>`: abort (the process aborts, as the compiler can),
-hang, raise (a bug in opbyop itself), exit (the process exits at once, as a killed Dask worker).
+hang, raise (a bug in opbyop itself), exit (the process exits at once, as a killed Dask worker),
+sigkill (as the kernel's out-of-memory killer ends a process).
 Only a process started with rules gets its analyzer wrapped: the op path of every other process
 never looks for them.
 """
@@ -10,11 +11,12 @@ never looks for them.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-ACTIONS = ("abort", "hang", "raise", "exit")
+ACTIONS = ("abort", "hang", "raise", "exit", "sigkill")
 T = TypeVar("T")
 
 
@@ -30,6 +32,8 @@ class Fault:
             time.sleep(10**6)
         if self.action == "exit":
             os._exit(1)
+        if self.action == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError(f"fault injected for {self.prefix}")
 
 

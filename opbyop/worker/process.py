@@ -21,6 +21,7 @@ from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.ir.rewrite import rewritten_text
+from opbyop.op_memory import op_memory_message
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
                                     WholeRequest)
@@ -43,6 +44,7 @@ class _Lost:
     what: str
     log_tail: str
     child_pid: int | None
+    killed: bool = False  # by SIGKILL: what the kernel's out-of-memory killer sends
 
     @property
     def message(self) -> str:
@@ -77,6 +79,7 @@ class OpWorker:
         self._tag = ""  # who sent the request in flight (a run's gate): abort() ends only that one's
         self._stopped: collections.deque[str] = collections.deque(maxlen=64)  # tags aborted: refused from now on
         self._tag_lock = threading.Lock()  # a request's tag is set, or refused, atomically with abort()
+        self._killed_by_abort: int | None = None  # the child pid abort() killed (not out of memory)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Ready:
@@ -149,8 +152,9 @@ class OpWorker:
         answer = self._exchange(request, timeout, tag)
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
+            message = op_memory_message(op, answer.message) if answer.killed else answer.message
             return OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
-                            failed_stage=failed, message=answer.message, started_at=started, ended_at=utcnow(),
+                            failed_stage=failed, message=message, started_at=started, ended_at=utcnow(),
                             worker=self.name)
         assert isinstance(answer, Reply)
         answer.result.worker = self.name
@@ -205,6 +209,7 @@ class OpWorker:
             proc = self._proc if self._tag == tag else None
         if proc is None or proc.poll() is not None:
             return False
+        self._killed_by_abort = proc.pid
         proc.kill()
         return True
 
@@ -233,9 +238,11 @@ class OpWorker:
                 returncode = self._proc.wait() if self._proc is not None else None
                 self.close()
                 self.restarts += 1
-                return _Lost(_lost_status(step, Status.CRASHED), step,
+                # SIGKILL that abort() did not send: the kernel's out-of-memory killer
+                killed = returncode == -signal.SIGKILL and self._killed_by_abort != child_pid
+                return _Lost(Status.INFRA_ERROR if killed else _lost_status(step, Status.CRASHED), step,
                              f"worker process died ({_describe_exit(returncode)}) during {step}",
-                             self._log_tail(log_offset), child_pid)
+                             self._log_tail(log_offset), child_pid, killed)
             if getattr(message, "id", None) != request.id:
                 self.kill()  # a stale or foreign message: never credit it to this request
                 raise RuntimeError(f"worker {self.name} answered {message!r} to request {request.id}")

@@ -23,4 +23,9 @@ KERNELS: dict[str, Kernel] = {
     **matmul_conv.KERNELS,
 }
 
-__all__ = ["Call", "KERNELS", "Kernel"]
+# Kernels that take stored values in any storage format (bf16 held as bf16): they move values
+# without arithmetic, or convert block by block themselves. Every other kernel sees bf16 as f32,
+# so a gigabyte bf16 operand is never copied whole to f32 by an op that only moves it.
+STORAGE_KERNELS = frozenset({*data_movement.STORAGE_KERNELS, *matmul_conv.STORAGE_KERNELS, "ttnn.rows_gather"})
+
+__all__ = ["Call", "KERNELS", "Kernel", "STORAGE_KERNELS"]

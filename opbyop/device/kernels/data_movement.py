@@ -92,3 +92,6 @@ KERNELS: dict[str, Callable[[Call], list]] = {
     "ttnn.concat": _concat, "ttnn.repeat": _repeat, "ttnn.repeat_interleave": _repeat_interleave,
     "ttnn.pad": _pad, "ttnn.bitcast_convert": _bitcast_convert, "ttnn.assign": _to_result_shape, "ttnn.embedding": _embedding,
 }
+
+# Every kernel here but bitcast_convert (which reads the stored bits) moves values unchanged.
+STORAGE_KERNELS = frozenset(KERNELS) - {"ttnn.bitcast_convert"}

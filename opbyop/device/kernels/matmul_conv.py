@@ -13,7 +13,7 @@ from opbyop.device.kernels.eltwise import fused
 
 
 def _matmul(call: Call) -> list:
-    a, b = (np.asarray(t, dtype=np.float32) for t in call.tensors[:2])
+    a, b = (np.asarray(t) for t in call.tensors[:2])  # in their storage format: fidelity_matmul converts blocks
     if call.attr("transpose_a", False):
         a = np.swapaxes(a, -1, -2)
     if call.attr("transpose_b", False):
@@ -192,6 +192,9 @@ def _global_avg_pool(call: Call) -> list:
     x = np.asarray(call.tensors[0], dtype=np.float32)
     return [x.mean(axis=(-3, -2) if x.ndim == 4 else -2, keepdims=True).reshape(call.out_shape)]
 
+
+# Kernels that take bf16 storage as it is (executor.STORAGE_KERNELS).
+STORAGE_KERNELS = frozenset({"ttnn.matmul", "ttnn.linear"})
 
 KERNELS: dict[str, Callable[[Call], list]] = {
     "ttnn.matmul": _matmul, "ttnn.linear": _matmul, "ttnn.conv2d": _conv2d, "ttnn.conv1d": _conv1d,
