@@ -69,10 +69,18 @@ class RunStats:
 
 
 class Executor:
-    def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES):
+    """Runs a program's functions on a device. `chip_numerics=False` runs the same kernels with the
+    chip's numerics off (exact arithmetic: see kernels.base.Call); `record` keeps every op's first
+    result values in `trace`, in execution order (to find where two readings of a program part)."""
+
+    def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES,
+                 chip_numerics: bool = True, record: bool = False):
         self.device = device
         self.program = program
         self.policy = policy
+        self.chip_numerics = chip_numerics
+        self.record = record
+        self.trace: dict[int, tuple[Op, np.ndarray]] = {}  # result value id -> (op, first value)
         self.stats = RunStats()
 
     def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
@@ -133,7 +141,7 @@ class Executor:
         inputs = [env.get(v) for v in op.operands]
         try:
             values = kernel(Call(op=op, inputs=[t.values if t is not None else None for t in inputs],
-                                 out_types=op.result_types))
+                                 out_types=op.result_types, chip_numerics=self.chip_numerics))
         except NotSimulated:
             raise
         except Exception as e:  # a gap in the simulator, named as such: never the whole run's end
@@ -149,6 +157,8 @@ class Executor:
             tensor = self._materialise(value, t, f"{op.name} ({_short(op.location)})")
             env[v] = tensor
             owned.add(id(tensor))
+            if self.record and v not in self.trace:
+                self.trace[v] = (op, tensor.values)
 
     def _check_l1(self, op: Op, buffers: int) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""
@@ -163,7 +173,7 @@ class Executor:
         if t is None:
             raise NotSimulated(f"{name}: result without a tensor type")
         layout = t.layout or host_layout(t.dtype)
-        stored = store(np.asarray(value).reshape(t.shape), layout.dtype)
+        stored = store(np.asarray(value).reshape(t.shape), layout.dtype, self.chip_numerics)
         buffer = self.device.memory.allocate(layout, t.shape, name)
         return DeviceTensor(values=stored, dtype=t.dtype, layout=layout, device=self.device, buffer=buffer, name=name)
 
@@ -189,21 +199,32 @@ class Executor:
             raise NotSimulated(f"call of a function the program does not define: @{name}")
         return self.program.functions[name]
 
-    def _while_loop(self, op: Op, state: list[DeviceTensor | None]) -> list[DeviceTensor]:
-        """StableHLO while: run the condition program on the state, the body while it says true.
-        The loop's results are the state entries `output_indices` names; each is a tensor this op
-        alone holds (a state passed through unchanged is copied, never aliased)."""
-        condition, body = self._callee(op.attrs["condition_program"]), self._callee(op.attrs["body_program"])
+    def _while_loop(self, op: Op, operands: list[DeviceTensor | None]) -> list[DeviceTensor]:
+        """StableHLO while. The first `state_count` operands are the loop's state, the rest values the
+        body reads unchanged every iteration. Two forms: a condition program run on the state (the
+        body runs while it says true), or a counted loop (`initial`, `limit`, `step` bounds, what
+        tt-mlir emits for JAX's fori_loop: the body runs (limit - initial) / step times). The
+        results are the state entries `output_indices` names; each is a tensor this op alone holds
+        (a state passed through unchanged is copied, never aliased)."""
+        body = self._callee(op.attrs["body_program"])
+        bound = loop_iterations(op)
+        condition = None if bound is not None else self._callee(op.attrs["condition_program"])
+        present = [t for t in operands if t is not None]
+        count = int(op.attrs.get("state_count") or len(present))
+        invariant = present[count:]
         held: list[DeviceTensor] = []  # state tensors produced by the body: this op holds them
-        current: list = list(state)
-        for _ in range(MAX_LOOP_ITERATIONS):
-            flags = self.run(condition, [t for t in current if t is not None])
-            go = bool(np.asarray(flags[0].values).reshape(-1)[0] != 0) if flags else False
-            for t in flags:
-                self.device.release(t)
+        current: list = present[:count]
+        for iteration in range(MAX_LOOP_ITERATIONS):
+            if bound is not None:
+                go = iteration < bound
+            else:
+                flags = self.run(condition, current + invariant)
+                go = bool(np.asarray(flags[0].values).reshape(-1)[0] != 0) if flags else False
+                for t in flags:
+                    self.device.release(t)
             if not go:
                 break
-            produced = self.run(body, [t for t in current if t is not None])
+            produced = self.run(body, current + invariant)
             for t in held:
                 self.device.release(t)
             held = current = produced
@@ -235,6 +256,20 @@ class Executor:
         buffer = self.device.memory.allocate(tensor.layout, tensor.shape, f"copy of {tensor.name}")
         return DeviceTensor(values=tensor.values.copy(), dtype=tensor.dtype, layout=tensor.layout,
                             device=self.device, buffer=buffer, name=tensor.name)
+
+
+def loop_iterations(op: Op) -> int | None:
+    """How many times a counted ttcore.while_loop runs its body (`#ttcore.loop_bound<N>` bounds), or
+    None for a loop with a condition program. A bound that is not a number is not simulated."""
+    if "condition_program" in op.attrs:
+        return None
+    if "limit" not in op.attrs:
+        raise NotSimulated(f"{op.name} with neither a condition program nor loop bounds: attributes {sorted(op.attrs)}")
+    bounds = [op.attrs.get(k, d) for k, d in (("initial", 0), ("limit", 0), ("step", 1))]
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds) or bounds[2] == 0:
+        raise NotSimulated(f"{op.name} with loop bounds {bounds} (only constant, nonzero-step bounds are simulated)")
+    initial, limit, step = bounds
+    return max(0, -(-(limit - initial) // step))  # ceil((limit - initial) / step), either sign of step
 
 
 def _short(location: str) -> str:

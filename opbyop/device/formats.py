@@ -96,8 +96,11 @@ def quantize_bfp(x: np.ndarray, fmt: str) -> np.ndarray:
     return out.reshape(shape)
 
 
-def store(x: np.ndarray, fmt: str) -> np.ndarray:
-    """The values a tensor holds once stored in format `fmt`."""
+def store(x: np.ndarray, fmt: str, chip_numerics: bool = True) -> np.ndarray:
+    """The values a tensor holds once stored in format `fmt`. Without the chip's numerics a float
+    format keeps f32 values unrounded (integer formats and booleans are the program's types: kept)."""
+    if not chip_numerics and (fmt in ("bf16", "f16") or fmt in BFP_MANTISSA_BITS):
+        return np.asarray(x, dtype=np.float32)
     if fmt in ("f32", "tf32"):
         return np.asarray(x, dtype=np.float32)
     if fmt == "bf16":
@@ -145,6 +148,9 @@ def _phase_terms(src_a: np.ndarray, src_b: np.ndarray, fidelity: str) -> list[tu
 def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray:
     """a * b element-wise on the FPU (ELWMUL): a in srcA, b in srcB, the fidelity's phases."""
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    if fidelity == "exact":  # the chip's numerics off (kernels.base.EXACT)
+        with np.errstate(all="ignore"):
+            return np.multiply(a, b, dtype=np.float32)
     with np.errstate(all="ignore"):
         product = sum(x * y for x, y in _phase_terms(a, b, fidelity)).astype(np.float32)
         return np.where(np.isfinite(a) & np.isfinite(b), product, np.multiply(a, b, dtype=np.float32))
@@ -154,6 +160,8 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     """a @ b as the FPU computes it (MVMUL): in0 `a` sits in srcB and in1 `b` in srcA (the
     unpacker's matmul mapping), partial products per fidelity phase, and the running sum kept in
     f32 (fp32_dest_acc_en) or rounded to bf16 after every K tile."""
+    if fidelity == "exact":  # the chip's numerics off (kernels.base.EXACT): f64 products, f32 result
+        return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)).astype(np.float32)
     terms = [(a_part, b_part) for b_part, a_part in _phase_terms(b, a, fidelity)]
     k = a.shape[-1]
     if fp32_acc:

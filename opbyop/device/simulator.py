@@ -43,8 +43,11 @@ class DeviceSimulator:
         """Outputs of the program's entry on `inputs`, and what the run cost; SimulationError on failure."""
         return self.run_binary(self.load(program_text), inputs)
 
-    def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], DeviceRun]:
-        """Like run, for a program already loaded (its types read before the run, e.g. for narrowing)."""
+    def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray], chip_numerics: bool = True,
+                   trace: dict | None = None) -> tuple[list[np.ndarray], DeviceRun]:
+        """Like run, for a program already loaded (its types read before the run, e.g. for narrowing).
+        `chip_numerics=False`: the same kernels with the chip's numerics off; `trace`: filled with
+        every op's first result values (runtime.submit)."""
         started = time.perf_counter()
         device = self.device_for(binary.program.spec)
         device.memory.reset_peaks()
@@ -52,8 +55,8 @@ class DeviceSimulator:
         try:
             for i, x in enumerate(inputs):
                 pushed.append(to_device(x, device, get_layout(binary, 0, i), name=f"input {i}",
-                                        shape=input_shape(binary, 0, i)))
-            outputs = submit(device, binary, 0, pushed, self.policy)
+                                        shape=input_shape(binary, 0, i), chip_numerics=chip_numerics))
+            outputs = submit(device, binary, 0, pushed, self.policy, chip_numerics=chip_numerics, trace=trace)
             framework = binary.function(0).host_return_types
             host = [as_host_type(to_host(t), framework[i] if i < len(framework) else None)
                     for i, t in enumerate(outputs)]
