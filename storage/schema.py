@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 3  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks
+SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+#   4: status columns of miscompiled and simulator_error
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
