@@ -81,7 +81,7 @@ def _name(op: Op) -> str:
     return f"{op.name} ({location})"
 
 
-def _agree(a: np.ndarray, b: np.ndarray) -> bool:
+def agree(a: np.ndarray, b: np.ndarray) -> bool:
     """Two readings of one value agree: integers and booleans exactly, floats to f32 precision."""
     a, b = np.asarray(a), np.asarray(b)
     if a.size != b.size:
@@ -97,7 +97,7 @@ def _agree(a: np.ndarray, b: np.ndarray) -> bool:
 def first_divergence(simulated: dict[int, tuple[Op, np.ndarray]], reference: dict[int, tuple[Op, np.ndarray]]) -> Op | None:
     """The first op, in the simulator's order, whose result differs from the reference's reading."""
     for value, (op, got) in simulated.items():
-        if value in reference and not _agree(got, reference[value][1]):
+        if value in reference and not agree(got, reference[value][1]):
             return op
     return None
 
@@ -125,7 +125,7 @@ def _where_reference_leaves(program: Program, trace: dict[int, tuple[Op, np.ndar
 
 def _agree_with_xla(value: np.ndarray, want: np.ndarray) -> bool:
     try:
-        return _agree(np.asarray(value).reshape(want.shape), want)
+        return agree(np.asarray(value).reshape(want.shape), want)
     except (ValueError, TypeError):
         return False
 

@@ -4,13 +4,15 @@
 dynamic_update_slice and pad-like updates (read from the programs it emits; the ops are not in the
 public tt-mlir sources this was checked against, so their semantics are taken from what the
 compiler builds around them and checked against XLA through the corpus):
-- the operand is (batch, *sizes, rest): `sizes` are the dimensions an index vector addresses,
-  `rest` everything after them (1 when `column`: the vectors address single elements);
-- indices are (batch, len(sizes), n): n index vectors, one coordinate per entry of `sizes`;
+- the operand is (pre, *sizes, rest): `sizes` are the dimensions an index vector addresses,
+  `rest` the operand's last dimension (1 when `column`: the vectors address single elements),
+  `pre` every dimension before `sizes` (a scatter on dimension 1 of a 3x5x4 operand: 3, [5], 4);
+- indices are (batch, len(sizes), n): n index vectors, one coordinate per entry of `sizes`, the
+  batch being 1 (the same vectors for every `pre` row) or `pre` (vectors of their own per row);
 - each vector is the start of a window of `windows` elements over the `sizes` dimensions;
-- gather: out (batch, n, *windows, rest); window starts are clamped into the operand as
+- gather: out (pre, n, *windows, rest); window starts are clamped into the operand as
   StableHLO's gather clamps them (or out-of-range elements are zero with `fill_out_of_bounds`);
-- scatter: updates (batch, n, *windows, rest) combine into the operand with `reduce` (invalid =
+- scatter: updates (pre, n, *windows, rest) combine into the operand with `reduce` (invalid =
   replace, sum, max, min, prod); a window that does not fit is skipped, as StableHLO's scatter does.
 """
 
@@ -24,18 +26,19 @@ from opbyop.device.kernels.base import Call, NotSimulated
 
 
 def _geometry(call: Call, x: np.ndarray, indices: np.ndarray) -> tuple[list[int], list[int], int, int, np.ndarray]:
-    """(sizes, windows, batch, rest, starts[batch, n, coords])."""
+    """(sizes, windows, pre, rest, starts[pre, n, coords]): the operand read as (pre, *sizes, rest)."""
     sizes = [int(s) for s in call.attr("sizes")]
     windows = [int(w) for w in call.attr("windows", [1] * len(sizes))]
     if len(windows) != len(sizes):
         raise NotSimulated(f"{call.op.name} with windows {windows} over sizes {sizes}")
+    rest = 1 if call.attr("column", False) or x.ndim == 0 else int(x.shape[-1])
+    span = int(np.prod(sizes)) * rest
     batch = indices.shape[0] if indices.ndim == 3 else 1
-    per_batch = int(np.prod(sizes))
-    if x.size % (batch * per_batch) or indices.size % (batch * len(sizes)):
+    pre = x.size // span if span else 0
+    if not span or x.size % span or batch not in (1, pre) or indices.size % (batch * len(sizes)):
         raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes}")
-    rest = x.size // (batch * per_batch)
     starts = indices.reshape(batch, len(sizes), -1).astype(np.int64).transpose(0, 2, 1)
-    return sizes, windows, batch, rest, starts
+    return sizes, windows, pre, rest, np.broadcast_to(starts, (pre,) + starts.shape[1:])
 
 
 def _window_index(sizes: list[int], windows: list[int]) -> np.ndarray:
@@ -46,14 +49,14 @@ def _window_index(sizes: list[int], windows: list[int]) -> np.ndarray:
 
 def _rows_gather(call: Call) -> list:
     x, indices = (np.asarray(t) for t in call.tensors[:2])
-    sizes, windows, batch, rest, starts = _geometry(call, x, indices)
-    table = x.reshape(batch, *sizes, rest)
+    sizes, windows, pre, rest, starts = _geometry(call, x, indices)
+    table = x.reshape(pre, *sizes, rest)
     offsets = _window_index(sizes, windows)
     limit = np.array(sizes) - np.array(windows)
     fill = bool(call.attr("fill_out_of_bounds", False))
     n = starts.shape[1]
-    out = np.zeros((batch, n, offsets.shape[0], rest), dtype=x.dtype)
-    for b in range(batch):
+    out = np.zeros((pre, n, offsets.shape[0], rest), dtype=x.dtype)
+    for b in range(pre):
         for i in range(n):
             start = starts[b, i]
             inside = bool(np.all((start >= 0) & (start <= limit)))
@@ -72,17 +75,17 @@ _COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray] | None] = {
 
 def _rows_scatter(call: Call) -> list:
     x, indices, updates = (np.asarray(t) for t in call.tensors[:3])
-    sizes, windows, batch, rest, starts = _geometry(call, x, indices)
+    sizes, windows, pre, rest, starts = _geometry(call, x, indices)
     reduce = str(call.attr("reduce", "invalid")).lower()
     if reduce not in _COMBINE:
         raise NotSimulated(f"ttnn.rows_scatter with reduce {reduce}")
     combine = _COMBINE[reduce]
-    out = x.reshape(batch, *sizes, rest).copy()
+    out = x.reshape(pre, *sizes, rest).copy()
     offsets = _window_index(sizes, windows)
     n = starts.shape[1]
-    values = updates.astype(out.dtype, copy=False).reshape(batch, n, offsets.shape[0], rest)
+    values = updates.astype(out.dtype, copy=False).reshape(pre, n, offsets.shape[0], rest)
     limit = np.array(sizes) - np.array(windows)
-    for b in range(batch):
+    for b in range(pre):
         for i in range(n):  # in order: with repeated indices the last update wins (replace)
             start = starts[b, i]
             if not np.all((start >= 0) & (start <= limit)):
