@@ -154,7 +154,7 @@ class OpAnalyzer:
             result.depth = Stage.GOLDEN
         else:
             result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
-            result.message = comparison.message or f"output differs from the {result.reference}'s: pcc {comparison.pcc}"
+            result.message = f"output differs from the {result.reference}'s: {verdict(comparison)}"
         return result
 
 
