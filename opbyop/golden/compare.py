@@ -200,5 +200,7 @@ def verdict(comparison: GoldenComparison) -> str:
         return f"output mismatch: values differ (exact comparison), max abs error {comparison.max_abs_error:.3g}"
     if comparison.method == "allclose":
         return f"output mismatch: not allclose, max abs error {comparison.max_abs_error:.3g}"
+    if comparison.pcc is not None and comparison.pcc >= comparison.pcc_threshold:  # failed on allclose alone
+        return f"output mismatch: not allclose (pcc {comparison.pcc:.6g}), max abs error {comparison.max_abs_error:.3g}"
     return (f"output mismatch: pcc {comparison.pcc} < {comparison.pcc_threshold}, "
             f"max abs error {comparison.max_abs_error:.3g}")
