@@ -103,3 +103,23 @@ def test_the_simulator_without_chip_numerics_reads_every_op_as_the_reference_doe
     reading = read_program(binary.program, inputs)
     assert trace and first_divergence(trace, reading.trace) is None
     assert compare(outputs, reading.outputs, [str(o.dtype) for o in outputs], Thresholds()).passed
+
+
+def test_the_first_op_where_two_readings_part_is_named():
+    """The scatter-add program run without chip numerics, against the reading of the same program
+    with a max scatter: they part at the rows_scatter, not before."""
+    add = Binary.load((DATA / "ttnn_rows_scatter_max.mlir").read_text().replace("reduce_type<max>", "reduce_type<sum>"))
+    trace: dict = {}
+    DeviceSimulator().run_binary(add, SCATTER_INPUTS, chip_numerics=False, trace=trace)
+    other = read_program(Binary.load((DATA / "ttnn_rows_scatter_max.mlir").read_text()).program, SCATTER_INPUTS)
+    assert first_divergence(trace, other.trace).name == "ttnn.rows_scatter"
+
+
+def test_a_nan_mismatch_is_counted_never_reported_as_no_error():
+    """maximum(NaN, x) folded to x by a compiler: XLA keeps the NaN, the device has numbers."""
+    failure = compare([np.array([1.0, 2.0, 3.0])], [np.array([np.nan, np.nan, 3.0])], ["f32"], Thresholds())
+    message = verdict(failure)
+    assert not failure.passed and message.startswith("output mismatch: XLA has 2 NaN where the device has numbers")
+    assert "max abs error 0" not in message
+    extra = compare([np.array([np.nan, 2.0, np.inf])], [np.array([1.0, 2.0, 3.0])], ["f32"], Thresholds())
+    assert "1 NaN where XLA has none" in verdict(extra) and "1 inf where XLA has a finite value" in verdict(extra)

@@ -274,3 +274,71 @@ def test_the_reference_says_when_it_cannot_read_an_op(name):
             result_types=[ttype((6,), "f32")], attrs={"sizes": [4], "windows": [1]})
     with pytest.raises(Unreadable, match="sizes"):
         SEMANTICS[name]([np.zeros(6), np.zeros((1, 1, 1), np.int64), np.zeros(6)], op)
+
+
+# -- the remaining kernels, one drawn case each ---------------------------------------------------
+@PROPERTY
+@given(st.data(), st.lists(st.integers(1, 5), min_size=2, max_size=4).map(tuple), st.sampled_from(FLOAT_FORMATS))
+def test_normalisations_and_scalar_ops_mean_what_the_reference_reads(data, shape, storage):
+    x = values(data.draw, shape, "f32")
+    t = ttype(shape, "f32", storage)
+    weight = values(data.draw, shape[-1:], "f32")
+    bias = values(data.draw, shape[-1:], "f32")
+    tw = ttype(shape[-1:], "f32", storage)
+    for name in ("ttnn.rms_norm", "ttnn.layer_norm"):
+        assert_same(name, *both_readings(name, [x, weight, bias], [t, tw, tw], [t], epsilon=1e-5), f"{shape}")
+    checks = {"ttnn.clamp_scalar": dict(min=-1.0, max=2.0), "ttnn.pow_scalar": dict(rhs=2.0),
+              "ttnn.leaky_relu": dict(parameter=0.1), "ttnn.reduce_precision": dict(exponent_bits=5, mantissa_bits=4)}
+    for name, attrs in checks.items():
+        assert_same(name, *both_readings(name, [x], [t], [t], **attrs), f"{shape} {attrs}")
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    assert_same("transpose", *both_readings("ttnn.transpose", [x], [t], [ttype(tuple(np.swapaxes(x, 0, dim).shape), "f32",
+                                                                                 storage)], dim0=0, dim1=dim), "")
+    grown = tuple(d * 2 if i == dim else d for i, d in enumerate(shape))
+    assert_same("repeat_interleave", *both_readings("ttnn.repeat_interleave", [x], [t], [ttype(grown, "f32", storage)],
+                                                    repeats=2, dim=dim), "")
+    reduced = tuple(d for i, d in enumerate(shape) if i != dim)
+    assert_same("argmax", *both_readings("ttnn.argmax", [x], [t], [ttype(reduced, "si32")], dim=dim), "")
+    ints = values(data.draw, shape, "si32")
+    ti = ttype(shape, "si32")
+    assert_same("prod", *both_readings("ttnn.prod", [ints], [ti], [ttype(reduced, "si32")], dim_arg=[dim]), "")
+
+
+@PROPERTY
+@given(st.data(), st.integers(1, 2), st.integers(2, 5), st.integers(2, 5), st.integers(1, 3), st.integers(1, 2),
+       st.integers(0, 1))
+def test_pooling_and_transposed_convolutions_mean_what_the_reference_reads(data, n, h, w, k, stride, padding):
+    c = 2
+    x = values(data.draw, (1, 1, n * h * w, c), "f32")
+    tx = ttype(x.shape, "f32")
+    window = dict(batch_size=n, input_height=h, input_width=w, channels=c, kernel_size=[k, k], stride=[stride, stride],
+                  padding=[padding, padding], dilation=[1, 1])
+    if k <= h + 2 * padding and k <= w + 2 * padding and padding <= k // 2:
+        oh, ow = (h + 2 * padding - k) // stride + 1, (w + 2 * padding - k) // stride + 1
+        out = ttype((1, 1, n * oh * ow, c), "f32")
+        assert_same("avg_pool2d", *both_readings("ttnn.avg_pool2d", [x], [tx], [out], **window), "")
+        assert_same("max_pool2d_with_indices", *both_readings("ttnn.max_pool2d_with_indices", [x], [tx],
+                                                              [out, ttype(out.shape, "si32")], **window), "")
+    weight = values(data.draw, (c, c, k, k), "f32")
+    oh, ow = (h - 1) * stride - 2 * padding + k, (w - 1) * stride - 2 * padding + k
+    if oh > 0 and ow > 0:
+        attrs = dict(batch_size=n, input_height=h, input_width=w, in_channels=c, out_channels=c, groups=1,
+                     kernel_size=[k, k], stride=[stride, stride], padding=[padding, padding], dilation=[1, 1],
+                     output_padding=[0, 0])
+        assert_same("conv_transpose2d", *both_readings("ttnn.conv_transpose2d", [x, weight], [tx, ttype(weight.shape, "f32")],
+                                                       [ttype((1, 1, n * oh * ow, c), "f32")], **attrs), "")
+    assert_same("global_avg_pool2d", *both_readings("ttnn.global_avg_pool2d", [x.reshape(n, h, w, c)],
+                                                    [ttype((n, h, w, c), "f32")], [ttype((n, 1, 1, c), "f32")]), "")
+
+
+@PROPERTY
+@given(st.data(), st.integers(1, 6), st.integers(1, 4), st.lists(st.integers(1, 3), min_size=1, max_size=2).map(tuple))
+def test_embeddings_and_creation_mean_what_the_reference_reads(data, rows, width, ids_shape):
+    table = values(data.draw, (rows, width), "f32")
+    ids = np.asarray(data.draw(st.lists(st.integers(0, rows - 1), min_size=int(np.prod(ids_shape)),
+                                        max_size=int(np.prod(ids_shape))))).reshape(ids_shape).astype(np.int32)
+    out = ttype(ids_shape + (width,), "f32")
+    assert_same("embedding", *both_readings("ttnn.embedding", [ids, table], [ttype(ids_shape, "si32"),
+                                                                            ttype(table.shape, "f32")], [out]), "")
+    assert_same("full", *both_readings("ttnn.full", [], [], [out], fill_value=2.5), "")
+    assert_same("arange", *both_readings("ttnn.arange", [], [], [ttype((rows,), "si32")], start=0, end=rows, step=1), "")

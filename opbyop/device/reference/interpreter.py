@@ -33,9 +33,10 @@ def unreadable_ops(program: Program) -> list[str]:
 
 
 def fit(value: np.ndarray, t: TensorType | None) -> np.ndarray:
-    """`value` as the declared type holds it, exactly otherwise: integers wrap to their width (two's
-    complement), floats beyond the type's largest value become infinite, booleans are 0/1 in a
-    float type. Floats stay float64, integers int64."""
+    """`value` as the declared type holds it: integers wrap to their width (two's complement), an f32
+    is the exact value correctly rounded to f32; a bf16/f16 keeps its exact value (its rounding is
+    the chip's numerics) but becomes infinite beyond the type's range. Floats are float64, integers
+    int64."""
     x = np.asarray(value)
     if t is None:
         return x
@@ -52,6 +53,9 @@ def fit(value: np.ndarray, t: TensorType | None) -> np.ndarray:
         return np.where(signed & (wrapped >= 2 ** (bits - 1)), wrapped - 2 ** bits, wrapped).astype(np.int64)
     if t.dtype == "i1":
         return x != 0
+    if t.dtype == "f32":  # an f32 result is the exact value correctly rounded, as IEEE (and XLA) define it
+        with np.errstate(over="ignore"):
+            return x.astype(np.float32).astype(np.float64)
     if t.dtype in _FLOAT_MAX:
         x = x.astype(np.float64)
         limit = _FLOAT_MAX[t.dtype]
