@@ -48,12 +48,16 @@ def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.nd
         reading = read_program(program, inputs)
     except Unreadable as e:
         return Judgment(Status.GOLDEN_FAILED, f"{device_verdict} (not judged: the reference cannot read {e})")
+    except Exception as e:  # a bug of the reference reading: said, and the device's verdict kept
+        return Judgment(Status.GOLDEN_FAILED, f"{device_verdict} (not judged: the reference reading failed: "
+                                              f"{type(e).__name__}: {e})")
     reference = _host_outputs(reading.outputs, program.main)
     against_xla = compare(reference, list(expected), dtypes, thresholds)
     if not against_xla.passed:
         where = _where_reference_leaves(program, reading.trace, reference, expected, against_xla)
+        narrowed = f"; the program narrowed {narrowing}" if narrowing else ""
         return Judgment(Status.MISCOMPILED, f"the compiled program computes a different value: its exact reading "
-                                            f"differs from XLA ({verdict(against_xla)}){where}")
+                                            f"differs from XLA ({verdict(against_xla)}){where}{narrowed}")
     trace: dict = {}
     try:
         exact, _ = simulator.run_binary(binary, inputs, chip_numerics=False, trace=trace)
