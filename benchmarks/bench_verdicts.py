@@ -34,15 +34,16 @@ def main(targets: list[str]) -> None:
 
     prepare_jax(resolve("p150").path)
     from common import Figures, console
+
     from opbyop.artifacts import ArtifactStore
     from opbyop.attribution import judge
     from opbyop.compiler.plugin import TTCompiler
     from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
     from opbyop.device.simulator import DeviceSimulator
+    from opbyop.golden import upstream
     from opbyop.golden.compare import DtypeThreshold, Thresholds, compare, verdict
     from opbyop.golden.inputs import make_inputs
     from opbyop.golden.xla_cpu import XlaCpu
-    from opbyop.golden import upstream
     from opbyop.pipeline import prepare
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-verdicts-"))

@@ -25,7 +25,7 @@ from opbyop.device.reference import Unreadable, read_program
 from opbyop.device.runtime import Binary, as_host_type
 from opbyop.device.simulator import DeviceSimulator, SimulationError
 from opbyop.golden.compare import Thresholds, compare, verdict
-from opbyop.records import GoldenComparison, Status
+from opbyop.records import Status
 
 _EXACT_FORMATS = {"f32", "si32", "u32", "u16", "u8", "i1"}
 
@@ -54,7 +54,7 @@ def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.nd
     reference = _host_outputs(reading.outputs, program.main)
     against_xla = compare(reference, list(expected), dtypes, thresholds)
     if not against_xla.passed:
-        where = _where_reference_leaves(program, reading.trace, reference, expected, against_xla)
+        where = _where_reference_leaves(program, reference, expected)
         narrowed = f"; the program narrowed {narrowing}" if narrowing else ""
         return Judgment(Status.MISCOMPILED, f"the compiled program computes a different value: its exact reading "
                                             f"differs from XLA ({verdict(against_xla)}){where}{narrowed}")
@@ -74,10 +74,22 @@ def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.nd
     return Judgment(Status.GOLDEN_FAILED, f"the chip's numerics ({chip_numerics(program)}) cause: {device_verdict}")
 
 
+_HELD_AS = {"si32": np.int32, "u32": np.uint32, "u16": np.uint16, "u8": np.uint8}
+
+
 def _host_outputs(values: list[np.ndarray], main: Function) -> list[np.ndarray]:
-    """The reference's outputs in the framework's types, as the runtime hands them over."""
-    hosts = main.host_return_types
-    return [as_host_type(np.asarray(v), hosts[i] if i < len(hosts) else None) for i, v in enumerate(values)]
+    """The reference's outputs as the runtime hands them over: integers in the width the program
+    holds them (a 64-bit value held as two 32-bit words is read back as such), then the framework's
+    types."""
+    hosts, held = main.host_return_types, main.return_types
+    out = []
+    for i, v in enumerate(values):
+        t = held[i] if i < len(held) else None
+        v = np.asarray(v)
+        if t is not None and t.dtype in _HELD_AS and v.dtype.kind in "iu":
+            v = v.astype(_HELD_AS[t.dtype])
+        out.append(as_host_type(v, hosts[i] if i < len(hosts) else None))
+    return out
 
 
 def _name(op: Op) -> str:
@@ -106,24 +118,26 @@ def first_divergence(simulated: dict[int, tuple[Op, np.ndarray]], reference: dic
     return None
 
 
-def _where_reference_leaves(program: Program, trace: dict[int, tuple[Op, np.ndarray]], reference: list[np.ndarray],
-                            expected: Sequence[np.ndarray], comparison: GoldenComparison) -> str:
-    """'; it leaves XLA's value at <op>': among the entry's ops whose result has the failing output's
-    size, the first that differs from XLA's output after the last one that matched it."""
-    main_ops = {id(op) for op in program.main.ops}
-    for got, want in zip(reference, expected):
-        want = np.asarray(want)
-        if np.iscomplexobj(want) or _agree_with_xla(got, want):
+# Ops that only move, reshape or re-lay a value: a wrong value is never formed there.
+_MOVES = {"ttnn.to_layout", "ttnn.reshape", "ttnn.squeeze", "ttnn.unsqueeze", "ttnn.to_memory_config",
+          "ttnn.to_device", "ttnn.from_device", "ttnn.clone", "ttnn.assign"}
+
+
+def _where_reference_leaves(program: Program, reference: list[np.ndarray], expected: Sequence[np.ndarray]) -> str:
+    """'; it leaves XLA's value at <op>': from the first output that differs from XLA's, back through
+    the ops that only move or re-lay it, the op of the entry that forms it (a const-eval function's
+    value, the compiler's folding, is named by its load_cached)."""
+    producers = {v: op for op in program.main.ops for v in op.results}
+    for value, got, want in zip(program.main.returns, reference, expected):
+        if np.iscomplexobj(want) or _agree_with_xla(got, np.asarray(want)):
             continue
-        candidates = [(op, value) for op, value in trace.values() if id(op) in main_ops and np.size(value) == want.size]
-        leaving = None
-        for op, value in candidates:
-            if _agree_with_xla(value, want):
-                leaving = None
-            elif leaving is None:
-                leaving = op
-        if leaving is not None:
-            return f"; it leaves XLA's value at {_name(leaving)}"
+        op = producers.get(value)
+        while op is not None and op.name in _MOVES and op.operands:
+            op = producers.get(op.operands[0])
+        if op is not None:
+            folded = f" (a value the compiler computed: @{str(op.attrs.get('callee', '')).lstrip('@')})" \
+                if op.name == "ttcore.load_cached" else ""
+            return f"; it leaves XLA's value at {_name(op)}{folded}"
     return ""
 
 

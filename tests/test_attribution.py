@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from core_fixtures import DATA
+
 from opbyop.attribution import first_divergence, judge
 from opbyop.config import CompilerOptions
 from opbyop.device.reference import read_program
@@ -52,7 +52,7 @@ def test_a_jax_fori_loop_runs_op_by_op_and_whole(workspace, worker, settings):
 
 
 def test_a_value_lost_to_narrowing_is_the_compilers_finding(workspace, worker, settings):
-    (op, result) = results_of(workspace, worker, settings, "wide_constant_and_nan_max.mlir")["stablehlo.add"]
+    (_, result) = results_of(workspace, worker, settings, "wide_constant_and_nan_max.mlir")["stablehlo.add"]
     assert result.status is Status.MISCOMPILED and result.status.fault is Fault.COMPILER
     assert "i64 compiled as si32: value 1099511627776 not representable" in result.message
     assert result.narrowing and "not representable" in result.narrowing

@@ -182,7 +182,7 @@ def rows_case(draw):
     pre = draw(st.lists(st.integers(1, 3), min_size=0, max_size=2))
     sizes = draw(st.lists(st.integers(1, 5), min_size=1, max_size=2))
     column = draw(st.booleans())
-    rest = [] if column else [draw(st.integers(1, 4))]
+    rest = [] if column else draw(st.lists(st.integers(1, 4), min_size=1, max_size=2))
     windows = [draw(st.integers(1, s)) for s in sizes]
     n = draw(st.integers(1, 3))
     batch = draw(st.sampled_from([1, int(np.prod(pre)) if pre else 1]))

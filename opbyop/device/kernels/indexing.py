@@ -5,8 +5,10 @@ dynamic_update_slice and pad-like updates (read from the programs it emits; the 
 public tt-mlir sources this was checked against, so their semantics are taken from what the
 compiler builds around them and checked against XLA through the corpus):
 - the operand is (pre, *sizes, rest): `sizes` are the dimensions an index vector addresses,
-  `rest` the operand's last dimension (1 when `column`: the vectors address single elements),
-  `pre` every dimension before `sizes` (a scatter on dimension 1 of a 3x5x4 operand: 3, [5], 4);
+  `pre` the dimensions before them, `rest` those after (none when `column`: the vectors address
+  single elements); a scatter on dimension 1 of a 3x5x4 operand is 3, [5], 4. Where `sizes` sit
+  is read from the result (gather) or the updates (scatter): they keep the operand's dimensions
+  before and after `sizes` (1x8x16x2 gathered over [8] into 1x3x16x2: 1, [8], 16x2);
 - indices are (batch, len(sizes), n): n index vectors, one coordinate per entry of `sizes`, the
   batch being 1 (the same vectors for every `pre` row) or `pre` (vectors of their own per row);
 - each vector is the start of a window of `windows` elements over the `sizes` dimensions;
@@ -25,18 +27,29 @@ import numpy as np
 from opbyop.device.kernels.base import Call, NotSimulated
 
 
-def _geometry(call: Call, x: np.ndarray, indices: np.ndarray) -> tuple[list[int], list[int], int, int, np.ndarray]:
+def _pre_and_rest(shape: tuple[int, ...], sizes: list[int], result: tuple[int, ...]) -> tuple[int, int] | None:
+    """Element counts before and after the `sizes` dimensions: the last position of `sizes` in the
+    operand whose leading dimensions start `result` and whose trailing dimensions end it."""
+    for k in range(len(shape) - len(sizes), -1, -1):
+        lead, trail = shape[:k], shape[k + len(sizes):]
+        fits = list(shape[k:k + len(sizes)]) == sizes and tuple(result[:k]) == lead
+        if fits and (not trail or tuple(result[-len(trail):]) == trail):
+            return int(np.prod(lead)), int(np.prod(trail))
+    return None
+
+
+def _geometry(call: Call, x: np.ndarray, indices: np.ndarray, result: tuple[int, ...]
+              ) -> tuple[list[int], list[int], int, int, np.ndarray]:
     """(sizes, windows, pre, rest, starts[pre, n, coords]): the operand read as (pre, *sizes, rest)."""
     sizes = [int(s) for s in call.attr("sizes")]
     windows = [int(w) for w in call.attr("windows", [1] * len(sizes))]
     if len(windows) != len(sizes):
         raise NotSimulated(f"{call.op.name} with windows {windows} over sizes {sizes}")
-    rest = 1 if call.attr("column", False) or x.ndim == 0 else int(x.shape[-1])
-    span = int(np.prod(sizes)) * rest
+    split = _pre_and_rest(tuple(x.shape), sizes, tuple(result))
     batch = indices.shape[0] if indices.ndim == 3 else 1
-    pre = x.size // span if span else 0
-    if not span or x.size % span or batch not in (1, pre) or indices.size % (batch * len(sizes)):
-        raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes}")
+    if split is None or batch not in (1, split[0]) or indices.size % (batch * len(sizes)):
+        raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes} into {result}")
+    pre, rest = split
     starts = indices.reshape(batch, len(sizes), -1).astype(np.int64).transpose(0, 2, 1)
     return sizes, windows, pre, rest, np.broadcast_to(starts, (pre,) + starts.shape[1:])
 
@@ -49,7 +62,7 @@ def _window_index(sizes: list[int], windows: list[int]) -> np.ndarray:
 
 def _rows_gather(call: Call) -> list:
     x, indices = (np.asarray(t) for t in call.tensors[:2])
-    sizes, windows, pre, rest, starts = _geometry(call, x, indices)
+    sizes, windows, pre, rest, starts = _geometry(call, x, indices, call.out_shape)
     table = x.reshape(pre, *sizes, rest)
     offsets = _window_index(sizes, windows)
     limit = np.array(sizes) - np.array(windows)
@@ -75,7 +88,7 @@ _COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray] | None] = {
 
 def _rows_scatter(call: Call) -> list:
     x, indices, updates = (np.asarray(t) for t in call.tensors[:3])
-    sizes, windows, pre, rest, starts = _geometry(call, x, indices)
+    sizes, windows, pre, rest, starts = _geometry(call, x, indices, updates.shape)
     reduce = str(call.attr("reduce", "invalid")).lower()
     if reduce not in _COMBINE:
         raise NotSimulated(f"ttnn.rows_scatter with reduce {reduce}")

@@ -2,7 +2,12 @@
 independent of the simulator's kernels, to tell a wrong lowering from a chip's numerics or a bug in
 the simulator."""
 
-from opbyop.device.reference.interpreter import Reading, fit, read_program, unreadable_ops
+from opbyop.device.reference.interpreter import (
+    Reading,
+    fit,
+    read_program,
+    unreadable_ops,
+)
 from opbyop.device.reference.semantics import SEMANTICS, Unreadable
 
-__all__ = ["Reading", "SEMANTICS", "Unreadable", "fit", "read_program", "unreadable_ops"]
+__all__ = ["SEMANTICS", "Reading", "Unreadable", "fit", "read_program", "unreadable_ops"]

@@ -487,7 +487,7 @@ def _four(value: Any) -> tuple[int, int, int, int]:
 def _convolve(image: np.ndarray, weight: np.ndarray, stride: tuple[int, int], dilation: tuple[int, int],
               pads: tuple[int, int, int, int], groups: int) -> np.ndarray:
     """NHWC image, OIHW weight -> NHWC output: a sum over kernel taps of shifted image slices."""
-    n, h, w, cin = image.shape
+    n, h, w, _ = image.shape
     cout, per_group, kh, kw = weight.shape
     top, bottom, left, right = pads
     padded = np.pad(image, ((0, 0), (top, bottom), (left, right), (0, 0)))
@@ -602,19 +602,33 @@ def _global_avg_pool(xs: list[np.ndarray], op: Op) -> list[np.ndarray]:
 
 
 # -- indexing -------------------------------------------------------------------------------------
-def _rows_geometry(op: Op, x: np.ndarray, indices: np.ndarray) -> tuple[int, list[int], list[int], int, np.ndarray]:
+def _rows_split(shape: tuple[int, ...], sizes: list[int], other: tuple[int, ...]) -> tuple[int, int] | None:
+    """(pre, rest) element counts: where the `sizes` dimensions sit in the operand's shape. The
+    gathered values (or the updates) keep the operand's leading dimensions and its trailing ones, so
+    the position is the one whose dimensions before and after `sizes` both reappear in `other`."""
+    width = len(sizes)
+    for k in reversed(range(len(shape) - width + 1)):
+        before, after = shape[:k], shape[k + width:]
+        if list(shape[k:k + width]) == sizes and tuple(other[:k]) == before and \
+                (not after or tuple(other[len(other) - len(after):]) == after):
+            return int(np.prod(before)), int(np.prod(after))
+    return None
+
+
+def _rows_geometry(op: Op, x: np.ndarray, indices: np.ndarray, other: tuple[int, ...]
+                   ) -> tuple[int, list[int], list[int], int, np.ndarray]:
     """ttnn.rows_gather / rows_scatter address an operand read as (pre, *sizes, rest): `sizes` the
-    dimensions an index vector addresses, `rest` what follows them (the operand's last dimension, or
-    1 when `column`: vectors address single elements), `pre` every dimension before them. Indices
-    are (batch, len(sizes), n): n vectors per batch, the batch being 1 (the same vectors for every
-    `pre` row) or `pre`. Returns (pre, sizes, windows, rest, starts[pre, n, len(sizes)])."""
+    dimensions an index vector addresses, `pre` the dimensions before them, `rest` those after
+    (none when `column`: the vectors address single elements). `other` (the gathered values' or
+    the updates' shape: pre, n, windows, rest) says where `sizes` sit. Indices are
+    (batch, len(sizes), n): n vectors per batch, the batch being 1 (the same vectors for every `pre`
+    row) or `pre`. Returns (pre, sizes, windows, rest, starts[pre, n, len(sizes)])."""
     sizes = [int(s) for s in _attr(op, "sizes")]
     windows = [int(w) for w in _attr(op, "windows", [1] * len(sizes))]
-    rest = 1 if _attr(op, "column", False) or x.ndim == 0 else int(x.shape[-1])
-    span = int(np.prod(sizes)) * rest
-    if len(windows) != len(sizes) or span == 0 or x.size % span:
-        raise Unreadable(f"{op.name} of {x.shape} over sizes {sizes} windows {windows}")
-    pre = x.size // span
+    split = _rows_split(tuple(x.shape), sizes, other)
+    if len(windows) != len(sizes) or split is None:
+        raise Unreadable(f"{op.name} of {x.shape} over sizes {sizes} windows {windows} into {other}")
+    pre, rest = split
     batch = indices.shape[0] if indices.ndim == 3 else 1
     if batch not in (1, pre) or indices.size % (batch * len(sizes)):
         raise Unreadable(f"{op.name}: indices {indices.shape} for {pre} rows of {x.shape}")
@@ -631,7 +645,7 @@ def _rows_gather(xs: list[np.ndarray], op: Op) -> list[np.ndarray]:
     """Each index vector is the start of a window; starts are clamped into the operand (StableHLO
     gather) or, with `fill_out_of_bounds`, a window not inside reads as zeros."""
     x = np.asarray(xs[0])
-    pre, sizes, windows, rest, starts = _rows_geometry(op, x, np.asarray(xs[1]))
+    pre, sizes, windows, rest, starts = _rows_geometry(op, x, np.asarray(xs[1]), _out_shape(op))
     table = x.reshape(pre, *sizes, rest)
     cells = _window_cells(windows)
     limit = np.array(sizes) - np.array(windows)
@@ -652,7 +666,7 @@ def _rows_scatter(xs: list[np.ndarray], op: Op) -> list[np.ndarray]:
     """Updates (pre, n, *windows, rest) combine into the operand at each window, in order (the last
     update wins a replace); a window that does not fit is skipped (StableHLO scatter)."""
     x, indices, updates = (np.asarray(t) for t in xs[:3])
-    pre, sizes, windows, rest, starts = _rows_geometry(op, x, indices)
+    pre, sizes, windows, rest, starts = _rows_geometry(op, x, indices, tuple(updates.shape))
     reduce = str(_attr(op, "reduce", "invalid")).lower()
     combine = {"invalid": None, "none": None, "sum": np.add, "add": np.add, "max": np.maximum, "min": np.minimum,
                "prod": np.multiply, "mul": np.multiply}
