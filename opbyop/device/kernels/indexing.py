@@ -4,11 +4,12 @@
 dynamic_update_slice and pad-like updates (read from the programs it emits; the ops are not in the
 public tt-mlir sources this was checked against, so their semantics are taken from what the
 compiler builds around them and checked against XLA through the corpus):
-- the operand is (pre, *sizes, rest): `sizes` are the dimensions an index vector addresses,
-  `pre` the dimensions before them, `rest` those after (none when `column`: the vectors address
-  single elements); a scatter on dimension 1 of a 3x5x4 operand is 3, [5], 4. Where `sizes` sit
-  is read from the result (gather) or the updates (scatter): they keep the operand's dimensions
-  before and after `sizes` (1x8x16x2 gathered over [8] into 1x3x16x2: 1, [8], 16x2);
+- the operand is (pre, *sizes, rest): `sizes` are the dimensions an index vector addresses (or a
+  factoring of them: 1x64x64 over [2, 32]), `pre` what comes before them, `rest` what comes after
+  (none when `column`: the vectors address single elements); a scatter on dimension 1 of a 3x5x4
+  operand is 3, [5], 4. With index vectors per row, pre is their batch; else `rest` is the
+  trailing dimensions the operand shares with the result (gather) or the updates (scatter):
+  1x8x16x2 gathered over [8] into 1x3x16x2 is 1, [8], 16x2;
 - indices are (batch, len(sizes), n): n index vectors, one coordinate per entry of `sizes`, the
   batch being 1 (the same vectors for every `pre` row) or `pre` (vectors of their own per row);
 - each vector is the start of a window of `windows` elements over the `sizes` dimensions;
@@ -27,14 +28,29 @@ import numpy as np
 from opbyop.device.kernels.base import Call, NotSimulated
 
 
-def _pre_and_rest(shape: tuple[int, ...], sizes: list[int], result: tuple[int, ...]) -> tuple[int, int] | None:
-    """Element counts before and after the `sizes` dimensions: the last position of `sizes` in the
-    operand whose leading dimensions start `result` and whose trailing dimensions end it."""
-    for k in range(len(shape) - len(sizes), -1, -1):
-        lead, trail = shape[:k], shape[k + len(sizes):]
-        fits = list(shape[k:k + len(sizes)]) == sizes and tuple(result[:k]) == lead
-        if fits and (not trail or tuple(result[-len(trail):]) == trail):
-            return int(np.prod(lead)), int(np.prod(trail))
+def _pre_and_rest(shape: tuple[int, ...], sizes: list[int], result: tuple[int, ...], batch: int,
+                  column: bool) -> tuple[int, int] | None:
+    """Element counts before and after the `sizes` dimensions. With index vectors per row (batch
+    above 1) there are `batch` rows; else the trailing dimensions the operand shares with `result`
+    (as many as divide what is not `sizes`) come after, the rest before."""
+    per_row = int(np.prod(sizes))
+    if not per_row or int(np.prod(shape)) % per_row:
+        return None
+    outside = int(np.prod(shape)) // per_row
+    if batch > 1:
+        return (batch, outside // batch) if outside % batch == 0 else None
+    if column:  # single elements: nothing comes after the addressed dimensions
+        return outside, 1
+    shared = 0
+    for a, b in zip(reversed(shape), reversed(result)):
+        if a != b:
+            break
+        shared += 1
+    while shared >= 0:
+        trail = int(np.prod(shape[len(shape) - shared:])) if shared else 1
+        if outside % trail == 0:
+            return outside // trail, trail
+        shared -= 1
     return None
 
 
@@ -45,9 +61,9 @@ def _geometry(call: Call, x: np.ndarray, indices: np.ndarray, result: tuple[int,
     windows = [int(w) for w in call.attr("windows", [1] * len(sizes))]
     if len(windows) != len(sizes):
         raise NotSimulated(f"{call.op.name} with windows {windows} over sizes {sizes}")
-    split = _pre_and_rest(tuple(x.shape), sizes, tuple(result))
     batch = indices.shape[0] if indices.ndim == 3 else 1
-    if split is None or batch not in (1, split[0]) or indices.size % (batch * len(sizes)):
+    split = _pre_and_rest(tuple(x.shape), sizes, tuple(result), batch, bool(call.attr("column", False)))
+    if split is None or indices.size % (batch * len(sizes)):
         raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes} into {result}")
     pre, rest = split
     starts = indices.reshape(batch, len(sizes), -1).astype(np.int64).transpose(0, 2, 1)

@@ -602,16 +602,28 @@ def _global_avg_pool(xs: list[np.ndarray], op: Op) -> list[np.ndarray]:
 
 
 # -- indexing -------------------------------------------------------------------------------------
-def _rows_split(shape: tuple[int, ...], sizes: list[int], other: tuple[int, ...]) -> tuple[int, int] | None:
-    """(pre, rest) element counts: where the `sizes` dimensions sit in the operand's shape. The
-    gathered values (or the updates) keep the operand's leading dimensions and its trailing ones, so
-    the position is the one whose dimensions before and after `sizes` both reappear in `other`."""
-    width = len(sizes)
-    for k in reversed(range(len(shape) - width + 1)):
-        before, after = shape[:k], shape[k + width:]
-        if list(shape[k:k + width]) == sizes and tuple(other[:k]) == before and \
-                (not after or tuple(other[len(other) - len(after):]) == after):
-            return int(np.prod(before)), int(np.prod(after))
+def _rows_split(shape: tuple[int, ...], sizes: list[int], other: tuple[int, ...], batch: int,
+                column: bool) -> tuple[int, int] | None:
+    """(pre, rest) element counts around the `sizes` dimensions (which may also be a factoring of
+    the operand's dimensions: 1x64x64 over sizes [2, 32]). Index vectors of their own per row
+    (batch > 1) make pre the batch. Otherwise rest is what the operand and `other` (the gathered
+    values or the updates: pre, n, windows, rest) end with alike, the longest such run of trailing
+    dimensions that fits; pre is what remains."""
+    total, span = int(np.prod(shape)), int(np.prod(sizes))
+    if span == 0 or total % span:
+        return None
+    around = total // span  # pre * rest
+    if batch > 1:
+        return (batch, around // batch) if around % batch == 0 else None
+    if column:  # vectors address single elements: nothing after them
+        return around, 1
+    common = 0
+    while common < min(len(shape), len(other)) and shape[len(shape) - 1 - common] == other[len(other) - 1 - common]:
+        common += 1
+    for width in range(common, -1, -1):
+        rest = int(np.prod(shape[len(shape) - width:])) if width else 1
+        if around % rest == 0:
+            return around // rest, rest
     return None
 
 
@@ -620,17 +632,17 @@ def _rows_geometry(op: Op, x: np.ndarray, indices: np.ndarray, other: tuple[int,
     """ttnn.rows_gather / rows_scatter address an operand read as (pre, *sizes, rest): `sizes` the
     dimensions an index vector addresses, `pre` the dimensions before them, `rest` those after
     (none when `column`: the vectors address single elements). `other` (the gathered values' or
-    the updates' shape: pre, n, windows, rest) says where `sizes` sit. Indices are
+    the updates' shape: pre, n, windows, rest) says where `sizes` sit (_rows_split). Indices are
     (batch, len(sizes), n): n vectors per batch, the batch being 1 (the same vectors for every `pre`
     row) or `pre`. Returns (pre, sizes, windows, rest, starts[pre, n, len(sizes)])."""
     sizes = [int(s) for s in _attr(op, "sizes")]
     windows = [int(w) for w in _attr(op, "windows", [1] * len(sizes))]
-    split = _rows_split(tuple(x.shape), sizes, other)
+    batch = indices.shape[0] if indices.ndim == 3 else 1
+    split = _rows_split(tuple(x.shape), sizes, other, batch, bool(_attr(op, "column", False)))
     if len(windows) != len(sizes) or split is None:
         raise Unreadable(f"{op.name} of {x.shape} over sizes {sizes} windows {windows} into {other}")
     pre, rest = split
-    batch = indices.shape[0] if indices.ndim == 3 else 1
-    if batch not in (1, pre) or indices.size % (batch * len(sizes)):
+    if indices.size % (batch * len(sizes)):
         raise Unreadable(f"{op.name}: indices {indices.shape} for {pre} rows of {x.shape}")
     starts = np.asarray(indices, np.int64).reshape(batch, len(sizes), -1).transpose(0, 2, 1)
     return pre, sizes, windows, rest, np.broadcast_to(starts, (pre,) + starts.shape[1:])
