@@ -61,9 +61,10 @@ def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.nd
     trace: dict = {}
     try:
         exact, _ = simulator.run_binary(binary, inputs, chip_numerics=False, trace=trace)
-    except SimulationError as e:
+    except Exception as e:  # SimulationError or a kernel's own exception: the simulator's, either way
+        detail = str(e) if isinstance(e, SimulationError) else f"{type(e).__name__}: {e}"
         return Judgment(Status.SIMULATOR_ERROR, f"the simulator with the chip's numerics off failed where the "
-                                                f"program's exact reading matches XLA: {e}")
+                                                f"program's exact reading matches XLA: {detail}")
     exact_vs_xla = compare(exact, list(expected), dtypes, thresholds)
     if not exact_vs_xla.passed:
         op = first_divergence(trace, reading.trace)
