@@ -72,7 +72,28 @@ def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.nd
         return Judgment(Status.SIMULATOR_ERROR, f"opbyop's simulator is wrong: the program's exact reading matches "
                                                 f"XLA, the simulator with the chip's numerics off does not "
                                                 f"({verdict(exact_vs_xla)}){kernel}")
-    return Judgment(Status.GOLDEN_FAILED, f"the chip's numerics ({chip_numerics(program)}) cause: {device_verdict}")
+    return Judgment(Status.GOLDEN_FAILED, f"the chip's numerics ({chip_numerics(program)}) cause: {device_verdict}"
+                                          f"{_where_numerics_part(binary, inputs, simulator, trace, thresholds)}")
+
+
+def _where_numerics_part(binary: Binary, inputs: Sequence[np.ndarray], simulator: DeviceSimulator,
+                         exact: dict[int, tuple[Op, np.ndarray]], thresholds: Thresholds) -> str:
+    """'; first at <op> (<its error>)': the first op whose result with the chip's numerics no longer
+    passes against the same kernel without them (a third run, only for this verdict)."""
+    chip: dict = {}
+    try:
+        simulator.run_binary(binary, inputs, chip_numerics=True, trace=chip)
+    except SimulationError:
+        return ""
+    for value, (op, got) in chip.items():
+        if value not in exact or np.asarray(got).dtype.kind not in "f":
+            continue
+        want = np.asarray(exact[value][1])
+        t = op.result_types[op.results.index(value)] if value in op.results else None
+        comparison = compare([got], [want], [t.dtype if t is not None else "f32"], thresholds)
+        if not comparison.passed:
+            return f"; first at {_name(op)}: {verdict(comparison).removeprefix('output mismatch: ')}"
+    return ""
 
 
 _HELD_AS = {"si32": np.int32, "u32": np.uint32, "u16": np.uint16, "u8": np.uint8}

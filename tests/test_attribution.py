@@ -66,6 +66,7 @@ def test_the_chips_numerics_are_named_when_both_exact_readings_match_xla(workspa
     (_, result) = results_of(workspace, worker, lofi, "dot_f32_lofi.mlir")["stablehlo.dot_general"]
     assert result.status is Status.GOLDEN_FAILED, result.message
     assert result.message.startswith("the chip's numerics (") and "lofi" in result.message
+    assert "first at ttnn.matmul" in result.message
     assert "not allclose" in result.message or "pcc" in result.message
 
 
