@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from opbyop.artifacts import ArtifactStore
+from opbyop.attribution import judge
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary
@@ -124,8 +125,11 @@ class OpAnalyzer:
         comparison = compare(outputs, expected, [o.dtype for o in op.outputs], settings.thresholds)
         comparison.seconds = time.perf_counter() - start
         result.golden = comparison
-        if not comparison.passed:
-            return _finish(result, Status.GOLDEN_FAILED, Stage.DEVICE_RUN, Stage.GOLDEN, verdict(comparison))
+        if not comparison.passed:  # whose fault: the lowering, the simulator, or the chip's numerics
+            judgment = judge(binary, inputs, expected, [o.dtype for o in op.outputs], settings.thresholds,
+                             self.device, verdict(comparison), result.narrowing)
+            comparison.seconds = time.perf_counter() - start
+            return _finish(result, judgment.status, Stage.DEVICE_RUN, Stage.GOLDEN, judgment.message)
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
 
     def analyze_whole(self, model: WholeModel, settings: AnalysisSettings, request_id: str,
@@ -180,7 +184,7 @@ class OpAnalyzer:
             result.depth = Stage.GOLDEN
         else:
             result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
-            result.message = comparison.message or f"output differs from the {result.reference}'s: pcc {comparison.pcc}"
+            result.message = f"output differs from the {result.reference}'s: {verdict(comparison)}"
         return result
 
 

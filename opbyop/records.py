@@ -67,6 +67,12 @@ class Status(str, Enum):
     INFRA_ERROR = "infra_error"  # cluster, worker process, disk, descriptor
     SKIPPED = "skipped"  # not an op of the model (a test-harness check), or a stage not requested
     FRONTEND_FAILED = "frontend_failed"  # the frontend could not lower this framework op: it never reached StableHLO
+    # the compiled program itself computes a wrong value (its exact reading differs from XLA, or it
+    # narrowed a value its dtype cannot hold): the compiler's lowering, a finding
+    MISCOMPILED = "miscompiled"
+    # the program's exact reading matches XLA, the simulator with the chip's numerics off does not:
+    # a bug in opbyop's simulator, never a finding
+    SIMULATOR_ERROR = "simulator_error"
 
     @property
     def fault(self) -> Fault:
@@ -89,6 +95,7 @@ _FAULT = {
     Status.NOT_SIMULATED: Fault.OPBYOP, Status.ANALYZER_ERROR: Fault.OPBYOP,
     Status.INFRA_ERROR: Fault.INFRA,
     Status.FRONTEND_FAILED: Fault.FRONTEND,
+    Status.MISCOMPILED: Fault.COMPILER, Status.SIMULATOR_ERROR: Fault.OPBYOP,
 }
 # Statuses worth analysing again when a run is resumed: the op itself was never judged.
 RETRYABLE = frozenset({Status.CRASHED, Status.TIMEOUT, Status.ANALYZER_ERROR, Status.INFRA_ERROR})
@@ -295,6 +302,8 @@ class GoldenComparison(BaseModel):
     #   (scalars, constant outputs) | shape (the output's shape differs for real)
     message: str | None = None  # why the outputs could not be compared value by value
     seconds: float = 0.0
+    # NaN/infinity where XLA's output has none, or the reverse, by count ("3 NaN where XLA has none")
+    nonfinite: str | None = None
 
 
 class OpResult(BaseModel):

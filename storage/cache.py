@@ -2,7 +2,7 @@
 
 Only outcomes that judge the op are reused (REUSABLE): never a crash or a timeout (they say more
 about the machine at the time than about the op), nor opbyop's own gaps and errors or the
-infrastructure's (not_simulated, analyzer_error, infra_error: a newer opbyop may do better). The
+infrastructure's (not_simulated, simulator_error, analyzer_error, infra_error: a newer opbyop may do better). The
 run id returned is where the result was first produced (a reused result points at its origin, not
 at the run that copied it).
 """

@@ -160,9 +160,9 @@ class ExpectationReport(BaseModel):
     not_compared: int = 0  # ops short of their expectation without a verdict (skipped, opbyop's or infra's)
     unexpected_failures: list[Mismatch] = Field(default_factory=list)
     unexpected_passes: list[Mismatch] = Field(default_factory=list)
-    # short of their expectation because of opbyop or the infrastructure (not_simulated, analyzer_error,
-    # infra_error): neither the compiler's regression nor a reason to lower the expectation (a frontend's
-    # failure, frontend_failed, is a verdict: compared like the compiler's)
+    # short of their expectation because of opbyop or the infrastructure (not_simulated, simulator_error,
+    # analyzer_error, infra_error): neither the compiler's regression nor a reason to lower the expectation
+    # (a frontend's failure, frontend_failed, is a verdict: compared like the compiler's)
     not_judged: list[Mismatch] = Field(default_factory=list)
 
     @property

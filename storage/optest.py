@@ -5,7 +5,7 @@ One OpTest per (unique op, model it occurs in), each with its own op's real star
 failed and keep their real status in `config`), the failing stage in `config`, and `message` the
 compiler's / device's words verbatim (never a stage prefix in it). A framework op the frontend
 could not lower (frontend_failed) never compiled: compile_failed, its real status in `config`. Ops without a verdict of the
-compiler or the device (skipped; not_simulated, analyzer_error, infra_error: opbyop's or the
+compiler or the device (skipped; not_simulated, simulator_error, analyzer_error, infra_error: opbyop's or the
 infrastructure's) are skipped=True, success=False, status None, their fault in `config` (never
 reported as passing, never counted as the compiler's failure). Split failures have no compiled op and no
 timing of their own and are left out (they are counted in the models table).
@@ -81,7 +81,8 @@ class OpTest(BaseModel):
 def optest_status(result: OpResult) -> TestStatus | None:
     """success / the failure kinds as they are; crashed and timeout by the stage that failed."""
     direct = {Status.SUCCESS: TestStatus.SUCCESS, Status.COMPILE_FAILED: TestStatus.COMPILE_FAILED,
-              Status.RUN_FAILED: TestStatus.RUN_FAILED, Status.GOLDEN_FAILED: TestStatus.GOLDEN_FAILED}
+              Status.RUN_FAILED: TestStatus.RUN_FAILED, Status.GOLDEN_FAILED: TestStatus.GOLDEN_FAILED,
+              Status.MISCOMPILED: TestStatus.GOLDEN_FAILED}  # the compiled program computes a wrong value
     if result.status in direct:
         return direct[result.status]
     if not result.status.is_verdict:  # skipped, or opbyop's / the infrastructure's: no verdict on the op

@@ -22,6 +22,7 @@ SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status c
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
 #                     the frontend_failed status column
 #                     real_inputs, synthetic_inputs
+#                     status columns of miscompiled and simulator_error
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 

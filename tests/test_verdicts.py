@@ -197,14 +197,15 @@ def test_a_real_shape_difference_is_a_device_failure_naming_both_shapes():
 
 
 def test_every_status_says_whose_fault_it_is():
-    assert {s.fault for s in (Status.COMPILE_FAILED, Status.CRASHED, Status.TIMEOUT)} == {Fault.COMPILER}
+    assert {s.fault for s in (Status.COMPILE_FAILED, Status.CRASHED, Status.TIMEOUT, Status.MISCOMPILED)} == {
+        Fault.COMPILER}
     assert {s.fault for s in (Status.RUN_FAILED, Status.GOLDEN_FAILED)} == {Fault.DEVICE}
-    assert {s.fault for s in (Status.NOT_SIMULATED, Status.ANALYZER_ERROR)} == {Fault.OPBYOP}
+    assert {s.fault for s in (Status.NOT_SIMULATED, Status.ANALYZER_ERROR, Status.SIMULATOR_ERROR)} == {Fault.OPBYOP}
     assert Status.INFRA_ERROR.fault is Fault.INFRA
     assert Status.FRONTEND_FAILED.fault is Fault.FRONTEND
     assert [s for s in Status if s.is_verdict] == [Status.SUCCESS, Status.COMPILE_FAILED, Status.CRASHED,
                                                    Status.TIMEOUT, Status.RUN_FAILED, Status.GOLDEN_FAILED,
-                                                   Status.FRONTEND_FAILED]
+                                                   Status.FRONTEND_FAILED, Status.MISCOMPILED]
 
 
 def test_a_bug_in_opbyop_is_an_analyzer_error_not_a_crash(clean_env, workspace_root, p150, mlp_ops, settings):

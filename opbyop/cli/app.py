@@ -50,8 +50,8 @@ err_console = make_console(stderr=True)
 STATUS_STYLE = {Status.SUCCESS: "green", Status.SKIPPED: "cyan", Status.GOLDEN_FAILED: "yellow",
                 Status.RUN_FAILED: "magenta", Status.COMPILE_FAILED: "red", Status.CRASHED: "bold red",
                 Status.TIMEOUT: "bold red", Status.NOT_SIMULATED: "blue", Status.ANALYZER_ERROR: "bold magenta",
-                Status.INFRA_ERROR: "bold yellow",
-                Status.FRONTEND_FAILED: "bold red"}
+                Status.MISCOMPILED: "red", Status.SIMULATOR_ERROR: "magenta",
+                Status.INFRA_ERROR: "bold yellow", Status.FRONTEND_FAILED: "bold red"}
 
 
 def status_text(status: Status | str, text: str | None = None) -> Text:

@@ -19,7 +19,7 @@ from opbyop.device.kernels import KERNELS
 from opbyop.records import Status
 
 # Statuses that say something about the device run (compile failures never reach the simulator).
-DEVICE_VERDICTS = frozenset({Status.SUCCESS, Status.GOLDEN_FAILED, Status.RUN_FAILED})
+DEVICE_VERDICTS = frozenset({Status.SUCCESS, Status.GOLDEN_FAILED, Status.RUN_FAILED, Status.MISCOMPILED})
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,8 @@ class DtypeRates:
     @property
     def unreached(self) -> int:
         """Compiled, but no verdict because of opbyop (not simulated, analyzer error)."""
-        return self.statuses[Status.NOT_SIMULATED] + self.statuses[Status.ANALYZER_ERROR]
+        return (self.statuses[Status.NOT_SIMULATED] + self.statuses[Status.ANALYZER_ERROR]
+                + self.statuses[Status.SIMULATOR_ERROR])
 
 
 @dataclass
@@ -133,8 +134,9 @@ class Coverage:
     def dtype_names(self) -> list[str]:
         return [d.dtype for d in self.dtypes]
 
-    def failures(self, statuses: Iterable[Status] = (Status.GOLDEN_FAILED, Status.RUN_FAILED,
-                                                     Status.NOT_SIMULATED, Status.ANALYZER_ERROR)) -> list[CoverageRow]:
+    def failures(self, statuses: Iterable[Status] = (Status.GOLDEN_FAILED, Status.RUN_FAILED, Status.MISCOMPILED,
+                                                     Status.NOT_SIMULATED, Status.SIMULATOR_ERROR,
+                                                     Status.ANALYZER_ERROR)) -> list[CoverageRow]:
         wanted = set(statuses)
         return sorted((r for r in self.rows if r.status in wanted), key=lambda r: (r.status.value, r.op, r.dtype, r.label))
 

@@ -69,10 +69,18 @@ class RunStats:
 
 
 class Executor:
-    def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES):
+    """Runs a program's functions on a device. `chip_numerics=False` runs the same kernels with the
+    chip's numerics off (exact arithmetic: see kernels.base.Call); `record` keeps every op's first
+    result values in `trace`, in execution order (to find where two readings of a program part)."""
+
+    def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES,
+                 chip_numerics: bool = True, record: bool = False):
         self.device = device
         self.program = program
         self.policy = policy
+        self.chip_numerics = chip_numerics
+        self.record = record
+        self.trace: dict[int, tuple[Op, np.ndarray]] = {}  # result value id -> (op, first value)
         self.stats = RunStats()
 
     def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
@@ -134,14 +142,17 @@ class Executor:
         raw = op.name in STORAGE_KERNELS
         try:
             values = kernel(Call(op=op, inputs=[None if t is None else t.values if raw else _computable(t.values)
-                                                for t in inputs], out_types=op.result_types))
+                                                for t in inputs], out_types=op.result_types,
+                                 chip_numerics=self.chip_numerics))
         except NotSimulated:
             raise
         except Exception as e:  # a gap in the simulator, named as such: never the whole run's end
             raise SimulatorBugError(f"simulator error in {op.name} ({_short(op.location)}): "
                                   f"{type(e).__name__}: {e}") from None
         self.stats.ttnn_ops += 1
-        placement = place(op, self.device.spec, self.policy, target_cycles, self.device.placements)
+        # a run without the chip's numerics only judges values: no op model, cycles or L1 to account
+        placement = place(op, self.device.spec, self.policy, target_cycles, self.device.placements) \
+            if self.chip_numerics else None
         if placement is not None:
             self._check_l1(op, placement.l1_bytes_per_core)
             self.stats.placements.append(placement)
@@ -150,6 +161,8 @@ class Executor:
             tensor = self._materialise(value, t, f"{op.name} ({_short(op.location)})")
             env[v] = tensor
             owned.add(id(tensor))
+            if self.record and v not in self.trace:
+                self.trace[v] = (op, tensor.values)
 
     def _check_l1(self, op: Op, buffers: int) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""
@@ -165,7 +178,7 @@ class Executor:
             raise NotSimulated(f"{name}: result without a tensor type")
         layout = t.layout or host_layout(t.dtype)
         # contiguous, as a device buffer is: a transposed view would make every later read copy it
-        stored = store(np.ascontiguousarray(np.asarray(value).reshape(t.shape)), layout.dtype)
+        stored = store(np.ascontiguousarray(np.asarray(value).reshape(t.shape)), layout.dtype, self.chip_numerics)
         buffer = self.device.memory.allocate(layout, t.shape, name)
         return DeviceTensor(values=stored, dtype=t.dtype, layout=layout, device=self.device, buffer=buffer, name=name)
 
@@ -191,21 +204,32 @@ class Executor:
             raise NotSimulated(f"call of a function the program does not define: @{name}")
         return self.program.functions[name]
 
-    def _while_loop(self, op: Op, state: list[DeviceTensor | None]) -> list[DeviceTensor]:
-        """StableHLO while: run the condition program on the state, the body while it says true.
-        The loop's results are the state entries `output_indices` names; each is a tensor this op
-        alone holds (a state passed through unchanged is copied, never aliased)."""
-        condition, body = self._callee(op.attrs["condition_program"]), self._callee(op.attrs["body_program"])
+    def _while_loop(self, op: Op, operands: list[DeviceTensor | None]) -> list[DeviceTensor]:
+        """StableHLO while. The first `state_count` operands are the loop's state, the rest values the
+        body reads unchanged every iteration. Two forms: a condition program run on the state (the
+        body runs while it says true), or a counted loop (`initial`, `limit`, `step` bounds, what
+        tt-mlir emits for JAX's fori_loop: the body runs (limit - initial) / step times). The
+        results are the state entries `output_indices` names; each is a tensor this op alone holds
+        (a state passed through unchanged is copied, never aliased)."""
+        body = self._callee(op.attrs["body_program"])
+        bound = loop_iterations(op)
+        condition = None if bound is not None else self._callee(op.attrs["condition_program"])
+        present = [t for t in operands if t is not None]
+        count = int(op.attrs.get("state_count") or len(present))
+        invariant = present[count:]
         held: list[DeviceTensor] = []  # state tensors produced by the body: this op holds them
-        current: list = list(state)
-        for _ in range(MAX_LOOP_ITERATIONS):
-            flags = self.run(condition, [t for t in current if t is not None])
-            go = bool(np.asarray(flags[0].values).reshape(-1)[0] != 0) if flags else False
-            for t in flags:
-                self.device.release(t)
+        current: list = present[:count]
+        for iteration in range(MAX_LOOP_ITERATIONS):
+            if bound is not None:
+                go = iteration < bound
+            else:
+                flags = self.run(condition, current + invariant)
+                go = bool(np.asarray(flags[0].values).reshape(-1)[0] != 0) if flags else False
+                for t in flags:
+                    self.device.release(t)
             if not go:
                 break
-            produced = self.run(body, [t for t in current if t is not None])
+            produced = self.run(body, current + invariant)
             for t in held:
                 self.device.release(t)
             held = current = produced
@@ -242,6 +266,20 @@ class Executor:
 def _computable(values: np.ndarray) -> np.ndarray:
     """Stored values as a computing kernel takes them: bf16 storage as its f32 values."""
     return values.astype(np.float32) if values.dtype == BF16 else values
+
+
+def loop_iterations(op: Op) -> int | None:
+    """How many times a counted ttcore.while_loop runs its body (`#ttcore.loop_bound<N>` bounds), or
+    None for a loop with a condition program. A bound that is not a number is not simulated."""
+    if "condition_program" in op.attrs:
+        return None
+    if "limit" not in op.attrs:
+        raise NotSimulated(f"{op.name} with neither a condition program nor loop bounds: attributes {sorted(op.attrs)}")
+    bounds = [op.attrs.get(k, d) for k, d in (("initial", 0), ("limit", 0), ("step", 1))]
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds) or bounds[2] == 0:
+        raise NotSimulated(f"{op.name} with loop bounds {bounds} (only constant, nonzero-step bounds are simulated)")
+    initial, limit, step = bounds
+    return max(0, -(-(limit - initial) // step))  # ceil((limit - initial) / step), either sign of step
 
 
 def _short(location: str) -> str:

@@ -116,9 +116,12 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def store(x: np.ndarray, fmt: str) -> np.ndarray:
+def store(x: np.ndarray, fmt: str, chip_numerics: bool = True) -> np.ndarray:
     """The values a tensor holds once stored in format `fmt` (bf16 as bf16 arrays, other float
-    formats as f32 holding the format's values)."""
+    formats as f32 holding the format's values). Without the chip's numerics a float format keeps
+    f32 values unrounded (integer formats and booleans are the program's types: kept)."""
+    if not chip_numerics and (fmt in ("bf16", "f16") or fmt in BFP_MANTISSA_BITS):
+        return np.asarray(x, dtype=np.float32)
     if fmt == "bf16":
         return to_bf16(x)
     if np.asarray(x).dtype == BF16:  # bf16 storage read in another format: through its f32 values
@@ -168,6 +171,9 @@ def _phase_terms(src_a: np.ndarray, src_b: np.ndarray, fidelity: str) -> list[tu
 def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray:
     """a * b element-wise on the FPU (ELWMUL): a in srcA, b in srcB, the fidelity's phases."""
     a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    if fidelity == "exact":  # the chip's numerics off (kernels.base.EXACT)
+        with np.errstate(all="ignore"):
+            return np.multiply(a, b, dtype=np.float32)
     with np.errstate(all="ignore"):
         product = sum(x * y for x, y in _phase_terms(a, b, fidelity)).astype(np.float32)
         return np.where(np.isfinite(a) & np.isfinite(b), product, np.multiply(a, b, dtype=np.float32))
@@ -182,6 +188,8 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     taken in blocks of rows of `a` and columns of `b`, each converted to f32 and split into its
     phases on its own: every output element is the same sum over K as in one call, so memory is
     bounded by a block, not by the operands."""
+    if fidelity == "exact":  # the chip's numerics off (kernels.base.EXACT): f64 products, f32 result
+        return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)).astype(np.float32)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     rows = max(_block(m, k, a.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * n)))
     cols = max(_block(n, k, b.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * min(rows, m))))

@@ -77,15 +77,16 @@ def close_device(device: Device) -> None:
 
 
 def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, name: str = "input",
-              shape: tuple[int, ...] | None = None) -> DeviceTensor:
+              shape: tuple[int, ...] | None = None, chip_numerics: bool = True) -> DeviceTensor:
     """Copy a host array to the device (default: DRAM interleaved, row-major). `shape`, the shape
-    the program declares for it, says when the runtime must split each value in two words first."""
+    the program declares for it, says when the runtime must split each value in two words first.
+    `chip_numerics=False` keeps float values unrounded (formats.store)."""
     host = np.asarray(host)
     if shape is not None and tuple(shape) == host.shape + (2,):
         host = in_words(host)
     fmt = _HOST_FORMAT.get(mlir_dtype(host.dtype), mlir_dtype(host.dtype))
     layout = layout or DRAM_ROW_MAJOR.with_(dtype=fmt)
-    values = store(host, layout.dtype)
+    values = store(host, layout.dtype, chip_numerics)
     try:
         buffer = device.memory.allocate(layout, values.shape, name)
     except OutOfMemory as e:
@@ -161,10 +162,11 @@ def get_layout(binary: Binary, program_index: int, input_index: int) -> Layout:
     return t.layout if t is not None and t.layout is not None else DRAM_ROW_MAJOR
 
 
-def to_layout(tensor: DeviceTensor, device: Device, layout: Layout, retain: bool = True) -> DeviceTensor:
+def to_layout(tensor: DeviceTensor, device: Device, layout: Layout, retain: bool = True,
+              chip_numerics: bool = True) -> DeviceTensor:
     """A NEW tensor in `layout` (never in place); the source is released unless `retain`."""
     wait(tensor)
-    values = store(tensor.values, layout.dtype)
+    values = store(tensor.values, layout.dtype, chip_numerics)
     try:
         buffer = device.memory.allocate(layout, values.shape, f"{tensor.name} as {layout.buffer}")
     except OutOfMemory as e:
@@ -184,8 +186,11 @@ def deallocate(tensor: DeviceTensor, force: bool = False) -> None:
 
 
 def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[DeviceTensor],
-           policy: Policy = Policy.FEWEST_CYCLES) -> list[DeviceTensor]:
-    """Enqueue a program; returns its output tensors at once (they become ready when it ends)."""
+           policy: Policy = Policy.FEWEST_CYCLES, chip_numerics: bool = True,
+           trace: dict | None = None) -> list[DeviceTensor]:
+    """Enqueue a program; returns its output tensors at once (they become ready when it ends).
+    `chip_numerics=False` runs it with the chip's numerics off; a `trace` dict receives every op's
+    first result values, keyed by result value id (Executor.trace)."""
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
         raise ValueError(f"program {program_index} takes {len(function.arguments)} inputs, got {len(inputs)}")
@@ -196,7 +201,8 @@ def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[
     outputs = [DeviceTensor(values=np.broadcast_to(np.float32(0), t.shape if t else ()), dtype=t.dtype if t else "f32",
                             layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, name=f"output {i}")
                for i, t in enumerate(function.return_types)]
-    future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy, outputs)
+    future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy, outputs,
+                                  chip_numerics, trace)
     for t in outputs:
         t.ready = future
     return outputs
@@ -211,24 +217,27 @@ def _fill(placeholders: list[DeviceTensor], results: list[DeviceTensor]) -> None
 
 
 def _execute(device: Device, binary: Binary, program_index: int, inputs: list[DeviceTensor],
-             policy: Policy, outputs: list[DeviceTensor]) -> tuple[list[DeviceTensor], DeviceRun]:
+             policy: Policy, outputs: list[DeviceTensor], chip_numerics: bool = True,
+             trace: dict | None = None) -> tuple[list[DeviceTensor], DeviceRun]:
     started = time.perf_counter()
     wait(inputs)
     expected = binary.input_types(program_index)
     converted = []
     for i, (t, want) in enumerate(zip(inputs, expected)):
         if want is not None and want.layout is not None and (t.layout != want.layout):
-            converted.append(to_layout(t, device, want.layout))  # converted copy, dropped after the run
+            converted.append(to_layout(t, device, want.layout, chip_numerics=chip_numerics))  # converted copy, dropped after the run
         else:
             converted.append(t)
     _evict_l1(device, keep={id(t) for t in converted})
-    executor = Executor(device, binary.program, policy)
+    executor = Executor(device, binary.program, policy, chip_numerics=chip_numerics, record=trace is not None)
     try:
         results = executor.run(binary.function(program_index), converted)
     except SimulationError as e:
         e.run = run_stats(executor, time.perf_counter() - started).model_copy(update={"message": str(e)})
         raise
     finally:
+        if trace is not None:
+            trace.update(executor.trace)
         for original, used in zip(inputs, converted):
             if used is not original:
                 device.release(used)

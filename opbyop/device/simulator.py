@@ -46,12 +46,17 @@ class DeviceSimulator:
         """Outputs of the program's entry on `inputs`, and what the run cost; SimulationError on failure."""
         return self.run_binary(self.load(program_text), inputs)
 
-    def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray],
-                   stablehlo: str | None = None) -> tuple[list[np.ndarray], DeviceRun]:
+    def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray], stablehlo: str | None = None,
+                   chip_numerics: bool = True, trace: dict | None = None) -> tuple[list[np.ndarray], DeviceRun]:
         """Like run, for a program already loaded (its types read before the run, e.g. for narrowing).
         A program compiled for a mesh runs on a mesh of chips: `inputs` are global tensors, split as
-        the op's module (`stablehlo`, its Shardy shardings) says, and the outputs come back gathered."""
+        the op's module (`stablehlo`, its Shardy shardings) says, and the outputs come back gathered.
+        `chip_numerics=False`: the same kernels with the chip's numerics off; `trace`: filled with
+        every op's first result values (runtime.submit); one chip only."""
         if program_mesh_shape(binary.program.text) != (1, 1):
+            if not chip_numerics or trace is not None:
+                raise NotSimulatedError("a mesh program with the chip's numerics off or traced: "
+                                        "the mesh simulator runs the chip's numerics only")
             if self._mesh is None:
                 self._mesh = MeshSimulator(self.policy)
             self._mesh.policy = self.policy
@@ -64,8 +69,8 @@ class DeviceSimulator:
         try:
             for i, x in enumerate(inputs):
                 pushed.append(to_device(x, device, get_layout(binary, 0, i), name=f"input {i}",
-                                        shape=input_shape(binary, 0, i)))
-            outputs = submit(device, binary, 0, pushed, self.policy)
+                                        shape=input_shape(binary, 0, i), chip_numerics=chip_numerics))
+            outputs = submit(device, binary, 0, pushed, self.policy, chip_numerics=chip_numerics, trace=trace)
             framework = binary.function(0).host_return_types
             host = [as_host_type(to_host(t), framework[i] if i < len(framework) else None)
                     for i, t in enumerate(outputs)]

@@ -102,6 +102,25 @@ def _errors(a: np.ndarray, e: np.ndarray) -> _Figures:
     return _Figures(max_abs, max_rel)
 
 
+def nonfinite_mismatches(a: np.ndarray, e: np.ndarray) -> list[str]:
+    """NaN and infinities on one side only, counted: '3 NaN where XLA has none', 'XLA has 2 NaN
+    where the device has numbers', '1 inf where XLA has a finite value' (a NaN never shows in a max
+    abs error, so it must be said)."""
+    if np.iscomplexobj(a) or np.iscomplexobj(e) or a.dtype.kind not in "fc" and e.dtype.kind not in "fc":
+        return []
+    a, e = _float64(a), _float64(e)
+    notes = []
+    counts = [(np.isnan(a) & ~np.isnan(e), "{} NaN where XLA has none"),
+              (np.isnan(e) & ~np.isnan(a), "XLA has {} NaN where the device has numbers"),
+              (np.isinf(a) & np.isfinite(e), "{} inf where XLA has a finite value"),
+              (np.isinf(e) & np.isfinite(a), "XLA has {} inf where the device has finite values"),
+              (np.isinf(a) & np.isinf(e) & (np.sign(a) != np.sign(e)), "{} infinities of the opposite sign")]
+    for mask, text in counts:
+        if int(mask.sum()):
+            notes.append(text.format(int(mask.sum())))
+    return notes
+
+
 def _float64(x: np.ndarray) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
@@ -150,6 +169,7 @@ def compare(actual: list[np.ndarray], expected: list[np.ndarray], dtypes: list[s
     all_close = passed = True
     used = thresholds.default.pcc
     methods: list[str] = []
+    notes: list[str] = []
     for a, e, dtype in zip(actual, expected, dtypes):
         t = thresholds.for_dtype(dtype)
         used = t.pcc
@@ -164,6 +184,8 @@ def compare(actual: list[np.ndarray], expected: list[np.ndarray], dtypes: list[s
             errors = _errors(a, e)
             ok, p, close, method = _judge(a, e, dtype, t)
         figures = _Figures(max(figures.max_abs, errors.max_abs), max(figures.max_rel, errors.max_rel))
+        if not ok:
+            notes += [f"output {len(methods)}: {n}" if len(actual) > 1 else n for n in nonfinite_mismatches(a, e)]
         passed &= ok
         all_close &= close
         methods.append(method)
@@ -173,7 +195,8 @@ def compare(actual: list[np.ndarray], expected: list[np.ndarray], dtypes: list[s
         worst_pcc = None
     method = "pcc" if "pcc" in methods else ("allclose" if "allclose" in methods else "exact")
     return GoldenComparison(pcc=worst_pcc, max_abs_error=figures.max_abs, max_rel_error=figures.max_rel,
-                            allclose=all_close, passed=passed, pcc_threshold=used, method=method)
+                            allclose=all_close, passed=passed, pcc_threshold=used, method=method,
+                            nonfinite="; ".join(notes) or None)
 
 
 def _mismatch(message: str, thresholds: Thresholds) -> GoldenComparison:
@@ -185,9 +208,16 @@ def verdict(comparison: GoldenComparison) -> str:
     """One line saying why a comparison failed, by the method that judged it."""
     if comparison.message:
         return comparison.message
+    if comparison.nonfinite:  # counted; a max abs error of 0 (NaN never counts in it) would say nothing
+        error = comparison.max_abs_error
+        tail = f", max abs error {error:.3g} elsewhere" if error > 0 and np.isfinite(error) else ""
+        pcc = f", pcc {comparison.pcc} < {comparison.pcc_threshold}" if comparison.method == "pcc" else ""
+        return f"output mismatch: {comparison.nonfinite}{pcc}{tail}"
     if comparison.method == "exact":
         return f"output mismatch: values differ (exact comparison), max abs error {comparison.max_abs_error:.3g}"
     if comparison.method == "allclose":
         return f"output mismatch: not allclose, max abs error {comparison.max_abs_error:.3g}"
+    if comparison.pcc is not None and comparison.pcc >= comparison.pcc_threshold:  # failed on allclose alone
+        return f"output mismatch: not allclose (pcc {comparison.pcc:.6g}), max abs error {comparison.max_abs_error:.3g}"
     return (f"output mismatch: pcc {comparison.pcc} < {comparison.pcc_threshold}, "
             f"max abs error {comparison.max_abs_error:.3g}")

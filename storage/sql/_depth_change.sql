@@ -3,7 +3,7 @@ WITH cur AS (
     JOIN statuses st ON st.status = r.status WHERE r.run_id = $run_id AND st.verdict
 ), prev AS (
     -- only the compiler's and the device's verdicts compare: an op that went from success to
-    -- not_simulated is opbyop's change, not a regression of the compiler
+    -- not_simulated or simulator_error is opbyop's change, not a regression of the compiler
     SELECT r.signature, r.status, r.depth, r.failed_stage, r.message FROM results r
     JOIN statuses st ON st.status = r.status WHERE r.run_id = $prev_run_id AND st.verdict
 ), occ AS (

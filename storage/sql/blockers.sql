@@ -1,6 +1,6 @@
 -- Per model: the unique ops that keep it from passing (the compiler, the device or the frontend failed them),
 -- heaviest first, weighted by how often each occurs in that model. opbyop's own gaps
--- (not_simulated, analyzer_error) and skipped ops are not blockers: see query opbyop_gaps.
+-- (not_simulated, simulator_error, analyzer_error) and skipped ops are not blockers: see query opbyop_gaps.
 WITH o AS (
     SELECT model, signature, position, framework_op FROM ops WHERE run_id = $run_id AND split_error IS NULL
 ), r AS (

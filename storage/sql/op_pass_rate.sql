@@ -1,7 +1,7 @@
 -- Per op signature: how often it passed (status success), counted per (run, model) in which it
 -- occurs, over the window $runs (the last $n runs of the same chip and options up to $run_id).
 -- Only the compiler's, the device's and the frontend's verdicts count (statuses.verdict); outcomes that are
--- opbyop's or the infrastructure's (not_simulated, analyzer_error, infra_error) or skipped are
+-- opbyop's or the infrastructure's (not_simulated, simulator_error, analyzer_error, infra_error) or skipped are
 -- counted apart as not_judged.
 WITH occ AS (
     SELECT DISTINCT run_id, model, signature FROM ops

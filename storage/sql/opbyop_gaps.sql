@@ -1,5 +1,6 @@
 -- The unique ops of $run_id that got no verdict because of opbyop itself or the infrastructure:
--- TTNN ops the simulator lacks (not_simulated), bugs in opbyop (analyzer_error), cluster, worker
+-- TTNN ops the simulator lacks (not_simulated), bugs in opbyop (analyzer_error; simulator_error: a kernel
+-- computes what the program does not mean), cluster, worker
 -- or disk failures (infra_error). Not the compiler's blockers: opbyop's to fix.
 WITH occ AS (
     SELECT signature, count(*) AS occurrences, list(DISTINCT model ORDER BY model) AS models

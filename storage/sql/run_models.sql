@@ -3,8 +3,9 @@
 WITH m AS (
     SELECT *, coalesce(status_success, 0) + coalesce(status_compile_failed, 0) + coalesce(status_crashed, 0)
               + coalesce(status_timeout, 0) + coalesce(status_run_failed, 0) + coalesce(status_golden_failed, 0)
-              + coalesce(status_frontend_failed, 0) AS ops_judged,
+              + coalesce(status_frontend_failed, 0) + coalesce(status_miscompiled, 0) AS ops_judged,
               coalesce(status_not_simulated, 0) + coalesce(status_analyzer_error, 0) + coalesce(status_infra_error, 0)
+              + coalesce(status_simulator_error, 0)
               AS ops_not_judged
     FROM models WHERE run_id = $run_id
 )

@@ -10,6 +10,10 @@ import numpy as np
 from opbyop.device.program import Op, TensorType
 
 
+# The fidelity a kernel sees when the chip's numerics are off: products and sums in plain f32.
+EXACT = "exact"
+
+
 class NotSimulated(Exception):
     """The executor has no implementation for this op (or this variant of it)."""
 
@@ -19,6 +23,9 @@ class Call:
     op: Op
     inputs: list[np.ndarray | None]  # None for non-tensor operands (the device)
     out_types: list[TensorType | None]
+    # False: the chip's numerics are off (no bf16/block-float rounding, no fidelity phases, no SFPU
+    # approximations): the same kernel computes the op's plain meaning, to tell a kernel bug from numerics
+    chip_numerics: bool = True
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -40,6 +47,8 @@ class Call:
     @property
     def fidelity(self) -> tuple[str, bool]:
         """(math fidelity, fp32 accumulation) from the op's compute config; tt-mlir's defaults otherwise."""
+        if not self.chip_numerics:
+            return EXACT, True
         config = self.attr("compute_config") or {}
         if not isinstance(config, dict):
             config = {}

@@ -128,12 +128,17 @@ def _bf16_destination(call: Call) -> bool:
 
 
 def _exp(call: Call) -> list:
+    if not call.chip_numerics:
+        with np.errstate(all="ignore"):
+            return [np.exp(np.asarray(call.tensors[0], np.float32))]
     return [sfpu.exp(call.tensors[0], sfpu.asks_for_approximation(call.attrs), _bf16_destination(call))]
 
 
 def _gelu_op(call: Call) -> list:
     mode = call.attr("approximate")
     approximate: bool | str = mode if isinstance(mode, str) and mode != "none" else sfpu.asks_for_approximation(call.attrs)
+    if approximate is True and not call.chip_numerics:  # the fast LUT is the chip's numerics; tanh is the op's formula
+        approximate = False
     return [sfpu.gelu(np.asarray(call.tensors[0], np.float32), approximate)]
 
 

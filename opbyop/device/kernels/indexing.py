@@ -4,13 +4,18 @@
 dynamic_update_slice and pad-like updates (read from the programs it emits; the ops are not in the
 public tt-mlir sources this was checked against, so their semantics are taken from what the
 compiler builds around them and checked against XLA through the corpus):
-- the operand is (batch, *sizes, rest): `sizes` are the dimensions an index vector addresses,
-  `rest` everything after them (1 when `column`: the vectors address single elements);
-- indices are (batch, len(sizes), n): n index vectors, one coordinate per entry of `sizes`;
+- the operand is (pre, *sizes, rest): `sizes` are the dimensions an index vector addresses (or a
+  factoring of them: 1x64x64 over [2, 32]), `pre` what comes before them, `rest` what comes after
+  (none when `column`: the vectors address single elements); a scatter on dimension 1 of a 3x5x4
+  operand is 3, [5], 4. With index vectors per row, pre is their batch; else `rest` is the
+  trailing dimensions the operand shares with the result (gather) or the updates (scatter):
+  1x8x16x2 gathered over [8] into 1x3x16x2 is 1, [8], 16x2;
+- indices are (batch, len(sizes), n): n index vectors, one coordinate per entry of `sizes`, the
+  batch being 1 (the same vectors for every `pre` row) or `pre` (vectors of their own per row);
 - each vector is the start of a window of `windows` elements over the `sizes` dimensions;
-- gather: out (batch, n, *windows, rest); window starts are clamped into the operand as
+- gather: out (pre, n, *windows, rest); window starts are clamped into the operand as
   StableHLO's gather clamps them (or out-of-range elements are zero with `fill_out_of_bounds`);
-- scatter: updates (batch, n, *windows, rest) combine into the operand with `reduce` (invalid =
+- scatter: updates (pre, n, *windows, rest) combine into the operand with `reduce` (invalid =
   replace, sum, max, min, prod); a window that does not fit is skipped, as StableHLO's scatter does.
 """
 
@@ -23,19 +28,46 @@ import numpy as np
 from opbyop.device.kernels.base import Call, NotSimulated
 
 
-def _geometry(call: Call, x: np.ndarray, indices: np.ndarray) -> tuple[list[int], list[int], int, int, np.ndarray]:
-    """(sizes, windows, batch, rest, starts[batch, n, coords])."""
+def _pre_and_rest(shape: tuple[int, ...], sizes: list[int], result: tuple[int, ...], batch: int,
+                  column: bool) -> tuple[int, int] | None:
+    """Element counts before and after the `sizes` dimensions. With index vectors per row (batch
+    above 1) there are `batch` rows; else the trailing dimensions the operand shares with `result`
+    (as many as divide what is not `sizes`) come after, the rest before."""
+    per_row = int(np.prod(sizes))
+    if not per_row or int(np.prod(shape)) % per_row:
+        return None
+    outside = int(np.prod(shape)) // per_row
+    if batch > 1:
+        return (batch, outside // batch) if outside % batch == 0 else None
+    if column:  # single elements: nothing comes after the addressed dimensions
+        return outside, 1
+    shared = 0
+    for a, b in zip(reversed(shape), reversed(result)):
+        if a != b:
+            break
+        shared += 1
+    while shared >= 0:
+        trail = int(np.prod(shape[len(shape) - shared:])) if shared else 1
+        if outside % trail == 0:
+            return outside // trail, trail
+        shared -= 1
+    return None
+
+
+def _geometry(call: Call, x: np.ndarray, indices: np.ndarray, result: tuple[int, ...]
+              ) -> tuple[list[int], list[int], int, int, np.ndarray]:
+    """(sizes, windows, pre, rest, starts[pre, n, coords]): the operand read as (pre, *sizes, rest)."""
     sizes = [int(s) for s in call.attr("sizes")]
     windows = [int(w) for w in call.attr("windows", [1] * len(sizes))]
     if len(windows) != len(sizes):
         raise NotSimulated(f"{call.op.name} with windows {windows} over sizes {sizes}")
     batch = indices.shape[0] if indices.ndim == 3 else 1
-    per_batch = int(np.prod(sizes))
-    if x.size % (batch * per_batch) or indices.size % (batch * len(sizes)):
-        raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes}")
-    rest = x.size // (batch * per_batch)
+    split = _pre_and_rest(tuple(x.shape), sizes, tuple(result), batch, bool(call.attr("column", False)))
+    if split is None or indices.size % (batch * len(sizes)):
+        raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes} into {result}")
+    pre, rest = split
     starts = indices.reshape(batch, len(sizes), -1).astype(np.int64).transpose(0, 2, 1)
-    return sizes, windows, batch, rest, starts
+    return sizes, windows, pre, rest, np.broadcast_to(starts, (pre,) + starts.shape[1:])
 
 
 def _window_index(sizes: list[int], windows: list[int]) -> np.ndarray:
@@ -46,14 +78,14 @@ def _window_index(sizes: list[int], windows: list[int]) -> np.ndarray:
 
 def _rows_gather(call: Call) -> list:
     x, indices = (np.asarray(t) for t in call.tensors[:2])
-    sizes, windows, batch, rest, starts = _geometry(call, x, indices)
-    table = x.reshape(batch, *sizes, rest)
+    sizes, windows, pre, rest, starts = _geometry(call, x, indices, call.out_shape)
+    table = x.reshape(pre, *sizes, rest)
     offsets = _window_index(sizes, windows)
     limit = np.array(sizes) - np.array(windows)
     fill = bool(call.attr("fill_out_of_bounds", False))
     n = starts.shape[1]
-    out = np.zeros((batch, n, offsets.shape[0], rest), dtype=x.dtype)
-    for b in range(batch):
+    out = np.zeros((pre, n, offsets.shape[0], rest), dtype=x.dtype)
+    for b in range(pre):
         for i in range(n):
             start = starts[b, i]
             inside = bool(np.all((start >= 0) & (start <= limit)))
@@ -72,17 +104,17 @@ _COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray] | None] = {
 
 def _rows_scatter(call: Call) -> list:
     x, indices, updates = (np.asarray(t) for t in call.tensors[:3])
-    sizes, windows, batch, rest, starts = _geometry(call, x, indices)
+    sizes, windows, pre, rest, starts = _geometry(call, x, indices, updates.shape)
     reduce = str(call.attr("reduce", "invalid")).lower()
     if reduce not in _COMBINE:
         raise NotSimulated(f"ttnn.rows_scatter with reduce {reduce}")
     combine = _COMBINE[reduce]
-    out = x.reshape(batch, *sizes, rest).copy()
+    out = x.reshape(pre, *sizes, rest).copy()
     offsets = _window_index(sizes, windows)
     n = starts.shape[1]
-    values = updates.astype(out.dtype, copy=False).reshape(batch, n, offsets.shape[0], rest)
+    values = updates.astype(out.dtype, copy=False).reshape(pre, n, offsets.shape[0], rest)
     limit = np.array(sizes) - np.array(windows)
-    for b in range(batch):
+    for b in range(pre):
         for i in range(n):  # in order: with repeated indices the last update wins (replace)
             start = starts[b, i]
             if not np.all((start >= 0) & (start <= limit)):
