@@ -161,6 +161,9 @@ class AnalysisSettings(BaseModel):
     run_device: bool = True
     run_golden: bool = True
     device: DeviceOptions = Field(default_factory=lambda: DeviceOptions())
+    # A compile that failed, crashed or hung is compiled again with the compiler's IR printing on
+    # (a verbose compile child) to name the pass it stopped in.
+    failed_pass: bool = True
 
 
 class ClusterConfig(BaseModel):

@@ -259,6 +259,32 @@ class GoldenComparison(BaseModel):
     seconds: float = 0.0
 
 
+class PassOutcome(str, Enum):
+    """How the pass named by a FailedPass ended."""
+
+    FAILED = "failed"  # the pass reported failure (MLIR's 'IR Dump After <Pass> Failed')
+    DIED = "died"  # the compiler process died while the pass ran (abort, LLVM fatal error)
+    HUNG = "hung"  # the pass was still running when the time limit ended the compile
+    NONE = "none"  # no pass could be named: `reason` says why
+
+
+class FailedPass(BaseModel):
+    """The compiler pass a failed compile stopped in, found by re-compiling with the plugin's IR
+    printing on (TTXLA_LOGGER_LEVEL=VERBOSE): its name, pipeline position, the last pass that
+    succeeded, and the IR it was given (an artifact)."""
+
+    outcome: PassOutcome
+    argument: str | None = None  # the pass's command-line name, e.g. convert-stablehlo-to-ttir
+    name: str | None = None  # its class name, e.g. ConvertStableHLOToTTIR
+    anchor: str | None = None  # the operation it ran on, e.g. builtin.module, func.func @main
+    position: int | None = None  # 1-based among the passes the compile started, in order
+    passes_started: int = 0
+    last_succeeded: str | None = None  # argument of the pass before it in the pipeline
+    ir_before: str | None = None  # artifact sha256 of the IR the pass was given
+    reason: str | None = None  # why no pass could be named (outcome none)
+    seconds: float = 0.0  # the verbose re-compile's wall time
+
+
 class OpResult(BaseModel):
     """One unique op's attempt in one run."""
 
@@ -277,6 +303,7 @@ class OpResult(BaseModel):
     reused_from: str | None = None  # run id whose result was reused (cache hit)
     # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
     narrowing: str | None = None
+    failed_pass: FailedPass | None = None  # compile_failed / crashed / timeout: the pass it stopped in
 
     @property
     def seconds(self) -> float:

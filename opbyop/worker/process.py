@@ -25,6 +25,7 @@ from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.worker.passes import PassFinder, wants_failed_pass
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
                                     WholeRequest)
 
@@ -80,6 +81,7 @@ class OpWorker:
         self._tag = ""  # who sent the request in flight (a run's gate): abort() ends only that one's
         self._stopped: collections.deque[str] = collections.deque(maxlen=64)  # tags aborted: refused from now on
         self._tag_lock = threading.Lock()  # a request's tag is set, or refused, atomically with abort()
+        self._passes: PassFinder | None = None  # the verbose compile child, started at the first failed compile
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Ready:
@@ -139,6 +141,7 @@ class OpWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+        self.close_passes()
 
     @property
     def pid(self) -> int | None:
@@ -152,12 +155,28 @@ class OpWorker:
         answer = self._exchange(request, timeout, tag)
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
-            return OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
+            lost = OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
                             failed_stage=failed, message=answer.message, started_at=started, ended_at=utcnow(),
                             worker=self.name)
+            return self._with_failed_pass(op, settings, timeout, tag, lost)
         assert isinstance(answer, Reply)
         answer.result.worker = self.name
-        return answer.result
+        return self._with_failed_pass(op, settings, timeout, tag, answer.result)
+
+    def _with_failed_pass(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str,
+                          result: OpResult) -> OpResult:
+        """`result`, with the pass its compile stopped in when it failed, crashed or hung there."""
+        if not settings.failed_pass or not wants_failed_pass(result) or (tag and tag in self._stopped):
+            return result  # a stopped run's op gets no second compile
+        if self._passes is None:
+            self._passes = PassFinder(self.system_desc, self.workspace, self.chip, self.name, self.env)
+        result.failed_pass = self._passes.find(op, settings, timeout, tag)
+        return result
+
+    def close_passes(self) -> None:
+        """Stop the verbose compile child (the main child is stopped by close())."""
+        if self._passes is not None:
+            self._passes.close()
 
     def analyze_whole(self, graph: ModelGraph, settings: AnalysisSettings, timeout: float = 600.0,
                       iterations: int = 2) -> WholeModelResult:
@@ -203,11 +222,13 @@ class OpWorker:
         a task the cluster had started before the stop reached it. True if one was killed."""
         if not tag:
             return False
+        # the verbose child may be compiling the run's failed op again (the main child then idles)
+        verbose = self._passes is not None and self._passes.abort(tag)
         with self._tag_lock:
             self._stopped.append(tag)
             proc = self._proc if self._tag == tag else None
         if proc is None or proc.poll() is not None:
-            return False
+            return verbose
         proc.kill()
         return True
 

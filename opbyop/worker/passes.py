@@ -1,0 +1,82 @@
+"""The failing pass of a failed compile: the op compiled again in a verbose compile child.
+
+The plugin reads TTXLA_LOGGER_LEVEL once, when it loads, and verbose IR printing makes every compile
+slow and single-threaded: so only failed ops are compiled again, in a second child process of the
+same worker that was started with verbose printing on. It starts at the first failure (most runs
+have few), is bounded by the op's time limit like any compile, and is replaced when the op kills or
+hangs it, as the main child is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from opbyop.artifacts import ArtifactStore
+from opbyop.compiler.passes import find_failed_pass
+from opbyop.config import AnalysisSettings
+from opbyop.records import FailedPass, OpResult, PassOutcome, Stage, Status, UniqueOp
+
+VERBOSE_ENV = {"TTXLA_LOGGER_LEVEL": "VERBOSE"}
+# The statuses whose compile stopped in the compiler, with how the original compile ended.
+PASS_STATUSES = {Status.COMPILE_FAILED: PassOutcome.FAILED, Status.CRASHED: PassOutcome.DIED,
+                 Status.TIMEOUT: PassOutcome.HUNG}
+_LOG_LIMIT = 64 << 20  # the verbose log is emptied past this size: only the last compile's part is read
+
+
+def wants_failed_pass(result: OpResult) -> bool:
+    """A compile that stopped in the compiler (not a device, golden or opbyop failure)."""
+    return result.status in PASS_STATUSES and result.failed_stage is not None and result.failed_stage.rank <= Stage.FLATBUFFER.rank
+
+
+class PassFinder:
+    """A worker's verbose compile child, started at its first use."""
+
+    def __init__(self, system_desc: Path, workspace: Path, chip: str, name: str, env: dict[str, str] | None = None):
+        from opbyop.worker.process import OpWorker
+
+        self.worker = OpWorker(system_desc, workspace, chip=chip, name=f"{name}-verbose",
+                               env={**(env or {}), **VERBOSE_ENV})
+        self.artifacts = ArtifactStore(Path(workspace) / "artifacts")
+        self._lock = threading.Lock()  # the log offset and the request belong together
+
+    def find(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str = "") -> FailedPass:
+        """Compile `op` again with IR printing on and name the pass it stops in."""
+        compile_only = settings.model_copy(update={"run_device": False, "run_golden": False,
+                                                     "failed_pass": False})
+        with self._lock:
+            log = self.worker.log_path
+            if log.exists() and log.stat().st_size > _LOG_LIMIT:
+                log.write_bytes(b"")  # the child appends (O_APPEND): it goes on at the new end
+            offset = log.stat().st_size if log.exists() else 0
+            started = time.perf_counter()
+            try:
+                result = self.worker.analyze(op, compile_only, timeout, tag)
+            except Exception as e:  # the verbose child could not start: say so on the op, lose nothing
+                return FailedPass(outcome=PassOutcome.NONE, seconds=time.perf_counter() - started,
+                                  reason=f"the verbose compile child could not run: {type(e).__name__}: {e}")
+            seconds = time.perf_counter() - started
+            text = _read_from(log, offset)
+        ended = PASS_STATUSES.get(result.status, PassOutcome.NONE)
+        trace = find_failed_pass(text, ended)
+        found = trace.failed_pass.model_copy(update={"seconds": seconds})
+        if trace.ir_before is not None:
+            found.ir_before = self.artifacts.put(trace.ir_before.encode(), ".mlir")
+        if found.outcome is PassOutcome.NONE and ended is not PassOutcome.NONE and result.message:
+            found.reason = f"{found.reason}: {result.message[:300]}"
+        return found
+
+    def abort(self, tag: str) -> bool:
+        return self.worker.abort(tag)
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def _read_from(path: Path, offset: int) -> str:
+    if not path.exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
