@@ -15,7 +15,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from opbyop.records import (
-    COMPILE_STAGES, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OpPlacement,
+    COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc, OpPlacement,
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
@@ -125,8 +125,27 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "message": r.message, "narrowing": r.narrowing,
         **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
-        "reused_from": r.reused_from,
+        "reused_from": r.reused_from, **_failed_pass_columns(r.failed_pass),
     }
+
+
+def _failed_pass_columns(p: FailedPass | None) -> dict[str, Any]:
+    if p is None:
+        return {f.name: None for f in S.FAILED_PASS_FIELDS}
+    return {"failed_pass_outcome": p.outcome.value, "failed_pass": p.argument, "failed_pass_name": p.name,
+            "failed_pass_anchor": p.anchor, "failed_pass_position": p.position, "passes_started": p.passes_started,
+            "last_good_pass": p.last_succeeded, "failed_pass_ir": p.ir_before, "failed_pass_reason": p.reason,
+            "failed_pass_s": p.seconds}
+
+
+def _failed_pass_from(row: dict[str, Any]) -> FailedPass | None:
+    if row.get("failed_pass_outcome") is None:
+        return None
+    return FailedPass(outcome=row["failed_pass_outcome"], argument=row["failed_pass"], name=row["failed_pass_name"],
+                      anchor=row["failed_pass_anchor"], position=row["failed_pass_position"],
+                      passes_started=row["passes_started"] or 0, last_succeeded=row["last_good_pass"],
+                      ir_before=row["failed_pass_ir"], reason=row["failed_pass_reason"],
+                      seconds=row["failed_pass_s"] or 0.0)
 
 
 class ModelCounts(BaseModel):
@@ -250,6 +269,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         failed_stage=_stage(row["failed_stage"]), message=row["message"], compile=_compile_from(row),
         device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
+        failed_pass=_failed_pass_from(row),
     )
 
 

@@ -41,6 +41,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         ops = run_query(con, "run_ops", run_id=run_id).records()
         models = run_query(con, "run_models", run_id=run_id).records()
         gaps = run_query(con, "opbyop_gaps", run_id=run_id).records()
+        failed_passes = run_query(con, "failed_passes", run_id=run_id).records()
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
     if expectations is not None:
@@ -62,6 +63,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "models": models,
         "ops": ops,
         "gaps": gaps,
+        "failed_passes": failed_passes,
         "expectations": expectation_report,
         "skipped": skipped,
         "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),

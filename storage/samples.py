@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from opbyop.records import (
-    COMPILE_STAGES, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
-    OpPlacement, OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
+    COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
+    OpPlacement, OpRecord, OpResult, PassOutcome, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
 
@@ -117,9 +117,28 @@ def result(op: OpSpec, status: Status, failed_stage: Stage | None = None, messag
             golden = GoldenComparison(pcc=0.71, max_abs_error=0.5, max_rel_error=3.0, allclose=False, passed=False,
                                       pcc_threshold=0.99, seconds=0.002)
     seconds = 0.2 + int(sig[:4], 16) % 100 / 1000
+    failed_pass = _failed_pass(status, failed_stage) if failed_stage in COMPILE_STAGES else None
     return OpResult(signature=sig, op_name=op.op_name, status=status, depth=depth, failed_stage=failed_stage,
                     message=message, compile=compile_, device=device, golden=golden, started_at=started,
-                    ended_at=started + timedelta(seconds=seconds), worker=worker, reused_from=reused_from)
+                    ended_at=started + timedelta(seconds=seconds), worker=worker, reused_from=reused_from,
+                    failed_pass=failed_pass)
+
+
+# The pass a compile stage's failure is blamed on in the samples (the real pipeline's names).
+_SAMPLE_PASSES = {Stage.STABLEHLO: ("vhlo-legalize-to-stablehlo", "VhloLegalizeToStablehloPass", 2),
+                  Stage.TTIR: ("convert-stablehlo-to-ttir", "ConvertStableHLOToTTIR", 47),
+                  Stage.TTNN: ("convert-ttir-to-ttnn", "ConvertTTIRToTTNN", 88),
+                  Stage.FLATBUFFER: ("ttnn-deallocate", "TTNNDeallocate", 120)}
+
+
+def _failed_pass(status: Status, stage: Stage) -> FailedPass | None:
+    outcome = {Status.COMPILE_FAILED: PassOutcome.FAILED, Status.CRASHED: PassOutcome.DIED,
+               Status.TIMEOUT: PassOutcome.HUNG}.get(status)
+    if outcome is None:
+        return None
+    argument, name, position = _SAMPLE_PASSES[stage]
+    return FailedPass(outcome=outcome, argument=argument, name=name, anchor="builtin.module", position=position,
+                      passes_started=position, last_succeeded="canonicalize", ir_before=sha(argument), seconds=0.05)
 
 
 def run_info(run_id: str, started_at: datetime, models: list[str], chip: str = "p150", options_key: str = "opts-a",

@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 3  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks
+SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+# 4: the failed pass
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -101,6 +102,21 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
     ]
 
 
+# The pass a failed compile stopped in (records.FailedPass); `failed_pass_outcome` is null exactly
+# when the result has none (a compile that did not fail, or a run that did not look).
+FAILED_PASS_FIELDS = [
+    pa.field("failed_pass_outcome", pa.string()),  # failed | died | hung | none
+    pa.field("failed_pass", pa.string()),  # the pass's argument, e.g. convert-stablehlo-to-ttir
+    pa.field("failed_pass_name", pa.string()),  # its class, e.g. ConvertStableHLOToTTIR
+    pa.field("failed_pass_anchor", pa.string()),  # the operation it ran on
+    pa.field("failed_pass_position", pa.int64()),  # 1-based among the passes started
+    pa.field("passes_started", pa.int64()),
+    pa.field("last_good_pass", pa.string()),
+    pa.field("failed_pass_ir", pa.string()),  # artifact: the IR before the pass
+    pa.field("failed_pass_reason", pa.string()),  # why no pass could be named
+    pa.field("failed_pass_s", pa.float64()),  # the verbose re-compile's wall time
+]
+
 PHASE = pa.struct([pa.field("phase", pa.string()), pa.field("seconds", pa.float64())])
 
 RUNS = pa.schema([
@@ -165,6 +181,7 @@ RESULTS = pa.schema([
     pa.field("ended_at", TIMESTAMP, nullable=False),
     pa.field("worker", pa.string()),
     pa.field("reused_from", pa.string()),
+    *FAILED_PASS_FIELDS,
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.

@@ -65,6 +65,17 @@ def test_compile_groups_failures_and_repro_replays_one(home):
     assert "stablehlo.cholesky" in by_position
 
 
+def test_repro_with_passes_lists_the_pipeline_and_names_the_failing_pass(home):
+    (record,) = json.loads(opbyop(home, "split", str(DATA / "cholesky.mlir"), "--json"))
+    opbyop(home, "compile", str(DATA / "cholesky.mlir"), "--no-whole")
+    out = opbyop(home, "repro", record["signature"][:12], "--compile-only", "--passes", expect=1)
+    assert "failed pass: convert-stablehlo-to-ttir (ConvertStableHLOToTTIR, failed)" in out
+    assert "last pass that succeeded: cpu-hoist-non-lowerable-shlo-ops" in out
+    assert "ttcore-wrap-device-module" in out and "vhlo-legalize-to-stablehlo" in out  # the pipeline, in order
+    ir = Path(out.split("IR before it: ")[1].split()[0])
+    assert "stablehlo.cholesky" in ir.read_text()
+
+
 def test_run_reports_both_views(home):
     out = opbyop(home, "run", "jax-mlp")
     assert "GOLDEN" in out and "success" in out and "whole model beside op by op" in out

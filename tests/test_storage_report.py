@@ -66,3 +66,23 @@ def test_report_renders_in_headless_chromium(history_store: Store, tmp_path: Pat
     shot = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,1000", out.as_uri())
     assert shot.returncode == 0, shot.stderr[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_the_report_groups_failures_by_the_compiler_pass_they_stopped_in(history_store: Store) -> None:
+    data = report_data(history_store.root, "n2")
+    rows = {(r["model"], r["failed_pass"]): r for r in data["failed_passes"]}
+    assert ("*", "convert-stablehlo-to-ttir") in rows and ("cnn", "convert-stablehlo-to-ttir") in rows
+    assert rows[("*", "convert-stablehlo-to-ttir")]["op_names"] == ["stablehlo.gather"]
+    assert all(r["failed_stages"] != ["DEVICE_RUN"] for r in data["failed_passes"])  # compile stages only
+    assert 'id="failed-passes-chart"' in render_html(data)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
+def test_the_report_shows_the_compiler_pass_each_failure_stopped_in(history_store: Store, tmp_path: Path) -> None:
+    data = report_data(history_store.root, "n2")
+    out = tmp_path / "report.html"
+    out.write_text(render_html(data))
+    html = _chromium(tmp_path, "--dump-dom", out.as_uri()).stdout
+    assert 'data-rendered="true"' in html
+    section = html[html.index('id="failed-passes-chart"'):]
+    assert "convert-stablehlo-to-ttir" in section and "stablehlo.gather" in section

@@ -86,6 +86,7 @@ def cli_worker(workspace, desc, kind: str) -> Iterator:
         fail(e)
     finally:
         _drop_scratch(workspace.root, name)
+        _drop_scratch(workspace.root, f"{name}-verbose")  # its verbose compile child's, if it started
 
 
 def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
@@ -266,12 +267,18 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
 def repro(op: str = typer.Argument(..., help="signature prefix, or model:position"), chip: str = ChipOption,
           optimization_level: int = OptLevel, math_fidelity: Optional[MathFidelity] = Fidelity,
           fp32_dest_acc: Optional[bool] = Fp32Acc, run_device: bool = typer.Option(True, "--run/--compile-only"),
-          timeout: float = Timeout) -> None:
+          timeout: float = Timeout,
+          passes: bool = typer.Option(False, "--passes", help="compile again with the compiler's IR printing on: "
+                                      "every pass in order, the one that failed, the IR it was given")) -> None:
     """Re-compile (and re-run) one stored op: its stages, message and artifact paths."""
     workspace, unique, desc = stored_op(op, chip)
     settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
+    settings = settings.model_copy(update={"failed_pass": False})  # searched below, only when asked
+    log = workspace.root / "repro" / f"{unique.signature[:16]}.passes.log"
     with cli_worker(workspace, desc, "repro") as worker:
         result = worker.analyze(unique, settings, timeout)
+        if passes:
+            result.failed_pass = worker.find_failed_pass(unique, settings, timeout, keep_log=log)
     console.print(styled((unique.op_name, "bold"), " ", unique.signature))
     console.print("from: " + ", ".join(f"{o.model}:{o.position}" for o in unique.occurrences[:10]))
     if unique.provenance.framework_op or unique.provenance.source:
@@ -297,8 +304,31 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
     module.parent.mkdir(parents=True, exist_ok=True)
     module.write_text(unique.module_text)
     console.print(f"  module: {module}")
+    if passes:
+        print_passes(result, log, workspace)
     if result.status not in (Status.SUCCESS, Status.SKIPPED):
         raise typer.Exit(1)
+
+
+def print_passes(result: OpResult, log: Path, workspace) -> None:
+    """The compiler's passes in the order they started, the failing one marked, and where to read more."""
+    from opbyop.compiler.passes import pass_events
+
+    found = result.failed_pass
+    started = [e for e in pass_events(log.read_text().splitlines()) if e.when == "Before"] if log.exists() else []
+    table = Table("#", "pass", "class", "on")
+    for i, event in enumerate(started, 1):
+        mark = found is not None and found.position == i
+        table.add_row(str(i), styled((event.argument, "red bold")) if mark else event.argument, event.name, event.anchor)
+    console.print(table)
+    if found is None or found.argument is None:
+        console.print(f"failed pass: none ({found.reason if found else 'not searched'})")
+    else:
+        console.print(f"failed pass: {found.argument} ({found.name}, {found.outcome.value}) at position "
+                      f"{found.position} of {found.passes_started}; last pass that succeeded: {found.last_succeeded}")
+        if found.ir_before:
+            console.print(f"  IR before it: {workspace.artifacts.path(found.ir_before)}")
+    console.print(f"  verbose log: {log}")
 
 
 @app.command("system-desc")

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from opbyop.artifacts import ArtifactStore
+from opbyop.atomic import write_text
 from opbyop.compiler.passes import find_failed_pass
 from opbyop.config import AnalysisSettings
 from opbyop.records import FailedPass, OpResult, PassOutcome, Stage, Status, UniqueOp
@@ -41,8 +42,10 @@ class PassFinder:
         self.artifacts = ArtifactStore(Path(workspace) / "artifacts")
         self._lock = threading.Lock()  # the log offset and the request belong together
 
-    def find(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str = "") -> FailedPass:
-        """Compile `op` again with IR printing on and name the pass it stops in."""
+    def find(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str = "",
+             keep_log: Path | None = None) -> FailedPass:
+        """Compile `op` again with IR printing on and name the pass it stops in (`keep_log`: where to
+        write that compile's verbose log)."""
         compile_only = settings.model_copy(update={"run_device": False, "run_golden": False,
                                                      "failed_pass": False})
         with self._lock:
@@ -58,6 +61,8 @@ class PassFinder:
                                   reason=f"the verbose compile child could not run: {type(e).__name__}: {e}")
             seconds = time.perf_counter() - started
             text = _read_from(log, offset)
+        if keep_log is not None:
+            write_text(keep_log, text)
         ended = PASS_STATUSES.get(result.status, PassOutcome.NONE)
         trace = find_failed_pass(text, ended)
         found = trace.failed_pass.model_copy(update={"seconds": seconds})

@@ -24,7 +24,7 @@ from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.ir.rewrite import rewritten_text
-from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.records import FailedPass, OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.passes import PassFinder, wants_failed_pass
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
                                     WholeRequest)
@@ -168,10 +168,16 @@ class OpWorker:
         """`result`, with the pass its compile stopped in when it failed, crashed or hung there."""
         if not settings.failed_pass or not wants_failed_pass(result) or (tag and tag in self._stopped):
             return result  # a stopped run's op gets no second compile
+        result.failed_pass = self.find_failed_pass(op, settings, timeout, tag)
+        return result
+
+    def find_failed_pass(self, op: UniqueOp, settings: AnalysisSettings, timeout: float = 120.0, tag: str = "",
+                         keep_log: Path | None = None) -> FailedPass:
+        """Compile `op` again in the verbose compile child: the pass it stops in (`keep_log`: where to
+        write the compiler's verbose log of that compile)."""
         if self._passes is None:
             self._passes = PassFinder(self.system_desc, self.workspace, self.chip, self.name, self.env)
-        result.failed_pass = self._passes.find(op, settings, timeout, tag)
-        return result
+        return self._passes.find(op, settings, timeout, tag, keep_log)
 
     def close_passes(self) -> None:
         """Stop the verbose compile child (the main child is stopped by close())."""
