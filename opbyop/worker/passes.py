@@ -2,9 +2,10 @@
 
 The plugin reads TTXLA_LOGGER_LEVEL once, when it loads, and verbose IR printing makes every compile
 slow and single-threaded: so only failed ops are compiled again, in a second child process of the
-same worker that was started with verbose printing on. It starts at the first failure (most runs
-have few), is bounded by the op's time limit like any compile, and is replaced when the op kills or
-hangs it, as the main child is.
+same worker that was started with verbose printing on. It starts in the background with the
+worker's first op (a start costs seconds, a compile tens of milliseconds: the first failure must not
+wait for it), is bounded by the op's time limit like any compile, and when an op kills or hangs it,
+its successor starts in the background while the next ops run.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ class PassFinder:
                                env={**(env or {}), **VERBOSE_ENV})
         self.artifacts = ArtifactStore(Path(workspace) / "artifacts")
         self._lock = threading.Lock()  # the log offset and the request belong together
+        self._starting: threading.Thread | None = None  # starts the child while other ops run
 
     def find(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str = "",
              keep_log: Path | None = None) -> FailedPass:
@@ -49,6 +51,9 @@ class PassFinder:
         compile_only = settings.model_copy(update={"run_device": False, "run_golden": False,
                                                      "failed_pass": False})
         with self._lock:
+            if self._starting is not None:
+                self._starting.join()
+                self._starting = None
             log = self.worker.log_path
             if log.exists() and log.stat().st_size > _LOG_LIMIT:
                 log.write_bytes(b"")  # the child appends (O_APPEND): it goes on at the new end
@@ -61,6 +66,8 @@ class PassFinder:
                                   reason=f"the verbose compile child could not run: {type(e).__name__}: {e}")
             seconds = time.perf_counter() - started
             text = _read_from(log, offset)
+            if self.worker.pid is None:  # the op killed or hung it: its successor starts while other ops run
+                self._start_in_background()
         if keep_log is not None:
             write_text(keep_log, text)
         ended = PASS_STATUSES.get(result.status, PassOutcome.NONE)
@@ -72,10 +79,29 @@ class PassFinder:
             found.reason = f"{found.reason}: {result.message[:300]}"
         return found
 
+    def warm(self) -> None:
+        """Start the verbose child in the background (the first failure then finds it ready)."""
+        with self._lock:
+            if self._starting is None and self.worker.pid is None:
+                self._start_in_background()
+
+    def _start_in_background(self) -> None:
+        self._starting = threading.Thread(target=self._start_quietly, name=f"{self.worker.name}-start", daemon=True)
+        self._starting.start()
+
+    def _start_quietly(self) -> None:
+        try:
+            self.worker.start()
+        except Exception:  # find() starts it again in the foreground and reports why it cannot
+            pass
+
     def abort(self, tag: str) -> bool:
         return self.worker.abort(tag)
 
     def close(self) -> None:
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
         self.worker.close()
 
 

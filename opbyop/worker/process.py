@@ -152,6 +152,8 @@ class OpWorker:
         """One unique op through compile, device run and golden; never raises for the op's sake."""
         request = Request(id=f"{op.signature[:12]}-{uuid.uuid4().hex[:12]}", op=op, settings=settings)
         started = utcnow()
+        if settings.failed_pass:
+            self._pass_finder().warm()
         answer = self._exchange(request, timeout, tag)
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
@@ -175,9 +177,12 @@ class OpWorker:
                          keep_log: Path | None = None) -> FailedPass:
         """Compile `op` again in the verbose compile child: the pass it stops in (`keep_log`: where to
         write the compiler's verbose log of that compile)."""
+        return self._pass_finder().find(op, settings, timeout, tag, keep_log)
+
+    def _pass_finder(self) -> PassFinder:
         if self._passes is None:
             self._passes = PassFinder(self.system_desc, self.workspace, self.chip, self.name, self.env)
-        return self._passes.find(op, settings, timeout, tag, keep_log)
+        return self._passes
 
     def close_passes(self) -> None:
         """Stop the verbose compile child (the main child is stopped by close())."""
