@@ -133,7 +133,7 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     store = Store(workspace.store)
     desc = resolve(config.chip)
     settings = AnalysisSettings(options=config.compiler, thresholds=config.thresholds or load_thresholds(),
-                                seed=config.seed, device=config.device)
+                                seed=config.seed, device=config.device, pass_timing=config.pass_timing)
     run = RunInfo(run_id=run_id, models=config.models, chip=desc.chip, system_desc_sha256=desc.sha256,
                   plugin_version=plugin_version(), opbyop_version=__version__, git_sha=_git_sha(),
                   options_key=config.options_key(), config=config.model_dump(mode="json"))

@@ -127,6 +127,9 @@ def register(app: typer.Typer) -> None:
                                                      help="time budget of each failing op's search (above 0)"),
                 manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
                                                         "their origin models here (JSON; always beside the report)"),
+                pass_timing: bool = typer.Option(False, "--pass-timing", help="compile every analysed op again with "
+                                                 "MLIR pass timing: each pass's time (ops reused from the cache are "
+                                                 "not timed: add --no-reuse)"),
                 ) -> None:
         """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
         faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
@@ -142,7 +145,8 @@ def register(app: typer.Typer) -> None:
         try:
             names = models or [m.name for m in load_zoo().tagged("default")]
             config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
-                                    op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers))
+                                    op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers),
+                                    pass_timing=1.0 if pass_timing else 0.0)
         except OpbyopError as e:
             console.print(f"[red]error:[/red] {escape(str(e))}")
             raise typer.Exit(2)

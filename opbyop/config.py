@@ -164,6 +164,8 @@ class AnalysisSettings(BaseModel):
     # A compile that failed, crashed or hung is compiled again with the compiler's IR printing on
     # (a verbose compile child) to name the pass it stopped in.
     failed_pass: bool = True
+    # The share of ops (0..1, chosen by signature) compiled again with MLIR's pass timing on.
+    pass_timing: float = Field(0.0, ge=0.0, le=1.0)
 
 
 class ClusterConfig(BaseModel):
@@ -190,6 +192,8 @@ class AnalysisConfig(BaseModel):
                                                  "signature, compiler version, chip and options")
     whole_model: bool = Field(True, description="also compile and run each model whole")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
+    pass_timing: float = Field(0.0, ge=0.0, le=1.0, description="share of ops (chosen by signature) compiled again "
+                                                               "with MLIR pass timing: each pass's time; 1: every op")
     cluster: ClusterConfig = Field(ClusterConfig(), description="where the per-op work runs")
 
     def options_key(self) -> str:

@@ -285,6 +285,15 @@ class FailedPass(BaseModel):
     seconds: float = 0.0  # the verbose re-compile's wall time
 
 
+class PassTiming(BaseModel):
+    """Where one compile of an op spent its time, pass by pass (MLIR's pass timing reports)."""
+
+    passes: dict[str, float] = Field(default_factory=dict)  # pass (class name) -> seconds, over all its runs
+    total_seconds: float = 0.0  # the reports' total execution times, summed (every pass manager)
+    compile_seconds: float = 0.0  # the timed compile's wall time
+    reports: int = 0  # pass managers that reported
+
+
 class OpResult(BaseModel):
     """One unique op's attempt in one run."""
 
@@ -304,6 +313,7 @@ class OpResult(BaseModel):
     # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
     narrowing: str | None = None
     failed_pass: FailedPass | None = None  # compile_failed / crashed / timeout: the pass it stopped in
+    pass_timing: PassTiming | None = None  # each pass's time in a compile of the op, when asked for
 
     @property
     def seconds(self) -> float:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from opbyop.records import (
-    COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc, OpPlacement,
+    COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary, OperandDesc, OpPlacement,
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
@@ -125,8 +125,24 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "message": r.message, "narrowing": r.narrowing,
         **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
-        "reused_from": r.reused_from, **_failed_pass_columns(r.failed_pass),
+        "reused_from": r.reused_from, **_failed_pass_columns(r.failed_pass), **_pass_timing_columns(r.pass_timing),
     }
+
+
+def _pass_timing_columns(t: PassTiming | None) -> dict[str, Any]:
+    if t is None:
+        return {f.name: None for f in S.PASS_TIMING_FIELDS}
+    slowest = sorted(t.passes.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {"pass_timing": [{"pass": k, "seconds": v} for k, v in slowest], "pass_timing_total_s": t.total_seconds,
+            "pass_timing_compile_s": t.compile_seconds, "pass_timing_reports": t.reports}
+
+
+def _pass_timing_from(row: dict[str, Any]) -> PassTiming | None:
+    if row.get("pass_timing_reports") is None:
+        return None
+    return PassTiming(passes={p["pass"]: p["seconds"] for p in row["pass_timing"] or []},
+                      total_seconds=row["pass_timing_total_s"] or 0.0,
+                      compile_seconds=row["pass_timing_compile_s"] or 0.0, reports=row["pass_timing_reports"])
 
 
 def _failed_pass_columns(p: FailedPass | None) -> dict[str, Any]:
@@ -269,7 +285,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         failed_stage=_stage(row["failed_stage"]), message=row["message"], compile=_compile_from(row),
         device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
-        failed_pass=_failed_pass_from(row),
+        failed_pass=_failed_pass_from(row), pass_timing=_pass_timing_from(row),
     )
 
 

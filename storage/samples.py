@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 from opbyop.records import (
     COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
-    OpPlacement, OpRecord, OpResult, PassOutcome, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
+    OpPlacement, OpRecord, OpResult, PassOutcome, PassTiming, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
 
@@ -121,7 +121,15 @@ def result(op: OpSpec, status: Status, failed_stage: Stage | None = None, messag
     return OpResult(signature=sig, op_name=op.op_name, status=status, depth=depth, failed_stage=failed_stage,
                     message=message, compile=compile_, device=device, golden=golden, started_at=started,
                     ended_at=started + timedelta(seconds=seconds), worker=worker, reused_from=reused_from,
-                    failed_pass=failed_pass)
+                    failed_pass=failed_pass, pass_timing=_pass_timing(op.op_name) if compile_ is not None else None)
+
+
+def _pass_timing(op_name: str) -> PassTiming:
+    """Sample pass times: the conversion passes grow with the op kind's name, so kinds differ."""
+    grow = len(op_name) / 1000
+    passes = {"Inliner": 0.002, "Canonicalizer": 0.0015, "ConvertStableHLOToTTIR": 0.001 + grow,
+              "ConvertTTIRToTTNN": 0.0005 + grow / 2, "TTNNLayout": 0.0004}
+    return PassTiming(passes=passes, total_seconds=round(sum(passes.values()) * 2, 6), compile_seconds=0.03, reports=5)
 
 
 # The pass a compile stage's failure is blamed on in the samples (the real pipeline's names).

@@ -17,7 +17,7 @@ import pyarrow as pa
 from opbyop.records import Status
 
 SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
-# 4: the failed pass
+# 4: the failed pass, pass timing
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -117,6 +117,16 @@ FAILED_PASS_FIELDS = [
     pa.field("failed_pass_s", pa.float64()),  # the verbose re-compile's wall time
 ]
 
+# Each pass's time in a compile of the op (records.PassTiming); `pass_timing_reports` is null exactly
+# when the op was not timed.
+PASS_SECONDS = pa.struct([pa.field("pass", pa.string()), pa.field("seconds", pa.float64())])
+PASS_TIMING_FIELDS = [
+    pa.field("pass_timing", pa.list_(PASS_SECONDS)),  # slowest first
+    pa.field("pass_timing_total_s", pa.float64()),  # the reports' total execution times
+    pa.field("pass_timing_compile_s", pa.float64()),  # the timed compile's wall time
+    pa.field("pass_timing_reports", pa.int64()),
+]
+
 PHASE = pa.struct([pa.field("phase", pa.string()), pa.field("seconds", pa.float64())])
 
 RUNS = pa.schema([
@@ -182,6 +192,7 @@ RESULTS = pa.schema([
     pa.field("worker", pa.string()),
     pa.field("reused_from", pa.string()),
     *FAILED_PASS_FIELDS,
+    *PASS_TIMING_FIELDS,
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.

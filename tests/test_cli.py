@@ -88,3 +88,8 @@ def test_image_build_info_run(home, tmp_path):
     assert "output 0: shape (4, 10)" in opbyop(home, "image", "run", str(image))
     image.write_bytes(image.read_bytes()[:200])
     assert "corrupt or truncated" in opbyop(home, "image", "info", str(image), expect=2)
+
+
+def test_compile_with_pass_timing_prints_the_slowest_compiler_passes(home):
+    out = opbyop(home, "compile", str(DATA / "testdata_abs_bf16.mlir"), "--no-whole", "--pass-timing")
+    assert "slowest compiler passes" in out and "ConvertStableHLOToTTIR" in out

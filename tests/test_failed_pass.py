@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from core_fixtures import file_ops
 
 from opbyop.compiler.passes import find_failed_pass
@@ -66,3 +67,42 @@ def test_the_failed_pass_search_can_be_turned_off(worker, settings):
     (op,) = file_ops("cholesky.mlir")
     result = worker.analyze(op, settings.model_copy(update={"failed_pass": False}))
     assert result.status is Status.COMPILE_FAILED and result.failed_pass is None
+
+
+_REPORT = """===-------------------------------------------------------------------------===
+                         ... Execution time report ...
+===-------------------------------------------------------------------------===
+  Total Execution Time: 0.0030 seconds
+
+  ----Wall Time----  ----Name----
+    0.0010 ( 33.3%)  Inliner
+    0.0001 (  3.3%)    (A) CallGraph
+    0.0008 ( 26.7%)  'func.func' Pipeline
+    0.0008 ( 26.7%)    Canonicalizer
+    0.0004 ( 13.3%)  Canonicalizer
+    0.0008 ( 26.7%)  Rest
+    0.0030 (100.0%)  Total
+loc("-":4:10): error: failed to legalize operation 'stablehlo.cholesky'
+"""
+
+
+def test_pass_timing_reports_sum_each_pass_over_its_runs_and_leave_pipelines_and_analyses_out():
+    from opbyop.compiler.pass_timing import pass_timing
+
+    timing = pass_timing(_REPORT + _REPORT.replace("Inliner", "ConvertStableHLOToTTIR"), 0.05)
+    assert timing.reports == 2 and timing.total_seconds == pytest.approx(0.006)
+    assert timing.passes == pytest.approx({"Inliner": 0.001, "ConvertStableHLOToTTIR": 0.001, "Canonicalizer": 0.0024})
+    assert pass_timing("no report here\n") is None
+
+
+def test_an_op_asked_for_is_timed_pass_by_pass_by_the_real_compiler(worker, compile_only, mlp_ops):
+    from opbyop.worker.passes import timed_by_sample
+
+    dot = next(o for o in mlp_ops if o.op_name == "stablehlo.dot_general")
+    timed = worker.analyze(dot, compile_only.model_copy(update={"pass_timing": 1.0}))
+    t = timed.pass_timing
+    assert timed.compile.reached is Stage.FLATBUFFER and t is not None and t.reports >= 3
+    assert {"ConvertStableHLOToTTIR", "Inliner"} <= set(t.passes) and 0 < sum(t.passes.values()) <= t.total_seconds
+    assert worker.analyze(dot, compile_only).pass_timing is None  # not asked for: not timed
+    share = [timed_by_sample(o.signature, 0.5) for o in mlp_ops]
+    assert share == [timed_by_sample(o.signature, 0.5) for o in mlp_ops] and any(share) and not all(share)

@@ -77,6 +77,17 @@ def test_the_report_groups_failures_by_the_compiler_pass_they_stopped_in(history
     assert 'id="failed-passes-chart"' in render_html(data)
 
 
+def test_the_report_names_the_slowest_compiler_passes_per_op_kind_and_model(history_store: Store) -> None:
+    rows = report_data(history_store.root, "n2")["slowest_passes"]
+    overall = [r for r in rows if r["model"] == "*" and r["op_name"] == "*"]
+    assert [r["rank"] for r in overall] == [1, 2, 3, 4, 5] and overall[0]["pass"] == "ConvertStableHLOToTTIR"
+    assert sum(r["share"] for r in overall) == pytest.approx(1.0, abs=1e-3)  # the samples time five passes
+    conv = [r for r in rows if r["op_name"] == "stablehlo.convolution"]
+    gather = [r for r in rows if r["op_name"] == "stablehlo.gather"]
+    assert conv[0]["seconds"] > gather[0]["seconds"]  # kinds differ
+    assert {r["model"] for r in rows} >= {"mlp", "cnn", "*"}
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
 def test_the_report_shows_the_compiler_pass_each_failure_stopped_in(history_store: Store, tmp_path: Path) -> None:
     data = report_data(history_store.root, "n2")

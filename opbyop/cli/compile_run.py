@@ -203,13 +203,16 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
 def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: MathFidelity | None,
                     fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
                     run_device: bool, full: bool, manifest: Path | None = None,
-                    device: DeviceOptions | None = None) -> None:
+                    device: DeviceOptions | None = None, pass_timing: bool = False) -> None:
     try:
         settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
+        settings = settings.model_copy(update={"pass_timing": 1.0 if pass_timing else 0.0})
         prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs)
     except OpbyopError as e:
         fail(e)
     _render(prepared, results, wholes, full)
+    if pass_timing:
+        print_slowest_passes(list(results.values()))
     if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
         from opbyop.pipeline import write_manifest
 
@@ -225,16 +228,34 @@ Models = typer.Argument(..., help="zoo names, .mlir/.mlirbc files, package.modul
 Whole = typer.Option(True, "--whole/--no-whole", help="also compile (and run) each model whole")
 Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32 (one per input)")
 ManifestOption = typer.Option(None, "--manifest", help="write the unique ops and their origin models here (JSON)")
+PassTimingOption = typer.Option(False, "--pass-timing", help="compile each op again with MLIR pass timing: "
+                                "the slowest compiler passes")
+
+
+def print_slowest_passes(results: list[OpResult], top: int = 10) -> None:
+    """The compiler passes that took longest over every timed op, with their share of the pass time."""
+    totals: Counter[str] = Counter()
+    for r in results:
+        if r.pass_timing is not None:
+            totals.update(r.pass_timing.passes)
+    if not totals:
+        console.print("no op was timed pass by pass")
+        return
+    whole = sum(totals.values())
+    table = Table("pass", "seconds", "share", title=f"slowest compiler passes over {len(results)} ops")
+    for name, seconds in totals.most_common(top):
+        table.add_row(name, f"{seconds:.4f}", f"{seconds / whole:.1%}" if whole else "")
+    console.print(table)
 
 
 @app.command()
 def compile(models: list[str] = Models, chip: str = ChipOption, optimization_level: int = OptLevel,
             math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
-            full: bool = Full, manifest: Optional[Path] = ManifestOption) -> None:
+            full: bool = Full, manifest: Optional[Path] = ManifestOption, pass_timing: bool = PassTimingOption) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=False, full=full, manifest=manifest)
+                    run_device=False, full=full, manifest=manifest, pass_timing=pass_timing)
 
 
 @app.command()
@@ -246,7 +267,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
                                          help="harvested Tensix rows, a bit per row (rows 1 and 11: 2050)"),
         policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
-                                             "the key/value cache on the device (opbyop decode MODEL --steps N)")) -> None:
+                                             "the key/value cache on the device (opbyop decode MODEL --steps N)"),
+        pass_timing: bool = PassTimingOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         from opbyop.cli.decode_cmds import run_decode_command
@@ -260,7 +282,7 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         return
     device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value)
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=True, full=full, manifest=manifest, device=device)
+                    run_device=True, full=full, manifest=manifest, device=device, pass_timing=pass_timing)
 
 
 @app.command()
