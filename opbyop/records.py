@@ -320,6 +320,34 @@ class OpResult(BaseModel):
         return (self.ended_at - self.started_at).total_seconds()
 
 
+class TracePoint(BaseModel):
+    """One StableHLO op of a whole model: its value on the device against XLA:CPU's."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+    position: int  # index among @main's ops: the model's depth
+    op_name: str
+    ttnn_op: str  # the TTNN op whose output was its value on the device
+    pcc: float | None
+    max_abs_error: float
+    location: str = ""
+    added_loss: float = 0.0  # PCC lost at this op beyond the worst of its inputs'
+    below_threshold: bool = False
+
+
+class AccuracyTrace(BaseModel):
+    """Where a whole model loses accuracy, op by op along its depth."""
+
+    points: list[TracePoint] = Field(default_factory=list)
+    pcc_threshold: float = 0.99
+    first_below: int | None = None  # position of the first op whose PCC drops below the threshold
+    first_below_op: str | None = None
+    most_added: list[int] = Field(default_factory=list)  # positions of the ops that lose most PCC themselves
+    traced_ops: int = 0  # ops XLA:CPU gave a value for (points: those the device's program showed)
+    seconds: float = 0.0  # what the trace added to the whole-model run
+    message: str | None = None  # why there is no trace
+
+
 class WholeModelResult(BaseModel):
     """The whole module compiled at once and run stitched on the device: the other view."""
 
@@ -336,6 +364,7 @@ class WholeModelResult(BaseModel):
     max_abs_error: float | None = None
     iterations: int = 0
     seconds: float = 0.0
+    accuracy_trace: AccuracyTrace | None = None  # each op's value on the device against XLA:CPU's
 
 
 class ModelSummary(BaseModel):

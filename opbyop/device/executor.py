@@ -9,6 +9,7 @@ functions run once per set of inputs and are cached on the device, as the runtim
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -69,11 +70,13 @@ class RunStats:
 
 
 class Executor:
-    def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES):
+    def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES,
+                 observer: Callable[[Op, list[np.ndarray]], None] | None = None):
         self.device = device
         self.program = program
         self.policy = policy
         self.stats = RunStats()
+        self.observer = observer  # sees each compute op's outputs (opbyop.accuracy_trace)
 
     def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
         """Run `function`; every output comes back as a tensor the caller alone holds (refs 1).
@@ -149,6 +152,8 @@ class Executor:
             tensor = self._materialise(value, t, f"{op.name} ({_short(op.location)})")
             env[v] = tensor
             owned.add(id(tensor))
+        if self.observer is not None:
+            self.observer(op, [env[v].values for v in op.results])
 
     def _check_l1(self, op: Op, buffers: int) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""

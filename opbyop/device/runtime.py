@@ -20,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -184,7 +184,7 @@ def deallocate(tensor: DeviceTensor, force: bool = False) -> None:
 
 
 def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[DeviceTensor],
-           policy: Policy = Policy.FEWEST_CYCLES) -> list[DeviceTensor]:
+           policy: Policy = Policy.FEWEST_CYCLES, observer: Callable | None = None) -> list[DeviceTensor]:
     """Enqueue a program; returns its output tensors at once (they become ready when it ends)."""
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
@@ -195,7 +195,7 @@ def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[
     outputs = [DeviceTensor(values=np.zeros(t.shape if t else ()), dtype=t.dtype if t else "f32",
                             layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, name=f"output {i}")
                for i, t in enumerate(function.return_types)]
-    future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy, outputs)
+    future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy, outputs, observer)
     for t in outputs:
         t.ready = future
     return outputs
@@ -210,7 +210,8 @@ def _fill(placeholders: list[DeviceTensor], results: list[DeviceTensor]) -> None
 
 
 def _execute(device: Device, binary: Binary, program_index: int, inputs: list[DeviceTensor],
-             policy: Policy, outputs: list[DeviceTensor]) -> tuple[list[DeviceTensor], DeviceRun]:
+             policy: Policy, outputs: list[DeviceTensor],
+             observer: Callable | None = None) -> tuple[list[DeviceTensor], DeviceRun]:
     started = time.perf_counter()
     wait(inputs)
     expected = binary.input_types(program_index)
@@ -221,7 +222,7 @@ def _execute(device: Device, binary: Binary, program_index: int, inputs: list[De
         else:
             converted.append(t)
     _evict_l1(device, keep={id(t) for t in converted})
-    executor = Executor(device, binary.program, policy)
+    executor = Executor(device, binary.program, policy, observer)
     try:
         results = executor.run(binary.function(program_index), converted)
     except SimulationError as e:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -32,8 +32,9 @@ class StitchedRun:
 
 
 def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
-                 iterations: int = 2) -> StitchedRun:
-    """Run program 0 `iterations` times; arguments listed in `parameters` are pushed once."""
+                 iterations: int = 2, observer: Callable | None = None) -> StitchedRun:
+    """Run program 0 `iterations` times; arguments listed in `parameters` are pushed once. `observer`
+    sees each op's outputs of the first iteration (opbyop.accuracy_trace)."""
     started = time.perf_counter()
     expected = len(binary.function(0).arguments)
     if expected != len(values):
@@ -48,13 +49,14 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     outputs: list = []
     inputs: dict = {}
     try:
-        for _ in range(max(1, iterations)):
+        for iteration in range(max(1, iterations)):
             before = device.transfers.totals
             for t in outputs:
                 deallocate(t)
             inputs = {i: to_device(v, device, get_layout(binary, 0, i), name=f"input {i}", shape=input_shape(binary, 0, i))
                       for i, v in enumerate(values) if i not in resident}
-            outputs = submit(device, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))])
+            outputs = submit(device, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))],
+                             observer=observer if iteration == 0 else None)
             runs.append(run_of(outputs[0]) if outputs else DeviceRun())
             for t in inputs.values():
                 deallocate(t)
