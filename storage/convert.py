@@ -15,6 +15,7 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from opbyop.records import (
+    AccuracyTrace, TracePoint,
     COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary, OperandDesc, OpPlacement,
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
@@ -184,12 +185,32 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
         **_device_columns(w.device if w else None, "whole_"),
         "whole_pcc": w.pcc if w else None, "whole_reference": w.reference if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
         "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
+        **_trace_columns(w.accuracy_trace if w else None),
     }
     for stage, column in zip(Stage, S.DEPTH_COUNT_COLUMNS):
         row[column] = counts.by_depth.get(stage, 0)
     for status in Status:
         row[f"status_{status.value}"] = counts.by_status.get(status, 0)
     return row
+
+
+def _trace_columns(t: AccuracyTrace | None) -> dict[str, Any]:
+    if t is None:
+        return {f.name: None for f in S.TRACE_FIELDS}
+    return {"whole_trace": [p.model_dump() for p in t.points], "whole_trace_threshold": t.pcc_threshold,
+            "whole_trace_first_below": t.first_below, "whole_trace_first_below_op": t.first_below_op,
+            "whole_trace_most_added": list(t.most_added), "whole_trace_ops": t.traced_ops,
+            "whole_trace_s": t.seconds, "whole_trace_message": t.message}
+
+
+def _trace_from(row: dict[str, Any]) -> AccuracyTrace | None:
+    if row.get("whole_trace_ops") is None:
+        return None
+    return AccuracyTrace(points=[TracePoint(**p) for p in row["whole_trace"] or []],
+                         pcc_threshold=row["whole_trace_threshold"], first_below=row["whole_trace_first_below"],
+                         first_below_op=row["whole_trace_first_below_op"],
+                         most_added=row["whole_trace_most_added"] or [], traced_ops=row["whole_trace_ops"],
+                         seconds=row["whole_trace_s"] or 0.0, message=row["whole_trace_message"])
 
 
 def to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -326,7 +347,7 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
             failed_stage=_stage(row["whole_failed_stage"]), message=row["whole_message"],
             compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
             max_abs_error=row["whole_max_abs_error"], reference=row.get("whole_reference") or "framework", iterations=row["whole_iterations"] or 0,
-            seconds=row["whole_s"] or 0.0,
+            seconds=row["whole_s"] or 0.0, accuracy_trace=_trace_from(row),
         )
     summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,
                            ops_unique=row["ops_unique"] or 0, split_failures=row["split_failures"] or 0,

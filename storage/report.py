@@ -43,6 +43,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         gaps = run_query(con, "opbyop_gaps", run_id=run_id).records()
         failed_passes = run_query(con, "failed_passes", run_id=run_id).records()
         slowest_passes = run_query(con, "slowest_passes", run_id=run_id, limit=5).records()
+        accuracy_trace = run_query(con, "accuracy_trace", run_id=run_id).records()
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
     if expectations is not None:
@@ -66,6 +67,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "gaps": gaps,
         "failed_passes": failed_passes,
         "slowest_passes": slowest_passes,
+        "accuracy_trace": accuracy_trace,
         "expectations": expectation_report,
         "skipped": skipped,
         "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from opbyop.records import (
+    AccuracyTrace, TracePoint,
     COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
     OpPlacement, OpRecord, OpResult, PassOutcome, PassTiming, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
@@ -149,6 +150,18 @@ def _failed_pass(status: Status, stage: Stage) -> FailedPass | None:
                       passes_started=position, last_succeeded="canonicalize", ir_before=sha(argument), seconds=0.05)
 
 
+def _trace() -> AccuracyTrace:
+    """A sample trace: PCC falls from the third op (a dot_general) on; the threshold is crossed at op 4."""
+    pccs = [1.0, 0.99999, 0.9991, 0.9990, 0.985, 0.98]
+    names = ["stablehlo.add", "stablehlo.tanh", "stablehlo.dot_general", "stablehlo.add", "stablehlo.dot_general",
+             "stablehlo.tanh"]
+    points = [TracePoint(position=i, op_name=n, ttnn_op="ttnn." + n.split(".")[1], pcc=p, max_abs_error=(1 - p) * 10,
+                         added_loss=max(0.0, (pccs[i - 1] if i else 1.0) - p), below_threshold=p < 0.99)
+              for i, (n, p) in enumerate(zip(names, pccs))]
+    return AccuracyTrace(points=points, pcc_threshold=0.99, first_below=4, first_below_op="stablehlo.dot_general",
+                         most_added=[4, 5, 2], traced_ops=6, seconds=0.4)
+
+
 def run_info(run_id: str, started_at: datetime, models: list[str], chip: str = "p150", options_key: str = "opts-a",
              plugin_version: str = "0.1.3") -> RunInfo:
     return RunInfo(run_id=run_id, started_at=started_at, ended_at=started_at + timedelta(minutes=30),
@@ -228,7 +241,8 @@ def night(run_id: str, day: int, outcomes: dict[str, tuple[Status, Stage | None,
     ops = _zoo(zoo_night)
     results = results_for(SAMPLE_OPS, outcomes, start + timedelta(minutes=1))
     whole_ok = WholeModelResult(status=Status.SUCCESS, depth=Stage.GOLDEN, compile=_compile(Stage.FLATBUFFER, None, None, "mlp"),
-                                device=_device(50_000), pcc=0.9995, max_abs_error=0.002, iterations=3, seconds=4.2)
+                                device=_device(50_000), pcc=0.9995, max_abs_error=0.002, iterations=3, seconds=4.2,
+                                accuracy_trace=_trace())
     whole_bad = WholeModelResult(status=Status.COMPILE_FAILED, depth=Stage.STABLEHLO, failed_stage=Stage.TTIR,
                                  message="failed to legalize operation 'stablehlo.while'",
                                  compile=_compile(Stage.STABLEHLO, Stage.TTIR, "failed to legalize operation 'stablehlo.while'",

@@ -127,6 +127,30 @@ PASS_TIMING_FIELDS = [
     pa.field("pass_timing_reports", pa.int64()),
 ]
 
+# The whole model's accuracy trace (records.AccuracyTrace): one element per op compared along its
+# depth, read as its own view `accuracy_trace` (storage.catalog); `whole_trace_ops` is null exactly
+# when the whole-model result has no trace.
+TRACE_POINT = pa.struct([
+    pa.field("position", pa.int64()),
+    pa.field("op_name", pa.string()),
+    pa.field("ttnn_op", pa.string()),
+    pa.field("pcc", pa.float64()),
+    pa.field("max_abs_error", pa.float64()),
+    pa.field("location", pa.string()),
+    pa.field("added_loss", pa.float64()),
+    pa.field("below_threshold", pa.bool_()),
+])
+TRACE_FIELDS = [
+    pa.field("whole_trace", pa.list_(TRACE_POINT)),
+    pa.field("whole_trace_threshold", pa.float64()),
+    pa.field("whole_trace_first_below", pa.int64()),  # position of the first op below the threshold
+    pa.field("whole_trace_first_below_op", pa.string()),
+    pa.field("whole_trace_most_added", pa.list_(pa.int64())),
+    pa.field("whole_trace_ops", pa.int64()),
+    pa.field("whole_trace_s", pa.float64()),
+    pa.field("whole_trace_message", pa.string()),
+]
+
 PHASE = pa.struct([pa.field("phase", pa.string()), pa.field("seconds", pa.float64())])
 
 RUNS = pa.schema([
@@ -223,6 +247,7 @@ MODELS = pa.schema([
     pa.field("whole_max_abs_error", pa.float64()),
     pa.field("whole_iterations", pa.int64()),
     pa.field("whole_s", pa.float64()),
+    *TRACE_FIELDS,
 ])
 
 # One row per variant a shrink tried (opbyop.shrink): where a failing op starts failing. The op-level

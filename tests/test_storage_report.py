@@ -97,3 +97,19 @@ def test_the_report_shows_the_compiler_pass_each_failure_stopped_in(history_stor
     assert 'data-rendered="true"' in html
     section = html[html.index('id="failed-passes-chart"'):]
     assert "convert-stablehlo-to-ttir" in section and "stablehlo.gather" in section
+
+
+def test_the_accuracy_trace_is_its_own_table_and_names_the_first_op_below_the_threshold(history_store: Store) -> None:
+    from storage.readonly import run_sql
+
+    rows = run_sql("SELECT model, position, op_name, first_below FROM accuracy_trace WHERE run_id = 'n2' "
+                   "ORDER BY position", history_store.root).rows
+    assert [r[1] for r in rows] == list(range(6)) and {r[0] for r in rows} == {"mlp"}
+    assert [r for r in rows if r[3]] == [("mlp", 4, "stablehlo.dot_general", True)]
+    data = report_data(history_store.root, "n2")
+    assert max(data["accuracy_trace"], key=lambda r: r["added_loss"])["position"] == 4
+    assert 'id="accuracy-trace-chart"' in render_html(data)
+    stored = history_store.models("n2") if hasattr(history_store, "models") else None
+    if stored is not None:
+        whole = {m.summary.model: m.summary.whole for m in stored}["mlp"]
+        assert whole.accuracy_trace.first_below == 4 and len(whole.accuracy_trace.points) == 6
