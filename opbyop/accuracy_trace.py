@@ -10,6 +10,7 @@ last such op of N is N's output on the device. Ops are then listed in model orde
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,27 @@ class TaggedModule:
     traced: list[int] = field(default_factory=list)  # N of each extra result of all_outputs_text, in order
     outputs: int = 0  # results @main returned before
     intermediate_bytes: int = 0
+
+    @property
+    def key(self) -> str:
+        """XLA:CPU's cache key of the all-outputs module (the same model compiles once per machine)."""
+        return "accuracy-trace-" + hashlib.sha256(self.all_outputs_text.encode()).hexdigest()
+
+    def fused_candidates(self, n: int) -> list[int]:
+        """The ops whose value an op tagged n may compute when the compiler fused them into it."""
+        return _fused_candidates(self.consumers, n)
+
+
+CLOSE_ENOUGH = 1e-2  # max abs error relative to the reference's largest magnitude
+FUSION_DEPTH = 3  # how many consumers deep a fused op's value may lie
+
+
+def _fused_candidates(consumers: dict[int, list[int]], n: int) -> list[int]:
+    found, frontier = [], [n]
+    for _ in range(FUSION_DEPTH):
+        frontier = [m for k in frontier for m in consumers.get(k, [])]
+        found += frontier
+    return list(dict.fromkeys(found))
 
 
 def tag_module(module_text: str, name: str = "<module>") -> TaggedModule:
@@ -88,8 +110,9 @@ def tag_module(module_text: str, name: str = "<module>") -> TaggedModule:
 class TraceObserver:
     """Called by the device's executor after each op: compares outputs with XLA:CPU's values."""
 
-    def __init__(self, tagged: TaggedModule, references: dict[int, np.ndarray]):
+    def __init__(self, tagged: TaggedModule, references: dict[int, np.ndarray], threshold: float):
         self.tagged = tagged
+        self.threshold = threshold
         self.references = references
         self.points: dict[int, TracePoint] = {}
         self.seconds = 0.0  # XLA:CPU's run and the comparisons: what the trace costs
@@ -107,26 +130,38 @@ class TraceObserver:
             return
         n = max(tags)  # an op that merged several carries each one's location: it ends at the latest
         actual = np.asarray(values[0])
-        # The compiler fuses a consumer into an op (an add with a relu activation) under the op's
-        # location: its output is then the consumer's value. The best-matching of the two is kept.
-        best: tuple[float, int, np.ndarray, float] | None = None
-        for m in [n, *self.tagged.consumers.get(n, [])]:
+        # The compiler fuses consumers into an op under the op's location (an add with a relu
+        # activation; a sum, reshape and divide into one mean): when its output is not its own value
+        # but matches a consumer's, it is that consumer's.
+        best: tuple[float, int, float | None, float] | None = None  # (relative error, op, pcc, error)
+        for m in [n, *self.tagged.fused_candidates(n)]:
             expected = self.references.get(m)
             if expected is None or actual.size != expected.size:
                 continue  # a step towards op m's value (padded, permuted, partial), not its value
             got = actual.astype(np.float64).reshape(expected.shape)
             want = expected.astype(np.float64)
             with np.errstate(all="ignore"):
-                score = pcc(got, want)
                 error = float(np.max(np.abs(got - want))) if want.size else 0.0
-            if best is None or (score if score is not None else -2.0) > best[0]:
-                best = (score if score is not None else -2.0, m, got, error)
+                scale = float(np.max(np.abs(want))) if want.size else 0.0
+                relative = error / scale if scale > 0 else error
+                if not np.isfinite(relative):
+                    relative = float("inf")
+            candidate = (relative, m, pcc(got, want), error)
+            if m == n:
+                best = candidate
+                if relative <= CLOSE_ENOUGH:
+                    break  # its own value: no fusion to look for
+            elif relative <= CLOSE_ENOUGH:
+                best = candidate  # the value of a consumer fused into it (its own did not match)
+                break
         if best is None:
             return
-        score, m, _, error = best
+        relative, m, score, error = best
         name, _, location = self.tagged.ops[m]
-        self.points[m] = TracePoint(position=m, op_name=name, ttnn_op=getattr(op, "name", ""),
-                                    pcc=None if score == -2.0 else score, max_abs_error=error, location=location)
+        # near-constant values make PCC meaningless: an op within 1% of its reference is not below
+        below = score is not None and score < self.threshold and relative > CLOSE_ENOUGH
+        self.points[m] = TracePoint(position=m, op_name=name, ttnn_op=getattr(op, "name", ""), pcc=score,
+                                    max_abs_error=error, location=location, below_threshold=below)
 
 
 def references_by_op(tagged: TaggedModule, all_outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
@@ -142,7 +177,6 @@ def summarise(tagged: TaggedModule, points: dict[int, TracePoint], threshold: fl
         worst_input = min((q for q in inputs if q is not None), default=1.0)
         if p.pcc is not None:
             p.added_loss = max(0.0, worst_input - p.pcc)
-        p.below_threshold = p.pcc is not None and p.pcc < threshold
     first = next((p for p in ordered if p.below_threshold), None)
     worst = sorted((p for p in ordered if p.added_loss > 0), key=lambda p: -p.added_loss)[:10]
     return AccuracyTrace(points=ordered, pcc_threshold=threshold, first_below=first.position if first else None,

@@ -123,7 +123,8 @@ class OpAnalyzer:
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
         device = self.device.device_for(binary.program.spec)
         device.memory.reset_peaks()
-        observer, xla_outputs, trace_note = self._trace_observer(plan, values, trace_note)
+        observer, xla_outputs, trace_note = self._trace_observer(plan, values, trace_note,
+                                                                 settings.thresholds.for_dtype("f32").pcc)
         try:
             run = run_stitched(device, binary, values, model.parameters, model.iterations, observer=observer)
         except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
@@ -161,18 +162,18 @@ class OpAnalyzer:
         return result
 
 
-    def _trace_observer(self, plan: TaggedModule | None, values: list[np.ndarray], note: str | None
-                        ) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
+    def _trace_observer(self, plan: TaggedModule | None, values: list[np.ndarray], note: str | None,
+                        threshold: float) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
         """XLA:CPU's value of every op of the model (for the accuracy trace), as an executor observer;
         also the module's own outputs from that run."""
         if plan is None:
             return None, None, note
         started = time.perf_counter()
         try:
-            everything = self.golden.run(plan.all_outputs_text, values)
+            everything = self.golden.run(plan.all_outputs_text, values, key=plan.key)
         except Exception as e:  # no trace, the whole-model run goes on
             return None, None, f"XLA:CPU could not run the model with every intermediate: {type(e).__name__}: {e}"
-        observer = TraceObserver(plan, references_by_op(plan, everything))
+        observer = TraceObserver(plan, references_by_op(plan, everything), threshold)
         observer.seconds = time.perf_counter() - started
         return observer, everything[:plan.outputs], None
 
