@@ -108,60 +108,67 @@ def tag_module(module_text: str, name: str = "<module>") -> TaggedModule:
 
 
 class TraceObserver:
-    """Called by the device's executor after each op: compares outputs with XLA:CPU's values."""
+    """Called by the device's executor after each op: keeps, per op of the model, the last TTNN
+    output that names it; compare() then judges each against XLA:CPU's value, once."""
 
     def __init__(self, tagged: TaggedModule, references: dict[int, np.ndarray], threshold: float):
         self.tagged = tagged
-        self.threshold = threshold
         self.references = references
-        self.points: dict[int, TracePoint] = {}
+        self.threshold = threshold
+        self.latest: dict[int, tuple[str, np.ndarray]] = {}  # N -> (TTNN op, its output)
         self.seconds = 0.0  # XLA:CPU's run and the comparisons: what the trace costs
 
     def __call__(self, op: object, values: list[np.ndarray]) -> None:
-        started = time.perf_counter()
-        try:
-            self._compare(op, values)
-        finally:
-            self.seconds += time.perf_counter() - started
+        tags = _TAG.findall(getattr(op, "location", "") or "")
+        if tags and len(values) == 1:
+            # an op that merged several carries each one's location: it ends at the latest
+            self.latest[max(int(t) for t in tags)] = (getattr(op, "name", ""), values[0])
 
-    def _compare(self, op: object, values: list[np.ndarray]) -> None:
-        tags = [int(t) for t in _TAG.findall(getattr(op, "location", "") or "")]
-        if not tags or len(values) != 1:
-            return
-        n = max(tags)  # an op that merged several carries each one's location: it ends at the latest
-        actual = np.asarray(values[0])
+    def compare(self) -> dict[int, TracePoint]:
+        started = time.perf_counter()
+        points: dict[int, TracePoint] = {}
+        for n in sorted(self.latest):
+            ttnn_op, values = self.latest[n]
+            point = self._point(n, ttnn_op, np.asarray(values))
+            if point is not None:
+                points[point.position] = point
+        self.latest.clear()
+        self.seconds += time.perf_counter() - started
+        return points
+
+    def _point(self, n: int, ttnn_op: str, actual: np.ndarray) -> TracePoint | None:
         # The compiler fuses consumers into an op under the op's location (an add with a relu
         # activation; a sum, reshape and divide into one mean): when its output is not its own value
         # but matches a consumer's, it is that consumer's.
-        best: tuple[float, int, float | None, float] | None = None  # (relative error, op, pcc, error)
+        best: tuple[float, int, np.ndarray, np.ndarray, float] | None = None
         for m in [n, *self.tagged.fused_candidates(n)]:
             expected = self.references.get(m)
             if expected is None or actual.size != expected.size:
                 continue  # a step towards op m's value (padded, permuted, partial), not its value
-            got = actual.astype(np.float64).reshape(expected.shape)
+            got = actual.reshape(expected.shape).astype(np.float64)
             want = expected.astype(np.float64)
             with np.errstate(all="ignore"):
                 error = float(np.max(np.abs(got - want))) if want.size else 0.0
                 scale = float(np.max(np.abs(want))) if want.size else 0.0
-                relative = error / scale if scale > 0 else error
-                if not np.isfinite(relative):
-                    relative = float("inf")
-            candidate = (relative, m, pcc(got, want), error)
+            relative = error / scale if scale > 0 else error
+            relative = relative if np.isfinite(relative) else float("inf")
             if m == n:
-                best = candidate
+                best = (relative, m, got, want, error)
                 if relative <= CLOSE_ENOUGH:
                     break  # its own value: no fusion to look for
             elif relative <= CLOSE_ENOUGH:
-                best = candidate  # the value of a consumer fused into it (its own did not match)
+                best = (relative, m, got, want, error)  # a consumer's value, fused into it
                 break
         if best is None:
-            return
-        relative, m, score, error = best
+            return None
+        relative, m, got, want, error = best
+        with np.errstate(all="ignore"):
+            score = pcc(got, want)
         name, _, location = self.tagged.ops[m]
         # near-constant values make PCC meaningless: an op within 1% of its reference is not below
         below = score is not None and score < self.threshold and relative > CLOSE_ENOUGH
-        self.points[m] = TracePoint(position=m, op_name=name, ttnn_op=getattr(op, "name", ""), pcc=score,
-                                    max_abs_error=error, location=location, below_threshold=below)
+        return TracePoint(position=m, op_name=name, ttnn_op=ttnn_op, pcc=score, max_abs_error=error,
+                          location=location, below_threshold=below)
 
 
 def references_by_op(tagged: TaggedModule, all_outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
@@ -222,4 +229,5 @@ def finish_trace(plan: TaggedModule | None, observer: TraceObserver | None, note
     if observer is None:  # not asked for (no note), or not possible (the note says why)
         return AccuracyTrace(pcc_threshold=threshold, message=note) if note else None
     assert plan is not None
-    return summarise(plan, observer.points, threshold, observer.seconds)
+    points = observer.compare()
+    return summarise(plan, points, threshold, observer.seconds)
