@@ -210,6 +210,9 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                                                "board allows several (p150x8: 1x8|2x4, bh-galaxy: 4x8|8x4|1x32)"),
             unshard: bool = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip "
                                          "with its shardings removed (noted); otherwise an error"),
+            pass_timing: bool = typer.Option(False, "--pass-timing", help="compile every analysed op again with "
+                                             "MLIR pass timing: each pass's time (ops reused from the cache are "
+                                             "not timed: add --no-reuse)"),
             ) -> None:
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
@@ -227,7 +230,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
         names = models or [m.name for m in load_zoo().tagged("default")]
         config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
                                 op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers),
-                                mesh=mesh, unshard=unshard)
+                                mesh=mesh, unshard=unshard, pass_timing=1.0 if pass_timing else 0.0)
         chips = target_for(chip, mesh).chips
         if chips > 1:  # the cluster's workers run sharded ops' golden on a host mesh of that many devices
             os.environ.setdefault("OPBYOP_HOST_DEVICES", str(chips))

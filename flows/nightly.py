@@ -70,6 +70,8 @@ class NightlyConfig(BaseModel):
     reuse_cached: bool = True
     whole_model: bool = True
     corpus: CorpusTarget | None = Field(None, description="also run the single-op corpus (the simulator's coverage)")
+    pass_timing: float = Field(0.0, ge=0.0, le=1.0, description="share of ops timed pass by pass (the same ops "
+                                                               "every night: chosen by signature)")
 
 
 class NightlyFailed(Exception):
@@ -120,7 +122,7 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
     analysis = AnalysisConfig(models=models or target.chosen_models(config.models), chip=target.chip,
                               compiler=target.compiler, mesh=target.mesh,
                               op_timeout_s=config.op_timeout_s, reuse_cached=config.reuse_cached,
-                              whole_model=config.whole_model, cluster=cluster)
+                              whole_model=config.whole_model, cluster=cluster, pass_timing=config.pass_timing)
     state = analyze(config=analysis, run_id=run_id, return_state=True)
     outcome = TargetOutcome(title=target.title, run_id=run_id, state=state.name, message=state.message or "")
     try:

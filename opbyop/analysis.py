@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
 from opbyop.artifacts import ArtifactStore
 from opbyop.attribution import judge
 from opbyop.compiler.plugin import TTCompiler
@@ -140,7 +141,9 @@ class OpAnalyzer:
 
         started = time.perf_counter()
         progress("compile")
-        outcome = self.compiler.compile(model.module_text, settings.options, self.scratch / request_id, self.artifacts)
+        plan, trace_note = trace_plan(model.module_text, model.name, settings.accuracy_trace)
+        compiled_text = plan.text if plan is not None else model.module_text  # the same program, ops tagged
+        outcome = self.compiler.compile(compiled_text, settings.options, self.scratch / request_id, self.artifacts)
         if not outcome.ok:
             return WholeModelResult(status=Status.COMPILE_FAILED, depth=outcome.reached or Stage.SPLIT,
                                     failed_stage=outcome.failed_stage, message=outcome.message, compile=outcome,
@@ -154,8 +157,11 @@ class OpAnalyzer:
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
         device = self.device.device_for(binary.program.spec)
         device.memory.reset_peaks()
+        observer, xla_outputs, trace_note = self._trace_observer(plan, values, trace_note,
+                                                                 settings.thresholds.for_dtype("f32").pcc)
         try:
-            run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text)
+            run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text,
+                               observer=observer)
         except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
             message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
             status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
@@ -169,6 +175,9 @@ class OpAnalyzer:
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
                                   iterations=run.iterations, seconds=time.perf_counter() - started)
         progress("golden")
+        result.accuracy_trace = finish_trace(plan, observer, trace_note, settings.thresholds.for_dtype("f32").pcc)
+        if not references and xla_outputs is not None:  # XLA:CPU already ran the module, for the trace
+            references, result.reference = xla_outputs, "XLA:CPU"
         if not references:  # a StableHLO file: XLA:CPU runs the same module on the same values
             try:
                 references = self.golden.run(model.module_text, values)
@@ -186,6 +195,22 @@ class OpAnalyzer:
             result.status, result.failed_stage = Status.GOLDEN_FAILED, Stage.GOLDEN
             result.message = f"output differs from the {result.reference}'s: {verdict(comparison)}"
         return result
+
+
+    def _trace_observer(self, plan: TaggedModule | None, values: list[np.ndarray], note: str | None,
+                        threshold: float) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
+        """XLA:CPU's value of every op of the model (for the accuracy trace), as an executor observer;
+        also the module's own outputs from that run."""
+        if plan is None:
+            return None, None, note
+        started = time.perf_counter()
+        try:
+            everything = self.golden.run(plan.all_outputs_text, values, key=plan.key)
+        except Exception as e:  # no trace, the whole-model run goes on
+            return None, None, f"XLA:CPU could not run the model with every intermediate: {type(e).__name__}: {e}"
+        observer = TraceObserver(plan, references_by_op(plan, everything), threshold)
+        observer.seconds = time.perf_counter() - started
+        return observer, everything[:plan.outputs], None
 
 
 @dataclass(frozen=True)

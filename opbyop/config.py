@@ -175,6 +175,14 @@ class AnalysisSettings(BaseModel):
     topology: str = "single"  # how the target's chips are linked (opbyop.compiler.targets.Topology)
     memory_budget_bytes: int | None = Field(None, ge=1, description="host memory one op's worker may use: an op "
                                             "whose operands and results exceed it is refused (infra_error)")
+    # A compile that failed, crashed or hung is compiled again with the compiler's IR printing on
+    # (a verbose compile child) to name the pass it stopped in.
+    failed_pass: bool = True
+    # The share of ops (0..1, chosen by signature) compiled again with MLIR's pass timing on.
+    pass_timing: float = Field(0.0, ge=0.0, le=1.0)
+    # Compare each op of a whole model on the device with XLA:CPU's value of it: "auto" for models
+    # whose intermediate values fit in opbyop.accuracy_trace's budget, "on" for any, "off".
+    accuracy_trace: Literal["auto", "on", "off"] = "auto"
 
 
 class ClusterConfig(BaseModel):
@@ -201,6 +209,8 @@ class AnalysisConfig(BaseModel):
                                                  "signature, compiler version, chip and options")
     whole_model: bool = Field(True, description="also compile and run each model whole")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
+    pass_timing: float = Field(0.0, ge=0.0, le=1.0, description="share of ops (chosen by signature) compiled again "
+                                                               "with MLIR pass timing: each pass's time; 1: every op")
     cluster: ClusterConfig = Field(ClusterConfig(), description="where the per-op work runs")
     mesh: str | None = Field(None, description="the target's mesh ROWSxCOLS where its board allows several "
                                                "(p150x4: 1x4 or 2x2; p150x8: 1x8 or 2x4; bh-galaxy: 4x8, 8x4, 1x32)")

@@ -306,6 +306,41 @@ class GoldenComparison(BaseModel):
     nonfinite: str | None = None
 
 
+class PassOutcome(str, Enum):
+    """How the pass named by a FailedPass ended."""
+
+    FAILED = "failed"  # the pass reported failure (MLIR's 'IR Dump After <Pass> Failed')
+    DIED = "died"  # the compiler process died while the pass ran (abort, LLVM fatal error)
+    HUNG = "hung"  # the pass was still running when the time limit ended the compile
+    NONE = "none"  # no pass could be named: `reason` says why
+
+
+class FailedPass(BaseModel):
+    """The compiler pass a failed compile stopped in, found by re-compiling with the plugin's IR
+    printing on (TTXLA_LOGGER_LEVEL=VERBOSE): its name, pipeline position, the last pass that
+    succeeded, and the IR it was given (an artifact)."""
+
+    outcome: PassOutcome
+    argument: str | None = None  # the pass's command-line name, e.g. convert-stablehlo-to-ttir
+    name: str | None = None  # its class name, e.g. ConvertStableHLOToTTIR
+    anchor: str | None = None  # the operation it ran on, e.g. builtin.module, func.func @main
+    position: int | None = None  # 1-based among the passes the compile started, in order
+    passes_started: int = 0
+    last_succeeded: str | None = None  # argument of the pass before it in the pipeline
+    ir_before: str | None = None  # artifact sha256 of the IR the pass was given
+    reason: str | None = None  # why no pass could be named (outcome none)
+    seconds: float = 0.0  # the verbose re-compile's wall time
+
+
+class PassTiming(BaseModel):
+    """Where one compile of an op spent its time, pass by pass (MLIR's pass timing reports)."""
+
+    passes: dict[str, float] = Field(default_factory=dict)  # pass (class name) -> seconds, over all its runs
+    total_seconds: float = 0.0  # the reports' total execution times, summed (every pass manager)
+    compile_seconds: float = 0.0  # the timed compile's wall time
+    reports: int = 0  # pass managers that reported
+
+
 class OpResult(BaseModel):
     """One unique op's attempt in one run."""
 
@@ -330,10 +365,40 @@ class OpResult(BaseModel):
     # producers that do not depend on weights), and those drawn from the seed instead
     real_inputs: list[str] = Field(default_factory=list)
     synthetic_inputs: list[str] = Field(default_factory=list)
+    failed_pass: FailedPass | None = None  # compile_failed / crashed / timeout: the pass it stopped in
+    pass_timing: PassTiming | None = None  # each pass's time in a compile of the op, when asked for
 
     @property
     def seconds(self) -> float:
         return (self.ended_at - self.started_at).total_seconds()
+
+
+class TracePoint(BaseModel):
+    """One StableHLO op of a whole model: its value on the device against XLA:CPU's."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+    position: int  # index among @main's ops: the model's depth
+    op_name: str
+    ttnn_op: str  # the TTNN op whose output was its value on the device
+    pcc: float | None
+    max_abs_error: float
+    location: str = ""
+    added_loss: float = 0.0  # PCC lost at this op beyond the worst of its inputs'
+    below_threshold: bool = False
+
+
+class AccuracyTrace(BaseModel):
+    """Where a whole model loses accuracy, op by op along its depth."""
+
+    points: list[TracePoint] = Field(default_factory=list)
+    pcc_threshold: float = 0.99
+    first_below: int | None = None  # position of the first op whose PCC drops below the threshold
+    first_below_op: str | None = None
+    most_added: list[int] = Field(default_factory=list)  # positions of the ops that lose most PCC themselves
+    traced_ops: int = 0  # ops XLA:CPU gave a value for (points: those the device's program showed)
+    seconds: float = 0.0  # what the trace added to the whole-model run
+    message: str | None = None  # why there is no trace
 
 
 class WholeModelResult(BaseModel):
@@ -352,6 +417,7 @@ class WholeModelResult(BaseModel):
     max_abs_error: float | None = None
     iterations: int = 0
     seconds: float = 0.0
+    accuracy_trace: AccuracyTrace | None = None  # each op's value on the device against XLA:CPU's
 
 
 class ModelSummary(BaseModel):

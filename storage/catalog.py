@@ -37,6 +37,27 @@ LEFT JOIN stages s ON s.stage = r.depth
 """
 
 
+# The whole models' accuracy traces, one row per op compared (models.whole_trace unnested).
+TRACE_SQL = """
+CREATE OR REPLACE VIEW accuracy_trace AS
+SELECT m.run_id, m.date, m.model, t.position, t.op_name, t.ttnn_op, t.pcc, t.max_abs_error, t.added_loss,
+       t.below_threshold, t.position = m.whole_trace_first_below AS first_below, t.location,
+       m.whole_trace_threshold AS pcc_threshold
+FROM models m, unnest(m.whole_trace) AS u(t)
+WHERE m.whole_trace IS NOT NULL
+"""
+
+
+EMPTY_TRACE_SQL = """
+CREATE OR REPLACE VIEW accuracy_trace AS
+SELECT NULL::VARCHAR AS run_id, NULL::DATE AS date, NULL::VARCHAR AS model, NULL::BIGINT AS position,
+       NULL::VARCHAR AS op_name, NULL::VARCHAR AS ttnn_op, NULL::DOUBLE AS pcc, NULL::DOUBLE AS max_abs_error,
+       NULL::DOUBLE AS added_loss, NULL::BOOLEAN AS below_threshold, NULL::BOOLEAN AS first_below,
+       NULL::VARCHAR AS location, NULL::DOUBLE AS pcc_threshold
+WHERE false
+"""
+
+
 def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
@@ -84,6 +105,8 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan) -> None:
                          for s in Status)
     con.execute(f"CREATE OR REPLACE VIEW statuses AS SELECT * FROM (VALUES {statuses}) AS t(status, fault, verdict)")
     con.execute(OCCURRENCES_SQL)
+    models_columns = {row[0] for row in con.execute("DESCRIBE models").fetchall()}
+    con.execute(TRACE_SQL if "whole_trace" in models_columns else EMPTY_TRACE_SQL)  # only older files: none
     con.execute(macro_sql())
 
 

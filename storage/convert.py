@@ -15,7 +15,9 @@ import pyarrow as pa
 from pydantic import BaseModel, Field
 
 from opbyop.records import (
-    COMPILE_STAGES, CollectiveRun, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OpPlacement,
+    AccuracyTrace, TracePoint,
+    COMPILE_STAGES, CollectiveRun, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary,
+    OperandDesc, OpPlacement,
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
     WholeModelResult,
 )
@@ -135,7 +137,43 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
         "reused_from": r.reused_from, "mesh": r.mesh, "topology": r.topology,
         "real_inputs": list(r.real_inputs), "synthetic_inputs": list(r.synthetic_inputs),
+        **_failed_pass_columns(r.failed_pass), **_pass_timing_columns(r.pass_timing),
     }
+
+
+def _pass_timing_columns(t: PassTiming | None) -> dict[str, Any]:
+    if t is None:
+        return {f.name: None for f in S.PASS_TIMING_FIELDS}
+    slowest = sorted(t.passes.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {"pass_timing": [{"pass": k, "seconds": v} for k, v in slowest], "pass_timing_total_s": t.total_seconds,
+            "pass_timing_compile_s": t.compile_seconds, "pass_timing_reports": t.reports}
+
+
+def _pass_timing_from(row: dict[str, Any]) -> PassTiming | None:
+    if row.get("pass_timing_reports") is None:
+        return None
+    return PassTiming(passes={p["pass"]: p["seconds"] for p in row["pass_timing"] or []},
+                      total_seconds=row["pass_timing_total_s"] or 0.0,
+                      compile_seconds=row["pass_timing_compile_s"] or 0.0, reports=row["pass_timing_reports"])
+
+
+def _failed_pass_columns(p: FailedPass | None) -> dict[str, Any]:
+    if p is None:
+        return {f.name: None for f in S.FAILED_PASS_FIELDS}
+    return {"failed_pass_outcome": p.outcome.value, "failed_pass": p.argument, "failed_pass_name": p.name,
+            "failed_pass_anchor": p.anchor, "failed_pass_position": p.position, "passes_started": p.passes_started,
+            "last_good_pass": p.last_succeeded, "failed_pass_ir": p.ir_before, "failed_pass_reason": p.reason,
+            "failed_pass_s": p.seconds}
+
+
+def _failed_pass_from(row: dict[str, Any]) -> FailedPass | None:
+    if row.get("failed_pass_outcome") is None:
+        return None
+    return FailedPass(outcome=row["failed_pass_outcome"], argument=row["failed_pass"], name=row["failed_pass_name"],
+                      anchor=row["failed_pass_anchor"], position=row["failed_pass_position"],
+                      passes_started=row["passes_started"] or 0, last_succeeded=row["last_good_pass"],
+                      ir_before=row["failed_pass_ir"], reason=row["failed_pass_reason"],
+                      seconds=row["failed_pass_s"] or 0.0)
 
 
 class ModelCounts(BaseModel):
@@ -159,12 +197,32 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
         "whole_pcc": w.pcc if w else None, "whole_reference": w.reference if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
         "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
         "module_artifact": m.module_artifact,
+        **_trace_columns(w.accuracy_trace if w else None),
     }
     for stage, column in zip(Stage, S.DEPTH_COUNT_COLUMNS):
         row[column] = counts.by_depth.get(stage, 0)
     for status in Status:
         row[f"status_{status.value}"] = counts.by_status.get(status, 0)
     return row
+
+
+def _trace_columns(t: AccuracyTrace | None) -> dict[str, Any]:
+    if t is None:
+        return {f.name: None for f in S.TRACE_FIELDS}
+    return {"whole_trace": [p.model_dump() for p in t.points], "whole_trace_threshold": t.pcc_threshold,
+            "whole_trace_first_below": t.first_below, "whole_trace_first_below_op": t.first_below_op,
+            "whole_trace_most_added": list(t.most_added), "whole_trace_ops": t.traced_ops,
+            "whole_trace_s": t.seconds, "whole_trace_message": t.message}
+
+
+def _trace_from(row: dict[str, Any]) -> AccuracyTrace | None:
+    if row.get("whole_trace_ops") is None:
+        return None
+    return AccuracyTrace(points=[TracePoint(**p) for p in row["whole_trace"] or []],
+                         pcc_threshold=row["whole_trace_threshold"], first_below=row["whole_trace_first_below"],
+                         first_below_op=row["whole_trace_first_below_op"],
+                         most_added=row["whole_trace_most_added"] or [], traced_ops=row["whole_trace_ops"],
+                         seconds=row["whole_trace_s"] or 0.0, message=row["whole_trace_message"])
 
 
 def to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -270,6 +328,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
         mesh=row.get("mesh"), topology=row.get("topology"),
         real_inputs=list(row.get("real_inputs") or []), synthetic_inputs=list(row.get("synthetic_inputs") or []),
+        failed_pass=_failed_pass_from(row), pass_timing=_pass_timing_from(row),
     )
 
 
@@ -310,7 +369,7 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
             failed_stage=_stage(row["whole_failed_stage"]), message=row["whole_message"],
             compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
             max_abs_error=row["whole_max_abs_error"], reference=row.get("whole_reference") or "framework", iterations=row["whole_iterations"] or 0,
-            seconds=row["whole_s"] or 0.0,
+            seconds=row["whole_s"] or 0.0, accuracy_trace=_trace_from(row),
         )
     summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,
                            ops_unique=row["ops_unique"] or 0, split_failures=row["split_failures"] or 0,

@@ -116,6 +116,16 @@ def _mesh_config(device: DeviceRun) -> dict:
             "collective_bytes": device.collective_bytes, "collective_cycles": device.collective_cycles}
 
 
+def _failed_pass(result: OpResult) -> dict[str, Any] | None:
+    """The compiler pass a failed compile stopped in, as OpTest's free-form op_params hold it."""
+    p = result.failed_pass
+    if p is None:
+        return None
+    return {"pass": p.argument, "name": p.name, "outcome": p.outcome.value, "position": p.position,
+            "passes_started": p.passes_started, "last_succeeded": p.last_succeeded, "ir_before": p.ir_before,
+            "reason": p.reason}
+
+
 def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend: str,
            github_job_id: int = 0) -> OpTest:
     first = min(occurrences, key=lambda o: o.position)
@@ -152,7 +162,8 @@ def optest(run: RunInfo, result: OpResult, occurrences: list[OpRecord], frontend
         op_kind=result.op_name.split(".", 1)[-1], op_name=result.op_name,
         framework_op_name=p.framework_op or p.aten_op or "",
         inputs=_tensors(first.inputs, _grid(result)), outputs=_tensors(first.outputs, _grid(result)),
-        op_params={"attributes": first.attributes, "failed_stage": config["failed_stage"]},
+        op_params={"attributes": first.attributes, "failed_stage": config["failed_stage"],
+                   "failed_pass": _failed_pass(result)},
         git_sha=run.git_sha, status=optest_status(result), card_type=run.chip, backend=BACKEND,
     )
 

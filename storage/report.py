@@ -43,6 +43,9 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         models = run_query(con, "run_models", run_id=run_id).records()
         gaps = run_query(con, "opbyop_gaps", run_id=run_id).records()
         mesh_ops = run_query(con, "mesh_collectives", run_id=run_id).records()
+        failed_passes = run_query(con, "failed_passes", run_id=run_id).records()
+        slowest_passes = run_query(con, "slowest_passes", run_id=run_id, limit=5).records()
+        accuracy_trace = run_query(con, "accuracy_trace", run_id=run_id).records()
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
     if expectations is not None:
@@ -65,6 +68,9 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "ops": ops,
         "gaps": gaps,
         "mesh_ops": mesh_ops,
+        "failed_passes": failed_passes,
+        "slowest_passes": slowest_passes,
+        "accuracy_trace": accuracy_trace,
         "expectations": expectation_report,
         "skipped": skipped,
         "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from opbyop.records import (
-    COMPILE_STAGES, CompileOutcome, DeviceRun, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
-    OpPlacement, OpRecord, OpResult, Provenance, RunInfo, RunStatus, SourceFrame, Stage, Status, TensorDesc, ValueRef,
+    AccuracyTrace, TracePoint,
+    COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
+    OpPlacement, OpRecord, OpResult, PassOutcome, PassTiming, Provenance, RunInfo, RunStatus, SourceFrame, Stage, Status,
+    TensorDesc, ValueRef,
     WholeModelResult,
 )
 
@@ -117,9 +119,48 @@ def result(op: OpSpec, status: Status, failed_stage: Stage | None = None, messag
             golden = GoldenComparison(pcc=0.71, max_abs_error=0.5, max_rel_error=3.0, allclose=False, passed=False,
                                       pcc_threshold=0.99, seconds=0.002)
     seconds = 0.2 + int(sig[:4], 16) % 100 / 1000
+    failed_pass = _failed_pass(status, failed_stage) if failed_stage in COMPILE_STAGES else None
     return OpResult(signature=sig, op_name=op.op_name, status=status, depth=depth, failed_stage=failed_stage,
                     message=message, compile=compile_, device=device, golden=golden, started_at=started,
-                    ended_at=started + timedelta(seconds=seconds), worker=worker, reused_from=reused_from)
+                    ended_at=started + timedelta(seconds=seconds), worker=worker, reused_from=reused_from,
+                    failed_pass=failed_pass, pass_timing=_pass_timing(op.op_name) if compile_ is not None else None)
+
+
+def _pass_timing(op_name: str) -> PassTiming:
+    """Sample pass times: the conversion passes grow with the op kind's name, so kinds differ."""
+    grow = len(op_name) / 1000
+    passes = {"Inliner": 0.002, "Canonicalizer": 0.0015, "ConvertStableHLOToTTIR": 0.001 + grow,
+              "ConvertTTIRToTTNN": 0.0005 + grow / 2, "TTNNLayout": 0.0004}
+    return PassTiming(passes=passes, total_seconds=round(sum(passes.values()) * 2, 6), compile_seconds=0.03, reports=5)
+
+
+# The pass a compile stage's failure is blamed on in the samples (the real pipeline's names).
+_SAMPLE_PASSES = {Stage.STABLEHLO: ("vhlo-legalize-to-stablehlo", "VhloLegalizeToStablehloPass", 2),
+                  Stage.TTIR: ("convert-stablehlo-to-ttir", "ConvertStableHLOToTTIR", 47),
+                  Stage.TTNN: ("convert-ttir-to-ttnn", "ConvertTTIRToTTNN", 88),
+                  Stage.FLATBUFFER: ("ttnn-deallocate", "TTNNDeallocate", 120)}
+
+
+def _failed_pass(status: Status, stage: Stage) -> FailedPass | None:
+    outcome = {Status.COMPILE_FAILED: PassOutcome.FAILED, Status.CRASHED: PassOutcome.DIED,
+               Status.TIMEOUT: PassOutcome.HUNG}.get(status)
+    if outcome is None:
+        return None
+    argument, name, position = _SAMPLE_PASSES[stage]
+    return FailedPass(outcome=outcome, argument=argument, name=name, anchor="builtin.module", position=position,
+                      passes_started=position, last_succeeded="canonicalize", ir_before=sha(argument), seconds=0.05)
+
+
+def _trace() -> AccuracyTrace:
+    """A sample trace: PCC falls from the third op (a dot_general) on; the threshold is crossed at op 4."""
+    pccs = [1.0, 0.99999, 0.9991, 0.9990, 0.985, 0.98]
+    names = ["stablehlo.add", "stablehlo.tanh", "stablehlo.dot_general", "stablehlo.add", "stablehlo.dot_general",
+             "stablehlo.tanh"]
+    points = [TracePoint(position=i, op_name=n, ttnn_op="ttnn." + n.split(".")[1], pcc=p, max_abs_error=(1 - p) * 10,
+                         added_loss=max(0.0, (pccs[i - 1] if i else 1.0) - p), below_threshold=p < 0.99)
+              for i, (n, p) in enumerate(zip(names, pccs))]
+    return AccuracyTrace(points=points, pcc_threshold=0.99, first_below=4, first_below_op="stablehlo.dot_general",
+                         most_added=[4, 5, 2], traced_ops=6, seconds=0.4)
 
 
 def run_info(run_id: str, started_at: datetime, models: list[str], chip: str = "p150", options_key: str = "opts-a",
@@ -201,7 +242,8 @@ def night(run_id: str, day: int, outcomes: dict[str, tuple[Status, Stage | None,
     ops = _zoo(zoo_night)
     results = results_for(SAMPLE_OPS, outcomes, start + timedelta(minutes=1))
     whole_ok = WholeModelResult(status=Status.SUCCESS, depth=Stage.GOLDEN, compile=_compile(Stage.FLATBUFFER, None, None, "mlp"),
-                                device=_device(50_000), pcc=0.9995, max_abs_error=0.002, iterations=3, seconds=4.2)
+                                device=_device(50_000), pcc=0.9995, max_abs_error=0.002, iterations=3, seconds=4.2,
+                                accuracy_trace=_trace())
     whole_bad = WholeModelResult(status=Status.COMPILE_FAILED, depth=Stage.STABLEHLO, failed_stage=Stage.TTIR,
                                  message="failed to legalize operation 'stablehlo.while'",
                                  compile=_compile(Stage.STABLEHLO, Stage.TTIR, "failed to legalize operation 'stablehlo.while'",

@@ -23,6 +23,7 @@ SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status c
 #                     the frontend_failed status column
 #                     real_inputs, synthetic_inputs
 #                     status columns of miscompiled and simulator_error
+#                     the failed pass, pass timing, the accuracy trace
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -126,6 +127,55 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
     ]
 
 
+# The pass a failed compile stopped in (records.FailedPass); `failed_pass_outcome` is null exactly
+# when the result has none (a compile that did not fail, or a run that did not look).
+FAILED_PASS_FIELDS = [
+    pa.field("failed_pass_outcome", pa.string()),  # failed | died | hung | none
+    pa.field("failed_pass", pa.string()),  # the pass's argument, e.g. convert-stablehlo-to-ttir
+    pa.field("failed_pass_name", pa.string()),  # its class, e.g. ConvertStableHLOToTTIR
+    pa.field("failed_pass_anchor", pa.string()),  # the operation it ran on
+    pa.field("failed_pass_position", pa.int64()),  # 1-based among the passes started
+    pa.field("passes_started", pa.int64()),
+    pa.field("last_good_pass", pa.string()),
+    pa.field("failed_pass_ir", pa.string()),  # artifact: the IR before the pass
+    pa.field("failed_pass_reason", pa.string()),  # why no pass could be named
+    pa.field("failed_pass_s", pa.float64()),  # the verbose re-compile's wall time
+]
+
+# Each pass's time in a compile of the op (records.PassTiming); `pass_timing_reports` is null exactly
+# when the op was not timed.
+PASS_SECONDS = pa.struct([pa.field("pass", pa.string()), pa.field("seconds", pa.float64())])
+PASS_TIMING_FIELDS = [
+    pa.field("pass_timing", pa.list_(PASS_SECONDS)),  # slowest first
+    pa.field("pass_timing_total_s", pa.float64()),  # the reports' total execution times
+    pa.field("pass_timing_compile_s", pa.float64()),  # the timed compile's wall time
+    pa.field("pass_timing_reports", pa.int64()),
+]
+
+# The whole model's accuracy trace (records.AccuracyTrace): one element per op compared along its
+# depth, read as its own view `accuracy_trace` (storage.catalog); `whole_trace_ops` is null exactly
+# when the whole-model result has no trace.
+TRACE_POINT = pa.struct([
+    pa.field("position", pa.int64()),
+    pa.field("op_name", pa.string()),
+    pa.field("ttnn_op", pa.string()),
+    pa.field("pcc", pa.float64()),
+    pa.field("max_abs_error", pa.float64()),
+    pa.field("location", pa.string()),
+    pa.field("added_loss", pa.float64()),
+    pa.field("below_threshold", pa.bool_()),
+])
+TRACE_FIELDS = [
+    pa.field("whole_trace", pa.list_(TRACE_POINT)),
+    pa.field("whole_trace_threshold", pa.float64()),
+    pa.field("whole_trace_first_below", pa.int64()),  # position of the first op below the threshold
+    pa.field("whole_trace_first_below_op", pa.string()),
+    pa.field("whole_trace_most_added", pa.list_(pa.int64())),
+    pa.field("whole_trace_ops", pa.int64()),
+    pa.field("whole_trace_s", pa.float64()),
+    pa.field("whole_trace_message", pa.string()),
+]
+
 PHASE = pa.struct([pa.field("phase", pa.string()), pa.field("seconds", pa.float64())])
 
 RUNS = pa.schema([
@@ -199,6 +249,8 @@ RESULTS = pa.schema([
     pa.field("topology", pa.string()),
     pa.field("real_inputs", pa.list_(pa.string())),  # arguments with the model's own values (arg0 ..)
     pa.field("synthetic_inputs", pa.list_(pa.string())),  # arguments drawn from the seed
+    *FAILED_PASS_FIELDS,
+    *PASS_TIMING_FIELDS,
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.
@@ -230,6 +282,7 @@ MODELS = pa.schema([
     pa.field("whole_iterations", pa.int64()),
     pa.field("whole_s", pa.float64()),
     pa.field("module_artifact", pa.string()),  # the model's StableHLO module in the artifact store (sha256)
+    *TRACE_FIELDS,
 ])
 
 # One row per variant a shrink tried (opbyop.shrink): where a failing op starts failing. The op-level

@@ -65,6 +65,17 @@ def test_compile_groups_failures_and_repro_replays_one(home):
     assert "stablehlo.cholesky" in by_position
 
 
+def test_repro_with_passes_lists_the_pipeline_and_names_the_failing_pass(home):
+    (record,) = json.loads(opbyop(home, "split", str(DATA / "cholesky.mlir"), "--json"))
+    opbyop(home, "compile", str(DATA / "cholesky.mlir"), "--no-whole")
+    out = opbyop(home, "repro", record["signature"][:12], "--compile-only", "--passes", expect=1)
+    assert "failed pass: convert-stablehlo-to-ttir (ConvertStableHLOToTTIR, failed)" in out
+    assert "last pass that succeeded: cpu-hoist-non-lowerable-shlo-ops" in out
+    assert "ttcore-wrap-device-module" in out and "vhlo-legalize-to-stablehlo" in out  # the pipeline, in order
+    ir = Path(out.split("IR before it: ")[1].split()[0])
+    assert "stablehlo.cholesky" in ir.read_text()
+
+
 def test_run_reports_both_views(home):
     out = opbyop(home, "run", "jax-mlp")
     assert "GOLDEN" in out and "success" in out and "whole model beside op by op" in out
@@ -77,3 +88,8 @@ def test_image_build_info_run(home, tmp_path):
     assert "output 0: shape (4, 10)" in opbyop(home, "image", "run", str(image))
     image.write_bytes(image.read_bytes()[:200])
     assert "corrupt or truncated" in opbyop(home, "image", "info", str(image), expect=2)
+
+
+def test_compile_with_pass_timing_prints_the_slowest_compiler_passes(home):
+    out = opbyop(home, "compile", str(DATA / "testdata_abs_bf16.mlir"), "--no-whole", "--pass-timing")
+    assert "slowest compiler passes" in out and "ConvertStableHLOToTTIR" in out

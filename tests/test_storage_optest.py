@@ -35,6 +35,8 @@ def test_export_fills_status_stage_and_per_op_times(history_store: Store, tmp_pa
     assert gather.status is optest.TestStatus.COMPILE_FAILED and gather.config["failed_stage"] == "TTIR"
     assert gather.framework_op_name == "torch.index_select" and gather.frontend == "torch"
     assert gather.inputs[0].shape == [8, 16] and gather.inputs[0].data_type == "f32"
+    assert gather.op_params["failed_pass"]["pass"] == "convert-stablehlo-to-ttir"  # the compiler pass it stopped in
+    assert gather.op_params["failed_pass"]["outcome"] == "failed" and tanh.op_params["failed_pass"] is None
     dot = by[("mlp", "stablehlo.dot_general")]
     assert dot.success and dot.status is optest.TestStatus.SUCCESS and dot.config["positions"] == [0, 3]
     assert dot.outputs[0].grid_shape == [2, 4]  # the grid the device model chose

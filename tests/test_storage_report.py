@@ -66,3 +66,50 @@ def test_report_renders_in_headless_chromium(history_store: Store, tmp_path: Pat
     shot = _chromium(tmp_path, f"--screenshot={png}", "--window-size=1400,1000", out.as_uri())
     assert shot.returncode == 0, shot.stderr[-2000:]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_the_report_groups_failures_by_the_compiler_pass_they_stopped_in(history_store: Store) -> None:
+    data = report_data(history_store.root, "n2")
+    rows = {(r["model"], r["failed_pass"]): r for r in data["failed_passes"]}
+    assert ("*", "convert-stablehlo-to-ttir") in rows and ("cnn", "convert-stablehlo-to-ttir") in rows
+    assert rows[("*", "convert-stablehlo-to-ttir")]["op_names"] == ["stablehlo.gather"]
+    assert all(r["failed_stages"] != ["DEVICE_RUN"] for r in data["failed_passes"])  # compile stages only
+    assert 'id="failed-passes-chart"' in render_html(data)
+
+
+def test_the_report_names_the_slowest_compiler_passes_per_op_kind_and_model(history_store: Store) -> None:
+    rows = report_data(history_store.root, "n2")["slowest_passes"]
+    overall = [r for r in rows if r["model"] == "*" and r["op_name"] == "*"]
+    assert [r["rank"] for r in overall] == [1, 2, 3, 4, 5] and overall[0]["pass"] == "ConvertStableHLOToTTIR"
+    assert sum(r["share"] for r in overall) == pytest.approx(1.0, abs=1e-3)  # the samples time five passes
+    conv = [r for r in rows if r["op_name"] == "stablehlo.convolution"]
+    gather = [r for r in rows if r["op_name"] == "stablehlo.gather"]
+    assert conv[0]["seconds"] > gather[0]["seconds"]  # kinds differ
+    assert {r["model"] for r in rows} >= {"mlp", "cnn", "*"}
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
+def test_the_report_shows_the_compiler_pass_each_failure_stopped_in(history_store: Store, tmp_path: Path) -> None:
+    data = report_data(history_store.root, "n2")
+    out = tmp_path / "report.html"
+    out.write_text(render_html(data))
+    html = _chromium(tmp_path, "--dump-dom", out.as_uri()).stdout
+    assert 'data-rendered="true"' in html
+    section = html[html.index('id="failed-passes-chart"'):]
+    assert "convert-stablehlo-to-ttir" in section and "stablehlo.gather" in section
+
+
+def test_the_accuracy_trace_is_its_own_table_and_names_the_first_op_below_the_threshold(history_store: Store) -> None:
+    from storage.readonly import run_sql
+
+    rows = run_sql("SELECT model, position, op_name, first_below FROM accuracy_trace WHERE run_id = 'n2' "
+                   "ORDER BY position", history_store.root).rows
+    assert [r[1] for r in rows] == list(range(6)) and {r[0] for r in rows} == {"mlp"}
+    assert [r for r in rows if r[3]] == [("mlp", 4, "stablehlo.dot_general", True)]
+    data = report_data(history_store.root, "n2")
+    assert max(data["accuracy_trace"], key=lambda r: r["added_loss"])["position"] == 4
+    assert 'id="accuracy-trace-chart"' in render_html(data)
+    stored = history_store.models("n2") if hasattr(history_store, "models") else None
+    if stored is not None:
+        whole = {m.summary.model: m.summary.whole for m in stored}["mlp"]
+        assert whole.accuracy_trace.first_below == 4 and len(whole.accuracy_trace.points) == 6

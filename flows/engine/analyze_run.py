@@ -93,6 +93,7 @@ class AnalyzeRun:
         self.settings = AnalysisSettings(options=self.config.compiler,
                                          thresholds=self.config.thresholds or load_thresholds(),
                                          seed=self.config.seed, device=self.config.device,
+                                         pass_timing=self.config.pass_timing,
                                          mesh=self.target.mesh_text, topology=self.target.topology.value)
 
     @property

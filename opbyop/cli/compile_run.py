@@ -91,6 +91,7 @@ def cli_worker(workspace, desc, kind: str) -> Iterator:
         fail(e)
     finally:
         _drop_scratch(workspace.root, name)
+        _drop_scratch(workspace.root, f"{name}-verbose")  # its verbose compile child's, if it started
 
 
 def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
@@ -217,13 +218,17 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
 def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: MathFidelity | None,
                     fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
                     run_device: bool, full: bool, manifest: Path | None = None,
-                    device: DeviceOptions | None = None, mesh: str | None = None, unshard: bool = False) -> None:
+                    device: DeviceOptions | None = None, mesh: str | None = None, unshard: bool = False,
+                    pass_timing: bool = False) -> None:
     try:
         settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
+        settings = settings.model_copy(update={"pass_timing": 1.0 if pass_timing else 0.0})
         prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs, mesh, unshard)
     except OpbyopError as e:
         fail(e)
     _render(prepared, results, wholes, full)
+    if pass_timing:
+        print_slowest_passes(list(results.values()))
     if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
         from opbyop.pipeline import write_manifest
 
@@ -239,6 +244,24 @@ Models = typer.Argument(..., help="zoo names, .mlir/.mlirbc files, package.modul
 Whole = typer.Option(True, "--whole/--no-whole", help="also compile (and run) each model whole")
 Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32 (one per input)")
 ManifestOption = typer.Option(None, "--manifest", help="write the unique ops and their origin models here (JSON)")
+PassTimingOption = typer.Option(False, "--pass-timing", help="compile each op again with MLIR pass timing: "
+                                "the slowest compiler passes")
+
+
+def print_slowest_passes(results: list[OpResult], top: int = 10) -> None:
+    """The compiler passes that took longest over every timed op, with their share of the pass time."""
+    totals: Counter[str] = Counter()
+    for r in results:
+        if r.pass_timing is not None:
+            totals.update(r.pass_timing.passes)
+    if not totals:
+        console.print("no op was timed pass by pass")
+        return
+    whole = sum(totals.values())
+    table = Table("pass", "seconds", "share", title=f"slowest compiler passes over {len(results)} ops")
+    for name, seconds in totals.most_common(top):
+        table.add_row(name, f"{seconds:.4f}", f"{seconds / whole:.1%}" if whole else "")
+    console.print(table)
 
 
 @app.command()
@@ -246,10 +269,10 @@ def compile(models: list[str] = Models, chip: str = ChipOption, optimization_lev
             math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
             full: bool = Full, manifest: Optional[Path] = ManifestOption, mesh: Optional[str] = MeshOption,
-            unshard: bool = UnshardOption) -> None:
+            unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=False, full=full, manifest=manifest, mesh=mesh, unshard=unshard)
+                    run_device=False, full=full, manifest=manifest, mesh=mesh, unshard=unshard, pass_timing=pass_timing)
 
 
 @app.command()
@@ -262,7 +285,7 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
-        mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption) -> None:
+        mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         from opbyop.cli.decode_cmds import run_decode_command
@@ -276,19 +299,26 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         return
     device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value)
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=True, full=full, manifest=manifest, device=device, mesh=mesh, unshard=unshard)
+                    run_device=True, full=full, manifest=manifest, device=device, mesh=mesh, unshard=unshard,
+                    pass_timing=pass_timing)
 
 
 @app.command()
 def repro(op: str = typer.Argument(..., help="signature prefix, or model:position"), chip: str = ChipOption,
           optimization_level: int = OptLevel, math_fidelity: Optional[MathFidelity] = Fidelity,
           fp32_dest_acc: Optional[bool] = Fp32Acc, run_device: bool = typer.Option(True, "--run/--compile-only"),
-          timeout: float = Timeout) -> None:
+          timeout: float = Timeout,
+          passes: bool = typer.Option(False, "--passes", help="compile again with the compiler's IR printing on: "
+                                      "every pass in order, the one that failed, the IR it was given")) -> None:
     """Re-compile (and re-run) one stored op: its stages, message and artifact paths."""
     workspace, unique, desc = stored_op(op, chip)
     settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
+    settings = settings.model_copy(update={"failed_pass": False})  # searched below, only when asked
+    log = workspace.root / "repro" / f"{unique.signature[:16]}.passes.log"
     with cli_worker(workspace, desc, "repro") as worker:
         result = worker.analyze(unique, settings, timeout)
+        if passes:
+            result.failed_pass = worker.find_failed_pass(unique, settings, timeout, keep_log=log)
     console.print(styled((unique.op_name, "bold"), " ", unique.signature))
     console.print("from: " + ", ".join(f"{o.model}:{o.position}" for o in unique.occurrences[:10]))
     if unique.provenance.framework_op or unique.provenance.source:
@@ -315,8 +345,31 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
         module.parent.mkdir(parents=True, exist_ok=True)
         module.write_text(unique.module_text)
         console.print(f"  module: {module}")
+    if passes:
+        print_passes(result, log, workspace)
     if result.status not in (Status.SUCCESS, Status.SKIPPED):
         raise typer.Exit(1)
+
+
+def print_passes(result: OpResult, log: Path, workspace) -> None:
+    """The compiler's passes in the order they started, the failing one marked, and where to read more."""
+    from opbyop.compiler.passes import pass_events
+
+    found = result.failed_pass
+    started = [e for e in pass_events(log.read_text().splitlines()) if e.when == "Before"] if log.exists() else []
+    table = Table("#", "pass", "class", "on")
+    for i, event in enumerate(started, 1):
+        mark = found is not None and found.position == i
+        table.add_row(str(i), styled((event.argument, "red bold")) if mark else event.argument, event.name, event.anchor)
+    console.print(table)
+    if found is None or found.argument is None:
+        console.print(f"failed pass: none ({found.reason if found else 'not searched'})")
+    else:
+        console.print(f"failed pass: {found.argument} ({found.name}, {found.outcome.value}) at position "
+                      f"{found.position} of {found.passes_started}; last pass that succeeded: {found.last_succeeded}")
+        if found.ir_before:
+            console.print(f"  IR before it: {workspace.artifacts.path(found.ir_before)}")
+    console.print(f"  verbose log: {log}")
 
 
 @app.command("system-desc")

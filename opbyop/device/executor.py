@@ -9,6 +9,7 @@ functions run once per set of inputs and are cached on the device, as the runtim
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -71,10 +72,12 @@ class RunStats:
 class Executor:
     """Runs a program's functions on a device. `chip_numerics=False` runs the same kernels with the
     chip's numerics off (exact arithmetic: see kernels.base.Call); `record` keeps every op's first
-    result values in `trace`, in execution order (to find where two readings of a program part)."""
+    result values in `trace`, in execution order (to find where two readings of a program part);
+    `observer` sees each compute op's outputs as they are made (opbyop.accuracy_trace)."""
 
     def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES,
-                 chip_numerics: bool = True, record: bool = False):
+                 chip_numerics: bool = True, record: bool = False,
+                 observer: Callable[[Op, list[np.ndarray]], None] | None = None):
         self.device = device
         self.program = program
         self.policy = policy
@@ -82,6 +85,7 @@ class Executor:
         self.record = record
         self.trace: dict[int, tuple[Op, np.ndarray]] = {}  # result value id -> (op, first value)
         self.stats = RunStats()
+        self.observer = observer  # sees each compute op's outputs (opbyop.accuracy_trace)
 
     def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
         """Run `function`; every output comes back as a tensor the caller alone holds (refs 1).
@@ -163,6 +167,8 @@ class Executor:
             owned.add(id(tensor))
             if self.record and v not in self.trace:
                 self.trace[v] = (op, tensor.values)
+        if self.observer is not None:
+            self.observer(op, [env[v].values for v in op.results])
 
     def _check_l1(self, op: Op, buffers: int) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -187,10 +187,10 @@ def deallocate(tensor: DeviceTensor, force: bool = False) -> None:
 
 def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[DeviceTensor],
            policy: Policy = Policy.FEWEST_CYCLES, chip_numerics: bool = True,
-           trace: dict | None = None) -> list[DeviceTensor]:
+           trace: dict | None = None, observer: Callable | None = None) -> list[DeviceTensor]:
     """Enqueue a program; returns its output tensors at once (they become ready when it ends).
     `chip_numerics=False` runs it with the chip's numerics off; a `trace` dict receives every op's
-    first result values, keyed by result value id (Executor.trace)."""
+    first result values, keyed by result value id (Executor.trace); `observer` sees each op's outputs."""
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
         raise ValueError(f"program {program_index} takes {len(function.arguments)} inputs, got {len(inputs)}")
@@ -202,7 +202,7 @@ def submit(device: Device, binary: Binary, program_index: int, inputs: Sequence[
                             layout=(t.layout if t and t.layout else DRAM_ROW_MAJOR), device=device, name=f"output {i}")
                for i, t in enumerate(function.return_types)]
     future = device._queue.submit(_execute, device, binary, program_index, list(inputs), policy, outputs,
-                                  chip_numerics, trace)
+                                  chip_numerics, trace, observer)
     for t in outputs:
         t.ready = future
     return outputs
@@ -218,7 +218,7 @@ def _fill(placeholders: list[DeviceTensor], results: list[DeviceTensor]) -> None
 
 def _execute(device: Device, binary: Binary, program_index: int, inputs: list[DeviceTensor],
              policy: Policy, outputs: list[DeviceTensor], chip_numerics: bool = True,
-             trace: dict | None = None) -> tuple[list[DeviceTensor], DeviceRun]:
+             trace: dict | None = None, observer: Callable | None = None) -> tuple[list[DeviceTensor], DeviceRun]:
     started = time.perf_counter()
     wait(inputs)
     expected = binary.input_types(program_index)
@@ -229,7 +229,8 @@ def _execute(device: Device, binary: Binary, program_index: int, inputs: list[De
         else:
             converted.append(t)
     _evict_l1(device, keep={id(t) for t in converted})
-    executor = Executor(device, binary.program, policy, chip_numerics=chip_numerics, record=trace is not None)
+    executor = Executor(device, binary.program, policy, chip_numerics=chip_numerics, record=trace is not None,
+                        observer=observer)
     try:
         results = executor.run(binary.function(program_index), converted)
     except SimulationError as e:

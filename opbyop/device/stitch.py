@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -32,9 +32,10 @@ class StitchedRun:
 
 
 def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
-                 iterations: int = 2, stablehlo: str | None = None) -> StitchedRun:
+                 iterations: int = 2, stablehlo: str | None = None, observer: Callable | None = None) -> StitchedRun:
     """Run program 0 `iterations` times; arguments listed in `parameters` are pushed once. A program
-    compiled for a mesh runs on a mesh of `device`'s chips, split as `stablehlo`'s shardings say."""
+    compiled for a mesh runs on a mesh of `device`'s chips, split as `stablehlo`'s shardings say.
+    `observer` sees each op's outputs of the first iteration (opbyop.accuracy_trace; one chip only)."""
     from opbyop.device.mesh import Mesh, program_mesh_shape  # the mesh runtime builds on this module
     from opbyop.device.mesh_runtime import run_stitched_mesh
 
@@ -58,13 +59,14 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     outputs: list = []
     inputs: dict = {}
     try:
-        for _ in range(max(1, iterations)):
+        for iteration in range(max(1, iterations)):
             before = device.transfers.totals
             for t in outputs:
                 deallocate(t)
             inputs = {i: to_device(v, device, get_layout(binary, 0, i), name=f"input {i}", shape=input_shape(binary, 0, i))
                       for i, v in enumerate(values) if i not in resident}
-            outputs = submit(device, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))])
+            outputs = submit(device, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))],
+                             observer=observer if iteration == 0 else None)
             runs.append(run_of(outputs[0]) if outputs else DeviceRun())
             for t in inputs.values():
                 deallocate(t)

@@ -58,6 +58,7 @@ class OpWorkerPlugin(WorkerPlugin):
     def teardown(self, worker: object) -> None:
         for w in self._workers.values():
             w.close()
+            w.close_passes()
         self._workers.clear()
 
     def abort(self, tag: str) -> int:

@@ -22,7 +22,8 @@ from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.op_memory import op_memory_message
-from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.records import FailedPass, OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.worker.passes import PassFinder, PassTimer, timed_by_sample, wants_failed_pass
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
                                     WholeRequest)
 
@@ -80,6 +81,8 @@ class OpWorker:
         self._stopped: collections.deque[str] = collections.deque(maxlen=64)  # tags aborted: refused from now on
         self._tag_lock = threading.Lock()  # a request's tag is set, or refused, atomically with abort()
         self._killed_by_abort: int | None = None  # the child pid abort() killed (not out of memory)
+        self._passes: PassFinder | None = None  # the verbose compile child (failed passes)
+        self._timer: PassTimer | None = None  # the pass-timing compile child
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Ready:
@@ -139,6 +142,7 @@ class OpWorker:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+        self.close_passes()
 
     @property
     def pid(self) -> int | None:
@@ -149,16 +153,62 @@ class OpWorker:
         """One unique op through compile, device run and golden; never raises for the op's sake."""
         request = Request(id=f"{op.signature[:12]}-{uuid.uuid4().hex[:12]}", op=op, settings=settings)
         started = utcnow()
+        if settings.failed_pass:
+            self._pass_finder().warm()
+        if settings.pass_timing > 0:
+            self._pass_timer().warm()
         answer = self._exchange(request, timeout, tag)
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
             message = op_memory_message(op, answer.message) if answer.killed else answer.message
-            return OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
+            lost = OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
                             failed_stage=failed, message=message, started_at=started, ended_at=utcnow(),
                             worker=self.name)
+            return self._with_pass_timing(op, settings, timeout, tag,
+                                          self._with_failed_pass(op, settings, timeout, tag, lost))
         assert isinstance(answer, Reply)
         answer.result.worker = self.name
-        return answer.result
+        return self._with_pass_timing(op, settings, timeout, tag,
+                                      self._with_failed_pass(op, settings, timeout, tag, answer.result))
+
+    def _with_failed_pass(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str,
+                          result: OpResult) -> OpResult:
+        """`result`, with the pass its compile stopped in when it failed, crashed or hung there."""
+        if not settings.failed_pass or not wants_failed_pass(result) or (tag and tag in self._stopped):
+            return result  # a stopped run's op gets no second compile
+        result.failed_pass = self.find_failed_pass(op, settings, timeout, tag)
+        return result
+
+    def find_failed_pass(self, op: UniqueOp, settings: AnalysisSettings, timeout: float = 120.0, tag: str = "",
+                         keep_log: Path | None = None) -> FailedPass:
+        """Compile `op` again in the verbose compile child: the pass it stops in (`keep_log`: where to
+        write the compiler's verbose log of that compile)."""
+        return self._pass_finder().find(op, settings, timeout, tag, keep_log)
+
+    def _with_pass_timing(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str,
+                          result: OpResult) -> OpResult:
+        """`result`, with each pass's time in a compile of the op when the op is in the timed sample."""
+        never_compiled = result.status is Status.SKIPPED and result.compile is None  # a test-harness check
+        if not timed_by_sample(op.signature, settings.pass_timing) or never_compiled or (tag and tag in self._stopped):
+            return result
+        result.pass_timing = self._pass_timer().time(op, settings, timeout, tag)
+        return result
+
+    def _pass_timer(self) -> PassTimer:
+        if self._timer is None:
+            self._timer = PassTimer(self.system_desc, self.workspace, self.chip, self.name, self.env)
+        return self._timer
+
+    def _pass_finder(self) -> PassFinder:
+        if self._passes is None:
+            self._passes = PassFinder(self.system_desc, self.workspace, self.chip, self.name, self.env)
+        return self._passes
+
+    def close_passes(self) -> None:
+        """Stop the verbose and pass-timing compile children (the main child is stopped by close())."""
+        for side in (self._passes, self._timer):
+            if side is not None:
+                side.close()
 
     def analyze_whole(self, graph: ModelGraph, settings: AnalysisSettings, timeout: float = 600.0,
                       iterations: int = 2) -> WholeModelResult:
@@ -204,11 +254,13 @@ class OpWorker:
         a task the cluster had started before the stop reached it. True if one was killed."""
         if not tag:
             return False
+        # a side child may be compiling the run's op again (the main child then idles)
+        side_killed = any([side.abort(tag) for side in (self._passes, self._timer) if side is not None])
         with self._tag_lock:
             self._stopped.append(tag)
             proc = self._proc if self._tag == tag else None
         if proc is None or proc.poll() is not None:
-            return False
+            return side_killed
         self._killed_by_abort = proc.pid
         proc.kill()
         return True

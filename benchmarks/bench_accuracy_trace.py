@@ -1,0 +1,66 @@
+"""What the whole-model accuracy trace costs: the stitched whole-model run with and without it.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_accuracy_trace.py [--model bert-base] [--repeat 1]
+
+One warm worker runs the model whole (compile, stitched device run, comparison) with the trace off
+(today's run), then on, side by side. Goal: the trace costs <= 1.5x today's whole-model run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import Figures
+
+from opbyop.jaxenv import prepare_jax
+
+prepare_jax()
+
+from opbyop.compiler.system_desc import resolve  # noqa: E402
+from opbyop.config import AnalysisSettings, load_thresholds  # noqa: E402
+from opbyop.frontends.loader import load_model  # noqa: E402
+from opbyop.worker.process import OpWorker  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="bert-base")
+    parser.add_argument("--chip", default="p150")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+
+    graph = load_model(args.model)
+    desc = resolve(args.chip)
+    walls: dict[str, list[float]] = {"off": [], "on": []}
+    last = {}
+    with tempfile.TemporaryDirectory() as tmp, OpWorker(desc.path, Path(tmp), chip=desc.chip, name="bench-trace") as w:
+        for _ in range(args.repeat):
+            for mode in ("off", "on"):
+                settings = AnalysisSettings(thresholds=load_thresholds(), accuracy_trace=mode)
+                start = time.perf_counter()
+                last[mode] = w.analyze_whole(graph, settings, timeout=1800)
+                walls[mode].append(time.perf_counter() - start)
+    off, on = statistics.median(walls["off"]), statistics.median(walls["on"])
+    trace = last["on"].accuracy_trace
+    figures = Figures(f"whole-model run of {args.model}, trace off beside on (median of {args.repeat})", ["figure", "value"])
+    figures.add("status off / on", f"{last['off'].status.value} / {last['on'].status.value}")
+    figures.add("whole-model run s, trace off (today)", off)
+    figures.add("whole-model run s, trace on", on)
+    figures.add("ratio (goal <= 1.5)", on / off)
+    if trace is not None:
+        figures.add("ops compared / traced by XLA:CPU", f"{len(trace.points)} / {trace.traced_ops}")
+        figures.add("trace's own s (XLA:CPU with every intermediate + comparisons)", trace.seconds)
+        figures.add("first op below the threshold", f"{trace.first_below} {trace.first_below_op or ''}")
+        figures.add("whole-model pcc", last["on"].pcc)
+        if trace.message:
+            figures.add("no trace because", trace.message)
+    figures.show()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""Where a whole model loses accuracy: each TTNN op's output on the device against the value of the
+StableHLO op it came from, in XLA:CPU's run of the same whole model.
+
+Every op of @main gets a location of its own, `loc("opbyop.N"(<its own location>))` (the compiler
+keeps locations from StableHLO down to TTNN, and the original stays inside). XLA:CPU runs a copy of
+the module whose @main also returns every op's result. While the device runs the program, each TTNN
+op whose location names op N and whose output has op N's shape is compared with op N's value: the
+last such op of N is N's output on the device. Ops are then listed in model order (its depth).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from jaxlib.mlir import ir
+from jaxlib.mlir.dialects import func
+
+from opbyop.golden.compare import pcc
+from opbyop.records import AccuracyTrace, TracePoint
+
+_TAG = re.compile(r"opbyop\.(\d+)")
+# Not compared: constants, and ops that only move values (they add no error; a bert-base has
+# hundreds, each one more output for XLA:CPU to keep and one more comparison).
+SKIPPED_OPS = frozenset({"stablehlo.constant", "stablehlo.iota", "stablehlo.reshape", "stablehlo.broadcast_in_dim",
+                         "stablehlo.transpose"})
+
+
+@dataclass
+class TaggedModule:
+    """The module with one location per op, and what the trace needs of each op."""
+
+    text: str  # what the compiler compiles
+    all_outputs_text: str  # the same, its @main also returning every traced op's results (XLA:CPU)
+    ops: dict[int, tuple[str, tuple[int, ...], str]] = field(default_factory=dict)  # N -> (name, shape, location)
+    producers: dict[int, list[int]] = field(default_factory=dict)  # N -> the traced ops feeding it
+    consumers: dict[int, list[int]] = field(default_factory=dict)  # N -> the ops it feeds
+    traced: list[int] = field(default_factory=list)  # N of each extra result of all_outputs_text, in order
+    outputs: int = 0  # results @main returned before
+    intermediate_bytes: int = 0
+
+    @property
+    def key(self) -> str:
+        """XLA:CPU's cache key of the all-outputs module (the same model compiles once per machine)."""
+        return "accuracy-trace-" + hashlib.sha256(self.all_outputs_text.encode()).hexdigest()
+
+    def fused_candidates(self, n: int) -> list[int]:
+        """The ops whose value an op tagged n may compute when the compiler fused them into it."""
+        return _fused_candidates(self.consumers, n)
+
+
+CLOSE_ENOUGH = 1e-2  # max abs error relative to the reference's largest magnitude (at least 1)
+FUSION_DEPTH = 3  # how many consumers deep a fused op's value may lie
+
+
+def _fused_candidates(consumers: dict[int, list[int]], n: int) -> list[int]:
+    found, frontier = [], [n]
+    for _ in range(FUSION_DEPTH):
+        frontier = [m for k in frontier for m in consumers.get(k, [])]
+        found += frontier
+    return list(dict.fromkeys(found))
+
+
+def tag_module(module_text: str, name: str = "<module>") -> TaggedModule:
+    """Give each op of @main its own location; build the all-outputs copy for XLA:CPU."""
+    from opbyop.ir.context import make_context
+    from opbyop.ir.parse import parse_module
+    from opbyop.ir.rewrite import body_ops, main_func
+
+    ctx = make_context()
+    with ctx, ir.Location.unknown(ctx):
+        module = parse_module(module_text, ctx, name)
+        main = main_func(module, name)
+        tagged = TaggedModule(text="", all_outputs_text="")
+        index_of: dict[ir.Value, int] = {}
+        extra: list[ir.Value] = []
+        for n, op in enumerate(body_ops(main)):
+            location = str(op.location)
+            op.location = ir.Location.name(f"opbyop.{n}", childLoc=op.location)
+            tagged.producers[n] = sorted({index_of[v] for v in op.operands if v in index_of})
+            for m in tagged.producers[n]:
+                tagged.consumers.setdefault(m, []).append(n)
+            for result in op.results:
+                index_of[result] = n  # untraced ops too: the trace's inputs are found through them
+            if op.name in SKIPPED_OPS or len(op.results) != 1 or not isinstance(op.results[0].type, ir.RankedTensorType):
+                continue
+            result = op.results[0]
+            shape = tuple(ir.RankedTensorType(result.type).shape)
+            tagged.ops[n] = (op.name, shape, location)
+            extra.append(result)
+            tagged.traced.append(n)
+            element = ir.RankedTensorType(result.type).element_type
+            width = getattr(element, "width", 32) if not isinstance(element, ir.IndexType) else 64
+            tagged.intermediate_bytes += int(np.prod(shape, dtype=np.int64)) * max(1, width // 8)
+        tagged.text = module.operation.get_asm(enable_debug_info=True)
+        terminator = [o.operation for o in main.regions[0].blocks[0].operations][-1]
+        returned = list(terminator.operands)
+        tagged.outputs = len(returned)
+        with ir.InsertionPoint(terminator), terminator.location:
+            func.ReturnOp([*returned, *extra])
+        terminator.erase()
+        inputs = [a.type for a in main.regions[0].blocks[0].arguments]
+        main.attributes["function_type"] = ir.TypeAttr.get(
+            ir.FunctionType.get(inputs, [v.type for v in [*returned, *extra]]))
+        if "res_attrs" in main.attributes:
+            del main.attributes["res_attrs"]
+        tagged.all_outputs_text = module.operation.get_asm()
+    return tagged
+
+
+class TraceObserver:
+    """Called by the device's executor after each op: keeps, per op of the model, the last TTNN
+    output that names it; compare() then judges each against XLA:CPU's value, once."""
+
+    def __init__(self, tagged: TaggedModule, references: dict[int, np.ndarray], threshold: float):
+        self.tagged = tagged
+        self.references = references
+        self.threshold = threshold
+        self.latest: dict[int, tuple[str, np.ndarray]] = {}  # N -> (TTNN op, its output)
+        self.seconds = 0.0  # XLA:CPU's run and the comparisons: what the trace costs
+
+    def __call__(self, op: object, values: list[np.ndarray]) -> None:
+        tags = _TAG.findall(getattr(op, "location", "") or "")
+        if tags and len(values) == 1:
+            # an op that merged several carries each one's location: it ends at the latest
+            self.latest[max(int(t) for t in tags)] = (getattr(op, "name", ""), values[0])
+
+    def compare(self) -> dict[int, TracePoint]:
+        started = time.perf_counter()
+        points: dict[int, TracePoint] = {}
+        for n in sorted(self.latest):
+            ttnn_op, values = self.latest[n]
+            point = self._point(n, ttnn_op, np.asarray(values))
+            if point is not None:
+                points[point.position] = point
+        self.latest.clear()
+        self.seconds += time.perf_counter() - started
+        return points
+
+    def _point(self, n: int, ttnn_op: str, actual: np.ndarray) -> TracePoint | None:
+        # The compiler fuses consumers into an op under the op's location (an add with a relu
+        # activation; a sum, reshape and divide into one mean): when its output is not its own value
+        # but matches a consumer's, it is that consumer's.
+        best: tuple[float, int, np.ndarray, np.ndarray, float] | None = None
+        for m in [n, *self.tagged.fused_candidates(n)]:
+            expected = self.references.get(m)
+            if expected is None or actual.size != expected.size:
+                continue  # a step towards op m's value (padded, permuted, partial), not its value
+            got = actual.reshape(expected.shape).astype(np.float64)
+            want = expected.astype(np.float64)
+            with np.errstate(all="ignore"):
+                error = float(np.max(np.abs(got - want))) if want.size else 0.0
+                scale = float(np.max(np.abs(want))) if want.size else 0.0
+            relative = error / max(scale, 1.0)  # values near zero: absolute error
+            relative = relative if np.isfinite(relative) else float("inf")
+            if m == n:
+                best = (relative, m, got, want, error)
+                if relative <= CLOSE_ENOUGH:
+                    break  # its own value: no fusion to look for
+            elif relative <= CLOSE_ENOUGH:
+                best = (relative, m, got, want, error)  # a consumer's value, fused into it
+                break
+        if best is None:
+            return None
+        relative, m, got, want, error = best
+        with np.errstate(all="ignore"):
+            score = pcc(got, want)
+        name, _, location = self.tagged.ops[m]
+        # near-constant values make PCC meaningless: an op within 1% of its reference is not below
+        below = score is not None and score < self.threshold and relative > CLOSE_ENOUGH
+        return TracePoint(position=m, op_name=name, ttnn_op=ttnn_op, pcc=score, max_abs_error=error,
+                          location=location, below_threshold=below)
+
+
+def references_by_op(tagged: TaggedModule, all_outputs: list[np.ndarray]) -> dict[int, np.ndarray]:
+    return {n: np.asarray(v) for n, v in zip(tagged.traced, all_outputs[tagged.outputs:])}
+
+
+def summarise(tagged: TaggedModule, points: dict[int, TracePoint], threshold: float, seconds: float) -> AccuracyTrace:
+    """The points in model order, the first below `threshold`, and what each op added to the error
+    (its own loss of PCC beyond the worst of its inputs')."""
+    ordered = [points[n] for n in sorted(points)]
+    for p in ordered:
+        inputs = [points[m].pcc for m in _traced_inputs(tagged, p.position, points)]
+        worst_input = min((q for q in inputs if q is not None), default=1.0)
+        if p.pcc is not None:
+            p.added_loss = max(0.0, worst_input - p.pcc)
+    first = next((p for p in ordered if p.below_threshold), None)
+    worst = sorted((p for p in ordered if p.added_loss > 0), key=lambda p: -p.added_loss)[:10]
+    return AccuracyTrace(points=ordered, pcc_threshold=threshold, first_below=first.position if first else None,
+                         first_below_op=first.op_name if first else None, most_added=[p.position for p in worst],
+                         traced_ops=len(tagged.traced), seconds=seconds)
+
+
+def _traced_inputs(tagged: TaggedModule, n: int, points: dict[int, TracePoint]) -> list[int]:
+    """The traced ops whose values reach op n (through untraced ones, e.g. a missing comparison)."""
+    seen, stack, found = set(), list(tagged.producers.get(n, [])), []
+    while stack:
+        m = stack.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        if m in points:
+            found.append(m)
+        else:
+            stack.extend(tagged.producers.get(m, []))
+    return found
+
+
+# "auto" traces a model whose intermediate values (every op's result, kept by XLA:CPU) fit here.
+AUTO_TRACE_BYTES = 1 << 30
+
+
+def trace_plan(module_text: str, name: str, mode: str) -> tuple[TaggedModule | None, str | None]:
+    """The tagged module to compile and trace, or None with why not ("off", or too big for "auto")."""
+    if mode == "off":
+        return None, None
+    try:
+        tagged = tag_module(module_text, name)
+    except Exception as e:  # the whole-model run goes on untraced
+        return None, f"the module could not be tagged for the accuracy trace: {type(e).__name__}: {e}"
+    if mode == "auto" and tagged.intermediate_bytes > AUTO_TRACE_BYTES:
+        return None, (f"not traced: its intermediate values take {tagged.intermediate_bytes:,} B, over the "
+                      f"{AUTO_TRACE_BYTES:,} B of 'auto' (ask for it: accuracy_trace 'on')")
+    return tagged, None
+
+
+def finish_trace(plan: TaggedModule | None, observer: TraceObserver | None, note: str | None,
+                 threshold: float) -> AccuracyTrace | None:
+    if observer is None:  # not asked for (no note), or not possible (the note says why)
+        return AccuracyTrace(pcc_threshold=threshold, message=note) if note else None
+    assert plan is not None
+    points = observer.compare()
+    return summarise(plan, points, threshold, observer.seconds)

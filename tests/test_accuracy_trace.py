@@ -1,0 +1,48 @@
+"""Where a whole model loses accuracy: each op on the device against XLA:CPU's run of the whole model."""
+
+from __future__ import annotations
+
+from core_fixtures import DATA
+
+from opbyop.accuracy_trace import tag_module
+from opbyop.config import CompilerOptions
+from opbyop.records import Status
+
+
+def test_every_op_gets_its_own_location_and_the_copy_for_xla_returns_every_intermediate():
+    tagged = tag_module((DATA / "tanh_matmul_chain.mlir").read_text())
+    assert 'loc("opbyop.0"' in tagged.text and 'loc("opbyop.11"' in tagged.text
+    assert tagged.traced == list(range(12)) and tagged.outputs == 1
+    assert tagged.producers[3] == [2] and tagged.consumers[2] == [3]
+    assert tagged.all_outputs_text.count("tensor<32x64xf32>") > tagged.text.count("tensor<32x64xf32>")
+
+
+def test_a_lofi_chain_names_the_op_where_its_accuracy_starts_to_fall(worker, settings):
+    from opbyop.frontends.loader import load_stablehlo_file
+
+    graph = load_stablehlo_file(DATA / "tanh_matmul_chain.mlir")
+    lofi = worker.analyze_whole(graph, settings.model_copy(update={"options": CompilerOptions(math_fidelity="lofi")}))
+    assert lofi.status is Status.GOLDEN_FAILED  # the whole model fails ...
+    trace = lofi.accuracy_trace
+    assert [p.position for p in trace.points] == list(range(12))  # ... every op was compared along its depth
+    first = trace.first_below
+    assert first is not None and 0 < first < 11 and trace.first_below_op in ("stablehlo.tanh", "stablehlo.dot_general")
+    assert all(p.pcc >= trace.pcc_threshold for p in trace.points[:first]) and trace.points[first].below_threshold
+    assert trace.points[-1].pcc < trace.points[first].pcc  # and it keeps falling after
+    assert trace.most_added and all(trace.points[i].added_loss > 0 for i in trace.most_added)
+
+    exact = worker.analyze_whole(graph, settings)  # the compiler's default fidelity: it passes, op by op too
+    assert exact.status is Status.SUCCESS and exact.accuracy_trace.first_below is None
+    assert min(p.pcc for p in exact.accuracy_trace.points) >= exact.accuracy_trace.pcc_threshold
+
+
+def test_a_fused_activation_is_compared_with_the_op_it_computes(worker, settings, mlp_graph):
+    result = worker.analyze_whole(mlp_graph, settings)
+    trace = result.accuracy_trace
+    assert result.status is Status.SUCCESS and trace.first_below is None and len(trace.points) > 20
+    # the compiler fuses the relu (stablehlo.maximum) into the bias add: that ttnn.add is the maximum's value
+    assert any(p.op_name == "stablehlo.maximum" and p.ttnn_op == "ttnn.add" for p in trace.points)
+
+
+def test_the_trace_can_be_turned_off(worker, settings, mlp_graph):
+    assert worker.analyze_whole(mlp_graph, settings.model_copy(update={"accuracy_trace": "off"})).accuracy_trace is None
