@@ -185,7 +185,7 @@ def test_a_nightly_target_can_choose_the_real_size_models_by_tag(zoo):
 
     target = Target.model_validate({"chip": "p150", "tags": ["real-size"]})
     assert set(target.chosen_models(["mlp"], zoo)) == {m.name for m in zoo.tagged("real-size")}
-    assert Target().models(["mlp"], zoo) == ["mlp"]
+    assert Target().chosen_models(["mlp"], zoo) == ["mlp"]
 
 
 def test_a_model_with_real_bf16_weights_exports_its_bf16_constants():
