@@ -29,7 +29,7 @@ from opbyop.golden.narrowing import narrowed_type, narrowing
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
-from opbyop.ir.mesh import MeshMismatchError
+from opbyop.ir.mesh import MeshMismatchError, module_mesh
 from opbyop.op_memory import op_memory_message, over_budget
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.config import AnalysisSettings
@@ -142,6 +142,8 @@ class OpAnalyzer:
         started = time.perf_counter()
         progress("compile")
         plan, trace_note = trace_plan(model.module_text, model.name, settings.accuracy_trace)
+        if plan is not None and module_mesh(model.module_text) is not None:
+            plan, trace_note = None, "not traced: a program for a mesh of chips (the trace observes one chip)"
         compiled_text = plan.text if plan is not None else model.module_text  # the same program, ops tagged
         outcome = self.compiler.compile(compiled_text, settings.options, self.scratch / request_id, self.artifacts)
         if not outcome.ok:

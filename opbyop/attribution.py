@@ -20,6 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
+from opbyop.device.formats import BF16
 from opbyop.device.mesh import program_mesh_shape
 from opbyop.device.program import Function, Op, Program
 from opbyop.device.reference import Unreadable, read_program
@@ -89,7 +90,8 @@ def _where_numerics_part(binary: Binary, inputs: Sequence[np.ndarray], simulator
     except SimulationError:
         return ""
     for value, (op, got) in chip.items():
-        if value not in exact or np.asarray(got).dtype.kind not in "f":
+        held = np.asarray(got).dtype
+        if value not in exact or not (held.kind == "f" or held == BF16):  # bf16 storage is ml_dtypes' bfloat16
             continue
         want = np.asarray(exact[value][1])
         t = op.result_types[op.results.index(value)] if value in op.results else None

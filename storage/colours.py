@@ -12,7 +12,7 @@ from opbyop.records import Fault, Stage, Status
 # opbyop's own gaps, greys the infrastructure's and skips.
 FAULT_COLOURS: dict[Fault, str] = {
     Fault.NONE: "#16a34a", Fault.COMPILER: "#dc2626", Fault.DEVICE: "#f97316",
-    Fault.OPBYOP: "#2563eb", Fault.INFRA: "#6b7280",
+    Fault.OPBYOP: "#2563eb", Fault.INFRA: "#6b7280", Fault.FRONTEND: "#9f1239",
 }
 _OWN_SHADE: dict[Status, str] = {
     Status.SUCCESS: "#16a34a", Status.SKIPPED: "#a3a3a3",

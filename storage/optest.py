@@ -109,7 +109,7 @@ def _grid(result: OpResult) -> list[int]:
 
 def _mesh_config(device: DeviceRun) -> dict:
     """A mesh run's shape, topology, per-chip peaks and collectives (bytes and cycles)."""
-    return {"mesh_shape": list(device.mesh_shape), "topology": device.topology,
+    return {"mesh_shape": list(device.mesh_shape), "device_topology": device.topology,
             "chip_peak_dram_bytes": list(device.chip_peak_dram_bytes),
             "chip_peak_l1_bytes": list(device.chip_peak_l1_bytes),
             "collectives": [c.model_dump() for c in device.collectives],

@@ -14,6 +14,7 @@ from opbyop.device.executor import (
     NotSimulatedError,
     SimulationError,
     SimulatorBugError,
+    _computable,
     _short,
 )
 from opbyop.device.kernels import KERNELS
@@ -73,7 +74,9 @@ class MeshExecutor:
                         executor.device.release(t)
 
     def _collective(self, op, envs: list[dict], owned: list[set[int]]) -> None:
-        inputs = [[t.values if (t := env.get(v)) is not None else None for v in op.operands] for env in envs]
+        # bf16 storage reaches a collective as its f32 values, as it reaches every computing kernel
+        inputs = [[_computable(t.values) if (t := env.get(v)) is not None else None for v in op.operands]
+                  for env in envs]
         call = MeshCall(op=op, inputs=inputs, mesh=self.mesh)
         try:
             results, transfers = COLLECTIVES[op.name](call)

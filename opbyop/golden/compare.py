@@ -108,17 +108,22 @@ def nonfinite_mismatches(a: np.ndarray, e: np.ndarray) -> list[str]:
     abs error, so it must be said)."""
     if np.iscomplexobj(a) or np.iscomplexobj(e) or a.dtype.kind not in "fc" and e.dtype.kind not in "fc":
         return []
-    a, e = _float64(a), _float64(e)
-    notes = []
-    counts = [(np.isnan(a) & ~np.isnan(e), "{} NaN where XLA has none"),
-              (np.isnan(e) & ~np.isnan(a), "XLA has {} NaN where the device has numbers"),
-              (np.isinf(a) & np.isfinite(e), "{} inf where XLA has a finite value"),
-              (np.isinf(e) & np.isfinite(a), "XLA has {} inf where the device has finite values"),
-              (np.isinf(a) & np.isinf(e) & (np.sign(a) != np.sign(e)), "{} infinities of the opposite sign")]
-    for mask, text in counts:
-        if int(mask.sum()):
-            notes.append(text.format(int(mask.sum())))
-    return notes
+    counts = [0] * len(_NONFINITE)
+    for pa, pe in large.pieces(a, e):  # f64 pieces: no full-size copy of a gigabyte output
+        for i, mask in enumerate(_nonfinite_masks(pa, pe)):
+            counts[i] += int(mask.sum())
+    return [text.format(n) for n, text in zip(counts, _NONFINITE) if n]
+
+
+_NONFINITE = ("{} NaN where XLA has none", "XLA has {} NaN where the device has numbers",
+              "{} inf where XLA has a finite value", "XLA has {} inf where the device has finite values",
+              "{} infinities of the opposite sign")
+
+
+def _nonfinite_masks(a: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, ...]:
+    """In _NONFINITE's order."""
+    return (np.isnan(a) & ~np.isnan(e), np.isnan(e) & ~np.isnan(a), np.isinf(a) & np.isfinite(e),
+            np.isinf(e) & np.isfinite(a), np.isinf(a) & np.isinf(e) & (np.sign(a) != np.sign(e)))
 
 
 def _float64(x: np.ndarray) -> np.ndarray:
