@@ -19,7 +19,8 @@ _OWN_SHADE: dict[Status, str] = {
     Status.COMPILE_FAILED: "#dc2626", Status.CRASHED: "#991b1b", Status.TIMEOUT: "#f43f5e",
     Status.RUN_FAILED: "#ea580c", Status.GOLDEN_FAILED: "#f59e0b",
     Status.NOT_SIMULATED: "#2563eb", Status.ANALYZER_ERROR: "#7c3aed",
-    Status.INFRA_ERROR: "#6b7280",
+    Status.INFRA_ERROR: "#6b7280", Status.MISCOMPILED: "#db2777", Status.SIMULATOR_ERROR: "#0891b2",
+    Status.FRONTEND_FAILED: "#9f1239",
 }
 
 # Depths reached, from the split (red) to the golden comparison (green); the report's depth bars.

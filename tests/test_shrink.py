@@ -114,14 +114,15 @@ def test_the_boundary_of_a_ui8_contraction_replays_on_both_sides(worker, setting
     op = single(DOT_UI8)
     result = Shrinker(lambda v: worker.analyze(v, settings, 120), workspace.artifacts, workspace.ops.put,
                       budget_s=120).shrink(op)
-    assert result.baseline is Outcome.FAIL and result.baseline_status.value == "golden_failed"
+    # the compiled program's exact reading differs from XLA: the compiler's lowering, not the chip's numerics
+    assert result.baseline is Outcome.FAIL and result.baseline_status.value == "miscompiled"
     assert result.dtypes["i32"] is Outcome.PASS  # the same contraction in i32 matches XLA:CPU
     k = next(b for b in result.boundaries if b.dtype == "ui8" and b.dimension == "contracting (K)")
     assert k.largest_passing is not None and k.smallest_failing is not None
     assert k.largest_passing < k.smallest_failing <= 4096
     assert k.smallest_failing - k.largest_passing == 1  # bisected to adjacent sizes
     for signature, expected in ((k.largest_passing_signature, "success"), (k.smallest_failing_signature,
-                                                                             "golden_failed")):
+                                                                             "miscompiled")):
         variant = workspace.ops.get(signature)
         assert variant.inputs[0].shape[1] in (k.largest_passing, k.smallest_failing)
         assert worker.analyze(variant, settings, 120).status.value == expected

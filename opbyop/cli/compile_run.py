@@ -59,11 +59,6 @@ def worker_errors() -> Iterator[None]:
                           "OPBYOP_HOME/logs)") from None
 
 
-def _drop_scratch(workspace_root: Path, name: str) -> None:
-    """The private $TMPDIR of a worker that has exited (it only links to the shared assets)."""
-    shutil.rmtree(workspace_root / "scratch" / f"tmp-{name}-{os.getpid()}", ignore_errors=True)
-
-
 def stored_op(op: str, chip: str):
     """(workspace, the stored op, the chip's descriptor) for a command on one stored op; fails with the fix."""
     from opbyop.compiler.system_desc import resolve
@@ -89,9 +84,6 @@ def cli_worker(workspace, desc, kind: str) -> Iterator:
             yield worker
     except OpbyopError as e:
         fail(e)
-    finally:
-        _drop_scratch(workspace.root, name)
-        _drop_scratch(workspace.root, f"{name}-verbose")  # its verbose compile child's, if it started
 
 
 def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
@@ -142,23 +134,20 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
     results: dict[str, OpResult] = {}
     wholes: dict[str, WholeModelResult] = {}
     name = worker_name("cli")
-    try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker, Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=console, transient=True) as progress:
-            task = progress.add_task("ops", total=len(prepared.unique))
-            for op in prepared.unique:
-                progress.update(task, description=op.op_name)
-                results[op.signature] = worker.analyze(op, settings, timeout)
-                progress.advance(task)
-            if whole:
-                for model, graph in prepared.graphs.items():
-                    progress.update(task, description=f"{model} (whole model)")
-                    misfit = whole_model_misfit_on(graph, desc.chip)
-                    wholes[model] = (WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit)
-                                     if misfit else worker.analyze_whole(graph, settings, timeout=max(timeout, 600.0)))
-    finally:
-        _drop_scratch(workspace.root, name)
+    with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker, Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=console, transient=True) as progress:
+        task = progress.add_task("ops", total=len(prepared.unique))
+        for op in prepared.unique:
+            progress.update(task, description=op.op_name)
+            results[op.signature] = worker.analyze(op, settings, timeout)
+            progress.advance(task)
+        if whole:
+            for model, graph in prepared.graphs.items():
+                progress.update(task, description=f"{model} (whole model)")
+                misfit = whole_model_misfit_on(graph, desc.chip)
+                wholes[model] = (WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit)
+                                 if misfit else worker.analyze_whole(graph, settings, timeout=max(timeout, 600.0)))
     return prepared, results, wholes, desc
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import typer
 
 from opbyop.cli.app import app, console, fail
-from opbyop.cli.compile_run import _drop_scratch, worker_errors, worker_name
+from opbyop.cli.compile_run import worker_errors, worker_name
 from opbyop.errors import OpbyopError
 
 image = typer.Typer(help="Device images: one zip that runs a compiled model without compiling.",
@@ -54,8 +54,6 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
             result = worker.analyze_whole(graph, AnalysisSettings(thresholds=load_thresholds(), seed=seed))
     except OpbyopError as e:
         fail(e)
-    finally:
-        _drop_scratch(workspace.root, name)
     if result.compile is None or not result.compile.ok:
         fail(OpbyopError(f"{model} did not compile whole: {result.message}", f"see `opbyop compile {model}`"), code=1)
     artifacts = workspace.artifacts

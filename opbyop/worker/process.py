@@ -81,6 +81,7 @@ class OpWorker:
         self._stopped: collections.deque[str] = collections.deque(maxlen=64)  # tags aborted: refused from now on
         self._tag_lock = threading.Lock()  # a request's tag is set, or refused, atomically with abort()
         self._killed_by_abort: int | None = None  # the child pid abort() killed (not out of memory)
+        self._tmp: Path | None = None  # the child's private $TMPDIR, removed when it has exited
         self._passes: PassFinder | None = None  # the verbose compile child (failed passes)
         self._timer: PassTimer | None = None  # the pass-timing compile child
 
@@ -94,6 +95,7 @@ class OpWorker:
             # private to this process too: two workers of the same name must never share it (the plugin
             # deletes the descriptor it wrote there when its process exits)
             tmp = private_tmpdir(self.workspace / "scratch" / f"tmp-{self.name}-{os.getpid()}", ensure_assets())
+            self._tmp = tmp
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
             log = open(self.log_path, "ab")
@@ -129,6 +131,9 @@ class OpWorker:
                 self._proc.wait()
         self._proc = None
         self.ready = None
+        if self._tmp is not None:  # the child has exited: its private $TMPDIR only links to the shared assets
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
     def kill(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
