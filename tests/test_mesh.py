@@ -254,3 +254,16 @@ def test_a_tensor_parallel_plan_splits_the_llama_projections_over_the_model_axis
     assert all(r.mesh == "model=2" for r in split.ops if r.ok)
     sharded = [r for r in dots if any('"model"' in s for s in r.operand_shardings + r.result_shardings)]
     assert len(sharded) >= 6  # q, k, v, o, gate, up, down, lm_head
+
+
+def test_every_op_of_the_tensor_parallel_llama_runs_on_its_p300_mesh_and_the_whole_model_matches_torch(tmp_path):
+    """The program of an op the mesh takes whole distributes its arguments itself (ttnn.distribute_tensor,
+    replicated or split per mesh axis): simulated, never not_simulated."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("JAX_")}, "OPBYOP_HOME": str(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", "llama-tp-1x2", "--chip", "p300"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = done.stdout.split("summary")[-1]
+    assert "not_simulated" not in done.stdout and "success: 181" in summary, done.stdout[-3000:]
+    whole = done.stdout.split("whole model")[-1]
+    assert "GOLDEN" in whole and "1.00000" in whole, whole

@@ -147,6 +147,8 @@ def resolve_shardings(binary: Binary, inputs: Sequence[np.ndarray], mesh_shape: 
     for i, x in enumerate(inputs):
         given = declared.inputs[i] if i < len(declared.inputs) else None
         local = function.argument_types[i].shape if function.argument_types[i] is not None else np.shape(x)
+        if tuple(local) == tuple(np.shape(x)):  # the program takes it whole (shard_status unsharded): every
+            given = Sharding.replicated(len(local))  # chip gets it all; a ttnn.distribute_tensor splits it
         ins.append(given or infer_sharding(np.shape(x), local, mesh_shape))
     if stablehlo is None and function.return_types:
         raise MeshError("the program's results cannot be gathered without the module's shardings (a per-chip "

@@ -10,6 +10,7 @@ sends each chip the slice it reduces, all_reduce is a reduce_scatter then an all
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -212,8 +213,29 @@ def mesh_shard(call: MeshCall) -> Result:
     raise NotSimulated(f"ttnn.mesh_shard with shard_direction {direction or 'missing'}")
 
 
+_PLACEMENT = re.compile(r"<\s*(replicate|shard)\s*,\s*(-?\d+)")
+
+
+def distribute_tensor(call: MeshCall) -> Result:
+    """Host -> mesh for an argument the program takes whole (shard_status unsharded): each chip
+    holds the whole tensor, and its mapper's placements say, per mesh axis, whether that axis
+    replicates it or splits tensor dimension d among its chips. PCIe traffic: no link is crossed."""
+    placements = _PLACEMENT.findall(str(call.attr("mapper_config", "")))
+    if not placements:
+        raise NotSimulated(f"ttnn.distribute_tensor with mapper {call.attr('mapper_config')!r}")
+    first = call.operand(0)
+    dims: list[tuple[int, ...]] = [() for _ in range(first.ndim)]
+    for axis, (kind, tensor_dim) in enumerate(placements[-len(call.mesh.shape):]):
+        if kind == "shard":
+            dims[int(tensor_dim)] = dims[int(tensor_dim)] + (axis,)
+    if not any(dims):
+        return [[call.operand(c)] for c in range(call.mesh.size)], []
+    return [[s] for s in Sharding(tuple(dims)).shard(first, call.mesh.shape)], []
+
+
 KERNELS: dict[str, Callable[[MeshCall], Result]] = {
     "ttnn.all_gather": all_gather, "ttnn.reduce_scatter": reduce_scatter, "ttnn.all_reduce": all_reduce,
     "ttnn.point_to_point": point_to_point, "ttnn.all_to_all": all_to_all,
     "ttnn.collective_permute": collective_permute, "ttnn.mesh_shard": mesh_shard,
+    "ttnn.distribute_tensor": distribute_tensor,
 }
