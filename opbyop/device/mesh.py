@@ -352,14 +352,7 @@ def module_shardings(stablehlo: str) -> ModuleShardings:
 
 
 def _split_signature(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    tail = text[start:].strip()
-    return [p for p in parts + ([tail] if tail else []) if "tensor<" in p]
+    """A signature's tensor arguments (or results), split at its top-level commas."""
+    from opbyop.device.program import split_top
+
+    return [p for p in split_top(text) if "tensor<" in p]

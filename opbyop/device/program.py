@@ -117,7 +117,7 @@ def parse_tt_attribute(text: str) -> Any:
     m = re.match(r"^#?[\w.]*<(.*)>$", text, re.S)
     if not m:
         return _scalar(text)
-    parts = _split_top(m.group(1))
+    parts = split_top(m.group(1))
     if parts and all(_split_key(p) is not None for p in parts):
         return {k: parse_tt_attribute(v) for k, v in (_split_key(p) for p in parts)}  # type: ignore[misc]
     if len(parts) == 1:
@@ -125,7 +125,8 @@ def parse_tt_attribute(text: str) -> Any:
     return [parse_tt_attribute(p) for p in parts]
 
 
-def _split_top(body: str) -> list[str]:
+def split_top(body: str) -> list[str]:
+    """`body` split at its top-level commas (not those inside <>, (), [] or {}), each part stripped."""
     parts, depth, start = [], 0, 0
     for i, ch in enumerate(body):
         if ch in "<([{":

@@ -69,19 +69,17 @@ def vit(seed: int = 0, image: int = 32, patch: int = 8, hidden: int = 128, layer
 
 # Published configurations of the LLMs Tenstorrent brings up (their config.json numbers). Built on the
 # meta device: the graph and its op shapes, never the weights (llama-3.1-70B is 141 GB in bf16).
+_LLAMA31_ROPE = dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                     original_max_position_embeddings=8192)
 REAL_SIZE: dict[str, dict[str, Any]] = {
     "llama-3.1-8b": dict(arch="llama", vocab_size=128256, hidden_size=4096, intermediate_size=14336,
                          num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                          max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                         rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
-                                              low_freq_factor=1.0, high_freq_factor=4.0,
-                                              original_max_position_embeddings=8192)),
+                         rope_parameters=dict(_LLAMA31_ROPE)),
     "llama-3.1-70b": dict(arch="llama", vocab_size=128256, hidden_size=8192, intermediate_size=28672,
                           num_hidden_layers=80, num_attention_heads=64, num_key_value_heads=8,
                           max_position_embeddings=131072, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                          rope_parameters=dict(rope_type="llama3", rope_theta=500000.0, factor=8.0,
-                                               low_freq_factor=1.0, high_freq_factor=4.0,
-                                               original_max_position_embeddings=8192)),
+                          rope_parameters=dict(_LLAMA31_ROPE)),
     "qwen2.5-7b": dict(arch="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
                        num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
                        max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
