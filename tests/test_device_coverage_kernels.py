@@ -286,6 +286,8 @@ def test_host_conversion_wraps_integers_and_keeps_two_word_values():
                                   [True, False, True])
     words = np.zeros((3, 2), np.uint32)
     assert as_host_type(words, TensorType((3,), "ui64", None)) is words  # two words each: the comparison reads them
+    # a rank-0 boolean the device holds as one bf16 element: true + true computed as 2 is true
+    assert as_host_type(np.array([2.0], np.float32), TensorType((), "i1", None)).tolist() == [True]
 
 
 def test_integer_fill_keeps_its_bits_in_an_unsigned_tensor():

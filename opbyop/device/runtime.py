@@ -112,7 +112,9 @@ def as_host_type(values: np.ndarray, host: TensorType | None) -> np.ndarray:
     for it (`ttcore.local_shape`), converted elementwise as C++'s static_cast does: a boolean held
     as bf16 is true when nonzero, an i8 computed as si32 keeps its low byte. Values held as two
     words (complex, 64-bit integers) keep their trailing dimension of 2."""
-    if host is None or tuple(values.shape) != tuple(host.shape):
+    # a rank-0 value the device holds as one element ([1]) is converted too
+    scalar = host is not None and values.size == 1 and int(np.prod(host.shape)) == 1
+    if host is None or (tuple(values.shape) != tuple(host.shape) and not scalar):
         return values
     try:
         dtype = numpy_dtype(host.dtype)
