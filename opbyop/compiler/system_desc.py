@@ -28,6 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from opbyop.atomic import atomic_path
 from opbyop.environment import environment
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
@@ -102,17 +103,16 @@ def generate_mock(board: str, out: Path) -> Path:
         cluster_yaml = assets / CLUSTER_DIR / MOCK_BOARDS[board]
         env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
         env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
-        partial = out.with_suffix(".partial")
-        try:
-            proc = subprocess.run([sys.executable, "-c", _mock_script(cluster_yaml, partial)],
-                                  env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if proc.returncode != 0 or not partial.exists():
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-        raise SystemDescError(f"the plugin could not describe {board} in mock mode:\n{tail}",
-                              "bring a descriptor collected on hardware (opbyop system-desc PATH)")
-    partial.replace(out)
+        with atomic_path(out) as partial:  # the plugin's mock process writes the sibling; a failure leaves none
+            try:
+                proc = subprocess.run([sys.executable, "-c", _mock_script(cluster_yaml, partial)],
+                                      env=env, capture_output=True, text=True, timeout=600, cwd=tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if proc.returncode != 0 or not partial.exists():
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+                raise SystemDescError(f"the plugin could not describe {board} in mock mode:\n{tail}",
+                                      "bring a descriptor collected on hardware (opbyop system-desc PATH)")
     return out
 
 
