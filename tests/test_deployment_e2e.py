@@ -203,12 +203,16 @@ def test_an_adhoc_run_lands_in_the_store_and_its_retry_resumes_the_same_run(depl
 def test_an_adhoc_run_whose_models_all_fail_is_failed_cleanly_without_a_cluster(deployed):
     run = run_and_wait(deployed, "analyze/adhoc", {"config": {"models": ["no-such-model"]}})
     assert run["state"] == "FAILED" and "no model could be split" in run["message"], run
-    logs = "\n".join(api(deployed, LOGS, run["id"]))
+    # the worker ships logs to the server in batches, after the run's final state: wait for the engine's
+    # last one (the failed run's exception) rather than read whatever has arrived
+    final_log = re.compile(r"RunFailed: run \S+: .*no model could be split")
+    logs = poll("the failed run's exception in its logs",
+                lambda: (text := "\n".join(api(deployed, LOGS, run["id"]))) and final_log.search(text) and text,
+                timeout=120, every=3)
     assert "unknown model 'no-such-model'" in logs
     # one clear error: Prefect's engine logs every failed run's exception (its own one traceback),
     # and that exception is opbyop's one line, never the engine's "cannot be resolved" failure
     assert "cannot be resolved into an exception" not in logs and logs.count("Traceback") <= 1
-    assert re.search(r"RunFailed: run \S+: .*no model could be split", logs)
     worker_log = (Path(deployed["home"]) / "prefect-worker.log").read_text(errors="replace")
     assert "cannot be resolved into an exception" not in worker_log
     run_id = re.search(r"run (\S+):", run["message"]).group(1)
