@@ -11,7 +11,8 @@ RULES: list[tuple[re.Pattern[str], str]] = [
     # absolute paths, or relative ones two directories deep (not "tiles/core"); RE2 has no
     # lookbehind, so the character before the path is captured and put back
     (re.compile(r"(^|[^\w.])(/(?:[\w.+\-]+/)*[\w.+\-]+|(?:[\w.+\-]+/){2,}[\w.+\-]+)(:\d+)*"), r"\1<path>"),
-    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    # an address stands alone: the "0x4" inside the shape 40000x40000xf32 is not one
+    (re.compile(r"\b0x[0-9a-fA-F]+\b"), "<addr>"),
     (re.compile(r"\b\d+(x\d+)*x(f|bf|i|si|ui)\d+\b"), "<shape>"),
     (re.compile(r"\b(\d+x)+\d+\b"), "<dims>"),
     (re.compile(r"%[\w#]+"), "%<v>"),

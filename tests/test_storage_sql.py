@@ -92,12 +92,16 @@ def test_catalog_file_opens_in_a_fresh_duckdb(history_store: Store, tmp_path: Pa
 @pytest.mark.parametrize("message", [
     "error: failed to legalize 4x32xf32 at 0x7f3a",
     'loc("/home/me/model.py":12:3): error: \'ttnn.conv2d\' op 1x3x224x224xbf16 vs 4x32 %arg0 1.5e-3',
-    "  line one 12\nline two 13", "", None,
+    "  line one 12\nline two 13", "", None, "operand 40000x40000xf32 at 0x7f3a too big",
 ])
 def test_sql_message_pattern_matches_python(message: str | None) -> None:
     con = duckdb.connect()
     con.execute(macro_sql())
     assert con.execute("SELECT message_pattern($m::VARCHAR)", {"m": message}).fetchone()[0] == message_pattern(message)
+
+
+def test_a_shape_whose_dims_end_in_zero_is_a_shape_not_an_address() -> None:
+    assert message_pattern("operand 40000x40000xf32 at 0x7f3a, 0x10") == "operand <shape> at <addr>, <addr>"
 
 
 def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -> None:
