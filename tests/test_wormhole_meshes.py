@@ -40,6 +40,13 @@ def test_n300_and_t3k_are_meshes_with_the_topology_of_their_links():
         target_for("t3k", "4x2")
 
 
+def test_a_run_on_a_wormhole_mesh_is_exported_at_the_wormhole_clock():
+    from storage.perf_csv import chip_spec
+
+    assert chip_spec("n300").arch == chip_spec("t3k").arch == "wormhole_b0"
+    assert chip_spec("p150x8").arch == "blackhole"
+
+
 @pytest.mark.parametrize("board, chips, mmio, links", [("n300", 2, {0}, {(0, 1): 2}),
                                                        ("t3k", 8, {0, 1, 2, 3}, None)])
 def test_a_derived_descriptor_has_wormhole_chips_the_boards_mmio_chips_and_its_links(board, chips, mmio, links):
