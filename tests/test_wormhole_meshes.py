@@ -47,10 +47,18 @@ def test_a_run_on_a_wormhole_mesh_is_exported_at_the_wormhole_clock():
     assert chip_spec("p150x8").arch == "blackhole"
 
 
+def _cluster_yaml(board: str):
+    from opbyop.compiler.assets import ensure_assets
+    from opbyop.compiler.system_desc import CLUSTER_DIR
+    from opbyop.compiler.targets import BOARDS
+
+    return ensure_assets() / CLUSTER_DIR / BOARDS[board].cluster_yaml
+
+
 @pytest.mark.parametrize("board, chips, mmio, links", [("n300", 2, {0}, {(0, 1): 2}),
                                                        ("t3k", 8, {0, 1, 2, 3}, None)])
 def test_a_derived_descriptor_has_wormhole_chips_the_boards_mmio_chips_and_its_links(board, chips, mmio, links):
-    from opbyop.compiler.targets import links_of, _cluster_yaml, BOARDS
+    from opbyop.compiler.targets import links_of
 
     desc = resolve(board, check=False)
     assert desc.source == "derived" and desc.schema_hash == plugin_schema_hash()
@@ -62,8 +70,17 @@ def test_a_derived_descriptor_has_wormhole_chips_the_boards_mmio_chips_and_its_l
     for channel in system.chip_channels:
         assert channel.device_id0 < channel.device_id1 and channel.ethernet_core_coord0[1] == 0
         pairs[(channel.device_id0, channel.device_id1)] = pairs.get((channel.device_id0, channel.device_id1), 0) + 1
-    assert pairs == (links or links_of(_cluster_yaml(BOARDS[board].cluster_yaml, None)))
+    assert pairs == (links or links_of(_cluster_yaml(board)))
     assert len(system.chip_channels) == (2 if board == "n300" else 20)
+
+
+def test_a_wormhole_board_is_not_derived_from_a_blackhole_mesh_of_another_size():
+    from opbyop.compiler.wormhole_descs import wormhole_mesh
+    from opbyop.errors import SystemDescError
+
+    with pytest.raises(SystemDescError, match="2 chips, t3k_cluster_desc.yaml 8"):
+        wormhole_mesh(resolve("p300", check=False).path.read_bytes(), resolve("n150").path.read_bytes(),
+                      _cluster_yaml("t3k"))
 
 
 @pytest.mark.parametrize("board, mesh", [("n300", "1x2"), ("t3k", "2x4"), ("t3k", "1x8")])
