@@ -40,6 +40,14 @@ def test_n300_and_t3k_are_meshes_with_the_topology_of_their_links():
         target_for("t3k", "4x2")
 
 
+def test_the_1x8_tensor_parallel_llama_fits_a_t3k_used_as_1x8_only(zoo):
+    from opbyop.pipeline import prepare
+
+    refused = prepare(["llama-tp-1x8"], zoo, target=target_for("t3k"))
+    assert "1x8 mesh" in refused.errors["llama-tp-1x8"] and "--mesh 1x8" in refused.errors["llama-tp-1x8"]
+    assert prepare(["llama-tp-1x8"], zoo, target=target_for("t3k", "1x8")).graphs
+
+
 def test_a_run_on_a_wormhole_mesh_is_exported_at_the_wormhole_clock():
     from storage.perf_csv import chip_spec
 
