@@ -4,7 +4,9 @@ The tables below are the schema of the descriptors jax-tt-plugin 0.1.3 writes an
 Target/Common system_desc.fbs, types.fbs and version.fbs as built into that plugin), written out
 field by field in slot order; the plugin prints the same fields, by name, as the `#ttcore.system_desc`
 attribute of its TTIR/TTNN dumps. A field absent from a buffer reads as its default (0, empty), as
-FlatBuffers builders omit defaults. Encoding goes through the `flatbuffers` package's Builder.
+FlatBuffers builders omit defaults. Encoding goes through the `flatbuffers` package's Builder, in the
+order the plugin's runtime builds a descriptor: every descriptor the plugin wrote (p150, p300, 4x and
+8x p150, Blackhole Galaxy) decodes and encodes again to the same bytes.
 
 The plugin compares the root's `schema_hash` with its own and refuses another one: a descriptor
 re-encoded here keeps the hash of the one it was decoded from.
@@ -97,6 +99,8 @@ class ChipChannel(_Struct):
 class _Table(BaseModel):
     model_config = ConfigDict(frozen=True)
     SLOTS: ClassVar[tuple[tuple[str, str], ...]]  # (field, kind) in slot order
+    # Strings and vectors are built in field order, except these (field -> rank; 0 for the others)
+    BUILD_ORDER: ClassVar[dict[str, int]] = {}
 
 
 class CPUDesc(_Table):
@@ -115,6 +119,8 @@ class ChipDesc(_Table):
         ("num_cbs", "I"), ("num_compute_threads", "I"), ("num_datamovement_threads", "I"),
         ("dram_grid", "dim2d"), ("dram_bank_to_logical_worker_noc0", "[dim2d]"),
         ("dram_bank_to_logical_worker_noc1", "[dim2d]"))
+    # tt-mlir's runtime builds the noc1 bank map before the noc0 one
+    BUILD_ORDER: ClassVar[dict[str, int]] = {"dram_bank_to_logical_worker_noc1": 1, "dram_bank_to_logical_worker_noc0": 2}
     arch: Arch = Arch.WORMHOLE_B0
     grid_size: Dim2d | None = None
     coord_translation_offsets: Dim2d | None = None
@@ -263,12 +269,11 @@ class _Writer:
             {"H": self.b.PrependUint16, "I": self.b.PrependUint32, "i": self.b.PrependInt32}[code](item)
         return self.b.Offset()
 
-    def vector(self, kind: str, items: tuple, model: type[_Table], name: str) -> int:
+    def vector(self, kind: str, items: tuple, model: type[_Table], name: str, tables: list[int] | None) -> int:
         inner = kind[1:-1]
         if inner == "table":
-            offsets = [self.table(item) for item in items]
-            self.b.StartVector(4, len(offsets), 4)
-            for off in reversed(offsets):
+            self.b.StartVector(4, len(tables), 4)
+            for off in reversed(tables):
                 self.b.PrependUOffsetTRelative(off)
             return self.b.EndVector()
         if inner == "dim2d":
@@ -290,19 +295,29 @@ class _Writer:
         return self.b.EndVector()
 
     def table(self, value: _Table) -> int:
+        """Written in the order tt-mlir's runtime builds a descriptor, so that a decoded descriptor
+        encodes to the same bytes: sub-tables first (the last field's first), then strings and
+        vectors in field order, then the table's own fields largest first, the last field first
+        among equals (the order of FlatBuffers' generated C++ Create functions)."""
         model = type(value)
-        # Offsets (strings, vectors, sub-tables) are written before the table that points at them.
+        tables: dict[str, list[int]] = {}
+        for name, kind in reversed(model.SLOTS):
+            if kind == "table":
+                tables[name] = [self.table(getattr(value, name))]
+            elif kind == "[table]":
+                tables[name] = [self.table(item) for item in getattr(value, name)]
         refs: dict[str, int] = {}
-        for name, kind in model.SLOTS:
+        for name, kind in sorted(model.SLOTS, key=lambda f: model.BUILD_ORDER.get(f[0], 0)):
             item = getattr(value, name)
             if kind == "string":
                 refs[name] = self.b.CreateString(item)
             elif kind == "table":
-                refs[name] = self.table(item)
+                refs[name] = tables[name][0]
             elif kind.startswith("["):
-                refs[name] = self.vector(kind, item, model, name)
+                refs[name] = self.vector(kind, item, model, name, tables.get(name))
         self.b.StartObject(len(model.SLOTS))
-        for slot, (name, kind) in enumerate(model.SLOTS):
+        for slot, name, kind in sorted(((slot, name, kind) for slot, (name, kind) in enumerate(model.SLOTS)),
+                                       key=lambda f: (-_SIZES.get(f[2], 4), -f[0])):
             item = getattr(value, name)
             if name in refs:
                 self.b.PrependUOffsetTRelativeSlot(slot, refs[name], 0)
@@ -316,6 +331,10 @@ class _Writer:
                            "I": self.b.PrependUint32Slot, "Q": self.b.PrependUint64Slot}[kind]
                 prepend(slot, int(item), 0)
         return self.b.EndObject()
+
+
+# A field's size as FlatBuffers' C++ code generator orders them (structs and offsets count as 4).
+_SIZES = {"Q": 8, "H": 2, "B": 1}
 
 
 def encode(root: SystemDescRoot) -> bytes:
