@@ -49,6 +49,13 @@ def test_a_buffer_that_is_not_a_whole_descriptor_is_refused_with_the_reason(p150
         decode(data[:8] + b"TTNN" + data[12:])
     with pytest.raises(FlatbufferError, match="too short"):
         decode(b"\x00" * 8)
+    root = decode(data)
+    (chip,) = root.system_desc.chip_descs
+    unknown_arch = chip.model_construct(**{**dict(chip), "arch": 7})  # no architecture of this schema
+    other = encode(root.model_copy(update={"system_desc": root.system_desc.model_copy(
+        update={"chip_descs": (unknown_arch,)})}))
+    with pytest.raises(FlatbufferError, match="not a system descriptor of this schema"):
+        decode(other)
 
 
 def test_p150_re_encoded_with_n150_values_is_read_by_the_compiler_as_the_shipped_n150(

@@ -199,7 +199,8 @@ def plugin_schema_hash() -> str:
 
 
 def resolve(chip: str, check: bool = True) -> SystemDesc:
-    """A validated descriptor for `chip` (p150, p100, n150) or for a .ttsys path."""
+    """A validated descriptor for `chip` (p150, p100, n150, a mesh: p300 ... bh-galaxy, n300, t3k) or
+    for a .ttsys path."""
     if chip in MOCK_BOARDS:
         path = cache_dir() / f"{chip}.ttsys"
         if not path.exists():

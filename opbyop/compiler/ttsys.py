@@ -19,7 +19,7 @@ from enum import IntEnum
 from typing import Any, ClassVar
 
 import flatbuffers
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from opbyop.compiler.flatbuf import FlatbufferError
 
@@ -246,7 +246,10 @@ def decode(buf: bytes) -> SystemDescRoot:
     if buf[8:12] != FILE_IDENTIFIER:
         raise FlatbufferError(f"file identifier {buf[8:12]!r}, not {FILE_IDENTIFIER!r}")
     body = _Reader(buf[4:])
-    return body.table(SystemDescRoot, body.deref(0))
+    try:
+        return body.table(SystemDescRoot, body.deref(0))
+    except ValidationError as e:  # e.g. an architecture this schema does not know
+        raise FlatbufferError(f"not a system descriptor of this schema: {e.errors()[0]['msg']}") from None
 
 
 # ------------------------------------------------------------------------------------------ writing
