@@ -207,7 +207,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
             manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
                                                     "their origin models here (JSON; always beside the report)"),
             mesh: Optional[str] = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its "
-                                               "board allows several (p150x8: 1x8|2x4, bh-galaxy: 4x8|8x4|1x32)"),
+                                               "board allows several (p150x8: 1x8|2x4, t3k: 2x4|1x8, bh-galaxy: 4x8|8x4|1x32)"),
             unshard: bool = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip "
                                          "with its shardings removed (noted); otherwise an error"),
             pass_timing: bool = typer.Option(False, "--pass-timing", help="compile every analysed op again with "

@@ -213,7 +213,7 @@ class AnalysisConfig(BaseModel):
                                                                "with MLIR pass timing: each pass's time; 1: every op")
     cluster: ClusterConfig = Field(ClusterConfig(), description="where the per-op work runs")
     mesh: str | None = Field(None, description="the target's mesh ROWSxCOLS where its board allows several "
-                                               "(p150x4: 1x4 or 2x2; p150x8: 1x8 or 2x4; bh-galaxy: 4x8, 8x4, 1x32)")
+                                               "(p150x4: 1x4 or 2x2; p150x8: 1x8 or 2x4; t3k: 2x4 or 1x8; bh-galaxy: 4x8, 8x4, 1x32)")
     unshard: bool = Field(False, description="analyse a sharded model on a single chip with its shardings removed "
                                              "(recorded on the model); without it, that is an error")
 

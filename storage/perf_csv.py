@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from opbyop.atomic import write_text
+from opbyop.compiler.targets import BOARDS
 from opbyop.device.arch import BLACKHOLE_P150, WORMHOLE_N150, DeviceSpec
 from opbyop.records import DeviceRun, OpPlacement, OpRecord, TensorDesc
 from storage.dataset import Store
@@ -89,8 +90,11 @@ def op_class(ttnn_op: str) -> str:
 
 
 def chip_spec(chip: str) -> DeviceSpec:
-    """The chip preset a run's chip name stands for (n150 is Wormhole; p100/p150 and others Blackhole)."""
-    return WORMHOLE_N150 if chip.startswith("n") else BLACKHOLE_P150
+    """The chip preset a run's chip name stands for (n150, n300, t3k are Wormhole; p100/p150 and others
+    Blackhole; a user's descriptor by its name)."""
+    board = BOARDS.get(chip)
+    wormhole = board.arch == "wormhole_b0" if board is not None else chip.startswith("n")
+    return WORMHOLE_N150 if wormhole else BLACKHOLE_P150
 
 
 def _fidelity_of(program: str | None, option: str | None) -> str:

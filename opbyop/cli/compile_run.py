@@ -27,9 +27,9 @@ from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
 __all__ = ["STATUS_STYLE"]  # every Status, styled: opbyop.cli.app
 
-ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, or a .ttsys path")
+ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, n300, t3k, or a .ttsys path")
 MeshOption = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its board allows several "
-                                                "(p150x4: 1x4|2x2, p150x8: 1x8|2x4, bh-galaxy: 4x8|8x4|1x32)")
+                                                "(p150x4: 1x4|2x2, p150x8: 1x8|2x4, t3k: 2x4|1x8, bh-galaxy: 4x8|8x4|1x32)")
 UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
                                                         "shardings removed (noted on the model); otherwise an error")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
@@ -362,9 +362,9 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 
 
 @app.command("system-desc")
-def system_desc(chip: str = typer.Argument("p150", help="p150, p100, n150, or a .ttsys path to validate"),
+def system_desc(chip: str = typer.Argument("p150", help="p150, p100, n150, a mesh (p300 ... t3k), or a .ttsys path to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
-    """Produce (Blackhole, from the plugin's mock mode), provide (n150) or validate a system descriptor."""
+    """Produce (Blackhole, from the plugin's mock mode; n300, t3k: derived), provide (n150) or validate a system descriptor."""
     from opbyop.compiler.system_desc import resolve
 
     try:

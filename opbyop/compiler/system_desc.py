@@ -6,6 +6,9 @@
 - Wormhole n150: the plugin's mock mode cannot make it (it ships no Wormhole firmware toolchain);
   opbyop carries one made by re-encoding the Blackhole descriptor with n150 values
   (configs/system_descs/README.md), validated like any other.
+- Wormhole n300 / T3K: derived by opbyop from the plugin's Blackhole mesh descriptor with as many
+  chips, re-encoded with the n150's Wormhole chip and the board's links from UMD's cluster descriptor
+  (opbyop.compiler.wormhole_descs); cached like the mock ones and checked by compiling.
 - A path: a descriptor a user collected on real hardware.
 Every descriptor is checked up front: FlatBuffers identifier TTSY and the plugin's schema hash. A
 user's descriptor must also compile a tiny module (in a child process, whose death is reported):
@@ -28,10 +31,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from opbyop.atomic import atomic_path
+from opbyop.atomic import atomic_path, write_bytes
 from opbyop.environment import environment
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
+from opbyop.compiler.targets import BOARDS
+from opbyop.compiler.wormhole_descs import WORMHOLE_BOARDS, wormhole_mesh
 from opbyop.config import config_dir
 from opbyop.errors import SystemDescError
 
@@ -41,6 +46,7 @@ MOCK_BOARDS = {"p150": "blackhole_P150.yaml", "p100": "blackhole_P100.yaml",
                "p300": "blackhole_P300_both_mmio.yaml", "p150x4": "blackhole_4xP150.yaml",
                "p150x8": "blackhole_8xP150.yaml", "bh-galaxy": "blackhole_galaxy.yaml"}
 VENDORED = {"n150": "n150.ttsys"}
+DERIVED = WORMHOLE_BOARDS  # Wormhole meshes opbyop re-encodes itself
 CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
 _FIX_SCHEMA = ("use a descriptor made by this plugin version: `opbyop system-desc p150` makes one, or "
                "collect one on hardware with the same tt-mlir runtime (ttrt query --save-artifacts)")
@@ -51,7 +57,7 @@ class SystemDesc(BaseModel):
     path: Path
     schema_hash: str
     sha256: str
-    source: str  # mock | vendored | user
+    source: str  # mock | vendored | derived | user
 
 
 def plugin_version() -> str:
@@ -89,6 +95,18 @@ def _mock_script(cluster_yaml: Path, out: Path) -> str:
         # the plugin deletes its descriptor when this process exits: copy it while alive
         shutil.copy(os.path.join(os.environ["TMPDIR"], "tt_pjrt_system_descriptor"), {str(out)!r})
     """)
+
+
+def generate_wormhole(board: str, out: Path) -> Path:
+    """Derive the Wormhole mesh `board` (n300, t3k) into `out`. Derivation takes milliseconds: it is
+    redone every time, and the file rewritten only when its bytes change (never a stale cache)."""
+    base = resolve(WORMHOLE_BOARDS[board], check=False).path.read_bytes()
+    n150 = (config_dir() / "system_descs" / VENDORED["n150"]).read_bytes()
+    data = wormhole_mesh(base, n150, ensure_assets() / CLUSTER_DIR / BOARDS[board].cluster_yaml)
+    if not out.exists() or out.read_bytes() != data:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(out, data)
+    return out
 
 
 def generate_mock(board: str, out: Path) -> Path:
@@ -181,12 +199,15 @@ def plugin_schema_hash() -> str:
 
 
 def resolve(chip: str, check: bool = True) -> SystemDesc:
-    """A validated descriptor for `chip` (p150, p100, n150) or for a .ttsys path."""
+    """A validated descriptor for `chip` (p150, p100, n150, a mesh: p300 ... bh-galaxy, n300, t3k) or
+    for a .ttsys path."""
     if chip in MOCK_BOARDS:
         path = cache_dir() / f"{chip}.ttsys"
         if not path.exists():
             generate_mock(chip, path)
         desc = _describe(path, chip, "mock")
+    elif chip in DERIVED:
+        desc = _describe(generate_wormhole(chip, cache_dir() / f"{chip}.ttsys"), chip, "derived")
     elif chip in VENDORED:
         desc = _describe(config_dir() / "system_descs" / VENDORED[chip], chip, "vendored")
     else:
@@ -195,7 +216,7 @@ def resolve(chip: str, check: bool = True) -> SystemDesc:
             raise SystemDescError(f"{path} is a directory, not a system descriptor", _FIX_SCHEMA)
         if not path.is_file():
             raise SystemDescError(
-                f"unknown chip {chip!r}", f"use one of {', '.join([*MOCK_BOARDS, *VENDORED])} or a .ttsys path")
+                f"unknown chip {chip!r}", f"use one of {', '.join([*MOCK_BOARDS, *VENDORED, *DERIVED])} or a .ttsys path")
         desc = _describe(path, path.stem, "user")
     if check and desc.source != "mock":
         expected = plugin_schema_hash()
@@ -204,6 +225,6 @@ def resolve(chip: str, check: bool = True) -> SystemDesc:
                 f"{desc.path} has system-desc schema {desc.schema_hash[:12]}..., but jax-tt-plugin "
                 f"{plugin_version()} expects {expected[:12]}...; the compiler would stop at TTNN with "
                 "'system desc schema mismatch'", _FIX_SCHEMA)
-    if check and desc.source == "user":
+    if check and desc.source in ("user", "derived"):
         check_by_compiling(desc)
     return desc

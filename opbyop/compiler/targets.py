@@ -34,16 +34,20 @@ class Board(BaseModel):
     chips: int
     meshes: tuple[tuple[int, int], ...]
     cluster_yaml: str | None = None  # UMD's cluster descriptor (links, hence topology)
+    arch: str = "blackhole"  # the chips' architecture, as the compiler names it (wormhole_b0 | blackhole)
 
 
 BOARDS: dict[str, Board] = {
     "p150": Board(chips=1, meshes=((1, 1),), cluster_yaml="blackhole_P150.yaml"),
     "p100": Board(chips=1, meshes=((1, 1),), cluster_yaml="blackhole_P100.yaml"),
-    "n150": Board(chips=1, meshes=((1, 1),), cluster_yaml="wormhole_N150.yaml"),
+    "n150": Board(chips=1, meshes=((1, 1),), cluster_yaml="wormhole_N150.yaml", arch="wormhole_b0"),
     "p300": Board(chips=2, meshes=((1, 2),), cluster_yaml="blackhole_P300_both_mmio.yaml"),
     "p150x4": Board(chips=4, meshes=((1, 4), (2, 2)), cluster_yaml="blackhole_4xP150.yaml"),
     "p150x8": Board(chips=8, meshes=((1, 8), (2, 4)), cluster_yaml="blackhole_8xP150.yaml"),
     "bh-galaxy": Board(chips=32, meshes=((4, 8), (8, 4), (1, 32)), cluster_yaml="blackhole_galaxy.yaml"),
+    # Wormhole meshes: descriptors derived by opbyop (opbyop.compiler.wormhole_descs)
+    "n300": Board(chips=2, meshes=((1, 2),), cluster_yaml="wormhole_N300.yaml", arch="wormhole_b0"),
+    "t3k": Board(chips=8, meshes=((2, 4), (1, 8)), cluster_yaml="t3k_cluster_desc.yaml", arch="wormhole_b0"),
 }
 
 
@@ -116,12 +120,21 @@ def _cluster_yaml(name: str, assets: Path | None) -> Path | None:
     return path if path.exists() else None
 
 
+def read_cluster_yaml(cluster_yaml: Path) -> dict:
+    """A UMD cluster descriptor as data."""
+    return yaml.load(cluster_yaml.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
+
+
+def ethernet_connections(cluster: dict) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Each ethernet link of a UMD cluster descriptor as ((chip, channel), (chip, channel))."""
+    return [((int(a["chip"]), int(a["chan"])), (int(b["chip"]), int(b["chan"])))
+            for a, b in cluster.get("ethernet_connections") or []]
+
+
 def links_of(cluster_yaml: Path) -> dict[tuple[int, int], int]:
     """Ethernet links between chip pairs (lower chip id first) in a UMD cluster descriptor."""
-    data = yaml.load(cluster_yaml.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     links: dict[tuple[int, int], int] = {}
-    for pair in data.get("ethernet_connections") or []:
-        a, b = int(pair[0]["chip"]), int(pair[1]["chip"])
+    for (a, _), (b, _) in ethernet_connections(read_cluster_yaml(cluster_yaml)):
         if a != b:
             key = (min(a, b), max(a, b))
             links[key] = links.get(key, 0) + 1
