@@ -70,13 +70,13 @@ def start_scheduler(network: HostNetwork, tmp_path: Path) -> tuple[Host, str]:
     return host, f"tcp://{host.address}:{SCHEDULER_PORT}"
 
 
-def start_worker(network: HostNetwork, name: str, scheduler: str, tmp_path: Path) -> Host:
-    """A worker host with its own home; the flow's directory is not there."""
+def start_worker(network: HostNetwork, name: str, scheduler: str, tmp_path: Path, slow: bool = True) -> Host:
+    """A worker host with its own home; the flow's directory is not there. `slow`: each op waits a little."""
     host = network.add(name)
     (tmp_path / name / "tmp").mkdir(parents=True, exist_ok=True)
     network.start(host, [DASK, "worker", scheduler, "--host", host.address, "--name", name, "--nthreads", "1",
                          "--no-nanny", "--dashboard-address", f"{host.address}:0", "--death-timeout", "120"],
-                  host_env(tmp_path / name / "home", OPBYOP_DASK_FAULT_INJECT=EVERY_OP_SLOW,
+                  host_env(tmp_path / name / "home", OPBYOP_DASK_FAULT_INJECT=EVERY_OP_SLOW if slow else "",
                            TMPDIR=str(tmp_path / name / "tmp")),
                   tmp_path / f"{name}.log", hidden=(tmp_path / "flow",))
     return host
@@ -157,3 +157,22 @@ def test_workers_on_other_hosts_survive_a_lost_host_take_a_new_one_and_match_a_s
     # the same config on one host: the same rows
     _, single = run(base.model_copy(update={"cluster": ClusterConfig(workers=2)}))
     assert rows(store, single.run_id) == rows(store, summary.run_id)
+
+
+def test_a_whole_model_runs_on_a_worker_host_that_has_not_got_its_values(harness, network, tmp_path, monkeypatch):
+    home = tmp_path / "flow" / "home"
+    monkeypatch.setenv("OPBYOP_HOME", str(home))
+    home_id(home)
+    _, scheduler = start_scheduler(network, tmp_path)
+    start_worker(network, "w1", scheduler, tmp_path, slow=False)
+    with Client(scheduler, timeout=60) as watcher:
+        watcher.wait_for_workers(1, timeout=120)
+    config = AnalysisConfig(models=["jax-mlp"], whole_model=True, reuse_cached=False,
+                            cluster=ClusterConfig(address=scheduler))
+    state, summary = run(config)
+    assert state.is_completed() and summary.whole == {"jax-mlp": "success"}, state
+    assert summary.statuses == {"success": summary.ops_unique}
+    whole = Store(home / "store").models(summary.run_id)[0].summary.whole
+    flow_artifacts = ArtifactStore(home / "artifacts")
+    assert whole.compile.artifacts and all(flow_artifacts.path(d) for d in whole.compile.artifacts.values())
+    assert not list((tmp_path / "w1" / "home" / "scratch").glob("values-*.npz"))  # its copy of the values is gone
