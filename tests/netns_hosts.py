@@ -11,6 +11,7 @@ Everything is removed on close, whatever happened before.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -43,8 +44,8 @@ class HostNetwork:
     """A bridge `10.<a>.<b>.0/24` with the root namespace at .1 and one namespace per host from .10."""
 
     def __init__(self) -> None:
-        tag = f"{os.getpid() % 100000}"
-        self.prefix = f"obh{tag}"  # interface names stay within the kernel's 15 characters
+        sweep()
+        self.prefix = f"obh{os.getpid()}"  # interface names stay within the kernel's 15 characters
         self.subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
         self.bridge = f"{self.prefix}br"
         self.hosts: dict[str, Host] = {}
@@ -101,6 +102,35 @@ class HostNetwork:
             self.kill(host)
             subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
+def sweep() -> None:
+    """Remove what a killed test process left behind (its pid, in the names, is gone)."""
+    listed = subprocess.run(["ip", "-o", "netns", "list"], capture_output=True, text=True).stdout.split()
+    links = subprocess.run(["ip", "-o", "link", "show", "type", "bridge"], capture_output=True, text=True).stdout
+    for name in listed + re.findall(r"\d+: (obh\d+br)[:@]", links):
+        found = re.fullmatch(r"obh(\d+)(-.+|br)", name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        if found.group(2) == "br":
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+            continue
+        for pid in _pids(name):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _ip(*args: str) -> None:

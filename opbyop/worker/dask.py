@@ -55,8 +55,9 @@ class OpWorkerPlugin(WorkerPlugin):
 
     @classmethod
     def for_home(cls, root: Path, descriptors: dict[str, bytes]) -> OpWorkerPlugin:
-        """The plugin of a flow whose home is `root`: a Dask worker without that home works in its own."""
-        return cls(str(root), descriptors, home_id=home_id(root))
+        """The plugin of a flow whose home is `root`: a Dask worker without that home works in its own.
+        The flow's XLA:CPU flags go with it: golden references must not depend on the host."""
+        return cls(str(root), descriptors, env={"OPBYOP_XLA_FLAGS": environment().xla_flags}, home_id=home_id(root))
 
     def __getstate__(self) -> dict:
         # sent to every Dask worker: the configuration only, never locks or live child processes
