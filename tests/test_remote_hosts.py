@@ -25,6 +25,7 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.config import AnalysisConfig, ClusterConfig
 from opbyop.records import Status
 from opbyop.worker.wire import home_id
+from opbyop.workspace import OpIndex
 from storage.dataset import Store
 
 pytestmark = pytest.mark.slow
@@ -105,8 +106,8 @@ def run(config: AnalysisConfig) -> tuple[object, RunSummary]:
 
 
 def rows(store: Store, run_id: str) -> dict[str, tuple]:
-    return {r.signature: (r.status, r.depth, r.failed_stage, r.golden.passed if r.golden else None)
-            for r in store.results(run_id)}
+    return {r.signature: (r.status, r.depth, r.failed_stage, r.golden.passed if r.golden else None,
+                          repr(r.golden.pcc) if r.golden else None) for r in store.results(run_id)}
 
 
 def test_workers_on_other_hosts_survive_a_lost_host_take_a_new_one_and_match_a_single_host_run(
@@ -146,6 +147,8 @@ def test_workers_on_other_hosts_survive_a_lost_host_take_a_new_one_and_match_a_s
     workers = Counter(r.worker.split("-")[1] for r in results)
     assert workers["w1"] == len(ops_done_on(stream, w1)) >= 2
     assert workers["w3"] == len(ops_done_on(stream, w3)) >= 1 and workers["w2"] >= 1
+    # ops that read real values of their arguments got them from the flow's host
+    assert any(OpIndex(home / "ops").get(r.signature).input_values for r in results)
     # each worker kept its own home; the artifacts the results name came back to the flow's
     flow_artifacts = ArtifactStore(home / "artifacts")
     assert all(flow_artifacts.path(digest) for r in results for digest in r.compile.artifacts.values())
