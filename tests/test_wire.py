@@ -51,3 +51,13 @@ def test_a_dask_worker_without_the_flows_home_works_in_its_own(tmp_path, monkeyp
     elsewhere = OpWorkerPlugin(**{**plugin.__getstate__(), "workspace": str(tmp_path / "not-here")})
     assert elsewhere.home == tmp_path / "own" and not elsewhere.shared
     assert plugin.name == OpWorkerPlugin.for_home(flow, {"p150": b"descriptor"}).name  # a warm cluster keeps it
+
+
+def test_a_home_at_the_flows_path_on_another_host_is_not_taken_for_the_flows(tmp_path, monkeypatch):
+    same_path = tmp_path / "srv" / "opbyop"
+    plugin = OpWorkerPlugin.for_home(same_path, {"p150": b"descriptor"})  # the flow's home there ...
+    (same_path / "home-id").unlink()
+    home_id(same_path)  # ... and another host's own home at the same path
+    monkeypatch.setenv("OPBYOP_HOME", str(same_path))
+    there = OpWorkerPlugin(**plugin.__getstate__())
+    assert there.home == same_path and not there.shared  # its artifacts still travel back

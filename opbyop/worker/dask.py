@@ -51,6 +51,7 @@ class OpWorkerPlugin(WorkerPlugin):
         self._workers: dict[str, OpWorker] = {}
         self._name = "worker"
         self._home: Path | None = None
+        self._shared = False
         self._lock = threading.Lock()  # a Dask worker with several threads creates each OpWorker once
 
     @classmethod
@@ -81,14 +82,16 @@ class OpWorkerPlugin(WorkerPlugin):
         """Where this Dask worker keeps its files: the flow's home when this host has it, else its
         own OPBYOP_HOME."""
         if self._home is None:
-            shared = not self.home_id or shares_home(Path(self.workspace), self.home_id)
-            self._home = Path(self.workspace) if shared else environment().home.resolve()
+            self._shared = not self.home_id or shares_home(Path(self.workspace), self.home_id)
+            self._home = Path(self.workspace) if self._shared else environment().home.resolve()
         return self._home
 
     @property
     def shared(self) -> bool:
-        """Whether the flow reads this worker's artifacts where it wrote them."""
-        return self.home == Path(self.workspace)
+        """Whether the flow reads this worker's artifacts where it wrote them (a home at the same
+        path on another host is another home)."""
+        self.home  # decided with the home, once
+        return self._shared
 
     @property
     def artifacts(self) -> ArtifactStore:
