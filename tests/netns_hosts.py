@@ -70,6 +70,8 @@ class HostNetwork:
               hidden: tuple[Path, ...] = ()) -> subprocess.Popen:
         """`command` on `host`, its output in `log`; the directories `hidden` are empty there."""
         log.parent.mkdir(parents=True, exist_ok=True)
+        for path in hidden:  # a mount point must exist
+            path.mkdir(parents=True, exist_ok=True)
         covers = "".join(f"mount -t tmpfs tmpfs {shlex.quote(str(path))} && " for path in hidden)
         inside = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                   f"{covers}exec {shlex.join(command)}"]

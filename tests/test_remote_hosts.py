@@ -179,3 +179,36 @@ def test_a_whole_model_runs_on_a_worker_host_that_has_not_got_its_values(harness
     flow_artifacts = ArtifactStore(home / "artifacts")
     assert whole.compile.artifacts and all(flow_artifacts.path(d) for d in whole.compile.artifacts.values())
     assert not list((tmp_path / "w1" / "home" / "scratch").glob("values-*.npz"))  # its copy of the values is gone
+
+
+def test_the_nightly_on_worker_hosts_stores_the_same_rows_as_on_one_host(harness, network, tmp_path, monkeypatch):
+    from flows.nightly import nightly
+    from prefect.client.orchestration import get_client
+
+    from flows.engine.run_ids import run_id_for
+
+    nightly_file = tmp_path / "nightly.yaml"
+    nightly_file.write_text("models: [jax-mlp]\ntargets: [{chip: p150}, {chip: n150}]\nwhole_model: false\n")
+    _, scheduler = start_scheduler(network, tmp_path)
+    for name in ("w1", "w2"):
+        start_worker(network, name, scheduler, tmp_path, slow=False)
+    with Client(scheduler, timeout=60) as watcher:
+        watcher.wait_for_workers(2, timeout=120)
+
+    def night(home: Path, cluster: ClusterConfig) -> tuple[Store, list[str]]:
+        monkeypatch.setenv("OPBYOP_HOME", str(home))
+        home_id(home)
+        state = nightly(config_file=str(nightly_file), cluster=cluster, return_state=True)
+        assert state.is_completed(), state.message
+        with get_client(sync_client=True) as client:
+            base = run_id_for(client.read_flow_run(state.state_details.flow_run_id))
+        return Store(home / "store"), [f"{base}-t0", f"{base}-t1"]
+
+    remote, remote_runs = night(tmp_path / "flow" / "hosts-home", ClusterConfig(address=scheduler))
+    local, local_runs = night(tmp_path / "flow" / "local-home", ClusterConfig(workers=2))
+    for remote_run, local_run in zip(remote_runs, local_runs):
+        assert remote.run(remote_run).chip == local.run(local_run).chip
+        assert rows(remote, remote_run) == rows(local, local_run) and len(rows(local, local_run)) >= 8
+    # each worker host got each target's descriptor once, kept by its content hash in its own home
+    for name in ("w1", "w2"):
+        assert len(list((tmp_path / name / "home" / "system_descs").glob("*.ttsys"))) == 2, name
