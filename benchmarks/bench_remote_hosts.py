@@ -82,7 +82,8 @@ def traffic(home: Path, run_id: str) -> tuple[int, int]:
     artifacts, ops = ArtifactStore(home / "artifacts"), OpIndex(home / "ops")
     results = Store(home / "store").results(run_id)
     back = sum(len(data) for r in results for _, data in pack(artifacts, named_digests(r)).values())
-    sent = sum(len(data) for r in results for _, data in pack(artifacts, ops.get(r.signature).input_values.values()).values())
+    sent = sum(len(data) for r in results
+               for _, data in pack(artifacts, ops.get(r.signature).input_values.values()).values())
     return back, sent
 
 
@@ -119,7 +120,8 @@ def measure(args: argparse.Namespace, work: Path, flow_dir: Path) -> None:
     prepare_jax()
     home_id(flow_dir / "home")
     config = AnalysisConfig(models=args.models, whole_model=False, reuse_cached=False)
-    setups = {"one host (LocalCluster, 2 workers)": lambda: run(config.model_copy(update={"cluster": ClusterConfig(workers=2)})),
+    one_host = config.model_copy(update={"cluster": ClusterConfig(workers=2)})
+    setups = {"one host (LocalCluster, 2 workers)": lambda: run(one_host),
               "2 worker hosts, the flow's home shared": lambda: on_hosts(config, work, flow_dir, False, "shared"),
               "2 worker hosts, each its own home": lambda: on_hosts(config, work, flow_dir, True, "own")}
     figures = Figures(f"the analyze fan-out on other hosts ({' '.join(args.models)}; 2 op streams each)",

@@ -16,8 +16,8 @@ and the artifacts its result names come back with it into the flow's store (opby
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from concurrent.futures import CancelledError
+from pathlib import Path
 from typing import Callable, TypeVar
 
 from distributed import Client, KilledWorker, default_client
@@ -107,7 +107,8 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
 @task(name="whole-model", task_run_name="whole-{model}", retries=1, retry_delay_seconds=2,
       retry_condition_fn=_retry_infrastructure, cache_policy=NONE, persist_result=False)
 def whole_model(model: str, staged: tuple[str, str], parameters: list[int], chip: str, settings: AnalysisSettings,
-                timeout: float, plugin: str, gate: ClusterGate, artifacts: ArtifactStore | None = None) -> WholeModelResult:
+                timeout: float, plugin: str, gate: ClusterGate,
+                artifacts: ArtifactStore | None = None) -> WholeModelResult:
     """Compile the whole model and run it stitched on a Dask worker. `staged` is (module text, npz of
     its values) from stage_whole_model; the npz's bytes travel only to a worker without the flow's home."""
     module_text, values_path = staged

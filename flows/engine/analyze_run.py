@@ -199,7 +199,8 @@ class AnalyzeRun:
                                                      max(600.0, timeout), plugin, gate, self.workspace.artifacts)
         progress = create_progress_artifact(progress=0.0, description=f"ops analysed, run {self.run_id}")
         artifacts = self.workspace.artifacts  # the flow's: ops' inputs come from it, their results' land in it
-        futures = {analyze_op.submit(op, _label(op), chip, settings, timeout, plugin, gate, artifacts): op for op in todo}
+        futures = {analyze_op.submit(op, _label(op), chip, settings, timeout, plugin, gate, artifacts): op
+                   for op in todo}
         done: queue.Queue[PrefectFuture] = queue.Queue()
         for future in list(futures) + list(whole_futures.values()):
             future.add_done_callback(done.put)

@@ -3,8 +3,9 @@
 A Dask WorkerPlugin holds them, so compiler, XLA:CPU and device stay warm across ops, and a
 compiler abort costs one child process, not the Dask worker. A Dask worker on another host works in
 its own OPBYOP_HOME: the plugin brings the system descriptors (cached there by content hash), each op
-brings the artifacts it reads and takes back the ones its result names (opbyop.worker.wire). Functions here are plain Python: no
-Prefect runs on Dask workers (they could not reach an ephemeral Prefect API anyway).
+brings the artifacts it reads and takes back the ones its result names (opbyop.worker.wire).
+Functions here are plain Python: no Prefect runs on Dask workers (they could not reach an ephemeral
+Prefect API anyway).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from pathlib import Path
 from distributed import WorkerPlugin, get_worker
 
 from opbyop import atomic
+from opbyop.artifacts import ArtifactStore
 from opbyop.environment import environment
 from opbyop.worker import faults
 from opbyop.records import OpResult, UniqueOp, WholeModelResult
 from opbyop.worker.process import OpWorker
 from opbyop.worker.wire import Parcel, Shipped, home_id, named_digests, pack, shares_home, unpack
-from opbyop.artifacts import ArtifactStore
 from opbyop.config import AnalysisSettings
 
 PLUGIN_PREFIX = "opbyop-op-workers"
@@ -77,21 +78,24 @@ class OpWorkerPlugin(WorkerPlugin):
             w.close_passes()
         self._workers.clear()
 
+    def _place(self) -> tuple[Path, bool]:
+        """(this Dask worker's home, whether it is the flow's), decided once, on the worker."""
+        if self._home is None:
+            self._shared = not self.home_id or shares_home(Path(self.workspace), self.home_id)
+            self._home = Path(self.workspace) if self._shared else environment().home.resolve()
+        return self._home, self._shared
+
     @property
     def home(self) -> Path:
         """Where this Dask worker keeps its files: the flow's home when this host has it, else its
         own OPBYOP_HOME."""
-        if self._home is None:
-            self._shared = not self.home_id or shares_home(Path(self.workspace), self.home_id)
-            self._home = Path(self.workspace) if self._shared else environment().home.resolve()
-        return self._home
+        return self._place()[0]
 
     @property
     def shared(self) -> bool:
         """Whether the flow reads this worker's artifacts where it wrote them (a home at the same
         path on another host is another home)."""
-        self.home  # decided with the home, once
-        return self._shared
+        return self._place()[1]
 
     @property
     def artifacts(self) -> ArtifactStore:
