@@ -133,13 +133,6 @@ def analyze_op(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings,
     return _plugin(plugin).op_worker(chip).analyze(op, settings, timeout, tag)
 
 
-def analyze_whole(plugin: str, model: str, module_text: str, values_path: str, parameters: list[int], chip: str,
-                  settings: AnalysisSettings, timeout: float, iterations: int = 2, tag: str = "") -> WholeModelResult:
-    """Runs on a Dask worker: a whole model through its warm OpWorker."""
-    return _plugin(plugin).op_worker(chip).analyze_whole_from(model, module_text, values_path, parameters, settings,
-                                                              timeout, iterations, tag)
-
-
 class ValuesWanted(RuntimeError):
     """A whole model's values were sent by path to a worker that does not share the flow's home:
     send them again as bytes."""
