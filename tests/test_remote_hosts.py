@@ -71,15 +71,17 @@ def start_scheduler(network: HostNetwork, tmp_path: Path) -> tuple[Host, str]:
     return host, f"tcp://{host.address}:{SCHEDULER_PORT}"
 
 
-def start_worker(network: HostNetwork, name: str, scheduler: str, tmp_path: Path, slow: bool = True) -> Host:
-    """A worker host with its own home; the flow's directory is not there. `slow`: each op waits a little."""
+def start_worker(network: HostNetwork, name: str, scheduler: str, tmp_path: Path, slow: bool = True,
+                 flow_dir: Path | None = None) -> Host:
+    """A worker host with its own home; the flow's directory (default tmp_path/flow) is not there.
+    `slow`: each op waits a little."""
     host = network.add(name)
     (tmp_path / name / "tmp").mkdir(parents=True, exist_ok=True)
     network.start(host, [DASK, "worker", scheduler, "--host", host.address, "--name", name, "--nthreads", "1",
                          "--no-nanny", "--dashboard-address", f"{host.address}:0", "--death-timeout", "120"],
                   host_env(tmp_path / name / "home", OPBYOP_DASK_FAULT_INJECT=EVERY_OP_SLOW if slow else "",
                            TMPDIR=str(tmp_path / name / "tmp")),
-                  tmp_path / f"{name}.log", hidden=(tmp_path / "flow",))
+                  tmp_path / f"{name}.log", hidden=(flow_dir or tmp_path / "flow",))
     return host
 
 
