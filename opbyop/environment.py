@@ -25,7 +25,7 @@ class Environment(BaseSettings):
     host_devices: int = Field(1, ge=1, description="XLA:CPU devices of a process (a host mesh for golden runs "
                                                  "of sharded modules); set before JAX starts")
     fault_inject: str = Field("", description="tests only: abort:|hang:|raise:<signature prefix>, ';'-separated")
-    dask_fault_inject: str = Field("", description="tests only: exit:<signature prefix> kills the Dask worker")
+    dask_fault_inject: str = Field("", description="tests only: exit:<signature prefix> kills the Dask worker, slow: delays the op")
     worker_memory_limit: int = Field(0, ge=0, description="bytes of address space an op worker may add to what it "
                                      "holds once warm (0: no limit); an op needing more is an infra_error "
                                      "naming memory instead of the kernel's out-of-memory killer ending it")

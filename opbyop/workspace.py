@@ -1,6 +1,7 @@
 """Where opbyop keeps its files: artifacts, the op index, worker scratch and logs, the result store.
 
-One directory (OPBYOP_HOME, default ./.opbyop); a deployment points it at shared storage.
+One directory (OPBYOP_HOME, default ./.opbyop) per host: Dask workers on other hosts keep their own
+(opbyop.worker.wire carries what an op needs between them).
 """
 
 from __future__ import annotations

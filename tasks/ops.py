@@ -8,12 +8,16 @@ A Dask worker that dies fails every op it held, though at most one of them kille
 run once more alone on the cluster (tasks/gate.py), and only an op that kills a worker again is
 `crashed`. The cluster itself failing (connection lost, scheduler gone) is `infra_error`: worth one
 retry of the task, then recorded as such.
+
+The Dask worker may be on another host with a home of its own: an op carries the artifacts it reads,
+and the artifacts its result names come back with it into the flow's store (opbyop.worker.wire).
 """
 
 from __future__ import annotations
 
 import uuid
 from concurrent.futures import CancelledError
+from pathlib import Path
 from typing import Callable, TypeVar
 
 from distributed import Client, KilledWorker, default_client
@@ -22,10 +26,13 @@ from prefect import task
 from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 
+from opbyop.artifacts import ArtifactStore
 from opbyop.op_memory import op_size
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import RunStopped
+from opbyop.worker.wire import pack
+from opbyop.workspace import Workspace
 from opbyop.config import AnalysisSettings
 from tasks.gate import ClusterGate, GateClosed
 
@@ -75,16 +82,19 @@ def run_isolated(gate: ClusterGate, submit: Callable[[Client], object]) -> T:
 @task(name="analyze-op", task_run_name="{label}", retries=1, retry_delay_seconds=2,
       retry_condition_fn=_retry_infrastructure, cache_policy=NONE, persist_result=False)
 def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, timeout: float, plugin: str,
-               gate: ClusterGate) -> OpResult:
-    """Compile, simulate and check one unique op on a Dask worker."""
+               gate: ClusterGate, artifacts: ArtifactStore | None = None) -> OpResult:
+    """Compile, simulate and check one unique op on a Dask worker. `artifacts`: the flow's store (default:
+    OPBYOP_HOME's), where the op's inputs are read and its result's artifacts are put."""
     started = utcnow()
+    artifacts = artifacts or Workspace.default().artifacts
+    inputs = pack(artifacts, op.input_values.values())
 
     def submit(client: Client):
-        return client.submit(on_dask.analyze_op, plugin, op, chip, settings, timeout, tag=gate.tag, pure=False,
-                             key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
+        return client.submit(on_dask.analyze_op_shipped, plugin, op, chip, settings, timeout, tag=gate.tag,
+                             inputs=inputs, pure=False, key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
 
     try:
-        return run_isolated(gate, submit)
+        return run_isolated(gate, submit).landed(artifacts)
     except GateClosed as e:
         return Cancelled(message=str(e))
     except KilledTwice:
@@ -97,17 +107,26 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
 @task(name="whole-model", task_run_name="whole-{model}", retries=1, retry_delay_seconds=2,
       retry_condition_fn=_retry_infrastructure, cache_policy=NONE, persist_result=False)
 def whole_model(model: str, staged: tuple[str, str], parameters: list[int], chip: str, settings: AnalysisSettings,
-                timeout: float, plugin: str, gate: ClusterGate) -> WholeModelResult:
+                timeout: float, plugin: str, gate: ClusterGate,
+                artifacts: ArtifactStore | None = None) -> WholeModelResult:
     """Compile the whole model and run it stitched on a Dask worker. `staged` is (module text, npz of
-    its values) from stage_whole_model."""
+    its values) from stage_whole_model; the npz's bytes travel only to a worker without the flow's home."""
     module_text, values_path = staged
+    artifacts = artifacts or Workspace.default().artifacts
 
-    def submit(client: Client):
-        return client.submit(on_dask.analyze_whole, plugin, model, module_text, values_path, parameters, chip,
-                             settings, timeout, tag=gate.tag, pure=False, key=f"whole-{model}-{uuid.uuid4().hex[:8]}")
+    def submitting(values: bytes | None):  # noqa: ANN202
+        def submit(client: Client):
+            return client.submit(on_dask.analyze_whole_shipped, plugin, model, module_text, values_path, parameters,
+                                 chip, settings, timeout, tag=gate.tag, values=values, pure=False,
+                                 key=f"whole-{model}-{uuid.uuid4().hex[:8]}")
+        return submit
 
     try:
-        return run_isolated(gate, submit)
+        try:
+            shipped = run_isolated(gate, submitting(None))
+        except on_dask.ValuesWanted:
+            shipped = run_isolated(gate, submitting(Path(values_path).read_bytes()))
+        return shipped.landed(artifacts)
     except GateClosed as e:
         return Cancelled(message=str(e))
     except KilledTwice:

@@ -19,6 +19,7 @@ from opbyop.shrink.search import Shrinker
 from opbyop.worker import dask as on_dask
 from opbyop.config import AnalysisSettings, ShrinkOption
 from opbyop.workspace import Workspace
+from opbyop.worker.wire import pack
 from tasks.gate import ClusterGate
 from tasks.ops import KilledTwice, run_isolated
 
@@ -30,12 +31,13 @@ def shrink_op(op: UniqueOp, baseline: OpResult, label: str, chip: str, settings:
 
     def analyse(variant: UniqueOp) -> OpResult:
         def submit(client: Client):
-            return client.submit(on_dask.analyze_op, plugin, variant, chip, settings, timeout, tag=gate.tag, pure=False,
+            return client.submit(on_dask.analyze_op_shipped, plugin, variant, chip, settings, timeout, tag=gate.tag,
+                                 inputs=pack(workspace.artifacts, variant.input_values.values()), pure=False,
                                  key=f"shrink-{variant.signature[:16]}-{uuid.uuid4().hex[:8]}")
 
         started = utcnow()
         try:
-            return run_isolated(gate, submit)
+            return run_isolated(gate, submit).landed(workspace.artifacts)
         except KilledTwice:
             return OpResult(signature=variant.signature, op_name=variant.op_name, status=Status.CRASHED,
                             depth=Stage.SPLIT, started_at=started, ended_at=utcnow(),

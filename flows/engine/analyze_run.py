@@ -169,7 +169,7 @@ class AnalyzeRun:
             self._stop_with(str(e))
             return
         try:
-            plugin = on_dask.OpWorkerPlugin(str(self.workspace.root), {self.desc.chip: self.desc.path.read_bytes()})
+            plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()})
             with self.clock.phase("warm-up"):
                 error = warm_up(client, plugin, self.desc)
             if error:
@@ -196,9 +196,11 @@ class AnalyzeRun:
         for name, graph in wholes.items():
             staged = stage_whole_model.submit(graph, self.workspace.scratch)
             whole_futures[name] = whole_model.submit(name, staged, parameter_indices(graph), chip, settings,
-                                                     max(600.0, timeout), plugin, gate)
+                                                     max(600.0, timeout), plugin, gate, self.workspace.artifacts)
         progress = create_progress_artifact(progress=0.0, description=f"ops analysed, run {self.run_id}")
-        futures = {analyze_op.submit(op, _label(op), chip, settings, timeout, plugin, gate): op for op in todo}
+        artifacts = self.workspace.artifacts  # the flow's: ops' inputs come from it, their results' land in it
+        futures = {analyze_op.submit(op, _label(op), chip, settings, timeout, plugin, gate, artifacts): op
+                   for op in todo}
         done: queue.Queue[PrefectFuture] = queue.Queue()
         for future in list(futures) + list(whole_futures.values()):
             future.add_done_callback(done.put)

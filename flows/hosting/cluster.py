@@ -142,7 +142,7 @@ def serve(workers: int, chip: str) -> None:
         print(json.dumps({"address": cluster.scheduler_address}), flush=True)
         try:
             desc = resolve(chip)
-            plugin = on_dask.OpWorkerPlugin(str(Workspace.default().root), {desc.chip: desc.path.read_bytes()})
+            plugin = on_dask.OpWorkerPlugin.for_home(Workspace.default().root, {desc.chip: desc.path.read_bytes()})
             client.register_plugin(plugin)
             client.run(on_dask.warm_up, plugin.name, desc.chip)
         except Exception as e:  # the flow's own warm-up meets the same error and reports it

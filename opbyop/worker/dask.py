@@ -1,8 +1,11 @@
 """Warm op workers on Dask: each Dask worker owns one OpWorker (a child process) per chip.
 
 A Dask WorkerPlugin holds them, so compiler, XLA:CPU and device stay warm across ops, and a
-compiler abort costs one child process, not the Dask worker. Functions here are plain Python: no
-Prefect runs on Dask workers (they could not reach an ephemeral Prefect API anyway).
+compiler abort costs one child process, not the Dask worker. A Dask worker on another host works in
+its own OPBYOP_HOME: the plugin brings the system descriptors (cached there by content hash), each op
+brings the artifacts it reads and takes back the ones its result names (opbyop.worker.wire).
+Functions here are plain Python: no Prefect runs on Dask workers (they could not reach an ephemeral
+Prefect API anyway).
 """
 
 from __future__ import annotations
@@ -11,15 +14,18 @@ import hashlib
 import json
 import os
 import threading
+import uuid
 from pathlib import Path
 
 from distributed import WorkerPlugin, get_worker
 
 from opbyop import atomic
+from opbyop.artifacts import ArtifactStore
 from opbyop.environment import environment
 from opbyop.worker import faults
 from opbyop.records import OpResult, UniqueOp, WholeModelResult
 from opbyop.worker.process import OpWorker
+from opbyop.worker.wire import Parcel, Shipped, home_id, named_digests, pack, shares_home, unpack
 from opbyop.config import AnalysisSettings
 
 PLUGIN_PREFIX = "opbyop-op-workers"
@@ -33,21 +39,32 @@ class OpWorkerPlugin(WorkerPlugin):
 
     idempotent = True
 
-    def __init__(self, workspace: str, descriptors: dict[str, bytes], env: dict[str, str] | None = None):
-        self.workspace = workspace
+    def __init__(self, workspace: str, descriptors: dict[str, bytes], env: dict[str, str] | None = None,
+                 home_id: str = ""):
+        self.workspace = workspace  # the flow's home: used only where it is this host's too (home_id)
         self.descriptors = descriptors  # chip -> .ttsys bytes: remote workers need no local copy
         self.env = env or {}
-        digest = hashlib.sha256(json.dumps([workspace, sorted(self.env.items())]).encode())
+        self.home_id = home_id  # the flow's home's identity (wire.home_id); "" = the home is shared
+        digest = hashlib.sha256(json.dumps([workspace, sorted(self.env.items()), home_id]).encode())
         for chip, data in sorted(descriptors.items()):
             digest.update(chip.encode() + hashlib.sha256(data).digest())
         self.name = f"{PLUGIN_PREFIX}-{digest.hexdigest()[:12]}"
         self._workers: dict[str, OpWorker] = {}
         self._name = "worker"
+        self._home: Path | None = None
+        self._shared = False
         self._lock = threading.Lock()  # a Dask worker with several threads creates each OpWorker once
+
+    @classmethod
+    def for_home(cls, root: Path, descriptors: dict[str, bytes]) -> OpWorkerPlugin:
+        """The plugin of a flow whose home is `root`: a Dask worker without that home works in its own.
+        The flow's XLA:CPU flags go with it: golden references must not depend on the host."""
+        return cls(str(root), descriptors, env={"OPBYOP_XLA_FLAGS": environment().xla_flags}, home_id=home_id(root))
 
     def __getstate__(self) -> dict:
         # sent to every Dask worker: the configuration only, never locks or live child processes
-        return {"workspace": self.workspace, "descriptors": self.descriptors, "env": self.env}
+        return {"workspace": self.workspace, "descriptors": self.descriptors, "env": self.env,
+                "home_id": self.home_id}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
@@ -61,6 +78,29 @@ class OpWorkerPlugin(WorkerPlugin):
             w.close_passes()
         self._workers.clear()
 
+    def _place(self) -> tuple[Path, bool]:
+        """(this Dask worker's home, whether it is the flow's), decided once, on the worker."""
+        if self._home is None:
+            self._shared = not self.home_id or shares_home(Path(self.workspace), self.home_id)
+            self._home = Path(self.workspace) if self._shared else environment().home.resolve()
+        return self._home, self._shared
+
+    @property
+    def home(self) -> Path:
+        """Where this Dask worker keeps its files: the flow's home when this host has it, else its
+        own OPBYOP_HOME."""
+        return self._place()[0]
+
+    @property
+    def shared(self) -> bool:
+        """Whether the flow reads this worker's artifacts where it wrote them (a home at the same
+        path on another host is another home)."""
+        return self._place()[1]
+
+    @property
+    def artifacts(self) -> ArtifactStore:
+        return ArtifactStore(self.home / "artifacts")
+
     def abort(self, tag: str) -> int:
         return sum(w.abort(tag) for w in list(self._workers.values()))
 
@@ -71,10 +111,10 @@ class OpWorkerPlugin(WorkerPlugin):
     def _op_worker(self, chip: str) -> OpWorker:
         if chip not in self._workers:
             data = self.descriptors[chip]
-            path = Path(self.workspace) / "system_descs" / f"{hashlib.sha256(data).hexdigest()[:16]}.ttsys"
+            path = self.home / "system_descs" / f"{hashlib.sha256(data).hexdigest()[:16]}.ttsys"
             if not path.exists():
                 atomic.write_bytes(path, data)
-            worker = OpWorker(path, Path(self.workspace), chip=chip, name=f"{self._name}-{chip}-{os.getpid()}",
+            worker = OpWorker(path, self.home, chip=chip, name=f"{self._name}-{chip}-{os.getpid()}",
                               env=self.env)
             self._workers[chip] = faults.injected(worker, environment().dask_fault_inject, "analyze")
         return self._workers[chip]
@@ -93,11 +133,41 @@ def analyze_op(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings,
     return _plugin(plugin).op_worker(chip).analyze(op, settings, timeout, tag)
 
 
-def analyze_whole(plugin: str, model: str, module_text: str, values_path: str, parameters: list[int], chip: str,
-                  settings: AnalysisSettings, timeout: float, iterations: int = 2, tag: str = "") -> WholeModelResult:
-    """Runs on a Dask worker: a whole model through its warm OpWorker."""
-    return _plugin(plugin).op_worker(chip).analyze_whole_from(model, module_text, values_path, parameters, settings,
-                                                              timeout, iterations, tag)
+class ValuesWanted(RuntimeError):
+    """A whole model's values were sent by path to a worker that does not share the flow's home:
+    send them again as bytes."""
+
+
+def analyze_op_shipped(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float,
+                       tag: str = "", inputs: Parcel | None = None) -> Shipped[OpResult]:
+    """Runs on a Dask worker: analyze_op for a worker that may not share the flow's home. `inputs`:
+    the artifacts the op reads (its arguments' real values)."""
+    found = _plugin(plugin)
+    if not found.shared:
+        unpack(found.artifacts, inputs or {})
+    result = found.op_worker(chip).analyze(op, settings, timeout, tag)
+    return Shipped(result, {} if found.shared else pack(found.artifacts, named_digests(result)))
+
+
+def analyze_whole_shipped(plugin: str, model: str, module_text: str, values_path: str, parameters: list[int],
+                          chip: str, settings: AnalysisSettings, timeout: float, iterations: int = 2, tag: str = "",
+                          values: bytes | None = None) -> Shipped[WholeModelResult]:
+    """Runs on a Dask worker: analyze_whole for a worker that may not share the flow's home; `values`
+    are the npz's bytes, needed only there (ValuesWanted when they were not sent)."""
+    found = _plugin(plugin)
+    if found.shared:
+        result = found.op_worker(chip).analyze_whole_from(model, module_text, values_path, parameters, settings,
+                                                          timeout, iterations, tag)
+        return Shipped(result)
+    if values is None:
+        raise ValuesWanted(f"the whole model {model}'s values are on the flow's host")
+    local = atomic.write_bytes(found.home / "scratch" / f"values-{uuid.uuid4().hex[:12]}.npz", values)
+    try:
+        result = found.op_worker(chip).analyze_whole_from(model, module_text, str(local), parameters, settings,
+                                                          timeout, iterations, tag)
+    finally:
+        local.unlink(missing_ok=True)
+    return Shipped(result, pack(found.artifacts, named_digests(result)))
 
 
 def abort_in_flight(plugin: str, tag: str, dask_worker: object | None = None) -> int:

@@ -3,7 +3,8 @@
 `OPBYOP_FAULT_INJECT` (a worker's child process) and `OPBYOP_DASK_FAULT_INJECT` (a Dask worker) hold
 ';'-separated rules `action:<signature prefix>`: abort (the process aborts, as the compiler can),
 hang, raise (a bug in opbyop itself), exit (the process exits at once, as a killed Dask worker),
-sigkill (as the kernel's out-of-memory killer ends a process).
+sigkill (as the kernel's out-of-memory killer ends a process), slow (the op waits SLOW_SECONDS, then
+runs as usual: a run that lasts long enough for a test to act in its middle).
 Only a process started with rules gets its analyzer wrapped: the op path of every other process
 never looks for them.
 """
@@ -16,7 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-ACTIONS = ("abort", "hang", "raise", "exit", "sigkill")
+ACTIONS = ("abort", "hang", "raise", "exit", "sigkill", "slow")
+SLOW_SECONDS = 0.25
 T = TypeVar("T")
 
 
@@ -26,6 +28,9 @@ class Fault:
     prefix: str
 
     def strike(self) -> None:
+        if self.action == "slow":
+            time.sleep(SLOW_SECONDS)
+            return
         if self.action == "abort":
             os.abort()
         if self.action == "hang":

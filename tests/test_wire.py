@@ -1,0 +1,63 @@
+"""What an op carries to a Dask worker on another host and what its result brings back (opbyop.worker.wire)."""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+
+from opbyop.artifacts import ArtifactStore
+from opbyop.records import CompileOutcome, FailedPass, OpResult, PassOutcome, Stage, Status
+from opbyop.worker.dask import OpWorkerPlugin
+from opbyop.worker.wire import home_id, named_digests, pack, shares_home, unpack
+
+
+def test_a_home_keeps_one_identity_even_when_many_processes_create_it_at_once(tmp_path):
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(lambda _: home_id(tmp_path / "home"), range(32)))
+    assert len(ids) == 1 and home_id(tmp_path / "home") in ids
+    assert home_id(tmp_path / "other") not in ids  # another home, even a copy at another path, is another id
+    assert sorted(p.name for p in (tmp_path / "home").iterdir()) == ["home-id"]  # no partial files left
+
+
+def test_a_home_is_shared_only_where_this_host_has_the_same_identity(tmp_path):
+    identity = home_id(tmp_path / "flow")
+    assert shares_home(tmp_path / "flow", identity)
+    assert not shares_home(tmp_path / "missing", identity)  # the flow's path is not on this host
+    home_id(tmp_path / "same-path-elsewhere")
+    assert not shares_home(tmp_path / "same-path-elsewhere", identity)
+
+
+def test_a_results_artifacts_travel_to_the_flows_store_and_only_those_the_worker_holds(tmp_path):
+    worker, flow = ArtifactStore(tmp_path / "worker"), ArtifactStore(tmp_path / "flow")
+    ttir, flatbuffer, ir_before = worker.put(b"ttir", ".mlir"), worker.put(b"fb", ".ttnn"), worker.put(b"ir", ".mlir")
+    signature = hashlib.sha256(b"the op").hexdigest()  # a digest that names no artifact
+    result = OpResult(signature=signature, op_name="stablehlo.add", status=Status.COMPILE_FAILED,
+                      depth=Stage.TTIR, failed_stage=Stage.TTNN,
+                      compile=CompileOutcome(artifacts={"ttir": ttir, "flatbuffer": flatbuffer}),
+                      failed_pass=FailedPass(outcome=PassOutcome.FAILED, ir_before=ir_before))
+    assert named_digests(result) == {signature, ttir, flatbuffer, ir_before}
+    parcel = pack(worker, named_digests(result))
+    assert set(parcel) == {ttir, flatbuffer, ir_before}
+    unpack(flow, parcel)
+    assert flow.read(ttir) == b"ttir" and flow.path(flatbuffer).suffix == ".ttnn" and flow.read(ir_before) == b"ir"
+
+
+def test_a_dask_worker_without_the_flows_home_works_in_its_own(tmp_path, monkeypatch):
+    flow = tmp_path / "flow"
+    plugin = OpWorkerPlugin.for_home(flow, {"p150": b"descriptor"})
+    monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "own"))
+    here = OpWorkerPlugin(**plugin.__getstate__())  # as a Dask worker receives it
+    assert here.home == flow and here.shared  # this host has the flow's home
+    elsewhere = OpWorkerPlugin(**{**plugin.__getstate__(), "workspace": str(tmp_path / "not-here")})
+    assert elsewhere.home == tmp_path / "own" and not elsewhere.shared
+    assert plugin.name == OpWorkerPlugin.for_home(flow, {"p150": b"descriptor"}).name  # a warm cluster keeps it
+
+
+def test_a_home_at_the_flows_path_on_another_host_is_not_taken_for_the_flows(tmp_path, monkeypatch):
+    same_path = tmp_path / "srv" / "opbyop"
+    plugin = OpWorkerPlugin.for_home(same_path, {"p150": b"descriptor"})  # the flow's home there ...
+    (same_path / "home-id").unlink()
+    home_id(same_path)  # ... and another host's own home at the same path
+    monkeypatch.setenv("OPBYOP_HOME", str(same_path))
+    there = OpWorkerPlugin(**plugin.__getstate__())
+    assert there.home == same_path and not there.shared  # its artifacts still travel back
