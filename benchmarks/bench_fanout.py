@@ -97,6 +97,16 @@ def task_runs(api: str, flow_run_id: str) -> int:
     return int(response.json())
 
 
+def table_rows(db: Path) -> dict[str, int]:
+    """Rows per table of the server's SQLite database (where its size goes), the largest first."""
+    import sqlite3
+
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+        tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        counts = {t: con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for t in tables}
+    return dict(sorted(((t, n) for t, n in counts.items() if n), key=lambda kv: -kv[1])[:8])
+
+
 def one(n: int, workers: int, chip: str, full: bool, work: Path) -> dict:
     """One size in this process: baseline, then the flow; the figures as a dict."""
     os.environ.update({"OPBYOP_HOME": str(work / "home"), "PREFECT_HOME": str(work / "prefect"),
@@ -169,12 +179,13 @@ def measure(n: int, chip: str, full: bool, url: str, address: str, server: psuti
     lag_s = time.monotonic() - started
     server_peak, server_cpu = server_sampler.stop()
     db = sum(p.stat().st_size for p in (work / "prefect").glob("prefect.db*"))
+    rows = table_rows(work / "prefect" / "prefect.db")
     fan_out = summary.phases.get("fan-out", float("nan"))
     return {"n": len(unique), "state": state.name, "split_s": split_s, "alone_s": alone_s, "flow_s": flow_s,
             "fan_out_s": fan_out, "phases": summary.phases, "statuses": summary.statuses,
             "flow_peak_mb": flow_peak / 2**20, "flow_growth_mb": (flow_peak - rss_before) / 2**20,
             "flow_cpu_s": flow_cpu, "server_peak_mb": server_peak / 2**20, "server_cpu_s": server_cpu,
-            "recorded": recorded, "lag_s": lag_s, "db_mb": db / 2**20,
+            "recorded": recorded, "lag_s": lag_s, "db_mb": db / 2**20, "db_rows": rows,
             "overhead_ms": 1000 * (fan_out - alone_s) / max(1, len(unique))}
 
 
