@@ -95,3 +95,17 @@ def test_opbyop_nightly_runs_on_opbyop_serve_s_server_and_cluster_when_it_runs(t
     finally:
         os.killpg(serve.pid, signal.SIGINT)
     assert serve.wait(timeout=120) == 0, serve_log.read_text()[-3000:]
+
+
+def test_the_service_reads_a_nightly_request_beside_analyze_requests_and_refuses_garbage():
+    from flows.hosting.service import AnalyzeRequest, NightlyRequest, read_request
+    from opbyop.config import AnalysisConfig
+
+    nightly = NightlyRequest(run_id="n1", config_file="/abs/nightly.yaml", client_pid=1)
+    analyze = AnalyzeRequest(run_id="a1", config=AnalysisConfig(models=["mlp"]), client_pid=1)
+    assert read_request(nightly.model_dump_json()) == nightly
+    assert read_request(analyze.model_dump_json()) == analyze
+    with pytest.raises(ValueError):
+        read_request('{"run_id": "garbage", "config": ')
+    with pytest.raises(ValueError):
+        read_request('{"kind": "nightly", "run_id": "n2"}')  # no client: nobody to answer
