@@ -197,7 +197,7 @@ def test_the_nightly_runs_the_corpus_target_and_reports_its_coverage(harness, ho
     # through the same fan-out as a model: its own run in the store, the cases as the ops of `corpus`
     corpus_run = f"{_run_id_of(state)}-corpus-0"
     store = Store(home / "store")
-    assert store.run(corpus_run).status == "completed" and {m.model for m in store.models(corpus_run)} == {"corpus"}
+    assert store.run(corpus_run).status == "completed" and {m.summary.model for m in store.models(corpus_run)} == {"corpus"}
     assert len(store.ops(corpus_run, "corpus")) == 8  # add and exponential, f32, four shapes, argument-fed
     assert sorted(r.status.value for r in store.results(corpus_run)) == ["success"] * 8
 
