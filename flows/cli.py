@@ -297,7 +297,8 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
                                                   "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),
             ) -> None:
     """Run the nightly flow once, now: every target of the nightly configuration, compared with the
-    previous night and checked against the expectations."""
+    previous night and checked against the expectations. Without --workers and --address, a running
+    `opbyop serve` of this workspace runs it on its server and cluster."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     _defaults_for_laptop()
     from opbyop.config import ClusterConfig
@@ -315,6 +316,12 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     address = address or environment().dask_address
     chip = chosen.targets[0].chip if chosen.targets else "p150"  # the cluster's op workers warm up for it
     root = Workspace.default().root
+    from flows.hosting.service import standing_service
+
+    service = None if address or workers else standing_service(root)
+    if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the nightly
+        _nightly_on_service(root, service, config_file, models, expectations)
+        return
     launch = Launch(workers, address, chip, root / "logs")
     resume = shlex.join(["opbyop", "nightly"] + (["--config", str(config_file)] if config_file else []))
     flow_thread: FlowThread | None = None
@@ -350,14 +357,50 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
         launch.close()
 
 
+def _nightly_on_service(root: Path, service, config_file: Optional[Path], models: list[str] | None,  # noqa: ANN001
+                        expectations: Optional[Path]) -> None:
+    """Hand the nightly to `opbyop serve` and wait for its outcome; Ctrl-C asks the service to stop it."""
+    import uuid
+
+    from flows.hosting.service import NightlyRequest, Ticket
+    from opbyop.errors import OpbyopError
+
+    request = NightlyRequest(run_id=f"nightly-{uuid.uuid4().hex[:12]}", client_pid=os.getpid(), models=models or None,
+                             config_file=str(config_file.resolve()) if config_file else None,
+                             expectations_file=str(expectations.resolve()) if expectations else None)
+    _say(f"nightly on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
+    ticket = Ticket(root, service, request)
+    ticket.submit()
+    try:
+        _wait_while(lambda: ticket.outcome() is None, 0.2)
+    except KeyboardInterrupt:
+        _say(("interrupted:", "yellow"), " the service stores what was analysed and stops the nightly")
+        ticket.stop()
+        try:
+            _wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
+        except (KeyboardInterrupt, OpbyopError):
+            pass
+        raise typer.Exit(130)
+    except OpbyopError as e:
+        _say(("error:", "red"), f" {e}")
+        raise typer.Exit(1)
+    outcome = ticket.outcome()
+    _say(f"nightly: {outcome.state}")
+    for line in outcome.message.split("; "):
+        _say(f"  {line}")
+    if not outcome.completed:
+        raise typer.Exit(1)
+
+
 def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers for this chip"),
           workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Dask workers (default: one per core)"),
           port: Optional[int] = typer.Option(None, "--port", min=1, max=65535,
                                              help="the Prefect server's port (default: a free one)"),
           ) -> None:
-    """Keep a Prefect server, a warm Dask cluster and a warm flow process running for `opbyop analyze`.
+    """Keep a Prefect server, a warm Dask cluster and a warm flow process running for `opbyop analyze`
+    and `opbyop nightly`.
 
-    analyze in this workspace then hands its runs to them instead of starting its own. Ctrl-C (or
+    analyze and nightly in this workspace then hand their runs to them instead of starting their own. Ctrl-C (or
     SIGTERM) stops them."""
     _defaults_for_laptop()
     from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports
@@ -372,7 +415,7 @@ def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers f
         warm_imports()
         _say(f"serving {root}: Prefect API {record.api_url} (UI {record.api_url.removesuffix('/api')}), Dask "
              f"scheduler {record.dask_address}, {record.workers} op workers warming up for {chip}")
-        _say("`opbyop analyze` in this workspace now runs here; Ctrl-C stops the service")
+        _say("`opbyop analyze` (and `opbyop nightly`) in this workspace now runs here; Ctrl-C stops the service")
         service.serve(on_run=lambda request, outcome: _say(f"run {request.run_id}: {outcome.state}"))
     except KeyboardInterrupt:
         _say("stopping the cluster and the server")

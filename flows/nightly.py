@@ -1,8 +1,9 @@
 """The nightly flow: the zoo from configs/nightly.yaml on every target, compared night over night.
 
 Each target (chip x compiler options) is one `analyze` subflow run; its aggregation, report and
-artifacts come with it. With a `corpus` block, the single-op corpus runs too (every chip, one dtype
-chunk at a time) and the summary gains the simulator's coverage. The nightly then compares each
+artifacts come with it. With a `corpus` block, the single-op corpus runs too, through the same fan-out (one
+`corpus` subflow run per chip: one task per unique op on the cluster, results stored as the model
+`corpus`), and the summary gains the simulator's coverage. The nightly then compares each
 model with that model's previous comparable night (same chip and options, the model split there),
 checks the expectations (unexpected failures AND unexpected passes, so configs/expectations.yaml
 stays true) and publishes one `nightly-summary` artifact. The targets' run ids derive from the
@@ -20,6 +21,7 @@ from prefect.states import Completed, Failed
 from pydantic import BaseModel, Field
 
 from flows.analyze import analyze, claim_flow_run, run_id_for
+from flows.corpus import corpus
 from flows.hosting import handoff as handoffs
 from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
 from flows.engine.summary import summary_of
@@ -28,7 +30,8 @@ from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
-from tasks.corpus import coverage_markdown, run_corpus
+from opbyop.corpus.config import load_corpus_config
+from tasks.corpus import CorpusOutcome, corpus_selection, coverage_markdown, store_coverage
 
 
 class Target(BaseModel):
@@ -102,8 +105,9 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
         with handoffs.handing_off(handoffs.Handoff(stop=caller.stop) if caller else handoffs.Handoff()):
             outcomes.append(_run_target(i, target, base, config, models, cluster, store, expectations))
     markdown = nightly_markdown(base, outcomes)
-    if config.corpus is not None:
-        markdown += "\n" + coverage_markdown(run_corpus(config_dir() / config.corpus.config))
+    if config.corpus is not None and not (caller is not None and caller.stop.is_set()):
+        with handoffs.handing_off(handoffs.Handoff(stop=caller.stop) if caller else handoffs.Handoff()):
+            markdown += "\n" + coverage_markdown(_run_corpus(config.corpus, base, config, cluster, store))
     create_markdown_artifact(markdown=markdown, key="nightly-summary",
                              description=f"nightly {base}: per target and model, against the previous night")
     lines = [f"{o.title}: {o.message}" for o in outcomes]
@@ -136,6 +140,28 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
         outcome.expectations = compare(run_id, run_outcomes(store.root, run_id), expectations)
         outcome.comparisons = model_comparisons_for(store.root, run_id)
     return outcome
+
+
+def _run_corpus(target: CorpusTarget, base: str, config: NightlyConfig, cluster: ClusterConfig,
+                store: Store) -> list[CorpusOutcome]:
+    """One `corpus` run per chip of the corpus configuration (run ids `<nightly>-corpus-<i>`); a chip
+    whose run fails never stops the others."""
+    settings = load_corpus_config(config_dir() / target.config)
+    selection = corpus_selection(settings)
+    outcomes = []
+    for i, chip in enumerate(settings.chips):
+        run_id = f"{base}-corpus-{i}"
+        try:
+            state = corpus(selection=selection, chip=chip, compiler=settings.compiler,
+                           op_timeout_s=settings.op_timeout_s, reuse_cached=config.reuse_cached, cluster=cluster,
+                           run_id=run_id, return_state=True)
+            outcome = CorpusOutcome(chip=chip, run_id=run_id, state=state.name, message=state.message or "")
+        except Exception as e:  # noqa: BLE001  (said in the summary; the next chip goes on)
+            outcome = CorpusOutcome(chip=chip, run_id=run_id, state="Error", message=f"{type(e).__name__}: {e}")
+        if store.has_run(run_id):
+            outcome.coverage = store_coverage(store, run_id, selection, chip, Workspace.default().artifacts.read_text)
+        outcomes.append(outcome)
+    return outcomes
 
 
 if __name__ == "__main__":  # `python flows/nightly.py [CONFIG]`: one nightly, as Prefect users run a flow

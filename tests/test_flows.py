@@ -194,7 +194,12 @@ def test_the_nightly_runs_the_corpus_target_and_reports_its_coverage(harness, ho
     coverage = summary.split("## Single-op corpus")[1]
     assert "### p150:" in coverage and "not simulated:" not in coverage.split("\n")[2]
     assert re.search(r"\| f32 \| \d+ \| \d+ \| 100\.0% \|", coverage)  # add and exp in f32 pass on the device
-    assert list((home / "corpus-results" / "p150").glob("jax-tt-plugin-*/results.jsonl"))  # per compiler version
+    # through the same fan-out as a model: its own run in the store, the cases as the ops of `corpus`
+    corpus_run = f"{_run_id_of(state)}-corpus-0"
+    store = Store(home / "store")
+    assert store.run(corpus_run).status == "completed" and {m.summary.model for m in store.models(corpus_run)} == {"corpus"}
+    assert len(store.ops(corpus_run, "corpus")) == 8  # add and exponential, f32, four shapes, argument-fed
+    assert sorted(r.status.value for r in store.results(corpus_run)) == ["success"] * 8
 
 
 def test_the_run_form_is_built_from_the_pydantic_parameters():

@@ -58,3 +58,54 @@ def test_a_bare_nightly_call_waits_for_prefect_s_temporary_server_on_a_small_mac
     assert "nightly: Completed" in out and "Timed out while attempting to connect" not in out
     runs = _stored_target_runs(tmp_path)
     assert len(runs) == 1 and Store(tmp_path / "home" / "store").results(runs[0].run_id)
+
+
+def test_opbyop_nightly_runs_on_opbyop_serve_s_server_and_cluster_when_it_runs(tmp_path):
+    """With `opbyop serve` running in the workspace, `opbyop nightly` starts neither a server nor a
+    cluster: the service runs the nightly flow, every target on its cluster, and answers its outcome."""
+    import signal
+    import time
+
+    import psutil
+
+    env = _env(tmp_path)
+    serve_log = tmp_path / "serve.log"
+    serve = subprocess.Popen([str(BIN / "opbyop"), "serve", "--workers", "1"], env=env, cwd=tmp_path,
+                             stdout=open(serve_log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while "now runs here" not in serve_log.read_text():
+            assert serve.poll() is None and time.monotonic() < deadline, serve_log.read_text()[-3000:]
+            time.sleep(1)
+        cli = subprocess.Popen([str(BIN / "opbyop"), "nightly", "--config", str(_nightly_file(tmp_path))], env=env,
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        children = set()
+        while cli.poll() is None:  # what the CLI starts while the nightly runs: nothing but itself
+            try:
+                children |= {p.pid for p in psutil.Process(cli.pid).children(recursive=True)}
+            except psutil.NoSuchProcess:
+                pass
+            time.sleep(0.5)
+        out = cli.stdout.read()
+        assert cli.returncode == 0, out[-3000:] + serve_log.read_text()[-3000:]
+        assert f"nightly on `opbyop serve` (pid {serve.pid}" in out and "nightly: Completed" in out, out
+        assert "p150 default options" in out and not children
+        runs = _stored_target_runs(tmp_path)
+        assert len(runs) == 1 and runs[0].status.value == "completed"
+    finally:
+        os.killpg(serve.pid, signal.SIGINT)
+    assert serve.wait(timeout=120) == 0, serve_log.read_text()[-3000:]
+
+
+def test_the_service_reads_a_nightly_request_beside_analyze_requests_and_refuses_garbage():
+    from flows.hosting.service import AnalyzeRequest, NightlyRequest, read_request
+    from opbyop.config import AnalysisConfig
+
+    nightly = NightlyRequest(run_id="n1", config_file="/abs/nightly.yaml", client_pid=1)
+    analyze = AnalyzeRequest(run_id="a1", config=AnalysisConfig(models=["mlp"]), client_pid=1)
+    assert read_request(nightly.model_dump_json()) == nightly
+    assert read_request(analyze.model_dump_json()) == analyze
+    with pytest.raises(ValueError):
+        read_request('{"run_id": "garbage", "config": ')
+    with pytest.raises(ValueError):
+        read_request('{"kind": "nightly", "run_id": "n2"}')  # no client: nobody to answer

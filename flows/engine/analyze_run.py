@@ -206,7 +206,8 @@ class AnalyzeRun:
             future.add_done_callback(done.put)
         whole_of = {f: name for name, f in whole_futures.items()}
         batches = ResultBatches(writer)
-        finished, remaining = 0, len(futures) + len(whole_futures)
+        total = len(futures)  # each op's future is dropped once its result is taken: 20k states are not held
+        finished, remaining = 0, total + len(whole_futures)
         try:
             while remaining:
                 if self.handoff.stop.is_set():
@@ -222,13 +223,13 @@ class AnalyzeRun:
                     self.out.wholes[whole_of[future]] = _whole_result(future)
                     self.clock.add("whole model", time.monotonic() - started)
                     continue
-                result = _op_result(future, futures[future])
+                result = _op_result(future, futures.pop(future))
                 self.out.results[result.signature] = result
                 finished += 1
-                if finished == len(futures):
+                if finished == total:
                     self.clock.add("fan-out", time.monotonic() - started)
                 if batches.add(result):
-                    update_progress_artifact(progress, progress=100.0 * finished / max(1, len(futures)))
+                    update_progress_artifact(progress, progress=100.0 * finished / max(1, total))
         finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
             if remaining:  # the run is stopping: the work in flight is cancelled and stopped
                 self.logger.warning("stopping the run's work on the cluster: %s", gate.close())

@@ -1,5 +1,5 @@
 """The `opbyop serve` process: its Prefect server and Dask cluster, and the loop that runs the
-analyze requests of its workspace (the protocol: flows/hosting/service.py)."""
+analyze and nightly requests of its workspace (the protocol: flows/hosting/service.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 from flows.hosting.cluster import ClusterProcess
 from flows.hosting.server import PrefectApi, drain_prefect
-from flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, ServiceRecord, alive, record_path,
-                           service_dir, store_and_configs)
+from flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, NightlyRequest, ServiceRecord, alive,
+                           read_request, record_path, service_dir, store_and_configs)
 from flows.engine.summary import summary_of
 from opbyop.atomic import write_text
 from opbyop.errors import OpbyopError
@@ -49,7 +49,7 @@ class Service:
             self._check_children()
             for path in sorted(folder.glob("*.request.json"), key=lambda p: p.stat().st_mtime):
                 try:
-                    request = AnalyzeRequest.model_validate_json(path.read_text())
+                    request = read_request(path.read_text())
                 except (OSError, ValueError) as e:  # another opbyop version's: its CLI waits for an answer
                     run_id = path.name.removesuffix(".request.json")
                     _answer(folder, AnalyzeOutcome(run_id=run_id, state="Error", completed=False,
@@ -69,14 +69,15 @@ class Service:
                 raise OpbyopError(f"the {name} of this service exited ({code})",
                                   f"see the logs in {self.root / 'logs'}, then start `opbyop serve` again")
 
-    def _run(self, request: AnalyzeRequest, folder: Path) -> AnalyzeOutcome:
+    def _run(self, request: AnalyzeRequest | NightlyRequest, folder: Path) -> AnalyzeOutcome:
         """The flow in a thread; this one stops it when the CLI asks or is gone."""
         from flows.hosting.handoff import Handoff
 
         handoff = Handoff()
         box: dict[str, AnalyzeOutcome] = {}
-        thread = threading.Thread(target=lambda: box.update(outcome=run_flow(request, handoff, self.address)),
-                                  name=f"analyze-{request.run_id}", daemon=True)
+        runner = run_nightly if isinstance(request, NightlyRequest) else run_flow
+        thread = threading.Thread(target=lambda: box.update(outcome=runner(request, handoff, self.address)),
+                                  name=f"{runner.__name__}-{request.run_id}", daemon=True)
         thread.start()
         stop = folder / f"{request.run_id}.stop"
         stopping = False
@@ -138,12 +139,30 @@ def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome: 
                           message=state.message or "", summary=summary_of(data))
 
 
+def run_nightly(request: NightlyRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
+    """The nightly flow for one request, every target on the service's cluster; never raises."""
+    from flows.hosting.handoff import handing_off
+    from flows.nightly import nightly
+    from opbyop.config import ClusterConfig
+
+    try:
+        with handing_off(handoff):
+            state = nightly(config_file=request.config_file, models=request.models,
+                            expectations_file=request.expectations_file, cluster=ClusterConfig(address=address),
+                            return_state=True)
+    except BaseException as e:  # noqa: BLE001  (told to the CLI)
+        return AnalyzeOutcome(run_id=request.run_id, state="Error", completed=False, message=f"{type(e).__name__}: {e}")
+    return AnalyzeOutcome(run_id=request.run_id, state=state.name, completed=state.is_completed(),
+                          message=state.message or "")
+
+
 def warm_imports() -> None:
     """What every run needs, imported before the first request: the flow (Prefect, Dask), JAX."""
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax()
     import flows.analyze  # noqa: F401
+    import flows.nightly  # noqa: F401
     import opbyop.frontends.loader  # noqa: F401
 
 

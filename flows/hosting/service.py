@@ -7,8 +7,9 @@ flows/hosting/cluster.py), imports Prefect, Dask and JAX (4-5 s) and stops it al
 workspace, hands it the run as a request file and shows the progress and the summary: the flow
 runs in the service, where all of that is done once (benchmarks/bench_run.py, "mlp, opbyop serve").
 
-Requests run one at a time, in the order they came (torch.export is not thread-safe). Files in
-<workspace>/service/: `<run id>.request.json` (the CLI), `<run id>.stop` (the CLI's Ctrl-C),
+`opbyop nightly` hands its nightly over the same way (a NightlyRequest: the nightly flow, every
+target on the service's cluster). Requests run one at a time, in the order they came (torch.export
+is not thread-safe). Files in <workspace>/service/: `<run id>.request.json` (the CLI), `<run id>.stop` (the CLI's Ctrl-C),
 `<run id>.outcome.json` (the service, at the run's end). A run whose CLI dies (even kill -9) is
 stopped as on Ctrl-C: what was analysed is stored, the run id resumes it. A record whose process is
 gone, or whose server does not answer, is ignored: analyze then starts its own server and cluster.
@@ -18,7 +19,9 @@ cluster with it too (flows/hosting/tied.py) and leaves a record that names a dea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Literal
 
 import psutil
 from pydantic import BaseModel
@@ -52,6 +55,25 @@ class AnalyzeRequest(BaseModel):
     config: AnalysisConfig
     shrink: ShrinkOption = ShrinkOption()
     client_pid: int  # the CLI: when it is gone, the run stops
+
+
+class NightlyRequest(BaseModel):
+    """One nightly run asked of the service (`opbyop nightly`); its answer is an AnalyzeOutcome."""
+
+    kind: Literal["nightly"] = "nightly"
+    run_id: str  # names the request's files; the nightly's own run ids derive from its flow run
+    config_file: str | None = None  # absolute: the service runs elsewhere
+    models: list[str] | None = None
+    expectations_file: str | None = None
+    client_pid: int  # the CLI: when it is gone, the nightly stops
+
+
+def read_request(text: str) -> AnalyzeRequest | NightlyRequest:
+    """A request file's content, of either kind (ValueError when it is neither)."""
+    data = json.loads(text)
+    if isinstance(data, dict) and data.get("kind") == "nightly":
+        return NightlyRequest.model_validate(data)
+    return AnalyzeRequest.model_validate(data)
 
 
 class AnalyzeOutcome(BaseModel):
@@ -98,7 +120,7 @@ def service_dir(workspace_root: Path) -> Path:
 class Ticket:
     """The CLI's side of one request: submit it, ask it to stop, read its outcome."""
 
-    def __init__(self, workspace_root: Path, service: ServiceRecord, request: AnalyzeRequest):
+    def __init__(self, workspace_root: Path, service: ServiceRecord, request: AnalyzeRequest | NightlyRequest):
         self.service, self.request = service, request
         folder = service_dir(workspace_root)
         self._request = folder / f"{request.run_id}.request.json"

@@ -28,11 +28,15 @@ QUIET = {
 # Every flow run sends a heartbeat event this often (Prefect's minimum; default 180 s): what the
 # zombie automation (flows/hosting/crashed.py) watches to mark a run whose process was killed as Crashed.
 HEARTBEAT = {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30"}
+# Task runs log warnings and errors only: every op's task otherwise logs "Finished in state
+# Completed()", formatted for the console and sent to the server, one database row per op; the
+# task's state says the same (measured in benchmarks/bench_fanout.py). Flow runs still log at INFO.
+TASK_LOGS = {"PREFECT_LOGGING_LOGGERS_PREFECT_TASK_RUNS_LEVEL": "WARNING"}
 
 
 def apply_defaults() -> None:
     """Set the defaults above unless the environment already says otherwise."""
-    for key, value in {**SERVER_BATCHING, **QUIET, **HEARTBEAT}.items():
+    for key, value in {**SERVER_BATCHING, **QUIET, **HEARTBEAT, **TASK_LOGS}.items():
         os.environ.setdefault(key, value)
 
 
@@ -63,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=4200)
     args = parser.parse_args(argv)
     api = f"http://{args.host}:{args.port}/api"
-    values = server_settings(api) if args.server else {**HEARTBEAT, "PREFECT_API_URL": api}
+    values = server_settings(api) if args.server else {**HEARTBEAT, **TASK_LOGS, "PREFECT_API_URL": api}
     print(" ".join(f"{k}={v}" for k, v in values.items()))
 
 

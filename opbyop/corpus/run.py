@@ -102,7 +102,7 @@ def run_entries(directory: Path, entries: Iterable[CorpusEntry], out: Path, chip
                                   failed_stage=Stage.SPLIT, message=str(e))
             else:
                 result = analyse(op)
-            ttnn = _ttnn_ops(result, read_program)
+            ttnn = ttnn_ops_of(result, read_program)
             line = CorpusResult(entry=entry, chip=chip, result=result, ttnn_ops=ttnn)
             sink.write(line.model_dump_json() + "\n")
             sink.flush()
@@ -110,7 +110,8 @@ def run_entries(directory: Path, entries: Iterable[CorpusEntry], out: Path, chip
     return summary
 
 
-def _ttnn_ops(result: OpResult, read_program: ReadProgram) -> list[str]:
+def ttnn_ops_of(result: OpResult, read_program: ReadProgram) -> list[str]:
+    """The TTNN ops of the program the op compiled to (none when it did not compile or is gone)."""
     digest = result.compile.artifacts.get("ttnn_runtime") if result.compile else None
     if not digest:
         return []

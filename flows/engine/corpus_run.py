@@ -1,0 +1,57 @@
+"""A corpus run: the single-op corpus's cases as the unique ops of one analyze run.
+
+Everything after the split is AnalyzeRun's: the cache of earlier results, the warm-up, one Prefect
+task per op on the Dask cluster, results stored in batches as a model's are (the pseudo-model
+`corpus`), the summary, the report and the artifacts. A compile-only run stops each op after the
+flatbuffer (no device run, no golden) and keeps its results apart in the cache (its own options key).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from flows.engine.analyze_run import AnalyzeRun
+from opbyop.corpus.generate import CorpusEntry
+from opbyop.corpus.ops import MODEL, CorpusSelection, corpus_records
+from opbyop.ir.dedupe import dedupe
+from opbyop.ir.split import SplitResult
+from opbyop.pipeline import Prepared, run_manifest_path, summarize, write_manifest
+from opbyop.records import RunInfo
+
+COMPILE_ONLY_KEY = "compile-only"
+
+
+@dataclass
+class CorpusRun(AnalyzeRun):
+    selection: CorpusSelection = field(default_factory=CorpusSelection)
+    compile_only: bool = False
+    entries: dict[str, CorpusEntry] = field(default_factory=dict)  # signature -> the case it came from
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.compile_only:
+            self.settings = self.settings.model_copy(update={"run_device": False, "run_golden": False,
+                                                             "failed_pass": False})
+
+    def info(self) -> RunInfo:
+        info = super().info()
+        key = f"{info.options_key}|{COMPILE_ONLY_KEY}" if self.compile_only else info.options_key
+        return info.model_copy(update={"models": [MODEL], "options_key": key})
+
+    def prepare(self) -> Prepared:
+        """The selected cases split into their ops (no export, no upstream values: a case's constant
+        operands stay in its module), deduplicated; kept in the workspace like a model's."""
+        start = time.monotonic()
+        records, self.entries = corpus_records(self.selection)
+        split = SplitResult(model=MODEL, arguments=[], outputs=[], ops=records)
+        prepared = Prepared(splits={MODEL: split}, unique=dedupe(records), sources={MODEL: MODEL})
+        self.clock.add("split", time.monotonic() - start)
+        for op in prepared.unique:
+            self.workspace.ops.put(op)
+        write_manifest(prepared, run_manifest_path(self.workspace.root, self.run_id))
+        self.prepared = prepared
+        return prepared
+
+    def model_summaries(self) -> list:
+        return [summarize(MODEL, self.prepared)]
