@@ -147,8 +147,8 @@ def measure(n: int, chip: str, full: bool, url: str, address: str, server: psuti
     split_s = time.monotonic() - started
     desc = resolve(chip)
     settings = AnalysisSettings(thresholds=load_thresholds(), run_device=full, run_golden=full, failed_pass=full)
-    with Client(address) as client:  # the work alone: the same op workers (the plugin is idempotent)
-        plugin = on_dask.OpWorkerPlugin(os.environ["OPBYOP_HOME"], {desc.chip: desc.path.read_bytes()})
+    with Client(address) as client:  # the work alone: the same op workers (the flow's own plugin)
+        plugin = on_dask.OpWorkerPlugin.for_home(Path(os.environ["OPBYOP_HOME"]), {desc.chip: desc.path.read_bytes()})
         error = warm_up(client, plugin, desc)
         assert error is None, error
         started = time.monotonic()
