@@ -13,7 +13,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Collection, Hashable, Iterable
 
@@ -26,11 +25,8 @@ from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus,
 from opbyop.shrink.result import ShrinkResult
 from storage import convert
 from storage.convert import ModelCounts, StoredModel
-from storage.files import (
-    SkippedFile, Vanished, check_run_id, data_files, default_root, mid_swap, new_part_name, part_files,
-    partition_date, read_footer, read_part, recover, remove_dir, run_dir, run_dirs, staging_dir, swap_in,
-    write_parquet_atomic,
-)
+from storage.files import SkippedFile, Vanished, check_run_id, default_root
+from storage.location import DataFile, StoreFiles, StoreRoot, store_files
 from storage.schema import TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
@@ -51,9 +47,10 @@ def _relist_pause(attempt: int) -> None:
 class DatasetScan:
     """Every readable data file per table, and the files skipped because they are corrupt."""
 
-    files: dict[str, list[Path]] = field(default_factory=dict)
+    files: dict[str, list[DataFile]] = field(default_factory=dict)
     skipped: list[SkippedFile] = field(default_factory=list)
     versions: dict[str, set[int | None]] = field(default_factory=dict)  # schema versions met per table
+    filesystem: Any = None  # pyarrow's FileSystem of files that are not local paths (an object store)
 
     @property
     def file_count(self) -> int:
@@ -102,8 +99,9 @@ def count_models(ops: pa.Table, results: pa.Table) -> dict[str, ModelCounts]:
 class Store:
     """A Parquet dataset rooted at `root` (default: $OPBYOP_STORE, else $OPBYOP_HOME/store (default ./.opbyop/store))."""
 
-    def __init__(self, root: Path | str | None = None):
-        self.root = Path(root) if root is not None else default_root()
+    def __init__(self, root: StoreRoot | None = None):
+        self.files = store_files(root if root is not None else default_root())
+        self.root = self.files.root  # a directory (Path), or an object-store URL (str)
         self.skipped: list[SkippedFile] = []  # corrupt files met by this Store's reads, with their paths
 
     # ------------------------------------------------------------------ reading
@@ -113,18 +111,18 @@ class Store:
         taken again: the scan is of one moment when every file it names was there."""
         for attempt in range(RELIST_ATTEMPTS):
             scan, vanished = self._scan_once()
-            if not vanished and not mid_swap(self.root):
+            if not vanished and not self.files.mid_swap():
                 break
             _relist_pause(attempt)
         self._note(scan.skipped)
         return scan
 
     def _scan_once(self) -> tuple[DatasetScan, bool]:
-        scan, vanished = DatasetScan(), False
+        scan, vanished = DatasetScan(filesystem=getattr(self.files, "fs", None)), False
         for table in TABLES:
             good, versions = [], set()
-            for path in data_files(self.root, table):
-                footer = read_footer(path)
+            for path in self.files.data_files(table):
+                footer = self.files.read_footer(path)
                 if isinstance(footer, Vanished):
                     vanished = True
                 elif isinstance(footer, SkippedFile):
@@ -140,14 +138,14 @@ class Store:
             if s.path not in {k.path for k in self.skipped}:
                 self.skipped.append(s)
 
-    def _read_files(self, table: str, paths: Iterable[Path]) -> pa.Table:
+    def _read_files(self, table: str, paths: Iterable[DataFile]) -> pa.Table:
         return self._read_parts(table, paths)[0]
 
-    def _read_parts(self, table: str, paths: Iterable[Path]) -> tuple[pa.Table, bool]:
+    def _read_parts(self, table: str, paths: Iterable[DataFile]) -> tuple[pa.Table, bool]:
         """The files' rows, and whether any file vanished while they were read."""
         parts, skipped, vanished = [], [], False
         for path in paths:
-            got = read_part(path, table)
+            got = self.files.read_part(path, table)
             if isinstance(got, Vanished):
                 vanished = True
             else:
@@ -161,8 +159,8 @@ class Store:
         if run_id is not None:
             check_run_id(run_id)
         for attempt in range(RELIST_ATTEMPTS):
-            data, vanished = self._read_parts(table, data_files(self.root, table, run_id))
-            if not vanished and not mid_swap(self.root, table, run_id):
+            data, vanished = self._read_parts(table, self.files.data_files(table, run_id))
+            if not vanished and not self.files.mid_swap(table, run_id):
                 break
             _relist_pause(attempt)
         return data
@@ -186,8 +184,8 @@ class Store:
     def unreadable(self, run_id: str, tables: Collection[str] = TABLES) -> list[SkippedFile]:
         """The data files of `run_id` whose footer does not parse (corrupt or truncated)."""
         check_run_id(run_id)
-        found = [f for t in tables for path in data_files(self.root, t, run_id)
-                 if isinstance(f := read_footer(path), SkippedFile)]  # a Vanished file was replaced, not corrupt
+        found = [f for t in tables for path in self.files.data_files(t, run_id)
+                 if isinstance(f := self.files.read_footer(path), SkippedFile)]  # a Vanished file was replaced, not corrupt
         self._note(found)
         return found
 
@@ -202,7 +200,7 @@ class Store:
         return run
 
     def has_run(self, run_id: str) -> bool:
-        return bool(run_dirs(self.root, "runs", check_run_id(run_id)))
+        return self.files.run_day(check_run_id(run_id), "runs") is not None
 
     def results(self, run_id: str) -> list[OpResult]:
         return [convert.result_from_row(r) for r in self.read_table("results", run_id).to_pylist()]
@@ -223,16 +221,16 @@ class Store:
             data = data.filter(pc.equal(data.column("signature"), signature))
         return data.to_pylist()
 
-    def write_shrinks(self, run_id: str, results: list[ShrinkResult]) -> list[Path]:
+    def write_shrinks(self, run_id: str, results: list[ShrinkResult]) -> list[DataFile]:
         """Store shrinks under a run already in the store (its lock held while writing): one file per
         op, replacing that op's earlier shrink in this run."""
         with RunWriter(self) as w:
             w.lock(run_id)
-            dirs = run_dirs(self.root, "runs", check_run_id(run_id))
-            if not dirs:
+            day = self.files.run_day(check_run_id(run_id), "runs")
+            if day is None:
                 raise StoreError(f"run {run_id!r} is not in the store at {self.root}",
                                  "list the runs with `opbyop runs`, or pass another --run")
-            return [_write_shrink(self.root, partition_date(dirs[0]), run_id, r) for r in results]
+            return [_write_shrink(self.files, day, run_id, r) for r in results]
 
     def completed_signatures(self, run_id: str, exclude: Collection[Status] = ()) -> set[str]:
         """Signatures that already have a result in `run_id` (optionally not counting some statuses):
@@ -262,7 +260,7 @@ class Store:
                 convert.model_row(run.run_id, m, counts.get(m.model, ModelCounts())) for m in models]))
             for table, data in (("results", res_t), ("ops", ops_t), ("models", models_t),
                                 ("runs", convert.to_table("runs", [convert.run_row(run)]))):
-                _replace_run_dir(run_dir(self.root, table, day, run.run_id), table, data)
+                _replace_run_dir(self.files, table, day, run.run_id, data)
         return run
 
     def update_run(self, run: RunInfo) -> None:
@@ -270,26 +268,22 @@ class Store:
         the run's lock; its results, ops and models are untouched."""
         with RunWriter(self) as w:
             w.lock(run.run_id)
-            dirs = run_dirs(self.root, "runs", check_run_id(run.run_id))
-            if not dirs:
+            day = self.files.run_day(check_run_id(run.run_id), "runs")
+            if day is None:
                 raise StoreError(f"run {run.run_id!r} is not in the store at {self.root}", "write the run first")
-            write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), dirs[0] / RUN_PART)
+            self.files.put_part("runs", day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
 
     def delete_run(self, run_id: str) -> None:
         self._remove_run_dirs(check_run_id(run_id))
 
     def _remove_run_dirs(self, run_id: str, keep_day: date | None = None) -> None:
-        for table in ("runs", "models", "ops", "results", "shrinks"):  # the run row first: it vanishes as a whole
-            for d in run_dirs(self.root, table, run_id):
-                if keep_day is None or partition_date(d) != keep_day:
-                    remove_dir(d)
+        self.files.remove_run(run_id, keep_day)
 
 
-def _write_shrink(root: Path, day: date, run_id: str, result: ShrinkResult) -> Path:
+def _write_shrink(files: StoreFiles, day: date, run_id: str, result: ShrinkResult) -> DataFile:
     """One op's shrink rows as the run's part file for that op (atomically replaced)."""
-    directory = run_dir(root, "shrinks", day, run_id)
     data = convert.to_table("shrinks", _dedupe("shrinks", convert.shrink_rows(run_id, result)))
-    return write_parquet_atomic(data, directory / f"part-shrink-{result.signature[:32]}.parquet")
+    return files.put_part("shrinks", day, run_id, f"part-shrink-{result.signature[:32]}.parquet", data)
 
 
 def resume_fix(run_id: str) -> str:
@@ -309,13 +303,11 @@ def _sort_keys(table: str) -> list[tuple[str, str]]:
             "models": [("model", "ascending")], "runs": []}[table]
 
 
-def _replace_run_dir(live: Path, table: str, data: pa.Table) -> None:
-    """`live` now holds exactly `data`, in one file; built hidden, then renamed into place."""
-    staging = staging_dir(live)
+def _replace_run_dir(files: StoreFiles, table: str, day: date, run_id: str, data: pa.Table) -> None:
+    """The run's files of `table` are now exactly `data`, in one file, swapped in whole."""
     if _sort_keys(table) and data.num_rows:
         data = data.sort_by(_sort_keys(table))
-    write_parquet_atomic(data, staging / RUN_PART)
-    swap_in(staging, live)
+    files.replace_run(table, day, run_id, RUN_PART, data)
 
 
 class RunWriter:
@@ -333,7 +325,7 @@ class RunWriter:
         self.run: RunInfo | None = None
         self.day: date | None = None
         self._lock_file: FileLock | None = None
-        self._index: dict[str, dict[Hashable, Path]] = {}
+        self._index: dict[str, dict[Hashable, DataFile]] = {}
 
     def __enter__(self) -> RunWriter:
         return self
@@ -345,13 +337,11 @@ class RunWriter:
     def lock(self, run_id: str) -> None:
         if self._lock_file is not None:
             return
-        path = self.store.root / ".locks" / f"{check_run_id(run_id)}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(path)
+        lock = self.store.files.lock(run_id)
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise StoreError(f"run {run_id!r} is being written by another process (lock {path})",
+            raise StoreError(f"run {run_id!r} is being written by another process (lock {lock.lock_file})",
                              "wait for that run to finish, or use another run id") from None
         self._lock_file = lock
 
@@ -360,9 +350,9 @@ class RunWriter:
             self._lock_file.release()
             self._lock_file = None
 
-    def _dir(self, table: str) -> Path:
+    def _parts(self, table: str) -> list[DataFile]:
         assert self.run is not None and self.day is not None, "call start(run) first"
-        return run_dir(self.store.root, table, self.day, self.run.run_id)
+        return self.store.files.part_files(table, self.day, self.run.run_id)
 
     def start(self, run: RunInfo, *, replace: bool = False) -> RunInfo:
         """Begin (or resume) writing `run`; returns the run as stored.
@@ -371,29 +361,28 @@ class RunWriter:
         start time (its date partition); replace=True drops them and starts afresh.
         """
         self.lock(run.run_id)
-        existing = [d for t in TABLES for d in run_dirs(self.store.root, t, run.run_id)]
+        existing = self.store.files.run_day(run.run_id)
         if replace:
             self.store._remove_run_dirs(run.run_id)
-            existing = []
+            existing = None
         run = run.model_copy(update={"status": RunStatus.RUNNING, "ended_at": None})
-        if existing:
-            self.day = partition_date(existing[0])
+        if existing is not None:
+            self.day = existing
             if self.store.has_run(run.run_id) and not self.store.unreadable(run.run_id, tables=("runs",)):
                 run = run.model_copy(update={"started_at": self.store.run(run.run_id).started_at})
             # else its runs file is corrupt: rewritten below, from `run` (the date partition is kept)
         else:
             self.day = convert.utc(run.started_at).date()
         self.run = run
-        for table in TABLES:
-            recover(self._dir(table).parent, run.run_id)
+        self.store.files.recover(self.day, run.run_id)
         self._index = {t: self._load_index(t) for t in ("results", "ops")}
-        write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), self._dir("runs") / RUN_PART)
+        self.store.files.put_part("runs", self.day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
         return run
 
-    def _load_index(self, table: str) -> dict[Hashable, Path]:
-        index: dict[Hashable, Path] = {}
-        for path in part_files(self._dir(table)):
-            got = read_part(path, table)
+    def _load_index(self, table: str) -> dict[Hashable, DataFile]:
+        index: dict[Hashable, DataFile] = {}
+        for path in self._parts(table):
+            got = self.store.files.read_part(path, table)
             if isinstance(got, Vanished):  # only this run's writer (the lock holder) replaces its files
                 continue
             if isinstance(got, SkippedFile):
@@ -406,22 +395,22 @@ class RunWriter:
         assert self.run is not None, "call start(run) first"
         return self.store.completed_signatures(self.run.run_id, exclude)
 
-    def add_results(self, results: list[OpResult]) -> Path | None:
+    def add_results(self, results: list[OpResult]) -> DataFile | None:
         """One batch of results -> one new part file, written atomically. A result for a signature
         this run already holds replaces the older one."""
         assert self.run is not None, "call start(run) first"
         return self._add("results", [convert.result_row(self.run.run_id, r) for r in results])
 
-    def add_ops(self, records: list[OpRecord]) -> Path | None:
+    def add_ops(self, records: list[OpRecord]) -> DataFile | None:
         assert self.run is not None, "call start(run) first"
         return self._add("ops", [convert.op_row(self.run.run_id, r) for r in records])
 
-    def add_shrinks(self, results: list[ShrinkResult]) -> list[Path]:
+    def add_shrinks(self, results: list[ShrinkResult]) -> list[DataFile]:
         """Shrinks of this run's failing ops (Store.write_shrinks, under this writer's lock)."""
         assert self.run is not None and self.day is not None, "call start(run) first"
-        return [_write_shrink(self.store.root, self.day, self.run.run_id, r) for r in results]
+        return [_write_shrink(self.store.files, self.day, self.run.run_id, r) for r in results]
 
-    def _add(self, table: str, rows: list[dict[str, Any]]) -> Path | None:
+    def _add(self, table: str, rows: list[dict[str, Any]]) -> DataFile | None:
         rows = _dedupe(table, rows)
         if not rows:
             return None
@@ -431,27 +420,26 @@ class RunWriter:
         superseded = {k for k in keys if k in index}
         # Older rows go first: a crash in between loses a result that is being redone anyway,
         # whereas the other order could leave two rows for one key.
-        for part in sorted({index[k] for k in superseded}):
+        for part in sorted({index[k] for k in superseded}, key=str):
             self._rewrite_without(table, part, superseded)
-        directory = self._dir(table)
-        path = write_parquet_atomic(convert.to_table(table, rows), directory / new_part_name(directory))
+        assert self.run is not None and self.day is not None
+        path = self.store.files.add_part(table, self.day, self.run.run_id, convert.to_table(table, rows))
         index.update(dict.fromkeys(keys, path))
         return path
 
-    def _rewrite_without(self, table: str, part: Path, keys: set[Hashable]) -> None:
-        got = read_part(part, table)
+    def _rewrite_without(self, table: str, part: DataFile, keys: set[Hashable]) -> None:
+        got = self.store.files.read_part(part, table)
         if isinstance(got, Vanished):
             return
         if isinstance(got, SkippedFile):
             self.store._note([got])
-            part.unlink(missing_ok=True)
+            self.store.files.rewrite_part(part, None)
             return
         keep = pa.array([k not in keys for k in _table_keys(table, got)], pa.bool_())
-        remaining = got.filter(keep)
-        if remaining.num_rows:
-            write_parquet_atomic(remaining, part)
-        else:
-            part.unlink()
+        moved = self.store.files.rewrite_part(part, got.filter(keep))  # an object store names it anew
+        if moved is not None and moved != part:
+            index = self._index[table]
+            index.update({k: moved for k, p in index.items() if p == part})
 
     def finish(self, run: RunInfo | None, models: list[ModelSummary],
                status: RunStatus = RunStatus.COMPLETED) -> RunInfo:
@@ -462,14 +450,15 @@ class RunWriter:
         run = (run or self.run).model_copy(update={
             "status": status, "started_at": self.run.started_at,
             "ended_at": (run.ended_at if run and run.ended_at else None) or utcnow()})
-        results = self.store._read_files("results", part_files(self._dir("results")))
-        ops = self.store._read_files("ops", part_files(self._dir("ops")))
+        results = self.store._read_files("results", self._parts("results"))
+        ops = self.store._read_files("ops", self._parts("ops"))
         counts = count_models(ops, results)
         models_t = convert.to_table("models", _dedupe("models", [
             convert.model_row(run.run_id, m, counts.get(m.model, ModelCounts())) for m in models]))
+        assert self.day is not None
         for table, data in (("results", results), ("ops", ops), ("models", models_t)):
-            _replace_run_dir(self._dir(table), table, data)
-        write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), self._dir("runs") / RUN_PART)
+            _replace_run_dir(self.store.files, table, self.day, run.run_id, data)
+        self.store.files.put_part("runs", self.day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
         self._index = {t: self._load_index(t) for t in ("results", "ops")}
         self.run = run
         self.close()

@@ -27,6 +27,7 @@ from opbyop.errors import StoreError
 from storage.catalog import create_views
 from storage.dataset import DatasetScan, Store
 from storage.files import SkippedFile
+from storage.location import StoreRoot
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 RESCANS = 5  # a query whose files a writer replaced meanwhile runs again over a new scan, so many times
@@ -93,7 +94,7 @@ class QueryResult:
 class StoreConnection:
     """An in-memory DuckDB connection with the store's views, locked down to reading."""
 
-    def __init__(self, root: Path | str | None = None, scan: DatasetScan | None = None,
+    def __init__(self, root: StoreRoot | None = None, scan: DatasetScan | None = None,
                  memory_limit: str | None = None, timeout: float | None = None):
         self.timeout = timeout  # seconds per query unless a query says otherwise; None: no limit
         store = Store(root)
@@ -122,8 +123,9 @@ class StoreConnection:
             con.close()
             raise StoreError(f"memory limit {self.memory_limit!r} is not a size DuckDB reads ({e})",
                              "give a size like 2GB or 512MB") from None
-        allowed = str(self.root.resolve()).rstrip("/") + "/"
-        con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
+        if not isinstance(self.root, str):  # an object store's files are read by pyarrow, not DuckDB
+            allowed = str(self.root.resolve()).rstrip("/") + "/"
+            con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
         con.execute("SET enable_external_access = false")
         con.execute("SET autoinstall_known_extensions = false")
         con.execute("SET autoload_known_extensions = false")
