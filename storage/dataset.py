@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import date
 from types import TracebackType
-from typing import Any, Callable, Collection, Hashable, Iterable
+from typing import Any, Collection, Hashable, Iterable
 
 import pyarrow as pa
 from filelock import FileLock, Timeout
@@ -57,20 +57,22 @@ class DatasetScan:
         return sum(len(v) for v in self.files.values())
 
 
-def _key_fns() -> dict[str, Callable[[dict[str, Any]], Hashable]]:
-    return {
-        "results": lambda r: r["signature"],
-        "ops": lambda r: (r["model"], r["position"]),
-        "models": lambda r: r["model"],
-        "shrinks": lambda r: (r["signature"], r["dimension"], r["dtype"], r["size"]),
-    }
+# Each table's key within a run: at most one row per key (and a compacted file's sort order).
+TABLE_KEYS: dict[str, tuple[str, ...]] = {
+    "results": ("signature",),
+    "ops": ("model", "position"),
+    "models": ("model",),
+    "shrinks": ("signature", "dimension", "dtype", "size"),
+    "runs": (),
+}
+
+
+def _row_key(table: str, row: dict[str, Any]) -> Hashable:
+    return tuple(row[c] for c in TABLE_KEYS[table])
 
 
 def _table_keys(table: str, data: pa.Table) -> list[Hashable]:
-    if table == "ops":
-        return list(zip(data.column("model").to_pylist(), data.column("position").to_pylist()))
-    column = "signature" if table == "results" else "model"
-    return data.column(column).to_pylist()
+    return list(zip(*(data.column(c).to_pylist() for c in TABLE_KEYS[table])))
 
 
 def count_models(ops: pa.Table, results: pa.Table) -> dict[str, ModelCounts]:
@@ -293,14 +295,11 @@ def resume_fix(run_id: str) -> str:
 
 def _dedupe(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The last row of each key."""
-    key = _key_fns()[table]
-    return list({key(r): r for r in rows}.values())
+    return list({_row_key(table, r): r for r in rows}.values())
 
 
 def _sort_keys(table: str) -> list[tuple[str, str]]:
-    return {"results": [("signature", "ascending")],
-            "ops": [("model", "ascending"), ("position", "ascending")],
-            "models": [("model", "ascending")], "runs": []}[table]
+    return [(c, "ascending") for c in TABLE_KEYS[table]]
 
 
 def _replace_run_dir(files: StoreFiles, table: str, day: date, run_id: str, data: pa.Table) -> None:
@@ -414,8 +413,7 @@ class RunWriter:
         rows = _dedupe(table, rows)
         if not rows:
             return None
-        key = _key_fns()[table]
-        keys = [key(r) for r in rows]
+        keys = [_row_key(table, r) for r in rows]
         index = self._index[table]
         superseded = {k for k in keys if k in index}
         # Older rows go first: a crash in between loses a result that is being redone anyway,
