@@ -171,3 +171,34 @@ def test_a_store_in_a_bucket_that_does_not_exist_is_an_error_naming_the_bucket(s
     with pytest.raises(StoreError, match="no-such-bucket") as e:
         Store("s3://no-such-bucket/x").runs()
     assert "AWS_ENDPOINT_URL" in e.value.fix
+
+
+ANALYSED = ("SELECT o.model, o.position, o.op_name, o.signature, r.status, r.depth, r.failed_stage, r.message, "
+            "r.pcc, r.max_abs_error, r.cycles, r.ttnn_ops FROM ops o JOIN results r USING (run_id, signature) "
+            "ORDER BY o.model, o.position")
+
+
+def _opbyop(*args: str, env: dict[str, str]) -> str:
+    opbyop = Path(sys.executable).parent / "opbyop"
+    done = subprocess.run([str(opbyop), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_an_analyze_run_on_an_s3_store_gives_the_same_rows_as_on_a_local_store(s3_url: str, tmp_path: Path) -> None:
+    """The flow (its own Prefect server and Dask cluster) writes the run, the catalog and the report to
+    the object store; `opbyop sql` reads back what a local store holds for the same run."""
+    base = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
+    base.pop("OPBYOP_STORE", None)
+    local_env = {**base, "OPBYOP_HOME": str(tmp_path / "local")}
+    s3_env = {**base, "OPBYOP_HOME": str(tmp_path / "s3"), "OPBYOP_STORE": s3_url}
+    for env in (local_env, s3_env):
+        _opbyop("analyze", "jax-mlp", "--no-whole", "--run-id", "same", env=env)
+    on_s3 = json.loads(_opbyop("sql", ANALYSED, "--format", "json", env=s3_env))
+    assert on_s3 == json.loads(_opbyop("sql", ANALYSED, "--format", "json", env=local_env))
+    assert len(on_s3) == 8 and {r["status"] for r in on_s3} == {"success"}
+    assert not (tmp_path / "s3" / "store").exists()  # nothing of the store on the flow's disk
+    objects = _objects(s3_url)
+    base_key = ObjectFiles(s3_url).base
+    assert f"{base_key}/reports/same.html" in objects and f"{base_key}/opbyop.duckdb" in objects
