@@ -20,7 +20,7 @@ from storage import samples
 from storage.catalog import build_catalog
 from storage.dataset import Store
 from storage.object_files import MANIFESTS, ObjectFiles
-from storage.readonly import run_sql
+from storage.readonly import StoreConnection, run_sql
 from tests.object_store import s3_server, s3_url  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,6 +135,18 @@ def test_a_writer_killed_mid_batch_leaves_readers_whole_batches_and_its_resume_c
     assert [o for o in _objects(s3_url) if MANIFESTS not in o] == sorted(
         f for t in ("runs", "ops", "results", "models") for f in files.data_files(t, run_id))
     assert run_sql("SELECT count(*) FROM results", s3_url).rows == [(len(night.results),)]
+
+
+def test_a_connection_opened_before_a_compaction_answers_from_the_objects_that_replaced_its_own(
+        s3_url: str) -> None:
+    store, night = Store(s3_url), samples.history()[1]
+    with store.writer() as w:
+        w.start(night.run)
+        w.add_results(night.results[:3])
+        with StoreConnection(s3_url) as con:
+            w.add_results(night.results[3:])
+            w.finish(night.run, night.models)  # deletes the part objects the connection's views name
+            assert con.query("SELECT count(*) FROM results").rows == [(len(night.results),)]
 
 
 def test_the_catalog_of_an_s3_store_is_uploaded_beside_it_and_opens_anywhere(s3_url: str, tmp_path: Path) -> None:
