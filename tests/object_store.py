@@ -9,6 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +46,12 @@ def _wait_for(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
     raise RuntimeError(f"moto's server did not listen on 127.0.0.1:{port} within {timeout:g} s")
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """moto's S3 server for the session, with the test bucket made."""
-    pytest.importorskip("moto.server", reason="moto[server] (the `test` extra) is not installed")
+@contextmanager
+def moto_server(log: Path) -> Iterator[S3Server]:
+    """moto's S3 server on a free port of 127.0.0.1 with the test bucket made; stopped on leaving."""
     import boto3
 
     port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "server.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                 stdout=out, stderr=subprocess.STDOUT)
@@ -67,6 +66,14 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """moto's S3 server for the session."""
+    pytest.importorskip("moto.server", reason="moto[server] (the `test` extra) is not installed")
+    with moto_server(tmp_path_factory.mktemp("moto") / "server.log") as server:
+        yield server
 
 
 @pytest.fixture
