@@ -120,11 +120,12 @@ class Store:
         return scan
 
     def _scan_once(self) -> tuple[DatasetScan, bool]:
-        scan, vanished = DatasetScan(filesystem=getattr(self.files, "fs", None)), False
+        scan, vanished = DatasetScan(filesystem=self.files.filesystem), False
+        listing = self.files.listing()
         for table in TABLES:
             good, versions = [], set()
-            for path in self.files.data_files(table):
-                footer = self.files.read_footer(path)
+            paths = listing.get(table, [])
+            for path, footer in zip(paths, self.files.read_footers(paths)):
                 if isinstance(footer, Vanished):
                     vanished = True
                 elif isinstance(footer, SkippedFile):

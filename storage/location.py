@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from datetime import date
 from pathlib import Path
-from typing import Protocol, Union
+from typing import Any, Protocol, Union
 
 import pyarrow as pa
 from filelock import FileLock
@@ -47,12 +47,17 @@ class StoreFiles(Protocol):
     """The dataset's files, however they are stored. A DataFile is what data_files returns."""
 
     root: StoreRoot
+    filesystem: Any  # pyarrow's FileSystem for DataFiles that are not local paths, else None
 
     def describe(self) -> str: ...
 
     def data_files(self, table: str, run_id: str | None = None) -> list[DataFile]: ...
 
+    def listing(self) -> dict[str, list[DataFile]]: ...  # every table's files, from one look at the store
+
     def read_footer(self, path: DataFile) -> int | None | SkippedFile | Vanished: ...
+
+    def read_footers(self, paths: list[DataFile]) -> list[int | None | SkippedFile | Vanished]: ...
 
     def read_part(self, path: DataFile, table: str) -> pa.Table | SkippedFile | Vanished: ...
 
@@ -80,6 +85,8 @@ class StoreFiles(Protocol):
 class LocalFiles:
     """A directory: files renamed into place (storage/files.py)."""
 
+    filesystem = None
+
     def __init__(self, root: Path):
         self.root = Path(root)
 
@@ -89,8 +96,14 @@ class LocalFiles:
     def data_files(self, table: str, run_id: str | None = None) -> list[DataFile]:
         return list(files.data_files(self.root, table, run_id))
 
+    def listing(self) -> dict[str, list[DataFile]]:
+        return {t: self.data_files(t) for t in TABLES}
+
     def read_footer(self, path: DataFile) -> int | None | SkippedFile | Vanished:
         return files.read_footer(Path(path))
+
+    def read_footers(self, paths: list[DataFile]) -> list[int | None | SkippedFile | Vanished]:
+        return [self.read_footer(p) for p in paths]
 
     def read_part(self, path: DataFile, table: str) -> pa.Table | SkippedFile | Vanished:
         return files.read_part(Path(path), table)

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 log = logging.getLogger("opbyop.storage")
 
 MANIFESTS = "_manifests"  # '_' names are never data: DuckDB's and pyarrow's Hive readers skip them
+REQUESTS_IN_FLIGHT = 16  # manifests and footers are small reads whose time is the round trip: overlap them
+
+# Objects are never rewritten (a new version gets a new name): a footer read once holds for every
+# reader of this process, like storage.files' cache of local footers.
+_footers: dict[str, int | None] = {}
 
 
 def s3_filesystem() -> pafs.S3FileSystem:
@@ -61,7 +67,7 @@ class ObjectFiles:
         if not self.base:
             raise StoreError(f"the store URL {url!r} names no bucket", "use s3://bucket or s3://bucket/prefix")
         self.fs = filesystem or s3_filesystem()
-        self._footers: dict[str, int | None] = {}  # objects are never rewritten: a name's footer is fixed
+        self.filesystem = self.fs
 
     def describe(self) -> str:
         return self.root
@@ -93,13 +99,10 @@ class ObjectFiles:
         bucket = self.base.split("/")[0]
         if not infos and self.fs.get_file_info(bucket).type == pafs.FileType.NotFound:  # not an empty store
             raise self._unreachable(OSError(f"bucket {bucket!r} not found"))
-        found = []
-        for info in sorted(infos, key=lambda i: i.path):
-            if info.type == pafs.FileType.File and info.base_name.endswith(".json"):
-                m = self.manifest(info.base_name.removesuffix(".json"))
-                if m is not None:  # deleted since it was listed
-                    found.append(m)
-        return found
+        run_ids = [i.base_name.removesuffix(".json") for i in sorted(infos, key=lambda i: i.path)
+                   if i.type == pafs.FileType.File and i.base_name.endswith(".json")]
+        with ThreadPoolExecutor(REQUESTS_IN_FLIGHT) as pool:
+            return [m for m in pool.map(self.manifest, run_ids) if m is not None]  # None: deleted since listed
 
     def _unreachable(self, e: OSError) -> StoreError:
         return StoreError(f"the object store {self.root} cannot be read: {e}",
@@ -123,19 +126,27 @@ class ObjectFiles:
             return list(self._objects(m, table)) if m else []
         return [f for m in self._manifests() for f in self._objects(m, table)]
 
+    def listing(self) -> dict[str, list[DataFile]]:
+        manifests = self._manifests()
+        return {t: [f for m in manifests for f in self._objects(m, t)] for t in TABLES}
+
+    def read_footers(self, paths: list[DataFile]) -> list[int | None | SkippedFile | Vanished]:
+        with ThreadPoolExecutor(REQUESTS_IN_FLIGHT) as pool:
+            return list(pool.map(self.read_footer, paths))
+
     def read_footer(self, path: DataFile) -> int | None | SkippedFile | Vanished:
-        key = str(path)
-        if key in self._footers:
-            return self._footers[key]
+        key = str(path)  # an object's name carries a uuid of its own: no other object has it
+        if key in _footers:
+            return _footers[key]
         try:
-            with self.fs.open_input_file(key) as f:
+            with self.fs.open_input_file(str(path)) as f:
                 version = (pq.read_metadata(f).metadata or {}).get(VERSION_KEY)
         except FileNotFoundError:
-            return Vanished(Path(key))
+            return Vanished(Path(path))
         except (pa.ArrowException, OSError, ValueError) as e:
-            return self._unreadable(key, e)
-        self._footers[key] = int(version) if version is not None else None
-        return self._footers[key]
+            return self._unreadable(str(path), e)
+        _footers[key] = int(version) if version is not None else None
+        return _footers[key]
 
     def read_part(self, path: DataFile, table: str) -> pa.Table | SkippedFile | Vanished:
         key = str(path)
