@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import duckdb
@@ -135,6 +136,34 @@ def test_a_writer_killed_mid_batch_leaves_readers_whole_batches_and_its_resume_c
     assert [o for o in _objects(s3_url) if MANIFESTS not in o] == sorted(
         f for t in ("runs", "ops", "results", "models") for f in files.data_files(t, run_id))
     assert run_sql("SELECT count(*) FROM results", s3_url).rows == [(len(night.results),)]
+
+
+def test_readers_during_a_run_on_s3_see_only_whole_batches(s3_url: str) -> None:
+    night, size, batches = samples.history()[1], 5, 8
+    results = [night.results[i % len(night.results)].model_copy(update={"signature": f"{i:064x}"})
+               for i in range(size * batches)]
+    seen: list[int] = []
+    failure: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            with Store(s3_url).writer() as w:
+                w.start(night.run)
+                for i in range(batches):
+                    w.add_results(results[i * size:(i + 1) * size])
+                w.finish(night.run, night.models)
+        except BaseException as e:  # re-raised below, in the test's thread
+            failure.append(e)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while writer.is_alive():
+        seen.append(Store(s3_url).read_table("results").num_rows)
+    writer.join()
+    assert not failure, failure
+    seen.append(run_sql("SELECT count(*) FROM results", s3_url).rows[0][0])
+    assert all(n % size == 0 for n in seen), seen  # never part of a batch, during batches or compaction
+    assert len(set(seen)) > 2 and seen[-1] == size * batches
 
 
 def test_a_connection_opened_before_a_compaction_answers_from_the_objects_that_replaced_its_own(
