@@ -5,6 +5,7 @@ becomes one new part file (a crash loses at most the batch in flight), and `fini
 table's parts into one file per run and marks the run completed. Within a run a key (a result's
 signature, an op's model and position, a model's name) has at most one row at every instant: a
 batch that repeats a key first removes the older row, so re-running a run id never duplicates rows.
+The files are a directory's or an object store's (storage/location.py): the same contract on both.
 """
 
 from __future__ import annotations

@@ -178,6 +178,19 @@ def test_a_connection_opened_before_a_compaction_answers_from_the_objects_that_r
             assert con.query("SELECT count(*) FROM results").rows == [(len(night.results),)]
 
 
+def test_a_corrupt_object_is_left_out_of_queries_and_named_with_its_path(s3_url: str) -> None:
+    _write_history(Store(s3_url))
+    files = ObjectFiles(s3_url)
+    (broken,) = files.data_files("results", "n1")
+    with files.fs.open_output_stream(str(broken)) as f:  # replaced behind the store's back
+        f.write(b"PAR1 not parquet at all")
+    result = run_sql("SELECT DISTINCT run_id FROM results ORDER BY 1", s3_url)
+    assert result.column("run_id") == ["n0", "n2"]
+    assert [str(s.path) for s in result.skipped] == [str(broken)]
+    with pytest.raises(StoreError, match="corrupt"):
+        Store(s3_url).check_readable("n1")
+
+
 def test_the_catalog_of_an_s3_store_is_uploaded_beside_it_and_opens_anywhere(s3_url: str, tmp_path: Path) -> None:
     _write_history(Store(s3_url))
     url = build_catalog(s3_url)
