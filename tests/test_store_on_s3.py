@@ -256,3 +256,19 @@ def test_an_analyze_run_on_an_s3_store_gives_the_same_rows_as_on_a_local_store(s
     objects = _objects(s3_url)
     base_key = ObjectFiles(s3_url).base
     assert f"{base_key}/reports/same.html" in objects and f"{base_key}/opbyop.duckdb" in objects
+
+
+@pytest.mark.slow
+def test_opbyop_nightly_on_an_s3_store_stores_its_target_run_there(s3_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "nightly.yaml"
+    config.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
+    env.update({"PYTHONPATH": str(ROOT), "PREFECT_HOME": str(tmp_path / "prefect"), "COLUMNS": "200",
+                "OPBYOP_HOME": str(tmp_path / "home"), "OPBYOP_STORE": s3_url})
+    out = _opbyop("nightly", "--config", str(config), "--workers", "1", env=env)
+    assert "nightly: Completed" in out, out
+    (run,) = [r for r in Store(s3_url).runs() if r.run_id.endswith("-t0")]
+    assert run.status.value == "completed"
+    assert {r.status.value for r in Store(s3_url).results(run.run_id)} == {"success"}
+    assert f"{ObjectFiles(s3_url).base}/reports/{run.run_id}.html" in _objects(s3_url)
+    assert not (tmp_path / "home" / "store").exists()
