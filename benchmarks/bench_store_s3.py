@@ -32,7 +32,7 @@ from storage import samples  # noqa: E402
 from storage.batches import BATCH_SIZE  # noqa: E402
 from storage.dataset import Store  # noqa: E402
 from storage.readonly import StoreConnection  # noqa: E402
-from tests.object_store import moto_server  # noqa: E402
+from tests.object_store import moto_server  # noqa: E402 (the tests' moto fixture, as a context manager)
 
 QUERIES = {
     "status counts": "SELECT run_id, status, count(*) FROM results GROUP BY ALL",
@@ -98,7 +98,8 @@ def main() -> None:
     table = Table("seconds (unless ms)", "local directory", "moto S3 on 127.0.0.1", "ratio",
                   title=f"store: {args.results} results in batches of {BATCH_SIZE}, then {args.runs} whole runs")
     for name in local:
-        table.add_row(name, f"{local[name]:.3f}", f"{remote[name]:.3f}", f"{remote[name] / max(local[name], 1e-9):.1f}x")
+        ratio = remote[name] / max(local[name], 1e-9)
+        table.add_row(name, f"{local[name]:.3f}", f"{remote[name]:.3f}", f"{ratio:.1f}x")
     Console(width=120).print(table)
 
 

@@ -188,8 +188,9 @@ class Store:
     def unreadable(self, run_id: str, tables: Collection[str] = TABLES) -> list[SkippedFile]:
         """The data files of `run_id` whose footer does not parse (corrupt or truncated)."""
         check_run_id(run_id)
-        found = [f for t in tables for path in self.files.data_files(t, run_id)
-                 if isinstance(f := self.files.read_footer(path), SkippedFile)]  # a Vanished file was replaced, not corrupt
+        paths = [path for t in tables for path in self.files.data_files(t, run_id)]
+        # a Vanished file was replaced, not corrupt
+        found = [f for f in self.files.read_footers(paths) if isinstance(f, SkippedFile)]
         self._note(found)
         return found
 
@@ -377,8 +378,12 @@ class RunWriter:
         self.run = run
         self.store.files.recover(self.day, run.run_id)
         self._index = {t: self._load_index(t) for t in ("results", "ops")}
-        self.store.files.put_part("runs", self.day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
+        self._put_run_row(run)
         return run
+
+    def _put_run_row(self, run: RunInfo) -> None:
+        assert self.day is not None, "call start(run) first"
+        self.store.files.put_part("runs", self.day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
 
     def _load_index(self, table: str) -> dict[Hashable, DataFile]:
         index: dict[Hashable, DataFile] = {}
@@ -458,7 +463,7 @@ class RunWriter:
         assert self.day is not None
         for table, data in (("results", results), ("ops", ops), ("models", models_t)):
             _replace_run_dir(self.store.files, table, self.day, run.run_id, data)
-        self.store.files.put_part("runs", self.day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
+        self._put_run_row(run)
         self._index = {t: self._load_index(t) for t in ("results", "ops")}
         self.run = run
         self.close()

@@ -6,7 +6,8 @@ The endpoint and credentials come from the environment as pyarrow and boto read 
 Objects cannot be renamed, so a batch is committed in two steps: its Parquet file is uploaded under a
 name no one has used (`<name>.<uuid>.parquet` in the run's Hive directory), then the run's manifest
 (`<prefix>/_manifests/<run_id>.json`: the run's date and, per table, which objects are its files) is
-replaced by one PUT, which S3 makes visible whole or not at all. Readers read manifests, never list
+replaced by one PUT, which S3 makes visible whole or not at all (a manifest carries its checksum: a
+read that straddles a replacement is read again). Readers read manifests, never list
 data directories: a writer killed before its PUT leaves an object nobody reads, which the run's next
 writer deletes. Compaction is the same: one new object, one manifest PUT, then the old objects go.
 One writer per run at a time, enforced by a lock file on the writing host (the flow's process writes
@@ -19,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
@@ -38,11 +40,27 @@ from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 log = logging.getLogger("opbyop.storage")
 
 MANIFESTS = "_manifests"  # '_' names are never data: DuckDB's and pyarrow's Hive readers skip them
+MANIFEST_READS = 8  # reads of a manifest that keep meeting its writer's replacements before giving up
 REQUESTS_IN_FLIGHT = 16  # manifests and footers are small reads whose time is the round trip: overlap them
 
 # Objects are never rewritten (a new version gets a new name): a footer read once holds for every
 # reader of this process, like storage.files' cache of local footers.
 _footers: dict[str, int | None] = {}
+
+
+def _encode_manifest(manifest: dict[str, Any]) -> bytes:
+    """The manifest's JSON, then a line with its sha256."""
+    body = json.dumps(manifest, sort_keys=True).encode()
+    return body + b"\n" + hashlib.sha256(body).hexdigest().encode() + b"\n"
+
+
+def _decode_manifest(data: bytes) -> dict[str, Any] | None:
+    """The manifest, or None when `data` is not one whole version of it. pyarrow reads an object
+    as its size (a HEAD), then its bytes (ranged GETs): a PUT in between gives a mix of two versions."""
+    body, _, digest = data.rstrip(b"\n").rpartition(b"\n")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        return None
+    return json.loads(body)
 
 
 def s3_filesystem() -> pafs.S3FileSystem:
@@ -78,18 +96,24 @@ class ObjectFiles:
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:
         """{"run_id", "date", "tables": {table: {name: object}}}, or None for a run not in the store."""
-        try:
-            with self.fs.open_input_stream(self._manifest_path(run_id)) as f:
-                return json.loads(f.read())
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise self._unreachable(e) from None
+        path = self._manifest_path(run_id)
+        for attempt in range(MANIFEST_READS):
+            try:
+                with self.fs.open_input_stream(path) as f:
+                    manifest = _decode_manifest(f.read())
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise self._unreachable(e) from None
+            if manifest is not None:
+                return manifest
+            time.sleep(min(0.005 * 2 ** attempt, 0.2))  # read while its writer replaced it: read again
+        raise StoreError(f"the manifest s3://{path} does not match its checksum after {MANIFEST_READS} reads",
+                         f"run the command again; if this persists, resume run {run_id!r} to rewrite it")
 
     def _put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
-        data = json.dumps(manifest, sort_keys=True).encode()
         with self.fs.open_output_stream(self._manifest_path(run_id)) as f:
-            f.write(data)
+            f.write(_encode_manifest(manifest))
 
     def _manifests(self) -> list[dict[str, Any]]:
         try:

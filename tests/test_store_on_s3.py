@@ -22,7 +22,6 @@ from storage.catalog import build_catalog
 from storage.dataset import Store
 from storage.object_files import MANIFESTS, ObjectFiles
 from storage.readonly import StoreConnection, run_sql
-from tests.object_store import s3_server, s3_url  # noqa: F401 (fixtures)
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEWS = ("runs", "ops", "results", "models", "occurrences", "accuracy_trace")
