@@ -80,13 +80,13 @@ def publish(store_root: StoreRoot, run_id: str, report_path: Path,
     summary = nightly_for(store_root, run_id)
     create_markdown_artifact(markdown=regressions_markdown(summary), key="regressions",
                              description=f"regressions and progressions of run {run_id}")
-    path: Path | str = write_report(store_root, run_id, report_path).resolve()
-    if is_object_url(store_root):
-        path = upload_file(str(store_root), Path(path), f"reports/{run_id}.html")
-    create_markdown_artifact(markdown=report_markdown(summary, path, phases or {}), key="report",
+    path = write_report(store_root, run_id, report_path)
+    where: Path | str = (upload_file(str(store_root), path, f"reports/{run_id}.html") if is_object_url(store_root)
+                         else path.resolve())
+    create_markdown_artifact(markdown=report_markdown(summary, where, phases or {}), key="report",
                              description=f"report of run {run_id}")
     publish_device_time(store_root, run_id)
-    return path
+    return where if isinstance(where, str) else path
 
 
 def publish_device_time(store_root: StoreRoot, run_id: str, n: int = 20) -> None:
