@@ -433,7 +433,7 @@ def register(app: typer.Typer) -> None:
     app.command()(serve)
 
 
-def _progress(running: Callable[[], bool], store_root: Path, run_id: str) -> None:
+def _progress(running: Callable[[], bool], store_root: Path | str, run_id: str) -> None:
     """A progress bar fed from the store (results land there in batches) while `running()` says so;
     `running()` paces the loop (a short wait: the end shows at once), the store is read every
     PROGRESS_SECONDS (each read costs CPU the run could use)."""

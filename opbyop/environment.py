@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -16,7 +16,8 @@ class Environment(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OPBYOP_", extra="ignore")
 
     home: Path = Field(Path(".opbyop"), description="workspace: artifacts, op index, scratch, logs, the store")
-    store: Path | None = Field(None, description="the Parquet store (default: <home>/store)")
+    store: Path | str | None = Field(None, description="the Parquet store, a directory or s3://bucket/prefix "
+                                     "(default: <home>/store)")
     config_dir: Path | None = Field(None, description="configs/ holding models.yaml, thresholds.yaml ...")
     cache_dir: Path = Field(Path.home() / ".cache" / "opbyop", description="machine-wide cache (descriptors)")
     dask_address: str | None = Field(None, description="an existing Dask scheduler, tcp://host:8786")
@@ -29,6 +30,15 @@ class Environment(BaseSettings):
     worker_memory_limit: int = Field(0, ge=0, description="bytes of address space an op worker may add to what it "
                                      "holds once warm (0: no limit); an op needing more is an infra_error "
                                      "naming memory instead of the kernel's out-of-memory killer ending it")
+
+
+    @field_validator("store", mode="after")
+    @classmethod
+    def _store_path_or_url(cls, value: Path | str | None) -> Path | str | None:
+        """An object-store URL stays a string (a Path would fold its '//'); anything else is a directory."""
+        if isinstance(value, str) and not value.startswith("s3://"):
+            return Path(value)
+        return value
 
 
 def environment() -> Environment:

@@ -32,7 +32,8 @@ class Workspace:
         return OpIndex(self.root / "ops")
 
     @property
-    def store(self) -> Path:
+    def store(self) -> Path | str:
+        """A directory, or an object-store URL (s3://bucket/prefix)."""
         return environment().store or self.root / "store"
 
     @property

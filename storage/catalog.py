@@ -11,6 +11,7 @@ occurrences (ops joined with their result), and the macro message_pattern(m).
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 
 import duckdb
@@ -20,7 +21,9 @@ from opbyop.atomic import atomic_path
 from opbyop.records import Stage, Status
 from storage.convert import LEGACY_STATUS_SQL
 from storage.dataset import DatasetScan, Store
+from storage.location import DataFile, StoreRoot
 from storage.message_pattern import macro_sql
+from storage.object_views import register_objects, upload_file
 from storage.schema import SCHEMA_VERSION, TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
@@ -82,13 +85,20 @@ def _columns(table: str, scan: DatasetScan) -> str:
             f"coalesce(fault, {_fault_sql('(' + LEGACY_STATUS_SQL + ')')}) AS fault)")
 
 
-def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan) -> None:
-    """One view per table over its readable files, plus the helper views and macros."""
+def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize: bool = False) -> None:
+    """One view per table over its readable files, plus the helper views and macros. Files on an
+    object store are read through pyarrow datasets registered in the connection (DuckDB's own S3
+    reader is an extension it would download); `materialize` copies their rows into tables instead,
+    for a catalog file that must work in another process."""
     for table in TABLES:
         files = scan.files.get(table, [])
         con.execute(f"DROP VIEW IF EXISTS {table}")
         con.execute(f"DROP TABLE IF EXISTS {table}")
-        if files:
+        if files and scan.filesystem is not None:
+            source = register_objects(con, table, files, scan.filesystem)
+            kind = "TABLE" if materialize else "VIEW"
+            con.execute(f"CREATE {kind} {table} AS SELECT {_columns(table, scan)} FROM {source}")
+        elif files:
             listing = ", ".join(_sql_str(str(Path(f).resolve())) for f in files)
             # union_by_name reads every file's footer on every query (60 ms per table at a year of
             # nights): only worth it when the files hold different schema versions
@@ -110,9 +120,11 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan) -> None:
     con.execute(macro_sql())
 
 
-def build_catalog(root: Path | str, out: Path | str | None = None) -> Path:
+def build_catalog(root: StoreRoot, out: Path | str | None = None) -> DataFile:
     """Write a .duckdb file with the views (default <root>/opbyop.duckdb), atomically replaced.
 
+    On an object store the catalog holds the rows themselves (a snapshot: no credentials or S3
+    extension needed to open it) and is uploaded as <store>/opbyop.duckdb unless `out` is given.
     Open it with the DuckDB CLI (`duckdb -readonly <file>`) or Superset via duckdb-engine
     (duckdb:///<file>?access_mode=read_only).
     """
@@ -120,11 +132,20 @@ def build_catalog(root: Path | str, out: Path | str | None = None) -> Path:
     scan = store.scan()
     for s in scan.skipped:
         log.warning("catalog leaves out a corrupt file: %s", s)
-    target = Path(out) if out is not None else store.root / CATALOG_NAME
+    on_objects = isinstance(store.root, str)
+    if out is None and on_objects:  # built here, then uploaded beside the data
+        with tempfile.TemporaryDirectory(prefix="opbyop-catalog-") as tmp_dir:
+            local = _write_catalog(Path(tmp_dir) / CATALOG_NAME, scan, materialize=True)
+            return upload_file(store.root, local, CATALOG_NAME)
+    target = Path(out) if out is not None else Path(store.root) / CATALOG_NAME
+    return _write_catalog(target, scan, materialize=on_objects)
+
+
+def _write_catalog(target: Path, scan: DatasetScan, materialize: bool) -> Path:
     with atomic_path(target) as tmp:
         con = duckdb.connect(str(tmp))
         try:
-            create_views(con, scan)
+            create_views(con, scan, materialize)
             con.execute("CHECKPOINT")
         finally:
             con.close()

@@ -15,11 +15,13 @@ from rich.table import Table
 from opbyop.cli.app import make_console, positive_seconds, print_error, styled
 from opbyop.errors import OpbyopError
 from storage.files import SkippedFile, default_root
+from storage.location import StoreRoot, parse_root
 
 console = make_console()  # data printed literally; a pipe gets whole lines
 err_console = make_console(stderr=True)
 
-STORE_HELP = "store root (default: $OPBYOP_STORE, else $OPBYOP_HOME/store (default ./.opbyop/store))"
+STORE_HELP = ("store root, a directory or s3://bucket/prefix (default: $OPBYOP_STORE, else $OPBYOP_HOME/store "
+              "(default ./.opbyop/store))")
 FORMATS = ("table", "csv", "json")
 
 
@@ -28,8 +30,9 @@ def _fail(error: OpbyopError, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _root(store: Optional[Path]) -> Path:
-    return store if store is not None else default_root()
+def _root(store: Optional[Path]) -> StoreRoot:
+    """--store as given (typer's Path folds an s3:// URL's '//': parse_root restores it), else the default."""
+    return parse_root(store) if store is not None else default_root()
 
 
 def _check_run(store: Optional[Path], run: str) -> None:

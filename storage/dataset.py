@@ -5,6 +5,7 @@ becomes one new part file (a crash loses at most the batch in flight), and `fini
 table's parts into one file per run and marks the run completed. Within a run a key (a result's
 signature, an op's model and position, a model's name) has at most one row at every instant: a
 batch that repeats a key first removes the older row, so re-running a run id never duplicates rows.
+The files are a directory's or an object store's (storage/location.py): the same contract on both.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 from datetime import date
-from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, Collection, Hashable, Iterable
+from typing import Any, Collection, Hashable, Iterable
 
 import pyarrow as pa
 from filelock import FileLock, Timeout
@@ -26,11 +26,8 @@ from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus,
 from opbyop.shrink.result import ShrinkResult
 from storage import convert
 from storage.convert import ModelCounts, StoredModel
-from storage.files import (
-    SkippedFile, Vanished, check_run_id, data_files, default_root, mid_swap, new_part_name, part_files,
-    partition_date, read_footer, read_part, recover, remove_dir, run_dir, run_dirs, staging_dir, swap_in,
-    write_parquet_atomic,
-)
+from storage.files import SkippedFile, Vanished, check_run_id, default_root
+from storage.location import DataFile, StoreFiles, StoreRoot, store_files
 from storage.schema import TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
@@ -51,29 +48,32 @@ def _relist_pause(attempt: int) -> None:
 class DatasetScan:
     """Every readable data file per table, and the files skipped because they are corrupt."""
 
-    files: dict[str, list[Path]] = field(default_factory=dict)
+    files: dict[str, list[DataFile]] = field(default_factory=dict)
     skipped: list[SkippedFile] = field(default_factory=list)
     versions: dict[str, set[int | None]] = field(default_factory=dict)  # schema versions met per table
+    filesystem: Any = None  # pyarrow's FileSystem of files that are not local paths (an object store)
 
     @property
     def file_count(self) -> int:
         return sum(len(v) for v in self.files.values())
 
 
-def _key_fns() -> dict[str, Callable[[dict[str, Any]], Hashable]]:
-    return {
-        "results": lambda r: r["signature"],
-        "ops": lambda r: (r["model"], r["position"]),
-        "models": lambda r: r["model"],
-        "shrinks": lambda r: (r["signature"], r["dimension"], r["dtype"], r["size"]),
-    }
+# Each table's key within a run: at most one row per key (and a compacted file's sort order).
+TABLE_KEYS: dict[str, tuple[str, ...]] = {
+    "results": ("signature",),
+    "ops": ("model", "position"),
+    "models": ("model",),
+    "shrinks": ("signature", "dimension", "dtype", "size"),
+    "runs": (),
+}
+
+
+def _row_key(table: str, row: dict[str, Any]) -> Hashable:
+    return tuple(row[c] for c in TABLE_KEYS[table])
 
 
 def _table_keys(table: str, data: pa.Table) -> list[Hashable]:
-    if table == "ops":
-        return list(zip(data.column("model").to_pylist(), data.column("position").to_pylist()))
-    column = "signature" if table == "results" else "model"
-    return data.column(column).to_pylist()
+    return list(zip(*(data.column(c).to_pylist() for c in TABLE_KEYS[table])))
 
 
 def count_models(ops: pa.Table, results: pa.Table) -> dict[str, ModelCounts]:
@@ -102,8 +102,9 @@ def count_models(ops: pa.Table, results: pa.Table) -> dict[str, ModelCounts]:
 class Store:
     """A Parquet dataset rooted at `root` (default: $OPBYOP_STORE, else $OPBYOP_HOME/store (default ./.opbyop/store))."""
 
-    def __init__(self, root: Path | str | None = None):
-        self.root = Path(root) if root is not None else default_root()
+    def __init__(self, root: StoreRoot | None = None):
+        self.files = store_files(root if root is not None else default_root())
+        self.root = self.files.root  # a directory (Path), or an object-store URL (str)
         self.skipped: list[SkippedFile] = []  # corrupt files met by this Store's reads, with their paths
 
     # ------------------------------------------------------------------ reading
@@ -113,18 +114,19 @@ class Store:
         taken again: the scan is of one moment when every file it names was there."""
         for attempt in range(RELIST_ATTEMPTS):
             scan, vanished = self._scan_once()
-            if not vanished and not mid_swap(self.root):
+            if not vanished and not self.files.mid_swap():
                 break
             _relist_pause(attempt)
         self._note(scan.skipped)
         return scan
 
     def _scan_once(self) -> tuple[DatasetScan, bool]:
-        scan, vanished = DatasetScan(), False
+        scan, vanished = DatasetScan(filesystem=self.files.filesystem), False
+        listing = self.files.listing()
         for table in TABLES:
             good, versions = [], set()
-            for path in data_files(self.root, table):
-                footer = read_footer(path)
+            paths = listing.get(table, [])
+            for path, footer in zip(paths, self.files.read_footers(paths)):
                 if isinstance(footer, Vanished):
                     vanished = True
                 elif isinstance(footer, SkippedFile):
@@ -140,14 +142,14 @@ class Store:
             if s.path not in {k.path for k in self.skipped}:
                 self.skipped.append(s)
 
-    def _read_files(self, table: str, paths: Iterable[Path]) -> pa.Table:
+    def _read_files(self, table: str, paths: Iterable[DataFile]) -> pa.Table:
         return self._read_parts(table, paths)[0]
 
-    def _read_parts(self, table: str, paths: Iterable[Path]) -> tuple[pa.Table, bool]:
+    def _read_parts(self, table: str, paths: Iterable[DataFile]) -> tuple[pa.Table, bool]:
         """The files' rows, and whether any file vanished while they were read."""
         parts, skipped, vanished = [], [], False
         for path in paths:
-            got = read_part(path, table)
+            got = self.files.read_part(path, table)
             if isinstance(got, Vanished):
                 vanished = True
             else:
@@ -161,8 +163,8 @@ class Store:
         if run_id is not None:
             check_run_id(run_id)
         for attempt in range(RELIST_ATTEMPTS):
-            data, vanished = self._read_parts(table, data_files(self.root, table, run_id))
-            if not vanished and not mid_swap(self.root, table, run_id):
+            data, vanished = self._read_parts(table, self.files.data_files(table, run_id))
+            if not vanished and not self.files.mid_swap(table, run_id):
                 break
             _relist_pause(attempt)
         return data
@@ -186,8 +188,9 @@ class Store:
     def unreadable(self, run_id: str, tables: Collection[str] = TABLES) -> list[SkippedFile]:
         """The data files of `run_id` whose footer does not parse (corrupt or truncated)."""
         check_run_id(run_id)
-        found = [f for t in tables for path in data_files(self.root, t, run_id)
-                 if isinstance(f := read_footer(path), SkippedFile)]  # a Vanished file was replaced, not corrupt
+        paths = [path for t in tables for path in self.files.data_files(t, run_id)]
+        # a Vanished file was replaced, not corrupt
+        found = [f for f in self.files.read_footers(paths) if isinstance(f, SkippedFile)]
         self._note(found)
         return found
 
@@ -202,7 +205,7 @@ class Store:
         return run
 
     def has_run(self, run_id: str) -> bool:
-        return bool(run_dirs(self.root, "runs", check_run_id(run_id)))
+        return self.files.run_day(check_run_id(run_id), "runs") is not None
 
     def results(self, run_id: str) -> list[OpResult]:
         return [convert.result_from_row(r) for r in self.read_table("results", run_id).to_pylist()]
@@ -223,16 +226,16 @@ class Store:
             data = data.filter(pc.equal(data.column("signature"), signature))
         return data.to_pylist()
 
-    def write_shrinks(self, run_id: str, results: list[ShrinkResult]) -> list[Path]:
+    def write_shrinks(self, run_id: str, results: list[ShrinkResult]) -> list[DataFile]:
         """Store shrinks under a run already in the store (its lock held while writing): one file per
         op, replacing that op's earlier shrink in this run."""
         with RunWriter(self) as w:
             w.lock(run_id)
-            dirs = run_dirs(self.root, "runs", check_run_id(run_id))
-            if not dirs:
+            day = self.files.run_day(check_run_id(run_id), "runs")
+            if day is None:
                 raise StoreError(f"run {run_id!r} is not in the store at {self.root}",
                                  "list the runs with `opbyop runs`, or pass another --run")
-            return [_write_shrink(self.root, partition_date(dirs[0]), run_id, r) for r in results]
+            return [_write_shrink(self.files, day, run_id, r) for r in results]
 
     def completed_signatures(self, run_id: str, exclude: Collection[Status] = ()) -> set[str]:
         """Signatures that already have a result in `run_id` (optionally not counting some statuses):
@@ -262,7 +265,7 @@ class Store:
                 convert.model_row(run.run_id, m, counts.get(m.model, ModelCounts())) for m in models]))
             for table, data in (("results", res_t), ("ops", ops_t), ("models", models_t),
                                 ("runs", convert.to_table("runs", [convert.run_row(run)]))):
-                _replace_run_dir(run_dir(self.root, table, day, run.run_id), table, data)
+                _replace_run_dir(self.files, table, day, run.run_id, data)
         return run
 
     def update_run(self, run: RunInfo) -> None:
@@ -270,26 +273,22 @@ class Store:
         the run's lock; its results, ops and models are untouched."""
         with RunWriter(self) as w:
             w.lock(run.run_id)
-            dirs = run_dirs(self.root, "runs", check_run_id(run.run_id))
-            if not dirs:
+            day = self.files.run_day(check_run_id(run.run_id), "runs")
+            if day is None:
                 raise StoreError(f"run {run.run_id!r} is not in the store at {self.root}", "write the run first")
-            write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), dirs[0] / RUN_PART)
+            self.files.put_part("runs", day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
 
     def delete_run(self, run_id: str) -> None:
         self._remove_run_dirs(check_run_id(run_id))
 
     def _remove_run_dirs(self, run_id: str, keep_day: date | None = None) -> None:
-        for table in ("runs", "models", "ops", "results", "shrinks"):  # the run row first: it vanishes as a whole
-            for d in run_dirs(self.root, table, run_id):
-                if keep_day is None or partition_date(d) != keep_day:
-                    remove_dir(d)
+        self.files.remove_run(run_id, keep_day)
 
 
-def _write_shrink(root: Path, day: date, run_id: str, result: ShrinkResult) -> Path:
+def _write_shrink(files: StoreFiles, day: date, run_id: str, result: ShrinkResult) -> DataFile:
     """One op's shrink rows as the run's part file for that op (atomically replaced)."""
-    directory = run_dir(root, "shrinks", day, run_id)
     data = convert.to_table("shrinks", _dedupe("shrinks", convert.shrink_rows(run_id, result)))
-    return write_parquet_atomic(data, directory / f"part-shrink-{result.signature[:32]}.parquet")
+    return files.put_part("shrinks", day, run_id, f"part-shrink-{result.signature[:32]}.parquet", data)
 
 
 def resume_fix(run_id: str) -> str:
@@ -299,23 +298,18 @@ def resume_fix(run_id: str) -> str:
 
 def _dedupe(table: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The last row of each key."""
-    key = _key_fns()[table]
-    return list({key(r): r for r in rows}.values())
+    return list({_row_key(table, r): r for r in rows}.values())
 
 
 def _sort_keys(table: str) -> list[tuple[str, str]]:
-    return {"results": [("signature", "ascending")],
-            "ops": [("model", "ascending"), ("position", "ascending")],
-            "models": [("model", "ascending")], "runs": []}[table]
+    return [(c, "ascending") for c in TABLE_KEYS[table]]
 
 
-def _replace_run_dir(live: Path, table: str, data: pa.Table) -> None:
-    """`live` now holds exactly `data`, in one file; built hidden, then renamed into place."""
-    staging = staging_dir(live)
+def _replace_run_dir(files: StoreFiles, table: str, day: date, run_id: str, data: pa.Table) -> None:
+    """The run's files of `table` are now exactly `data`, in one file, swapped in whole."""
     if _sort_keys(table) and data.num_rows:
         data = data.sort_by(_sort_keys(table))
-    write_parquet_atomic(data, staging / RUN_PART)
-    swap_in(staging, live)
+    files.replace_run(table, day, run_id, RUN_PART, data)
 
 
 class RunWriter:
@@ -333,7 +327,7 @@ class RunWriter:
         self.run: RunInfo | None = None
         self.day: date | None = None
         self._lock_file: FileLock | None = None
-        self._index: dict[str, dict[Hashable, Path]] = {}
+        self._index: dict[str, dict[Hashable, DataFile]] = {}
 
     def __enter__(self) -> RunWriter:
         return self
@@ -345,13 +339,11 @@ class RunWriter:
     def lock(self, run_id: str) -> None:
         if self._lock_file is not None:
             return
-        path = self.store.root / ".locks" / f"{check_run_id(run_id)}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(path)
+        lock = self.store.files.lock(run_id)
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            raise StoreError(f"run {run_id!r} is being written by another process (lock {path})",
+            raise StoreError(f"run {run_id!r} is being written by another process (lock {lock.lock_file})",
                              "wait for that run to finish, or use another run id") from None
         self._lock_file = lock
 
@@ -360,9 +352,9 @@ class RunWriter:
             self._lock_file.release()
             self._lock_file = None
 
-    def _dir(self, table: str) -> Path:
+    def _parts(self, table: str) -> list[DataFile]:
         assert self.run is not None and self.day is not None, "call start(run) first"
-        return run_dir(self.store.root, table, self.day, self.run.run_id)
+        return self.store.files.part_files(table, self.day, self.run.run_id)
 
     def start(self, run: RunInfo, *, replace: bool = False) -> RunInfo:
         """Begin (or resume) writing `run`; returns the run as stored.
@@ -371,29 +363,32 @@ class RunWriter:
         start time (its date partition); replace=True drops them and starts afresh.
         """
         self.lock(run.run_id)
-        existing = [d for t in TABLES for d in run_dirs(self.store.root, t, run.run_id)]
+        existing = self.store.files.run_day(run.run_id)
         if replace:
             self.store._remove_run_dirs(run.run_id)
-            existing = []
+            existing = None
         run = run.model_copy(update={"status": RunStatus.RUNNING, "ended_at": None})
-        if existing:
-            self.day = partition_date(existing[0])
+        if existing is not None:
+            self.day = existing
             if self.store.has_run(run.run_id) and not self.store.unreadable(run.run_id, tables=("runs",)):
                 run = run.model_copy(update={"started_at": self.store.run(run.run_id).started_at})
             # else its runs file is corrupt: rewritten below, from `run` (the date partition is kept)
         else:
             self.day = convert.utc(run.started_at).date()
         self.run = run
-        for table in TABLES:
-            recover(self._dir(table).parent, run.run_id)
+        self.store.files.recover(self.day, run.run_id)
         self._index = {t: self._load_index(t) for t in ("results", "ops")}
-        write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), self._dir("runs") / RUN_PART)
+        self._put_run_row(run)
         return run
 
-    def _load_index(self, table: str) -> dict[Hashable, Path]:
-        index: dict[Hashable, Path] = {}
-        for path in part_files(self._dir(table)):
-            got = read_part(path, table)
+    def _put_run_row(self, run: RunInfo) -> None:
+        assert self.day is not None, "call start(run) first"
+        self.store.files.put_part("runs", self.day, run.run_id, RUN_PART, convert.to_table("runs", [convert.run_row(run)]))
+
+    def _load_index(self, table: str) -> dict[Hashable, DataFile]:
+        index: dict[Hashable, DataFile] = {}
+        for path in self._parts(table):
+            got = self.store.files.read_part(path, table)
             if isinstance(got, Vanished):  # only this run's writer (the lock holder) replaces its files
                 continue
             if isinstance(got, SkippedFile):
@@ -406,52 +401,50 @@ class RunWriter:
         assert self.run is not None, "call start(run) first"
         return self.store.completed_signatures(self.run.run_id, exclude)
 
-    def add_results(self, results: list[OpResult]) -> Path | None:
+    def add_results(self, results: list[OpResult]) -> DataFile | None:
         """One batch of results -> one new part file, written atomically. A result for a signature
         this run already holds replaces the older one."""
         assert self.run is not None, "call start(run) first"
         return self._add("results", [convert.result_row(self.run.run_id, r) for r in results])
 
-    def add_ops(self, records: list[OpRecord]) -> Path | None:
+    def add_ops(self, records: list[OpRecord]) -> DataFile | None:
         assert self.run is not None, "call start(run) first"
         return self._add("ops", [convert.op_row(self.run.run_id, r) for r in records])
 
-    def add_shrinks(self, results: list[ShrinkResult]) -> list[Path]:
+    def add_shrinks(self, results: list[ShrinkResult]) -> list[DataFile]:
         """Shrinks of this run's failing ops (Store.write_shrinks, under this writer's lock)."""
         assert self.run is not None and self.day is not None, "call start(run) first"
-        return [_write_shrink(self.store.root, self.day, self.run.run_id, r) for r in results]
+        return [_write_shrink(self.store.files, self.day, self.run.run_id, r) for r in results]
 
-    def _add(self, table: str, rows: list[dict[str, Any]]) -> Path | None:
+    def _add(self, table: str, rows: list[dict[str, Any]]) -> DataFile | None:
         rows = _dedupe(table, rows)
         if not rows:
             return None
-        key = _key_fns()[table]
-        keys = [key(r) for r in rows]
+        keys = [_row_key(table, r) for r in rows]
         index = self._index[table]
         superseded = {k for k in keys if k in index}
         # Older rows go first: a crash in between loses a result that is being redone anyway,
         # whereas the other order could leave two rows for one key.
-        for part in sorted({index[k] for k in superseded}):
+        for part in sorted({index[k] for k in superseded}, key=str):
             self._rewrite_without(table, part, superseded)
-        directory = self._dir(table)
-        path = write_parquet_atomic(convert.to_table(table, rows), directory / new_part_name(directory))
+        assert self.run is not None and self.day is not None
+        path = self.store.files.add_part(table, self.day, self.run.run_id, convert.to_table(table, rows))
         index.update(dict.fromkeys(keys, path))
         return path
 
-    def _rewrite_without(self, table: str, part: Path, keys: set[Hashable]) -> None:
-        got = read_part(part, table)
+    def _rewrite_without(self, table: str, part: DataFile, keys: set[Hashable]) -> None:
+        got = self.store.files.read_part(part, table)
         if isinstance(got, Vanished):
             return
         if isinstance(got, SkippedFile):
             self.store._note([got])
-            part.unlink(missing_ok=True)
+            self.store.files.rewrite_part(part, None)
             return
         keep = pa.array([k not in keys for k in _table_keys(table, got)], pa.bool_())
-        remaining = got.filter(keep)
-        if remaining.num_rows:
-            write_parquet_atomic(remaining, part)
-        else:
-            part.unlink()
+        moved = self.store.files.rewrite_part(part, got.filter(keep))  # an object store names it anew
+        if moved is not None and moved != part:
+            index = self._index[table]
+            index.update({k: moved for k, p in index.items() if p == part})
 
     def finish(self, run: RunInfo | None, models: list[ModelSummary],
                status: RunStatus = RunStatus.COMPLETED) -> RunInfo:
@@ -462,14 +455,15 @@ class RunWriter:
         run = (run or self.run).model_copy(update={
             "status": status, "started_at": self.run.started_at,
             "ended_at": (run.ended_at if run and run.ended_at else None) or utcnow()})
-        results = self.store._read_files("results", part_files(self._dir("results")))
-        ops = self.store._read_files("ops", part_files(self._dir("ops")))
+        results = self.store._read_files("results", self._parts("results"))
+        ops = self.store._read_files("ops", self._parts("ops"))
         counts = count_models(ops, results)
         models_t = convert.to_table("models", _dedupe("models", [
             convert.model_row(run.run_id, m, counts.get(m.model, ModelCounts())) for m in models]))
+        assert self.day is not None
         for table, data in (("results", results), ("ops", ops), ("models", models_t)):
-            _replace_run_dir(self._dir(table), table, data)
-        write_parquet_atomic(convert.to_table("runs", [convert.run_row(run)]), self._dir("runs") / RUN_PART)
+            _replace_run_dir(self.store.files, table, self.day, run.run_id, data)
+        self._put_run_row(run)
         self._index = {t: self._load_index(t) for t in ("results", "ops")}
         self.run = run
         self.close()

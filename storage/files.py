@@ -43,7 +43,7 @@ def check_run_id(run_id: str) -> str:
     return run_id
 
 
-def default_root() -> Path:
+def default_root() -> Path | str:
     """OPBYOP_STORE, else the store of the workspace (OPBYOP_HOME, default ./.opbyop)."""
     from opbyop.workspace import Workspace
 

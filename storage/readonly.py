@@ -27,15 +27,21 @@ from opbyop.errors import StoreError
 from storage.catalog import create_views
 from storage.dataset import DatasetScan, Store
 from storage.files import SkippedFile
+from storage.location import StoreRoot
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 RESCANS = 5  # a query whose files a writer replaced meanwhile runs again over a new scan, so many times
 
 
-def _vanished(e: duckdb.IOException) -> bool:
-    """DuckDB's error for a file the views name that is gone (a writer's compaction replaced it)."""
+# A file the views name is gone: DuckDB's own reader says IOException; an object read through a
+# registered pyarrow dataset, pyarrow's error wrapped as InvalidInputException.
+GONE_ERRORS = (duckdb.IOException, duckdb.InvalidInputException)
+
+
+def _vanished(e: duckdb.Error) -> bool:
+    """The error is about a file the views name that is gone (a writer's compaction replaced it)."""
     text = str(e)
-    return "No files found that match the pattern" in text or "No such file" in text
+    return any(m in text for m in ("No files found that match the pattern", "No such file", "Path does not exist"))
 DEFAULT_TIMEOUT_S = 300.0  # for `opbyop sql` and `opbyop query`; the library's own queries have none
 
 
@@ -93,7 +99,7 @@ class QueryResult:
 class StoreConnection:
     """An in-memory DuckDB connection with the store's views, locked down to reading."""
 
-    def __init__(self, root: Path | str | None = None, scan: DatasetScan | None = None,
+    def __init__(self, root: StoreRoot | None = None, scan: DatasetScan | None = None,
                  memory_limit: str | None = None, timeout: float | None = None):
         self.timeout = timeout  # seconds per query unless a query says otherwise; None: no limit
         store = Store(root)
@@ -104,7 +110,7 @@ class StoreConnection:
             try:
                 self.con = self._connect(self.scan)
                 break
-            except duckdb.IOException as e:  # the views read each file's schema when they are made
+            except GONE_ERRORS as e:  # the views read each file's schema when they are made
                 if attempt == RESCANS or not _vanished(e):
                     raise StoreError(f"the store's files cannot be read: {e}", "run the command again") from None
                 self.scan = store.scan()
@@ -122,8 +128,9 @@ class StoreConnection:
             con.close()
             raise StoreError(f"memory limit {self.memory_limit!r} is not a size DuckDB reads ({e})",
                              "give a size like 2GB or 512MB") from None
-        allowed = str(self.root.resolve()).rstrip("/") + "/"
-        con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
+        if not isinstance(self.root, str):  # an object store's files are read by pyarrow, not DuckDB
+            allowed = str(self.root.resolve()).rstrip("/") + "/"
+            con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
         con.execute("SET enable_external_access = false")
         con.execute("SET autoinstall_known_extensions = false")
         con.execute("SET autoload_known_extensions = false")
@@ -137,7 +144,7 @@ class StoreConnection:
             try:
                 con = self._connect(scan)
                 break
-            except duckdb.IOException as e:
+            except GONE_ERRORS as e:
                 if attempt == RESCANS or not _vanished(e):
                     raise
         self.con.close()
@@ -161,7 +168,7 @@ class StoreConnection:
                 try:
                     columns, rows = self._interruptible(execute, timeout)
                     break
-                except duckdb.IOException as e:
+                except GONE_ERRORS as e:
                     if attempt == RESCANS or not _vanished(e):
                         raise
                     self._rescan()  # a file the views name was replaced by its run's writer

@@ -16,6 +16,8 @@ from prefect.cache_policies import NONE
 from storage.aggregate import NightlySummary, nightly_for
 from storage.catalog import build_catalog
 from storage.dataset import Store
+from storage.location import StoreRoot, is_object_url
+from storage.object_views import upload_file
 from storage.readonly import QueryResult
 from storage.report import write_report
 
@@ -52,14 +54,15 @@ def regressions_markdown(summary: NightlySummary) -> str:
             f"## Removed ops\n\n{_markdown_table(summary.removed_ops)}\n")
 
 
-def report_markdown(summary: NightlySummary, report_path: Path, phases: dict[str, float]) -> str:
+def report_markdown(summary: NightlySummary, report_path: Path | str, phases: dict[str, float]) -> str:
     """The report's first screens as markdown: depth per model, blockers, failures, phases."""
+    where = (f"is on the object store: `{report_path}`" if isinstance(report_path, str)
+             else f"is a file on the machine that ran the flow: `{report_path}`")
     histogram = markdown_rows(["model", "depth", "occurrences", "unique_ops"], summary.depth_histogram.records(),
                               limit=200)
     timing = markdown_rows(["phase", "seconds"], [(p, f"{s:.1f}") for p, s in phases.items()])
     return (f"# Report of run {summary.run_id}\n\n"
-            f"The full HTML report (charts, every op, filters) is a file on the machine that ran the flow: "
-            f"`{report_path}`; rebuild it anywhere with `opbyop report --run {summary.run_id} --out report.html`.\n\n"
+            f"The full HTML report (charts, every op, filters) {where}; rebuild it anywhere with `opbyop report --run {summary.run_id} --out report.html`.\n\n"
             f"## Depth reached per model (op occurrences)\n\n{histogram}\n"
             f"## Ops blocking the most models\n\n{_markdown_table(summary.top_blockers, limit=20)}\n"
             f"## Top failure messages\n\n{_markdown_table(summary.top_failures, limit=20)}\n"
@@ -67,21 +70,26 @@ def report_markdown(summary: NightlySummary, report_path: Path, phases: dict[str
 
 
 @task(name="publish-run", task_run_name="publish-{run_id}", cache_policy=NONE, persist_result=False)
-def publish(store_root: Path, run_id: str, report_path: Path, phases: dict[str, float] | None = None) -> Path:
+def publish(store_root: StoreRoot, run_id: str, report_path: Path,
+            phases: dict[str, float] | None = None) -> Path | str:
     """Aggregate a finished run: regressions and the report's content as markdown artifacts, the HTML
-    report file; refresh the .duckdb catalog (its views list the store's files, so BI tools see it)."""
+    report file; refresh the .duckdb catalog (its views list the store's files, so BI tools see it).
+    With the store on object storage the report is uploaded beside it (reports/<run_id>.html), since
+    the flow's host may be gone when someone reads it; its URL is returned."""
     build_catalog(store_root)
     summary = nightly_for(store_root, run_id)
     create_markdown_artifact(markdown=regressions_markdown(summary), key="regressions",
                              description=f"regressions and progressions of run {run_id}")
     path = write_report(store_root, run_id, report_path)
-    create_markdown_artifact(markdown=report_markdown(summary, path.resolve(), phases or {}), key="report",
+    where: Path | str = (upload_file(str(store_root), path, f"reports/{run_id}.html") if is_object_url(store_root)
+                         else path.resolve())
+    create_markdown_artifact(markdown=report_markdown(summary, where, phases or {}), key="report",
                              description=f"report of run {run_id}")
     publish_device_time(store_root, run_id)
-    return path
+    return where if isinstance(where, str) else path
 
 
-def publish_device_time(store_root: Path, run_id: str, n: int = 20) -> None:
+def publish_device_time(store_root: StoreRoot, run_id: str, n: int = 20) -> None:
     """The op occurrences with the most simulated device time, as a table artifact."""
     from storage.report import device_time
 

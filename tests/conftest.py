@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["core_fixtures"]  # library, compiler, device and flow fixtures
+pytest_plugins = ["core_fixtures", "object_store"]  # library, compiler, device and flow fixtures; S3 (moto)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -90,7 +90,8 @@ def store_and_configs() -> tuple[str, str]:
     from opbyop.config import config_dir
     from opbyop.workspace import Workspace
 
-    return str(Workspace.default().store.resolve()), str(config_dir().resolve())
+    store = Workspace.default().store
+    return str(store if isinstance(store, str) else store.resolve()), str(config_dir().resolve())
 
 
 def record_path(workspace_root: Path) -> Path:
