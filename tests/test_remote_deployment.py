@@ -1,10 +1,11 @@
 """The nightly deployment as an operator grows it: Prefect's server on PostgreSQL (deployments/README.md's
 set-up, literally), the flow in its process worker, the ops on Dask worker hosts that share nothing
-with it but the network (network namespaces, each host with its own home); the stored rows are those
-of the same nightly on one host."""
+with it but the network (network namespaces, each host with its own home), the store on S3-compatible
+object storage; the stored rows are those of the same nightly on one host with a local store."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -12,14 +13,24 @@ import pytest
 from distributed import Client
 
 from storage.dataset import Store
-from test_deployment_e2e import ARTIFACTS, _target_run_ids, api, deployed, postgres, run_and_wait  # noqa: F401
+from test_deployment_e2e import ARTIFACTS, _target_run_ids, api, deployed, postgres, wait_final  # noqa: F401
 from test_remote_hosts import network, rows, start_scheduler, start_worker  # noqa: F401  (fixtures too)
 
 pytestmark = pytest.mark.slow
 
+# a flow run's job variables replace the deployment's `env` as a whole: the deployment's own are kept
+RUN_WITH_ENV = """
+from prefect.deployments import run_deployment
+async def main(c, name, parameters, env):
+    deployment = await c.read_deployment_by_name(name)
+    job_variables = {"env": {**deployment.job_variables.get("env", {}), **json.loads(env)}}
+    run = await run_deployment(name, parameters=json.loads(parameters), job_variables=job_variables, timeout=0)
+    return str(run.id)
+"""
 
-def test_the_nightly_deployment_on_postgresql_and_worker_hosts_stores_the_rows_of_one_host(
-        deployed, postgres, network, tmp_path):
+
+def test_the_nightly_deployment_on_postgresql_worker_hosts_and_s3_stores_the_rows_of_one_host(
+        deployed, postgres, network, s3_server, tmp_path):
     config = tmp_path / "nightly.yaml"
     config.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\nreuse_cached: false\n")
     _, scheduler = start_scheduler(network, tmp_path)
@@ -28,16 +39,26 @@ def test_the_nightly_deployment_on_postgresql_and_worker_hosts_stores_the_rows_o
     with Client(scheduler, timeout=60) as watcher:
         watcher.wait_for_workers(2, timeout=120)
 
-    def night(cluster: dict) -> str:
-        run = run_and_wait(deployed, "nightly/nightly", {"config_file": str(config), "cluster": cluster})
+    s3_store = s3_server.url("nightly")
+
+    def night(cluster: dict, env: dict) -> str:
+        parameters = {"config_file": str(config), "cluster": cluster}
+        run = wait_final(deployed, api(deployed, RUN_WITH_ENV, "nightly/nightly", json.dumps(parameters),
+                                       json.dumps(env)))
         assert run["state"] == "COMPLETED", run
         tables = postgres["server"].psql("SELECT count(*) FROM flow_run WHERE id = '%s';" % run["id"])
         assert re.search(r"^\s*1\s*$", tables, re.M), tables  # kept in PostgreSQL
         (target_run,) = _target_run_ids(api(deployed, ARTIFACTS, run["id"])["nightly-summary"])
         return target_run
 
-    on_hosts, on_one_host = night({"address": scheduler}), night({"workers": 2})
-    store = Store(Path(deployed["OPBYOP_HOME"]) / "store")
-    assert rows(store, on_hosts) == rows(store, on_one_host) and len(rows(store, on_hosts)) >= 8
-    assert {r.worker.split("-")[1] for r in store.results(on_hosts)} == {"w1", "w2"}  # the hosts did the work
-    assert not any(r.reused_from for r in store.results(on_one_host))  # analysed again, not copied
+    on_hosts = night({"address": scheduler}, {"OPBYOP_STORE": s3_store, **s3_server.env})
+    on_one_host = night({"workers": 2}, {})
+    local = Store(Path(deployed["OPBYOP_HOME"]) / "store")
+    with pytest.MonkeyPatch.context() as env:  # this process reads the object store as the flow wrote it
+        for name, value in s3_server.env.items():
+            env.setenv(name, value)
+        remote = Store(s3_store)
+        assert rows(remote, on_hosts) == rows(local, on_one_host) and len(rows(remote, on_hosts)) >= 8
+        assert {r.worker.split("-")[1] for r in remote.results(on_hosts)} == {"w1", "w2"}  # the hosts worked
+        assert not local.has_run(on_hosts)  # the store on S3 was the nightly's only store
+    assert not any(r.reused_from for r in local.results(on_one_host))  # analysed again, not copied
