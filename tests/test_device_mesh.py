@@ -353,3 +353,49 @@ def test_a_tensor_parallel_mlp_runs_whole_and_stitched_on_its_mesh(board):
     assert [t.to_device_tensors for t in run.iteration_transfers] == [chips, chips]  # x's shards only
     assert [c.op for c in run.steady.collectives] == ["ttnn.all_reduce"]
     assert len(set(run.steady.chip_peak_dram_bytes)) == 1 and len(run.steady.chip_peak_dram_bytes) == chips
+
+
+@pytest.mark.parametrize("case", ["8xp150/tp_mlp", "p300/matmul_allreduce", "4xp150/mesh2d_matmul"])
+def test_chips_sharing_their_common_work_give_the_values_cycles_and_peaks_of_chips_run_in_full(case):
+    program, module = (DATA / case / "ttnn_runtime.mlir").read_text(), (DATA / case / "stablehlo.mlir").read_text()
+    shapes, _ = module_shapes(module)
+    inputs = [np.random.default_rng(3).standard_normal(s).astype(np.float32) for s in shapes]
+    shared, full = MeshSimulator(), MeshSimulator(share=False)
+    try:
+        a, b = shared.run(program, inputs, stablehlo=module), full.run(program, inputs, stablehlo=module)
+    finally:
+        shared.close()
+        full.close()
+    for x, y in zip(a.outputs, b.outputs):
+        np.testing.assert_array_equal(x, y)
+    assert a.run.cycles == b.run.cycles and a.run.ttnn_ops == b.run.ttnn_ops
+    assert a.run.chip_peak_dram_bytes == b.run.chip_peak_dram_bytes and a.run.chip_peak_l1_bytes == b.run.chip_peak_l1_bytes
+    assert len(a.run.placements) == len(b.run.placements)
+
+
+def test_chips_holding_equal_operands_run_the_kernel_once_and_each_allocate_their_own_result():
+    from opbyop.device.executor import Executor
+
+    # matmul of each chip's shards, all_reduce (both chips then hold the same sum), reshape, tanh
+    case = DATA / "p300" / "matmul_allreduce"
+    program, module = (case / "ttnn_runtime.mlir").read_text(), (case / "stablehlo.mlir").read_text()
+    shapes, _ = module_shapes(module)
+    inputs = [np.random.default_rng(4).standard_normal(s).astype(np.float32) for s in shapes]
+    calls: list[str] = []
+    compute = Executor.compute
+
+    def counted(self, op, operands):
+        calls.append(op.name)
+        return compute(self, op, operands)
+
+    simulator = MeshSimulator()
+    try:
+        Executor.compute = counted
+        result = simulator.run(program, inputs, stablehlo=module)
+    finally:
+        Executor.compute = compute
+        simulator.close()
+    assert calls.count("ttnn.matmul") == 2  # different shards: each chip its own
+    assert calls.count("ttnn.tanh") == 1  # the same sum on both chips: computed once
+    np.testing.assert_array_equal(result.chip_outputs[0][0], result.chip_outputs[0][1])
+    assert result.run.chip_peak_dram_bytes[0] == result.run.chip_peak_dram_bytes[1] > 0

@@ -68,9 +68,10 @@ def from_mesh(tensors: ChipTensors, mesh: Mesh, sharding: Sharding) -> np.ndarra
 
 
 def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence[ChipTensors],
-                policy: Policy = Policy.FEWEST_CYCLES) -> tuple[list[ChipTensors], DeviceRun]:
+                policy: Policy = Policy.FEWEST_CYCLES, share: bool = True) -> tuple[list[ChipTensors], DeviceRun]:
     """Run a program on every chip of the mesh; returns each output as its chips' tensors, and the
-    run's record. Inputs whose layout differs from the program's are converted first."""
+    run's record. Inputs whose layout differs from the program's are converted first. `share=False`
+    runs every chip's every op in full (see MeshExecutor)."""
     started = time.perf_counter()
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
@@ -89,7 +90,7 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
             converted.append([to_layout(t, t.device, want.layout) for t in tensors])
         else:
             converted.append(list(tensors))
-    executor = MeshExecutor(mesh, binary.program, policy)
+    executor = MeshExecutor(mesh, binary.program, policy, share)
     per_chip_args = [[arg[chip] for arg in converted] for chip in range(mesh.size)]
     try:
         per_chip = executor.run(function, per_chip_args)
@@ -174,8 +175,8 @@ class MeshSimulator:
     """Keeps one open mesh per (chip, shape, topology) and runs mesh programs on global inputs."""
 
     def __init__(self, policy: Policy = Policy.FEWEST_CYCLES, topology: Topology | None = None,
-                 link: LinkSpec | None = None):
-        self.policy, self.topology, self.link = policy, topology, link
+                 link: LinkSpec | None = None, share: bool = True):
+        self.policy, self.topology, self.link, self.share = policy, topology, link, share
         self._meshes: dict[tuple, Mesh] = {}
 
     def mesh_for(self, spec: DeviceSpec, shape: tuple[int, int]) -> Mesh:
@@ -202,7 +203,7 @@ class MeshSimulator:
             for i, x in enumerate(inputs):
                 pushed.append(to_mesh(x, mesh, shardings.inputs[i], get_layout(binary, 0, i), name=f"input {i}",
                                       shape=input_shape(binary, 0, i)))
-            outputs, run = submit_mesh(mesh, binary, 0, pushed, self.policy)
+            outputs, run = submit_mesh(mesh, binary, 0, pushed, self.policy, self.share)
             framework = binary.function(0).host_return_types
             chip_values = [[as_host_type(to_host(t), framework[k] if k < len(framework) else None) for t in tensors]
                            for k, tensors in enumerate(outputs)]
