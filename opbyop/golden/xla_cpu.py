@@ -66,6 +66,7 @@ class XlaCpu:
         self._cache_dir = cache_dir
         self._salt = f"{jaxlib.__version__}|{os.environ.get('XLA_FLAGS', '')}"
         self.compiles = 0
+        self._ir_context = None  # parses sharded modules' result types: a new context costs 2 ms per run
 
     def executable(self, module_text: str, key: str | None = None, optimised: bool = False) -> object:
         """The compiled module, from memory, from the disk cache, or compiled now (`optimised`: with
@@ -138,7 +139,7 @@ class XlaCpu:
         if len(exe.local_devices()) == 1:  # type: ignore[attr-defined]
             outputs = self.execute(exe, inputs)
             return outputs, [[o] for o in outputs]
-        return self.execute_sharded(exe, inputs, result_shapes(module_text))
+        return self.execute_sharded(exe, inputs, self._result_shapes(module_text))
 
     def run(self, module_text: str, inputs: Sequence[np.ndarray], key: str | None = None) -> list[np.ndarray]:
         """Execute the module's @main on `inputs`; returns its results as numpy arrays (a sharded
@@ -147,8 +148,15 @@ class XlaCpu:
         large = sum(np.asarray(x).nbytes for x in inputs) > OPTIMISE_ABOVE_BYTES
         exe = self.executable(module_text, key, optimised=large)
         if len(exe.local_devices()) > 1:  # type: ignore[attr-defined]
-            return self.execute_sharded(exe, inputs, result_shapes(module_text))[0]
+            return self.execute_sharded(exe, inputs, self._result_shapes(module_text))[0]
         return self.execute(exe, inputs)
+
+    def _result_shapes(self, module_text: str) -> list[tuple[int, ...]]:
+        if self._ir_context is None:
+            from opbyop.ir.context import make_context
+
+            self._ir_context = make_context()
+        return result_shapes(module_text, self._ir_context)
 
     # -- the disk cache --------------------------------------------------------------------
     def _path(self, key: str) -> Path | None:
@@ -177,14 +185,15 @@ class XlaCpu:
 
 
 
-def result_shapes(module_text: str) -> list[tuple[int, ...]]:
-    """The global shapes @main returns (a host-mesh run gets only per-device shards back)."""
+def result_shapes(module_text: str, context: object | None = None) -> list[tuple[int, ...]]:
+    """The global shapes @main returns (a host-mesh run gets only per-device shards back), parsed in
+    `context` (an MLIR context that knows StableHLO and Shardy) or a new one."""
     from jaxlib.mlir import ir
 
     from opbyop.ir.context import make_context
     from opbyop.ir.rewrite import main_func
 
-    with make_context():
+    with context or make_context():
         module = ir.Module.parse(module_text)
         main = main_func(module, "module")
         return [tuple(ir.RankedTensorType(t).shape) for t in ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results]
