@@ -128,7 +128,7 @@ class OpAnalyzer:
         result.golden = comparison
         if not comparison.passed:  # whose fault: the lowering, the simulator, or the chip's numerics
             judgment = judge(binary, inputs, expected, [o.dtype for o in op.outputs], settings.thresholds,
-                             self.device, verdict(comparison), result.narrowing)
+                             self.device, verdict(comparison), result.narrowing, stablehlo=op.module_text)
             comparison.seconds = time.perf_counter() - start
             return _finish(result, judgment.status, Stage.DEVICE_RUN, Stage.GOLDEN, judgment.message)
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)

@@ -42,11 +42,14 @@ def mesh_unsupported_ops(program: Program) -> list[str]:
 
 
 class MeshExecutor:
-    def __init__(self, mesh: Mesh, program: Program, policy: Policy = Policy.FEWEST_CYCLES, share: bool = True):
+    def __init__(self, mesh: Mesh, program: Program, policy: Policy = Policy.FEWEST_CYCLES, share: bool = True,
+                 chip_numerics: bool = True, record: bool = False):
+        """`chip_numerics` and `record` as the single-chip Executor's, for every chip."""
         self.mesh = mesh
         self.program = program
         self.share = share  # False runs every chip's every op in full (what sharing is measured against)
-        self.chips = [Executor(device, program, policy) for device in mesh.devices]
+        self.chips = [Executor(device, program, policy, chip_numerics=chip_numerics, record=record)
+                      for device in mesh.devices]
         self.clocks = [0] * mesh.size  # cycles each chip has spent
         self.collectives: list[CollectiveRun] = []
 
@@ -135,6 +138,12 @@ class MeshExecutor:
                 stored.setdefault(id(value), tensor)
                 envs[chip][v] = tensor
                 owned[chip].add(id(tensor))
+                if executor.record and v not in executor.trace:
+                    executor.trace[v] = (op, tensor.values)
+
+    def traces(self) -> dict[tuple[int, int], tuple[Op, np.ndarray]]:
+        """Every chip's recorded results, keyed (chip, value id), in execution order chip by chip."""
+        return {(chip, v): entry for chip, executor in enumerate(self.chips) for v, entry in executor.trace.items()}
 
     def stats(self, seconds: float) -> DeviceRun:
         """What the run did: the slowest chip's cycles, the largest per-chip peaks, each chip's

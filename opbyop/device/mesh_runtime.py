@@ -55,10 +55,10 @@ ChipTensors = list[DeviceTensor]  # one tensor per chip, row-major
 
 
 def to_mesh(host: np.ndarray, mesh: Mesh, sharding: Sharding, layout: Layout | None = None, name: str = "input",
-            shape: tuple[int, ...] | None = None) -> ChipTensors:
+            shape: tuple[int, ...] | None = None, chip_numerics: bool = True) -> ChipTensors:
     """Split a global host tensor into its shards and copy each to its chip."""
     shards = sharding.shard(np.asarray(host), mesh.shape)
-    return [to_device(s, device, layout, name=f"{name} (chip {i})", shape=shape)
+    return [to_device(s, device, layout, name=f"{name} (chip {i})", shape=shape, chip_numerics=chip_numerics)
             for i, (s, device) in enumerate(zip(shards, mesh.devices))]
 
 
@@ -68,10 +68,12 @@ def from_mesh(tensors: ChipTensors, mesh: Mesh, sharding: Sharding) -> np.ndarra
 
 
 def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence[ChipTensors],
-                policy: Policy = Policy.FEWEST_CYCLES, share: bool = True) -> tuple[list[ChipTensors], DeviceRun]:
+                policy: Policy = Policy.FEWEST_CYCLES, share: bool = True, chip_numerics: bool = True,
+                trace: dict | None = None) -> tuple[list[ChipTensors], DeviceRun]:
     """Run a program on every chip of the mesh; returns each output as its chips' tensors, and the
     run's record. Inputs whose layout differs from the program's are converted first. `share=False`
-    runs every chip's every op in full (see MeshExecutor)."""
+    runs every chip's every op in full (see MeshExecutor); `chip_numerics=False` runs the kernels in
+    exact arithmetic; `trace` is filled with every op's first result on each chip, keyed (chip, value)."""
     started = time.perf_counter()
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
@@ -90,7 +92,7 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
             converted.append([to_layout(t, t.device, want.layout) for t in tensors])
         else:
             converted.append(list(tensors))
-    executor = MeshExecutor(mesh, binary.program, policy, share)
+    executor = MeshExecutor(mesh, binary.program, policy, share, chip_numerics, record=trace is not None)
     per_chip_args = [[arg[chip] for arg in converted] for chip in range(mesh.size)]
     try:
         per_chip = executor.run(function, per_chip_args)
@@ -98,6 +100,8 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
         e.run = executor.stats(time.perf_counter() - started).model_copy(update={"message": str(e)})
         raise
     finally:
+        if trace is not None:
+            trace.update(executor.traces())
         for original, used in zip(inputs, converted):
             for a, b in zip(original, used):
                 if a is not b:
@@ -191,7 +195,9 @@ class MeshSimulator:
         return self.run_binary(Binary.load(program_text), inputs, stablehlo, shardings)
 
     def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray], stablehlo: str | None = None,
-                   shardings: MeshShardings | None = None) -> MeshResult:
+                   shardings: MeshShardings | None = None, chip_numerics: bool = True,
+                   trace: dict | None = None) -> MeshResult:
+        """`chip_numerics` and `trace` as submit_mesh's."""
         started = time.perf_counter()
         mesh = self.mesh_for(binary.program.spec, program_mesh_shape(binary.program.text))
         shardings = shardings or resolve_shardings(binary, inputs, mesh.shape, stablehlo)  # MeshError: the caller's
@@ -202,8 +208,8 @@ class MeshSimulator:
         try:
             for i, x in enumerate(inputs):
                 pushed.append(to_mesh(x, mesh, shardings.inputs[i], get_layout(binary, 0, i), name=f"input {i}",
-                                      shape=input_shape(binary, 0, i)))
-            outputs, run = submit_mesh(mesh, binary, 0, pushed, self.policy, self.share)
+                                      shape=input_shape(binary, 0, i), chip_numerics=chip_numerics))
+            outputs, run = submit_mesh(mesh, binary, 0, pushed, self.policy, self.share, chip_numerics, trace)
             framework = binary.function(0).host_return_types
             chip_values = [[as_host_type(to_host(t), framework[k] if k < len(framework) else None) for t in tensors]
                            for k, tensors in enumerate(outputs)]
