@@ -5,8 +5,8 @@ The same program the mesh simulator runs, read without any chip's numerics."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -15,7 +15,12 @@ from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
 from opbyop.device.kernels.ccl import MeshCall
 from opbyop.device.mesh import Mesh
 from opbyop.device.program import Op, Program
-from opbyop.device.reference.interpreter import _host_value, _Interpreter, fit, unreadable_ops
+from opbyop.device.reference.interpreter import (
+    _host_value,
+    _Interpreter,
+    fit,
+    unreadable_ops,
+)
 from opbyop.device.reference.semantics import Unreadable
 
 
