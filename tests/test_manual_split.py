@@ -63,3 +63,22 @@ def test_the_body_ops_chained_on_a_host_mesh_give_the_whole_bodys_result():
     assert proc.returncode == 0, proc.stderr[-3000:]
     chained_vs_whole, whole_vs_numpy = (float(x) for x in proc.stdout.split())
     assert chained_vs_whole <= 1e-5 and whole_vs_numpy <= 1e-4
+
+
+def test_every_op_of_a_shard_map_body_compiles_runs_on_its_mesh_and_matches_xla(tmp_path: Path):
+    """Compile for p300's 1x2 mesh, simulated chips, XLA:CPU on two host devices: one warm worker."""
+    from opbyop.compiler.system_desc import resolve
+    from opbyop.config import AnalysisSettings, load_thresholds
+    from opbyop.ir.dedupe import dedupe
+    from opbyop.records import Status
+    from opbyop.worker.process import OpWorker
+
+    ops = dedupe(split_module(BODY.read_text(), "body").ops)
+    settings = AnalysisSettings(thresholds=load_thresholds(), mesh="1x2", topology="linear")
+    with OpWorker(resolve("p300").path, tmp_path, chip="p300", name="tests-body",
+                  env={"OPBYOP_HOST_DEVICES": "2"}) as worker:
+        results = {op.op_name: worker.analyze(op, settings, timeout=300) for op in ops}
+    assert {name: r.status for name, r in results.items()} == dict.fromkeys(results, Status.SUCCESS), \
+        {name: r.message for name, r in results.items()}
+    assert [c.op for c in results["stablehlo.all_reduce"].device.collectives] == ["ttnn.all_reduce"]
+    assert not results["stablehlo.tanh"].device.collectives  # the tanh of each chip's own value, no traffic

@@ -126,8 +126,14 @@ class XlaCpu:
             local = [np.asarray(r) for r in per_device]
             full = np.empty(shape, dtype=local[0].dtype)
             where = GSPMDSharding(devices, sharding).devices_indices_map(tuple(shape))
+            filled: set[str] = set()
             for device, piece in zip(devices, local):
-                full[where[device]] = piece
+                # a replicated part is read from the first device holding it, as the mesh simulator
+                # reads it from the first chip: devices that disagree (a shard_map's output declared
+                # replicated) then give both the same value
+                if (key := str(where[device])) not in filled:
+                    filled.add(key)
+                    full[where[device]] = piece
             gathered.append(full)
             shards.append(local)
         return gathered, shards
