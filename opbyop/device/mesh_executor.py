@@ -12,6 +12,9 @@ each chip keeps its own clock, and a collective starts when the last chip of its
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
 import numpy as np
 
 from opbyop.device.executor import (
@@ -43,13 +46,17 @@ def mesh_unsupported_ops(program: Program) -> list[str]:
 
 class MeshExecutor:
     def __init__(self, mesh: Mesh, program: Program, policy: Policy = Policy.FEWEST_CYCLES, share: bool = True,
-                 chip_numerics: bool = True, record: bool = False):
-        """`chip_numerics` and `record` as the single-chip Executor's, for every chip."""
+                 chip_numerics: bool = True, record: bool = False,
+                 observer: Callable[[Op, list[np.ndarray], int], None] | None = None):
+        """`chip_numerics` and `record` as the single-chip Executor's, for every chip; `observer`
+        sees each op's outputs on each chip (op, values, chip)."""
         self.mesh = mesh
         self.program = program
         self.share = share  # False runs every chip's every op in full (what sharing is measured against)
-        self.chips = [Executor(device, program, policy, chip_numerics=chip_numerics, record=record)
-                      for device in mesh.devices]
+        self.observer = observer
+        self.chips = [Executor(device, program, policy, chip_numerics=chip_numerics, record=record,
+                               observer=None if observer is None else functools.partial(_on_chip, observer, chip))
+                      for chip, device in enumerate(mesh.devices)]
         self.clocks = [0] * mesh.size  # cycles each chip has spent
         self.collectives: list[CollectiveRun] = []
 
@@ -140,6 +147,8 @@ class MeshExecutor:
                 owned[chip].add(id(tensor))
                 if executor.record and v not in executor.trace:
                     executor.trace[v] = (op, tensor.values)
+            if self.observer is not None:
+                self.observer(op, [envs[chip][v].values for v in op.results], chip)
 
     def traces(self) -> dict[tuple[int, int], tuple[Op, np.ndarray]]:
         """Every chip's recorded results, keyed (chip, value id), in execution order chip by chip."""
@@ -158,6 +167,11 @@ class MeshExecutor:
                          collectives=list(self.collectives),
                          collective_bytes=sum(c.payload_bytes for c in self.collectives),
                          collective_cycles=sum(c.cycles for c in self.collectives))
+
+
+def _on_chip(observer: Callable[[Op, list[np.ndarray], int], None], chip: int, op: Op,
+             values: list[np.ndarray]) -> None:
+    observer(op, values, chip)
 
 
 def _same_values(a: list[DeviceTensor | None], b: list[DeviceTensor | None]) -> bool:

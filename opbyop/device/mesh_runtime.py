@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,11 +69,12 @@ def from_mesh(tensors: ChipTensors, mesh: Mesh, sharding: Sharding) -> np.ndarra
 
 def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence[ChipTensors],
                 policy: Policy = Policy.FEWEST_CYCLES, share: bool = True, chip_numerics: bool = True,
-                trace: dict | None = None) -> tuple[list[ChipTensors], DeviceRun]:
+                trace: dict | None = None, observer: Callable | None = None) -> tuple[list[ChipTensors], DeviceRun]:
     """Run a program on every chip of the mesh; returns each output as its chips' tensors, and the
     run's record. Inputs whose layout differs from the program's are converted first. `share=False`
     runs every chip's every op in full (see MeshExecutor); `chip_numerics=False` runs the kernels in
-    exact arithmetic; `trace` is filled with every op's first result on each chip, keyed (chip, value)."""
+    exact arithmetic; `trace` is filled with every op's first result on each chip, keyed (chip, value);
+    `observer` sees each op's outputs on each chip (op, values, chip)."""
     started = time.perf_counter()
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
@@ -92,7 +93,8 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
             converted.append([to_layout(t, t.device, want.layout) for t in tensors])
         else:
             converted.append(list(tensors))
-    executor = MeshExecutor(mesh, binary.program, policy, share, chip_numerics, record=trace is not None)
+    executor = MeshExecutor(mesh, binary.program, policy, share, chip_numerics, record=trace is not None,
+                            observer=observer)
     per_chip_args = [[arg[chip] for arg in converted] for chip in range(mesh.size)]
     try:
         per_chip = executor.run(function, per_chip_args)
@@ -237,9 +239,10 @@ def _mesh_transfers(mesh: Mesh) -> TransferTotals:
 
 def run_stitched_mesh(mesh: Mesh, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
                       iterations: int = 2, stablehlo: str | None = None,
-                      policy: Policy = Policy.FEWEST_CYCLES) -> StitchedRun:
+                      policy: Policy = Policy.FEWEST_CYCLES, observer: Callable | None = None) -> StitchedRun:
     """A whole sharded model on its mesh: each weight's shards pushed to their chips once, program 0
-    run `iterations` times, activations never leaving the chips; the outputs gathered at the end."""
+    run `iterations` times, activations never leaving the chips; the outputs gathered at the end.
+    `observer` sees each op's outputs on each chip in the first iteration (op, values, chip)."""
     started = time.perf_counter()
     expected = len(binary.function(0).arguments)
     if expected != len(values):
@@ -270,7 +273,7 @@ def run_stitched_mesh(mesh: Mesh, binary: Binary, values: Sequence[np.ndarray], 
                 release(tensors)
             inputs = {i: push(i, "input") for i in range(len(values)) if i not in resident}
             outputs, run = submit_mesh(mesh, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))],
-                                       policy)
+                                       policy, observer=observer if not runs else None)
             runs.append(run)
             for tensors in inputs.values():
                 release(tensors)
