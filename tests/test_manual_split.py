@@ -82,3 +82,15 @@ def test_every_op_of_a_shard_map_body_compiles_runs_on_its_mesh_and_matches_xla(
         {name: r.message for name, r in results.items()}
     assert [c.op for c in results["stablehlo.all_reduce"].device.collectives] == ["ttnn.all_reduce"]
     assert not results["stablehlo.tanh"].device.collectives  # the tanh of each chip's own value, no traffic
+
+
+def test_xla_cpus_missing_collective_broadcast_is_run_as_an_all_gather_of_the_first_devices_operand():
+    from opbyop.corpus.mesh_catalog import mesh_cases
+    from opbyop.golden.xla_rewrites import for_xla_cpu
+
+    case = next(c for c in mesh_cases([(2, 2)], ["f32"]) if c.op == "collective_broadcast" and c.axis == "y")
+    (op,) = split_module(case.render(), case.name).ops
+    rewritten = for_xla_cpu(op.module_text)
+    assert "collective_broadcast" not in rewritten and "stablehlo.all_gather" in rewritten
+    assert "replica_groups = dense<[[0, 1], [2, 3]]>" in rewritten
+    assert for_xla_cpu(BODY.read_text()) == BODY.read_text()  # nothing to rewrite: the text as it was
