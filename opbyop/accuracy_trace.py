@@ -6,6 +6,9 @@ keeps locations from StableHLO down to TTNN, and the original stays inside). XLA
 the module whose @main also returns every op's result. While the device runs the program, each TTNN
 op whose location names op N and whose output has op N's shape is compared with op N's value: the
 last such op of N is N's output on the device. Ops are then listed in model order (its depth).
+On a mesh every chip's output is kept: a chip holding the whole value is compared with it (the worst
+chip counts), shards are assembled into the global value first (each dimension the chips hold
+smaller split over the mesh axis of that ratio).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
+from opbyop.device.mesh import MeshError, infer_sharding
 from opbyop.golden.compare import pcc
 from opbyop.records import AccuracyTrace, TracePoint
 
@@ -115,30 +119,54 @@ class TraceObserver:
     """Called by the device's executor after each op: keeps, per op of the model, the last TTNN
     output that names it; compare() then judges each against XLA:CPU's value, once."""
 
-    def __init__(self, tagged: TaggedModule, references: dict[int, np.ndarray], threshold: float):
+    def __init__(self, tagged: TaggedModule, references: dict[int, np.ndarray], threshold: float,
+                 mesh_shape: tuple[int, int] = (1, 1)):
         self.tagged = tagged
         self.references = references
         self.threshold = threshold
-        self.latest: dict[int, tuple[str, np.ndarray]] = {}  # N -> (TTNN op, its output)
+        self.mesh_shape = mesh_shape
+        self.latest: dict[int, dict[int, tuple[str, np.ndarray]]] = {}  # N -> chip -> (TTNN op, its output)
         self.seconds = 0.0  # XLA:CPU's run and the comparisons: what the trace costs
 
-    def __call__(self, op: object, values: list[np.ndarray]) -> None:
+    def __call__(self, op: object, values: list[np.ndarray], chip: int = 0) -> None:
         tags = _TAG.findall(getattr(op, "location", "") or "")
         if tags and len(values) == 1:
             # an op that merged several carries each one's location: it ends at the latest
-            self.latest[max(int(t) for t in tags)] = (getattr(op, "name", ""), values[0])
+            self.latest.setdefault(max(int(t) for t in tags), {})[chip] = (getattr(op, "name", ""), values[0])
 
     def compare(self) -> dict[int, TracePoint]:
         started = time.perf_counter()
         points: dict[int, TracePoint] = {}
         for n in sorted(self.latest):
-            ttnn_op, values = self.latest[n]
-            point = self._point(n, ttnn_op, np.asarray(values))
+            point = self._mesh_point(n, self.latest[n])
             if point is not None:
                 points[point.position] = point
         self.latest.clear()
         self.seconds += time.perf_counter() - started
         return points
+
+    def _mesh_point(self, n: int, chips: dict[int, tuple[str, np.ndarray]]) -> TracePoint | None:
+        """One chip's point; on a mesh the worst chip's (each holding the whole value) or the point of
+        the value assembled from the chips' shards."""
+        if len(chips) == 1:
+            ttnn_op, values = next(iter(chips.values()))
+            return self._point(n, ttnn_op, np.asarray(values))
+        ttnn_op = chips[min(chips)][0]
+        first = np.asarray(chips[min(chips)][1])
+        expected = self.references.get(n)
+        if expected is not None and first.size != expected.size and len(chips) == self.mesh_shape[0] * self.mesh_shape[1]:
+            local = _as_rank(first.shape, expected.ndim)  # TTNN's 4-d tiles of a 2-d value: leading 1s dropped
+            try:
+                if local is None:
+                    raise ValueError(f"a {first.shape} shard of a {expected.shape} value")
+                sharding = infer_sharding(expected.shape, local, self.mesh_shape)
+                whole = sharding.gather([np.asarray(chips[c][1]).reshape(local) for c in sorted(chips)],
+                                        self.mesh_shape)
+            except (MeshError, ValueError):
+                return None  # a step towards op n's value on each chip, not its value
+            return self._point(n, ttnn_op, whole)
+        found = [p for c in sorted(chips) if (p := self._point(n, chips[c][0], np.asarray(chips[c][1]))) is not None]
+        return min(found, key=lambda p: (p.pcc if p.pcc is not None else 2.0, -p.max_abs_error), default=None)
 
     def _point(self, n: int, ttnn_op: str, actual: np.ndarray) -> TracePoint | None:
         # The compiler fuses consumers into an op under the op's location (an add with a relu
@@ -173,6 +201,14 @@ class TraceObserver:
         below = score is not None and score < self.threshold and relative > CLOSE_ENOUGH
         return TracePoint(position=m, op_name=name, ttnn_op=ttnn_op, pcc=score, max_abs_error=error,
                           location=location, below_threshold=below)
+
+
+def _as_rank(shape: tuple[int, ...], rank: int) -> tuple[int, ...] | None:
+    """`shape` with leading 1s dropped (or added) to `rank` dimensions; None when it cannot be."""
+    shape = tuple(shape)
+    while len(shape) > rank and shape[0] == 1:
+        shape = shape[1:]
+    return (1,) * (rank - len(shape)) + shape if len(shape) <= rank else None
 
 
 def references_by_op(tagged: TaggedModule, all_outputs: list[np.ndarray]) -> dict[int, np.ndarray]:

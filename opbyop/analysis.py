@@ -18,6 +18,7 @@ from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, ref
 from opbyop.artifacts import ArtifactStore
 from opbyop.attribution import judge
 from opbyop.compiler.plugin import TTCompiler
+from opbyop.device.mesh import program_mesh_shape
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary
 from opbyop.device.simulator import DeviceSimulator, SimulationError
@@ -29,7 +30,7 @@ from opbyop.golden.narrowing import narrowed_type, narrowing
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
-from opbyop.ir.mesh import MeshMismatchError, module_mesh
+from opbyop.ir.mesh import MeshMismatchError
 from opbyop.op_memory import op_memory_message, over_budget
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.config import AnalysisSettings
@@ -128,7 +129,7 @@ class OpAnalyzer:
         result.golden = comparison
         if not comparison.passed:  # whose fault: the lowering, the simulator, or the chip's numerics
             judgment = judge(binary, inputs, expected, [o.dtype for o in op.outputs], settings.thresholds,
-                             self.device, verdict(comparison), result.narrowing)
+                             self.device, verdict(comparison), result.narrowing, stablehlo=op.module_text)
             comparison.seconds = time.perf_counter() - start
             return _finish(result, judgment.status, Stage.DEVICE_RUN, Stage.GOLDEN, judgment.message)
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
@@ -142,8 +143,6 @@ class OpAnalyzer:
         started = time.perf_counter()
         progress("compile")
         plan, trace_note = trace_plan(model.module_text, model.name, settings.accuracy_trace)
-        if plan is not None and module_mesh(model.module_text) is not None:
-            plan, trace_note = None, "not traced: a program for a mesh of chips (the trace observes one chip)"
         compiled_text = plan.text if plan is not None else model.module_text  # the same program, ops tagged
         outcome = self.compiler.compile(compiled_text, settings.options, self.scratch / request_id, self.artifacts)
         if not outcome.ok:
@@ -160,7 +159,8 @@ class OpAnalyzer:
         device = self.device.device_for(binary.program.spec)
         device.memory.reset_peaks()
         observer, xla_outputs, trace_note = self._trace_observer(plan, values, trace_note,
-                                                                 settings.thresholds.for_dtype("f32").pcc)
+                                                                 settings.thresholds.for_dtype("f32").pcc,
+                                                                 program_mesh_shape(binary.program.text))
         try:
             run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text,
                                observer=observer)
@@ -200,7 +200,8 @@ class OpAnalyzer:
 
 
     def _trace_observer(self, plan: TaggedModule | None, values: list[np.ndarray], note: str | None,
-                        threshold: float) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
+                        threshold: float, mesh_shape: tuple[int, int] = (1, 1),
+                        ) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
         """XLA:CPU's value of every op of the model (for the accuracy trace), as an executor observer;
         also the module's own outputs from that run."""
         if plan is None:
@@ -210,7 +211,7 @@ class OpAnalyzer:
             everything = self.golden.run(plan.all_outputs_text, values, key=plan.key)
         except Exception as e:  # no trace, the whole-model run goes on
             return None, None, f"XLA:CPU could not run the model with every intermediate: {type(e).__name__}: {e}"
-        observer = TraceObserver(plan, references_by_op(plan, everything), threshold)
+        observer = TraceObserver(plan, references_by_op(plan, everything), threshold, mesh_shape)
         observer.seconds = time.perf_counter() - started
         return observer, everything[:plan.outputs], None
 

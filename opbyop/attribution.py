@@ -11,6 +11,9 @@ Run only where the simulated device and XLA disagree. Three readings of the same
 - both agree: only the chip's numerics remain (`golden_failed`), named with the data formats,
   fidelity and approximations the program uses and the error they cause.
 A program the reference cannot read keeps the device's verdict and says it was not judged.
+A program for a mesh of chips is judged the same way on its global values: the reference reads
+every chip's program on its shard with the collectives in step (reference.read_mesh_program), the
+simulator runs the mesh with the chip's numerics off, and a divergence names the chip it is on.
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.device.formats import BF16
-from opbyop.device.mesh import program_mesh_shape
+from opbyop.device.mesh import Mesh, MeshError, program_mesh_shape
+from opbyop.device.mesh_runtime import resolve_shardings
 from opbyop.device.program import Function, Op, Program
-from opbyop.device.reference import Unreadable, read_program
+from opbyop.device.reference import Unreadable, read_mesh_program, read_program
 from opbyop.device.runtime import Binary, as_host_type
 from opbyop.device.simulator import DeviceSimulator, SimulationError
 from opbyop.golden.compare import Thresholds, compare, verdict
@@ -40,22 +44,21 @@ class Judgment:
 
 def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], dtypes: list[str],
           thresholds: Thresholds, simulator: DeviceSimulator, device_verdict: str,
-          narrowing: str | None = None) -> Judgment:
-    """The status and message of an output that differs from XLA's (`device_verdict` says how)."""
+          narrowing: str | None = None, stablehlo: str | None = None) -> Judgment:
+    """The status and message of an output that differs from XLA's (`device_verdict` says how).
+    `stablehlo`, the op's module, says how a mesh program's global inputs split over its chips."""
     if narrowing and "not representable" in narrowing:
         return Judgment(Status.MISCOMPILED, f"the compiler narrowed a value its dtype cannot hold: {narrowing} "
                                             f"({device_verdict})")
     program = binary.program
-    if program_mesh_shape(program.text) != (1, 1):  # the reference and numerics-off runs are one chip's
-        return Judgment(Status.GOLDEN_FAILED, f"{device_verdict} (not judged: a program for a mesh of chips)")
     try:
-        reading = read_program(program, inputs)
+        reading = _read(binary, inputs, stablehlo)
     except Unreadable as e:
         return Judgment(Status.GOLDEN_FAILED, f"{device_verdict} (not judged: the reference cannot read {e})")
     except Exception as e:  # a bug of the reference reading: said, and the device's verdict kept
         return Judgment(Status.GOLDEN_FAILED, f"{device_verdict} (not judged: the reference reading failed: "
                                               f"{type(e).__name__}: {e})")
-    reference = _host_outputs(reading.outputs, program.main)
+    reference = reading.outputs
     against_xla = compare(reference, list(expected), dtypes, thresholds)
     if not against_xla.passed:
         where = _where_reference_leaves(program, reference, expected)
@@ -64,29 +67,75 @@ def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.nd
                                             f"differs from XLA ({verdict(against_xla)}){where}{narrowed}")
     trace: dict = {}
     try:
-        exact, _ = simulator.run_binary(binary, inputs, chip_numerics=False, trace=trace)
+        exact, _ = simulator.run_binary(binary, inputs, stablehlo=stablehlo, chip_numerics=False, trace=trace)
     except Exception as e:  # SimulationError or a kernel's own exception: the simulator's, either way
         detail = str(e) if isinstance(e, SimulationError) else f"{type(e).__name__}: {e}"
         return Judgment(Status.SIMULATOR_ERROR, f"the simulator with the chip's numerics off failed where the "
                                                 f"program's exact reading matches XLA: {detail}")
     exact_vs_xla = compare(exact, list(expected), dtypes, thresholds)
-    if not exact_vs_xla.passed:
+    # a replicated output is gathered from one chip: another chip's wrong copy shows only chip by chip
+    if not exact_vs_xla.passed or _a_chips_output_differs(program, trace, reading.trace):
         op = first_divergence(trace, reading.trace)
-        kernel = f"; the kernel of {_name(op)} first differs from the reference" if op is not None else ""
+        chip = _chip_of(trace, reading.trace, op)
+        kernel = f"; the kernel of {_name(op)}{chip} first differs from the reference" if op is not None else ""
         return Judgment(Status.SIMULATOR_ERROR, f"opbyop's simulator is wrong: the program's exact reading matches "
                                                 f"XLA, the simulator with the chip's numerics off does not "
                                                 f"({verdict(exact_vs_xla)}){kernel}")
     return Judgment(Status.GOLDEN_FAILED, f"the chip's numerics ({chip_numerics(program)}) cause: {device_verdict}"
-                                          f"{_where_numerics_part(binary, inputs, simulator, trace, thresholds)}")
+                                          f"{_where_numerics_part(binary, inputs, simulator, trace, thresholds, stablehlo)}")
+
+
+@dataclass(frozen=True)
+class _Reading:
+    outputs: list[np.ndarray]  # as the runtime hands them over, global: a mesh program's gathered
+    trace: dict  # value id (a mesh: (chip, value id)) -> (op, its first result)
+
+
+def _read(binary: Binary, inputs: Sequence[np.ndarray], stablehlo: str | None) -> _Reading:
+    """The reference reading of the program on `inputs`: one chip's, or every chip's of its mesh."""
+    program = binary.program
+    shape = program_mesh_shape(program.text)
+    if shape == (1, 1):
+        reading = read_program(program, inputs)
+        return _Reading(outputs=_host_outputs(reading.outputs, program.main), trace=reading.trace)
+    try:
+        shardings = resolve_shardings(binary, inputs, shape, stablehlo)
+    except MeshError as e:
+        raise Unreadable(f"how the mesh program's inputs split over its chips: {e}") from None
+    shards = [s.shard(np.asarray(x), shape) for s, x in zip(shardings.inputs, inputs)]
+    mesh = Mesh(program.spec, shape)
+    try:
+        reading = read_mesh_program(program, mesh, [[per_input[chip] for per_input in shards]
+                                                     for chip in range(mesh.size)])
+    finally:
+        mesh.close()
+    chips = [_host_outputs(outputs, program.main) for outputs in reading.chip_outputs]
+    outputs = [shardings.outputs[k].gather([chip[k] for chip in chips], shape) for k in range(len(program.main.returns))]
+    return _Reading(outputs=outputs, trace=reading.trace)
+
+
+def _a_chips_output_differs(program: Program, simulated: dict, reference: dict) -> bool:
+    """A mesh program's output on some chip differs from the reference's reading of that chip."""
+    returns = set(program.main.returns)
+    return any(isinstance(key, tuple) and key[1] in returns and key in reference and not agree(got, reference[key][1])
+               for key, (_, got) in simulated.items())
+
+
+def _chip_of(simulated: dict, reference: dict, op: Op | None) -> str:
+    """' on chip N' for a mesh trace's first divergence (keys (chip, value)); '' for one chip."""
+    for key, (seen, got) in simulated.items():
+        if seen is op and isinstance(key, tuple) and key in reference and not agree(got, reference[key][1]):
+            return f" on chip {key[0]}"
+    return ""
 
 
 def _where_numerics_part(binary: Binary, inputs: Sequence[np.ndarray], simulator: DeviceSimulator,
-                         exact: dict[int, tuple[Op, np.ndarray]], thresholds: Thresholds) -> str:
+                         exact: dict, thresholds: Thresholds, stablehlo: str | None = None) -> str:
     """'; first at <op> (<its error>)': the first op whose result with the chip's numerics no longer
     passes against the same kernel without them (a third run, only for this verdict)."""
     chip: dict = {}
     try:
-        simulator.run_binary(binary, inputs, chip_numerics=True, trace=chip)
+        simulator.run_binary(binary, inputs, stablehlo=stablehlo, chip_numerics=True, trace=chip)
     except SimulationError:
         return ""
     for value, (op, got) in chip.items():
@@ -97,7 +146,8 @@ def _where_numerics_part(binary: Binary, inputs: Sequence[np.ndarray], simulator
         t = op.result_types[op.results.index(value)] if value in op.results else None
         comparison = compare([got], [want], [t.dtype if t is not None else "f32"], thresholds)
         if not comparison.passed:
-            return f"; first at {_name(op)}: {verdict(comparison).removeprefix('output mismatch: ')}"
+            where = f" on chip {value[0]}" if isinstance(value, tuple) else ""
+            return f"; first at {_name(op)}{where}: {verdict(comparison).removeprefix('output mismatch: ')}"
     return ""
 
 

@@ -31,7 +31,7 @@ from opbyop.device.mesh_runtime import (
 )
 from opbyop.device.program import Op
 from opbyop.device.runtime import Binary
-from opbyop.records import DeviceRun
+from opbyop.records import DeviceRun, Status
 
 DATA = Path(__file__).parent / "data" / "mesh"
 
@@ -353,3 +353,101 @@ def test_a_tensor_parallel_mlp_runs_whole_and_stitched_on_its_mesh(board):
     assert [t.to_device_tensors for t in run.iteration_transfers] == [chips, chips]  # x's shards only
     assert [c.op for c in run.steady.collectives] == ["ttnn.all_reduce"]
     assert len(set(run.steady.chip_peak_dram_bytes)) == 1 and len(run.steady.chip_peak_dram_bytes) == chips
+
+
+@pytest.mark.parametrize("case", ["8xp150/tp_mlp", "p300/matmul_allreduce", "4xp150/mesh2d_matmul"])
+def test_chips_sharing_their_common_work_give_the_values_cycles_and_peaks_of_chips_run_in_full(case):
+    program, module = (DATA / case / "ttnn_runtime.mlir").read_text(), (DATA / case / "stablehlo.mlir").read_text()
+    shapes, _ = module_shapes(module)
+    inputs = [np.random.default_rng(3).standard_normal(s).astype(np.float32) for s in shapes]
+    shared, full = MeshSimulator(), MeshSimulator(share=False)
+    try:
+        a, b = shared.run(program, inputs, stablehlo=module), full.run(program, inputs, stablehlo=module)
+    finally:
+        shared.close()
+        full.close()
+    for x, y in zip(a.outputs, b.outputs):
+        np.testing.assert_array_equal(x, y)
+    assert a.run.cycles == b.run.cycles and a.run.ttnn_ops == b.run.ttnn_ops
+    assert a.run.chip_peak_dram_bytes == b.run.chip_peak_dram_bytes and a.run.chip_peak_l1_bytes == b.run.chip_peak_l1_bytes
+    assert len(a.run.placements) == len(b.run.placements)
+
+
+def test_chips_holding_equal_operands_run_the_kernel_once_and_each_allocate_their_own_result():
+    from opbyop.device.executor import Executor
+
+    # matmul of each chip's shards, all_reduce (both chips then hold the same sum), reshape, tanh
+    case = DATA / "p300" / "matmul_allreduce"
+    program, module = (case / "ttnn_runtime.mlir").read_text(), (case / "stablehlo.mlir").read_text()
+    shapes, _ = module_shapes(module)
+    inputs = [np.random.default_rng(4).standard_normal(s).astype(np.float32) for s in shapes]
+    calls: list[str] = []
+    compute = Executor.compute
+
+    def counted(self, op, operands):
+        calls.append(op.name)
+        return compute(self, op, operands)
+
+    simulator = MeshSimulator()
+    try:
+        Executor.compute = counted
+        result = simulator.run(program, inputs, stablehlo=module)
+    finally:
+        Executor.compute = compute
+        simulator.close()
+    assert calls.count("ttnn.matmul") == 2  # different shards: each chip its own
+    assert calls.count("ttnn.tanh") == 1  # the same sum on both chips: computed once
+    np.testing.assert_array_equal(result.chip_outputs[0][0], result.chip_outputs[0][1])
+    assert result.run.chip_peak_dram_bytes[0] == result.run.chip_peak_dram_bytes[1] > 0
+
+
+def _judged(case: str, expected_of, thresholds=None):
+    from opbyop.attribution import judge
+    from opbyop.device.simulator import DeviceSimulator
+    from opbyop.golden.compare import Thresholds, compare, verdict
+
+    program, module = (DATA / case / "ttnn_runtime.mlir").read_text(), (DATA / case / "stablehlo.mlir").read_text()
+    shapes, _ = module_shapes(module)
+    inputs = [np.random.default_rng(5).standard_normal(s).astype(np.float32) for s in shapes]
+    simulator = DeviceSimulator()
+    try:
+        binary = simulator.load(program)
+        outputs, _ = simulator.run_binary(binary, inputs, stablehlo=module)
+        expected = [np.asarray(e, np.float32) for e in expected_of(inputs)]
+        thresholds = thresholds or Thresholds()
+        comparison = compare(outputs, expected, ["f32"], thresholds)
+        return judge(binary, inputs, expected, ["f32"], thresholds, simulator, verdict(comparison), stablehlo=module)
+    finally:
+        simulator.close()
+
+
+def test_a_mesh_program_whose_exact_reading_differs_from_xla_is_the_compilers_lowering():
+    # XLA's value taken as the negated true one: the exact reading of every chip cannot match it
+    judgment = _judged("p300/matmul_allreduce", lambda x: [-np.tanh(x[0] @ x[1])])
+    assert judgment.status is Status.MISCOMPILED, judgment.message
+    assert "exact reading differs from XLA" in judgment.message and "not judged" not in judgment.message
+
+
+def test_a_mesh_program_whose_simulated_collective_is_wrong_on_one_chip_is_the_simulators_error(monkeypatch):
+    from opbyop.device import mesh_executor
+
+    right = CCL["ttnn.all_reduce"]
+
+    def wrong_on_chip_1(call):  # a broken simulator kernel; the reference reads the collective itself
+        out, transfers = right(call)
+        return [out[0], [o + 1 for o in out[1]]], transfers
+
+    monkeypatch.setitem(mesh_executor.COLLECTIVES, "ttnn.all_reduce", wrong_on_chip_1)
+    monkeypatch.setattr("opbyop.device.reference.mesh.COLLECTIVES", {**CCL, "ttnn.all_reduce": right})
+    judgment = _judged("p300/matmul_allreduce", lambda x: [np.tanh(x[0] @ x[1])])
+    assert judgment.status is Status.SIMULATOR_ERROR, judgment.message
+    assert "ttnn.all_reduce" in judgment.message and "on chip 1" in judgment.message
+
+
+def test_a_mesh_program_right_in_exact_arithmetic_leaves_only_the_chips_numerics():
+    from opbyop.golden.compare import DtypeThreshold, Thresholds
+
+    strict = Thresholds(per_dtype={"f32": DtypeThreshold(atol=1e-5, rtol=1e-5, require_allclose=True)})
+    judgment = _judged("p300/matmul_allreduce", lambda x: [np.tanh(x[0].astype(np.float64) @ x[1])], strict)
+    assert judgment.status is Status.GOLDEN_FAILED, judgment.message
+    assert judgment.message.startswith("the chip's numerics") and "not judged" not in judgment.message

@@ -163,7 +163,8 @@ def test_sql_lists_a_runs_sharded_ops_with_their_shardings_and_the_target_mesh(s
     assert rows[0]["operand_shardings"] == [sharding, sharding]
 
 
-def test_a_shard_map_body_is_one_op_whose_program_holds_its_psum(p300_worker, compile_only, workspace):
+def test_a_shard_map_body_is_split_into_its_ops_and_its_psum_compiles_to_an_all_reduce(p300_worker, compile_only,
+                                                                                         workspace):
     import jax
     import jax.numpy as jnp
     from jax.sharding import AbstractMesh, PartitionSpec as P
@@ -178,10 +179,12 @@ def test_a_shard_map_body_is_one_op_whose_program_holds_its_psum(p300_worker, co
     graph = export_jax(fn, [np.ones((64, 128), np.float32), np.ones((128, 256), np.float32)], "shard-map")
     assert "mhlo.num_partitions = 2" in graph.module_text  # JAX writes 1 for an abstract mesh
     ops = dedupe(split_module(graph.module_text, graph.name).ops)
-    assert [op.op_name for op in ops] == ["sdy.manual_computation"]
-    result = p300_worker.analyze(ops[0], compile_only, timeout=300)
-    assert result.compile is not None and result.compile.ok, result.message
-    assert '"ttnn.all_reduce"' in workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
+    assert [op.op_name for op in ops] == ["stablehlo.tanh", "stablehlo.dot_general", "stablehlo.all_reduce"]
+    for op in ops:  # each at its per-chip shapes, in a shard_map of its own
+        result = p300_worker.analyze(op, compile_only, timeout=300)
+        assert result.compile is not None and result.compile.ok, result.message
+        program = workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
+        assert ('"ttnn.all_reduce"' in program) == (op.op_name == "stablehlo.all_reduce")
 
 
 def test_the_tensor_parallel_llama_compiles_whole_for_its_mesh(p300_worker, compile_only, zoo, workspace):

@@ -16,6 +16,7 @@ from opbyop.corpus.case import DTYPE_NAMES
 from opbyop.corpus.run import CorpusResult
 from opbyop.device.executor import CONTROL_OPS
 from opbyop.device.kernels import KERNELS
+from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
 from opbyop.records import Status
 
 # Statuses that say something about the device run (compile failures never reach the simulator).
@@ -57,7 +58,8 @@ def classified(status: Status, message: str | None) -> Status:
 
 
 def simulated(ttnn_op: str) -> bool:
-    return ttnn_op in KERNELS or ttnn_op in CONTROL_OPS
+    """A chip's kernel, the executor itself, or the mesh (a collective) runs it."""
+    return ttnn_op in KERNELS or ttnn_op in CONTROL_OPS or ttnn_op in COLLECTIVES
 
 
 @dataclass

@@ -31,6 +31,7 @@ class CorpusEntry(BaseModel):
     form: Form
     shapes: list[list[int]]  # of the operands
     tags: list[str] = []
+    mesh: str | None = None  # a multichip case's mesh (ROWSxCOLS); None: one chip
 
 
 class Manifest(BaseModel):

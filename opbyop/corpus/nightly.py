@@ -15,7 +15,9 @@ from opbyop.corpus.catalog import ALL_DTYPES
 from opbyop.corpus.config import CorpusConfig
 from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
 from opbyop.corpus.generate import generate
+from opbyop.corpus.mesh_catalog import DTYPES as MESH_DTYPES
 from opbyop.corpus.run import RunSummary, pending, read_results, run_entries, select
+from opbyop.errors import OpbyopError
 from opbyop.workspace import Workspace
 
 Say = Callable[[str], None]
@@ -78,4 +80,29 @@ def run_nightly(settings: CorpusConfig, workspace: Workspace, seed: int = 0,
             say(f"{chip} {dtype}: {summary.analysed} analysed, {summary.skipped} already done")
         report = coverage(CoverageRow.from_corpus(r) for r in read_results(out))
         outcome.append(ChipCoverage(chip=chip, results=out, coverage=report, errors=errors))
+    for board in settings.meshes:
+        outcome.append(run_mesh_board(directory, board, settings, workspace, seed, say))
     return outcome
+
+
+def run_mesh_board(directory: Path, board: str, settings: CorpusConfig, workspace: Workspace, seed: int,
+                   say: Say) -> ChipCoverage:
+    """The multichip cases of one board (opbyop.corpus.mesh_run); a board that cannot start is reported."""
+    from opbyop.corpus.mesh_run import run_board
+
+    name = board.partition(":")[0]
+    out = results_dir(workspace, name, settings.compiler)
+    errors = []
+    wanted = [d for d in map(element_type, settings.dtypes) if d in MESH_DTYPES]
+    try:
+        if settings.dtypes and not wanted:
+            raise OpbyopError(f"the multichip corpus has none of the dtypes {', '.join(settings.dtypes)}",
+                              f"add one of {', '.join(MESH_DTYPES)} to the corpus's dtypes")
+        summary = run_board(directory, board, out, settings.compiler, settings.op_timeout_s, seed, workspace,
+                            wanted or None)
+        say(f"{board} (multichip): {summary.analysed} analysed, {summary.skipped} already done")
+    except Exception as e:  # noqa: BLE001  (reported, and the next board goes on)
+        errors.append(f"{board}: {type(e).__name__}: {e}")
+        say(errors[-1])
+    rows = [CoverageRow.from_corpus(r) for r in read_results(out)] if (out / "results.jsonl").exists() else []
+    return ChipCoverage(chip=name, results=out, coverage=coverage(rows), errors=errors)

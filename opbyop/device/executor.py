@@ -139,36 +139,58 @@ class Executor:
                 env[v] = t
                 owned.add(id(t))
             return
+        values = self.compute(op, [env.get(v) for v in op.operands])
+        self.account(op, self.placement(op, target_cycles))
+        self.bind(op, [self._materialise(value, t, f"{op.name} ({_short(op.location)})")
+                       for value, t in zip(values, op.result_types)], env, owned)
+
+    def compute(self, op: Op, inputs: list[DeviceTensor | None]) -> list[np.ndarray]:
+        """The op's kernel on `inputs`: its result values, not yet stored on the device."""
         kernel = KERNELS.get(op.name)
         if kernel is None:
             raise NotSimulated(op.name)
-        inputs = [env.get(v) for v in op.operands]
         raw = op.name in STORAGE_KERNELS
         try:
-            values = kernel(Call(op=op, inputs=[None if t is None else t.values if raw else _computable(t.values)
-                                                for t in inputs], out_types=op.result_types,
-                                 chip_numerics=self.chip_numerics))
+            return kernel(Call(op=op, inputs=[None if t is None else t.values if raw else _computable(t.values)
+                                              for t in inputs], out_types=op.result_types,
+                               chip_numerics=self.chip_numerics))
         except NotSimulated:
             raise
         except Exception as e:  # a gap in the simulator, named as such: never the whole run's end
             raise SimulatorBugError(f"simulator error in {op.name} ({_short(op.location)}): "
                                   f"{type(e).__name__}: {e}") from None
+
+    def placement(self, op: Op, target_cycles: int | None = None) -> OpPlacement | None:
+        """The op model chosen for `op` on this chip (None when the chip's numerics are off: such a
+        run only judges values, with no op model, cycles or L1 to account)."""
+        if not self.chip_numerics:
+            return None
+        return place(op, self.device.spec, self.policy, target_cycles, self.device.placements)
+
+    def account(self, op: Op, placement: OpPlacement | None) -> None:
+        """Count the op, its cycles and its circular buffers against this chip's L1."""
         self.stats.ttnn_ops += 1
-        # a run without the chip's numerics only judges values: no op model, cycles or L1 to account
-        placement = place(op, self.device.spec, self.policy, target_cycles, self.device.placements) \
-            if self.chip_numerics else None
         if placement is not None:
             self._check_l1(op, placement.l1_bytes_per_core)
             self.stats.placements.append(placement)
             self.stats.cycles += placement.cycles
-        for v, value, t in zip(op.results, values, op.result_types):
-            tensor = self._materialise(value, t, f"{op.name} ({_short(op.location)})")
+
+    def bind(self, op: Op, tensors: list[DeviceTensor], env: dict, owned: set[int]) -> None:
+        """The op's result tensors become its result values on this chip."""
+        for v, tensor in zip(op.results, tensors):
             env[v] = tensor
             owned.add(id(tensor))
             if self.record and v not in self.trace:
                 self.trace[v] = (op, tensor.values)
         if self.observer is not None:
             self.observer(op, [env[v].values for v in op.results])
+
+    def adopt(self, tensor: DeviceTensor, name: str) -> DeviceTensor:
+        """A tensor holding the values another chip stored for the same op (already in their
+        storage format, never written in place): only this chip's buffer is allocated."""
+        buffer = self.device.memory.allocate(tensor.layout, tensor.shape, name)
+        return DeviceTensor(values=tensor.values, dtype=tensor.dtype, layout=tensor.layout, device=self.device,
+                            buffer=buffer, name=name)
 
     def _check_l1(self, op: Op, buffers: int) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""

@@ -1,12 +1,21 @@
 """Run a TTNN mesh program on a mesh of simulated chips, op by op, all chips in step.
 
 Every op but a collective runs on each chip's own shard with the single-chip executor (its
-kernels, memory and placement). A collective takes every chip's operands at once
+kernels, memory and placement). The chips run one program on same-shaped shards, so what does not
+depend on the data is done once per op for the whole mesh (the op model and its cycles), and a chip
+whose operands hold the same values as another's (replicated weights, what an all_reduce returned)
+takes that chip's results instead of running the kernel again; each chip still allocates its own
+DRAM and L1 for them and checks its own L1. A collective takes every chip's operands at once
 (opbyop.device.kernels.ccl), puts its transfers on the links, and waits for the chips it joins:
 each chip keeps its own clock, and a collective starts when the last chip of its group is ready.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy as np
 
 from opbyop.device.executor import (
     CONTROL_OPS,
@@ -24,7 +33,7 @@ from opbyop.device.kernels.ccl import MeshCall
 from opbyop.device.memory import OutOfMemory
 from opbyop.device.mesh import Mesh
 from opbyop.device.placement import PlacementError, Policy
-from opbyop.device.program import Function, Program
+from opbyop.device.program import Function, Op, Program
 from opbyop.device.tensor import DeviceTensor
 from opbyop.records import CollectiveRun, DeviceRun
 
@@ -36,10 +45,18 @@ def mesh_unsupported_ops(program: Program) -> list[str]:
 
 
 class MeshExecutor:
-    def __init__(self, mesh: Mesh, program: Program, policy: Policy = Policy.FEWEST_CYCLES):
+    def __init__(self, mesh: Mesh, program: Program, policy: Policy = Policy.FEWEST_CYCLES, share: bool = True,
+                 chip_numerics: bool = True, record: bool = False,
+                 observer: Callable[[Op, list[np.ndarray], int], None] | None = None):
+        """`chip_numerics` and `record` as the single-chip Executor's, for every chip; `observer`
+        sees each op's outputs on each chip (op, values, chip)."""
         self.mesh = mesh
         self.program = program
-        self.chips = [Executor(device, program, policy) for device in mesh.devices]
+        self.share = share  # False runs every chip's every op in full (what sharing is measured against)
+        self.observer = observer
+        self.chips = [Executor(device, program, policy, chip_numerics=chip_numerics, record=record,
+                               observer=None if observer is None else functools.partial(_on_chip, observer, chip))
+                      for chip, device in enumerate(mesh.devices)]
         self.clocks = [0] * mesh.size  # cycles each chip has spent
         self.collectives: list[CollectiveRun] = []
 
@@ -57,6 +74,9 @@ class MeshExecutor:
                 if op.name in COLLECTIVES:
                     self._collective(op, envs, owned)
                     continue
+                if self.share and op.name in KERNELS:
+                    self._shared_step(op, envs, owned)
+                    continue
                 for chip, executor in enumerate(self.chips):
                     before = executor.stats.cycles
                     executor._step(op, envs[chip], owned[chip])
@@ -72,6 +92,25 @@ class MeshExecutor:
                 for t in {id(t): t for t in envs[chip].values() if t is not None}.values():
                     if id(t) in owned[chip]:
                         executor.device.release(t)
+
+    def _shared_step(self, op: Op, envs: list[dict], owned: list[set[int]]) -> None:
+        """One compute op on every chip: placed once, its kernel run once per distinct operand values."""
+        placement = self.chips[0].placement(op)
+        where = f"{op.name} ({_short(op.location)})"
+        done: list[tuple[list[DeviceTensor | None], list[DeviceTensor]]] = []  # operands -> results
+        for chip, executor in enumerate(self.chips):
+            inputs = [envs[chip].get(v) for v in op.operands]
+            earlier = next((results for seen, results in done if _same_values(seen, inputs)), None)
+            if earlier is None:
+                values = executor.compute(op, inputs)
+                executor.account(op, placement)
+                tensors = [executor._materialise(v, t, where) for v, t in zip(values, op.result_types)]
+                done.append((inputs, tensors))
+            else:
+                executor.account(op, placement)
+                tensors = [executor.adopt(t, where) for t in earlier]
+            executor.bind(op, tensors, envs[chip], owned[chip])
+            self.clocks[chip] += placement.cycles if placement is not None else 0
 
     def _collective(self, op, envs: list[dict], owned: list[set[int]]) -> None:
         # bf16 storage reaches a collective as its f32 values, as it reaches every computing kernel
@@ -97,12 +136,23 @@ class MeshExecutor:
             payload_bytes=traffic.payload_bytes, link_bytes=traffic.link_bytes, hops=traffic.hops,
             cycles=traffic.cycles))
         where = f"{op.name} ({_short(op.location)})"
+        stored: dict[int, DeviceTensor] = {}  # a value the kernel handed several chips is stored once
         for chip, executor in enumerate(self.chips):
             executor.stats.ttnn_ops += 1
             for v, value, t in zip(op.results, results[chip], op.result_types):
-                tensor = executor._materialise(value, t, where)
+                first = stored.get(id(value)) if self.share else None
+                tensor = executor.adopt(first, where) if first is not None else executor._materialise(value, t, where)
+                stored.setdefault(id(value), tensor)
                 envs[chip][v] = tensor
                 owned[chip].add(id(tensor))
+                if executor.record and v not in executor.trace:
+                    executor.trace[v] = (op, tensor.values)
+            if self.observer is not None:
+                self.observer(op, [envs[chip][v].values for v in op.results], chip)
+
+    def traces(self) -> dict[tuple[int, int], tuple[Op, np.ndarray]]:
+        """Every chip's recorded results, keyed (chip, value id), in execution order chip by chip."""
+        return {(chip, v): entry for chip, executor in enumerate(self.chips) for v, entry in executor.trace.items()}
 
     def stats(self, seconds: float) -> DeviceRun:
         """What the run did: the slowest chip's cycles, the largest per-chip peaks, each chip's
@@ -117,3 +167,24 @@ class MeshExecutor:
                          collectives=list(self.collectives),
                          collective_bytes=sum(c.payload_bytes for c in self.collectives),
                          collective_cycles=sum(c.cycles for c in self.collectives))
+
+
+def _on_chip(observer: Callable[[Op, list[np.ndarray], int], None], chip: int, op: Op,
+             values: list[np.ndarray]) -> None:
+    observer(op, values, chip)
+
+
+def _same_values(a: list[DeviceTensor | None], b: list[DeviceTensor | None]) -> bool:
+    """Two chips' operands hold the same stored values (the same arrays, or equal ones)."""
+    return all(x is y or (x is not None and y is not None and _equal(x, y)) for x, y in zip(a, b))
+
+
+def _equal(x: DeviceTensor, y: DeviceTensor) -> bool:
+    u, v = x.values, y.values
+    if u is v:
+        return True
+    if u.shape != v.shape or u.dtype != v.dtype or x.layout != y.layout:
+        return False
+    if u.size and u.flat[0] != v.flat[0]:  # most shards differ in their first element: no full compare
+        return False
+    return bool(np.array_equal(u, v))

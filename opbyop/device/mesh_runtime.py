@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,10 +55,10 @@ ChipTensors = list[DeviceTensor]  # one tensor per chip, row-major
 
 
 def to_mesh(host: np.ndarray, mesh: Mesh, sharding: Sharding, layout: Layout | None = None, name: str = "input",
-            shape: tuple[int, ...] | None = None) -> ChipTensors:
+            shape: tuple[int, ...] | None = None, chip_numerics: bool = True) -> ChipTensors:
     """Split a global host tensor into its shards and copy each to its chip."""
     shards = sharding.shard(np.asarray(host), mesh.shape)
-    return [to_device(s, device, layout, name=f"{name} (chip {i})", shape=shape)
+    return [to_device(s, device, layout, name=f"{name} (chip {i})", shape=shape, chip_numerics=chip_numerics)
             for i, (s, device) in enumerate(zip(shards, mesh.devices))]
 
 
@@ -68,9 +68,13 @@ def from_mesh(tensors: ChipTensors, mesh: Mesh, sharding: Sharding) -> np.ndarra
 
 
 def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence[ChipTensors],
-                policy: Policy = Policy.FEWEST_CYCLES) -> tuple[list[ChipTensors], DeviceRun]:
+                policy: Policy = Policy.FEWEST_CYCLES, share: bool = True, chip_numerics: bool = True,
+                trace: dict | None = None, observer: Callable | None = None) -> tuple[list[ChipTensors], DeviceRun]:
     """Run a program on every chip of the mesh; returns each output as its chips' tensors, and the
-    run's record. Inputs whose layout differs from the program's are converted first."""
+    run's record. Inputs whose layout differs from the program's are converted first. `share=False`
+    runs every chip's every op in full (see MeshExecutor); `chip_numerics=False` runs the kernels in
+    exact arithmetic; `trace` is filled with every op's first result on each chip, keyed (chip, value);
+    `observer` sees each op's outputs on each chip (op, values, chip)."""
     started = time.perf_counter()
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
@@ -89,7 +93,8 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
             converted.append([to_layout(t, t.device, want.layout) for t in tensors])
         else:
             converted.append(list(tensors))
-    executor = MeshExecutor(mesh, binary.program, policy)
+    executor = MeshExecutor(mesh, binary.program, policy, share, chip_numerics, record=trace is not None,
+                            observer=observer)
     per_chip_args = [[arg[chip] for arg in converted] for chip in range(mesh.size)]
     try:
         per_chip = executor.run(function, per_chip_args)
@@ -97,6 +102,8 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
         e.run = executor.stats(time.perf_counter() - started).model_copy(update={"message": str(e)})
         raise
     finally:
+        if trace is not None:
+            trace.update(executor.traces())
         for original, used in zip(inputs, converted):
             for a, b in zip(original, used):
                 if a is not b:
@@ -174,8 +181,8 @@ class MeshSimulator:
     """Keeps one open mesh per (chip, shape, topology) and runs mesh programs on global inputs."""
 
     def __init__(self, policy: Policy = Policy.FEWEST_CYCLES, topology: Topology | None = None,
-                 link: LinkSpec | None = None):
-        self.policy, self.topology, self.link = policy, topology, link
+                 link: LinkSpec | None = None, share: bool = True):
+        self.policy, self.topology, self.link, self.share = policy, topology, link, share
         self._meshes: dict[tuple, Mesh] = {}
 
     def mesh_for(self, spec: DeviceSpec, shape: tuple[int, int]) -> Mesh:
@@ -190,7 +197,9 @@ class MeshSimulator:
         return self.run_binary(Binary.load(program_text), inputs, stablehlo, shardings)
 
     def run_binary(self, binary: Binary, inputs: Sequence[np.ndarray], stablehlo: str | None = None,
-                   shardings: MeshShardings | None = None) -> MeshResult:
+                   shardings: MeshShardings | None = None, chip_numerics: bool = True,
+                   trace: dict | None = None) -> MeshResult:
+        """`chip_numerics` and `trace` as submit_mesh's."""
         started = time.perf_counter()
         mesh = self.mesh_for(binary.program.spec, program_mesh_shape(binary.program.text))
         shardings = shardings or resolve_shardings(binary, inputs, mesh.shape, stablehlo)  # MeshError: the caller's
@@ -201,8 +210,8 @@ class MeshSimulator:
         try:
             for i, x in enumerate(inputs):
                 pushed.append(to_mesh(x, mesh, shardings.inputs[i], get_layout(binary, 0, i), name=f"input {i}",
-                                      shape=input_shape(binary, 0, i)))
-            outputs, run = submit_mesh(mesh, binary, 0, pushed, self.policy)
+                                      shape=input_shape(binary, 0, i), chip_numerics=chip_numerics))
+            outputs, run = submit_mesh(mesh, binary, 0, pushed, self.policy, self.share, chip_numerics, trace)
             framework = binary.function(0).host_return_types
             chip_values = [[as_host_type(to_host(t), framework[k] if k < len(framework) else None) for t in tensors]
                            for k, tensors in enumerate(outputs)]
@@ -230,9 +239,10 @@ def _mesh_transfers(mesh: Mesh) -> TransferTotals:
 
 def run_stitched_mesh(mesh: Mesh, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
                       iterations: int = 2, stablehlo: str | None = None,
-                      policy: Policy = Policy.FEWEST_CYCLES) -> StitchedRun:
+                      policy: Policy = Policy.FEWEST_CYCLES, observer: Callable | None = None) -> StitchedRun:
     """A whole sharded model on its mesh: each weight's shards pushed to their chips once, program 0
-    run `iterations` times, activations never leaving the chips; the outputs gathered at the end."""
+    run `iterations` times, activations never leaving the chips; the outputs gathered at the end.
+    `observer` sees each op's outputs on each chip in the first iteration (op, values, chip)."""
     started = time.perf_counter()
     expected = len(binary.function(0).arguments)
     if expected != len(values):
@@ -263,7 +273,7 @@ def run_stitched_mesh(mesh: Mesh, binary: Binary, values: Sequence[np.ndarray], 
                 release(tensors)
             inputs = {i: push(i, "input") for i in range(len(values)) if i not in resident}
             outputs, run = submit_mesh(mesh, binary, 0, [resident.get(i) or inputs[i] for i in range(len(values))],
-                                       policy)
+                                       policy, observer=observer if not runs else None)
             runs.append(run)
             for tensors in inputs.values():
                 release(tensors)

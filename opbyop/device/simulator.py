@@ -52,15 +52,12 @@ class DeviceSimulator:
         A program compiled for a mesh runs on a mesh of chips: `inputs` are global tensors, split as
         the op's module (`stablehlo`, its Shardy shardings) says, and the outputs come back gathered.
         `chip_numerics=False`: the same kernels with the chip's numerics off; `trace`: filled with
-        every op's first result values (runtime.submit); one chip only."""
+        every op's first result values (runtime.submit), on a mesh keyed (chip, value id)."""
         if program_mesh_shape(binary.program.text) != (1, 1):
-            if not chip_numerics or trace is not None:
-                raise NotSimulatedError("a mesh program with the chip's numerics off or traced: "
-                                        "the mesh simulator runs the chip's numerics only")
             if self._mesh is None:
                 self._mesh = MeshSimulator(self.policy)
             self._mesh.policy = self.policy
-            result = self._mesh.run_binary(binary, inputs, stablehlo)
+            result = self._mesh.run_binary(binary, inputs, stablehlo, chip_numerics=chip_numerics, trace=trace)
             return result.outputs, result.run
         started = time.perf_counter()
         device = self.device_for(binary.program.spec)

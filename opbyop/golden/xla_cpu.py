@@ -28,6 +28,7 @@ import numpy as np
 from opbyop.atomic import write_bytes
 from opbyop.environment import Environment, environment
 from opbyop.errors import OpbyopError
+from opbyop.golden.xla_rewrites import for_xla_cpu
 from opbyop.ir.mesh import module_mesh
 
 # The flags opbyop gives XLA in its processes by default (environment variable OPBYOP_XLA_FLAGS
@@ -66,6 +67,7 @@ class XlaCpu:
         self._cache_dir = cache_dir
         self._salt = f"{jaxlib.__version__}|{os.environ.get('XLA_FLAGS', '')}"
         self.compiles = 0
+        self._ir_context = None  # parses sharded modules' result types: a new context costs 2 ms per run
 
     def executable(self, module_text: str, key: str | None = None, optimised: bool = False) -> object:
         """The compiled module, from memory, from the disk cache, or compiled now (`optimised`: with
@@ -80,7 +82,8 @@ class XlaCpu:
             options = self._optimised
         exe = self._load(key, devices, options)
         if exe is None:
-            exe = self._backend.compile_and_load(module_text, devices, options)
+            # ops XLA:CPU lacks (collective_broadcast) as ops it has that compute the same values
+            exe = self._backend.compile_and_load(for_xla_cpu(module_text), devices, options)
             self.compiles += 1
             self._save(key, exe)
         self._cache[key] = exe
@@ -125,8 +128,14 @@ class XlaCpu:
             local = [np.asarray(r) for r in per_device]
             full = np.empty(shape, dtype=local[0].dtype)
             where = GSPMDSharding(devices, sharding).devices_indices_map(tuple(shape))
+            filled: set[str] = set()
             for device, piece in zip(devices, local):
-                full[where[device]] = piece
+                # a replicated part is read from the first device holding it, as the mesh simulator
+                # reads it from the first chip: devices that disagree (a shard_map's output declared
+                # replicated) then give both the same value
+                if (key := str(where[device])) not in filled:
+                    filled.add(key)
+                    full[where[device]] = piece
             gathered.append(full)
             shards.append(local)
         return gathered, shards
@@ -138,7 +147,7 @@ class XlaCpu:
         if len(exe.local_devices()) == 1:  # type: ignore[attr-defined]
             outputs = self.execute(exe, inputs)
             return outputs, [[o] for o in outputs]
-        return self.execute_sharded(exe, inputs, result_shapes(module_text))
+        return self.execute_sharded(exe, inputs, self._result_shapes(module_text))
 
     def run(self, module_text: str, inputs: Sequence[np.ndarray], key: str | None = None) -> list[np.ndarray]:
         """Execute the module's @main on `inputs`; returns its results as numpy arrays (a sharded
@@ -147,8 +156,15 @@ class XlaCpu:
         large = sum(np.asarray(x).nbytes for x in inputs) > OPTIMISE_ABOVE_BYTES
         exe = self.executable(module_text, key, optimised=large)
         if len(exe.local_devices()) > 1:  # type: ignore[attr-defined]
-            return self.execute_sharded(exe, inputs, result_shapes(module_text))[0]
+            return self.execute_sharded(exe, inputs, self._result_shapes(module_text))[0]
         return self.execute(exe, inputs)
+
+    def _result_shapes(self, module_text: str) -> list[tuple[int, ...]]:
+        if self._ir_context is None:
+            from opbyop.ir.context import make_context
+
+            self._ir_context = make_context()
+        return result_shapes(module_text, self._ir_context)
 
     # -- the disk cache --------------------------------------------------------------------
     def _path(self, key: str) -> Path | None:
@@ -177,14 +193,15 @@ class XlaCpu:
 
 
 
-def result_shapes(module_text: str) -> list[tuple[int, ...]]:
-    """The global shapes @main returns (a host-mesh run gets only per-device shards back)."""
+def result_shapes(module_text: str, context: object | None = None) -> list[tuple[int, ...]]:
+    """The global shapes @main returns (a host-mesh run gets only per-device shards back), parsed in
+    `context` (an MLIR context that knows StableHLO and Shardy) or a new one."""
     from jaxlib.mlir import ir
 
     from opbyop.ir.context import make_context
     from opbyop.ir.rewrite import main_func
 
-    with make_context():
+    with context or make_context():
         module = ir.Module.parse(module_text)
         main = main_func(module, "module")
         return [tuple(ir.RankedTensorType(t).shape) for t in ir.FunctionType(ir.TypeAttr(main.attributes["function_type"]).value).results]

@@ -31,6 +31,7 @@ from opbyop.ir.attributes import op_attributes, safe_attributes
 from opbyop.ir.context import make_context
 from opbyop.ir.mesh import ModuleMesh, module_mesh
 from opbyop.ir import sharding as sdy_sharding
+from opbyop.ir.manual_split import MANUAL, body_op_name, mesh_axes_of, split_manual_bodies
 from opbyop.ir.rewrite import (
     body_ops,
     check_static_shapes,
@@ -92,6 +93,7 @@ def split_module(source: str | bytes, model: str, ctx: ir.Context | None = None)
         inlined = inline_calls(module, main)
         mesh = module_mesh(module.operation.get_asm(enable_debug_info=False, large_elements_limit=16))
         if mesh is not None:
+            split_manual_bodies(main, mesh_axes_of(module))  # each op of a shard_map body an op of its own
             module = sdy_sharding.propagate(module, model)
             main = main_func(module, model)
         check_static_shapes(main, model)
@@ -170,7 +172,8 @@ class _Splitter:
 
     def record(self, i: int) -> OpRecord:
         op = self.ops[i]
-        base = OpRecord(model=self.model, position=i, op_name=op.name, provenance=provenance_of(op),
+        # a shard_map body's op (split_manual_bodies) is named for itself: the module holds it alone
+        base = OpRecord(model=self.model, position=i, op_name=body_op_name(op) or op.name, provenance=provenance_of(op),
                         outputs=[self.desc(r.type) for r in op.results])
         try:
             return self._extract(i, base)
@@ -222,7 +225,7 @@ class _Splitter:
                 clone = self._clone_into(op, mapping)
                 func.ReturnOp(list(clone.results))
             in_shardings = [self._sharding_of(v) for v in arguments] if sharded else []
-            out_shardings = sdy_sharding.result_shardings(op) if sharded else []
+            out_shardings = self._result_shardings(op) if sharded else []
             if sharded:
                 sdy_sharding.set_shardings(fn.operation, in_shardings, out_shardings)
         if not module.operation.verify():
@@ -245,7 +248,16 @@ class _Splitter:
         if value in self.arg_index:
             return self.arg_shardings[self.arg_index[value]]
         position, result = self.producer[value]
-        return sdy_sharding.result_shardings(self.ops[position])[result]
+        return self._result_shardings(self.ops[position])[result]
+
+    @staticmethod
+    def _result_shardings(op: ir.Operation) -> list[ir.Attribute | None]:
+        """Each result's sharding: a shard_map's (sdy.manual_computation) what it declares."""
+        if op.name == MANUAL and "out_shardings" in op.attributes:
+            from jaxlib.mlir.dialects import sdy
+
+            return list(sdy.TensorShardingPerValueAttr(op.attributes["out_shardings"]).shardings)
+        return sdy_sharding.result_shardings(op)
 
     def _callees(self, ops: list[ir.Operation]) -> list[str]:
         """Functions of the model that `ops` (or anything nested in them) refer to, transitively."""

@@ -26,6 +26,7 @@ class MeshCall:
     op: Op
     inputs: list[list[np.ndarray | None]]  # per chip (row-major), per operand
     mesh: Mesh
+    exact: bool = False  # reduce floats in float64 (the reference reading), not in the chip's f32
 
     def attr(self, name: str, default: object = None) -> object:
         return self.op.attrs.get(name, default)
@@ -69,7 +70,8 @@ def _reduce(call: MeshCall, values: list[np.ndarray]) -> np.ndarray:
     kind = str(call.attr("reduce_type", "sum")).lower()
     if kind not in _REDUCE:
         raise NotSimulated(f"{call.op.name} with reduce_type {kind}")
-    stacked = np.stack([np.asarray(v, dtype=np.float32) if np.asarray(v).dtype.kind == "f" else np.asarray(v)
+    wide = np.float64 if call.exact else np.float32
+    stacked = np.stack([np.asarray(v, dtype=wide) if np.asarray(v).dtype.kind == "f" else np.asarray(v)
                         for v in values])
     return _REDUCE[kind](stacked, 0)
 

@@ -8,6 +8,8 @@ from opbyop.device.reference.interpreter import (
     read_program,
     unreadable_ops,
 )
+from opbyop.device.reference.mesh import MeshReading, read_mesh_program
 from opbyop.device.reference.semantics import SEMANTICS, Unreadable
 
-__all__ = ["SEMANTICS", "Reading", "Unreadable", "fit", "read_program", "unreadable_ops"]
+__all__ = ["SEMANTICS", "MeshReading", "Reading", "Unreadable", "fit", "read_mesh_program", "read_program",
+           "unreadable_ops"]
