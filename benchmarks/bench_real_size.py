@@ -128,7 +128,9 @@ def run_cli(model: str, env: dict[str, str], label: str, interval: float = 0.5) 
                     rss = p.memory_info().rss
                 except psutil.Error:
                     continue
-                r = roles.setdefault(p.pid, role(p))
+                r = roles.get(p.pid) or role(p)
+                if r != "?":  # a process just started may show no command line yet: asked again next time
+                    roles[p.pid] = r
                 sample[r] = sample.get(r, 0) + rss
                 figures.per_role_peak[r] = max(figures.per_role_peak.get(r, 0), rss)
             total = sum(sample.values())
