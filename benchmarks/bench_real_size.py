@@ -10,12 +10,19 @@ one op worker (the analysis path; a .mlir file through the CLI still draws value
 arguments). Peak RSS is of this process and all its children (the op worker), sampled with psutil.
 `--baseline` runs the same ops with another checkout's code in the worker (PYTHONPATH), e.g. main's.
 Goals: llama-3.1-8B <= 5 min and <= 6 GB; llama-3.1-70B <= 8 min and <= 10 GB.
+
+`--cli MODEL ...` measures as a user would instead: `opbyop run MODEL --no-whole` on the zoo's
+meta-device model, in a fresh OPBYOP_HOME, its peak RSS summed over the command and all its children
+(sampled every 0.5 s), with each process's own peak and the share of each at the moment of the peak;
+`--cli-baseline MODEL ...` runs the same command with `--baseline-path`'s code in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -70,6 +77,84 @@ class PeakRss:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+def role(p: psutil.Process) -> str:
+    """What a process of an `opbyop run` is: the command, its op worker's child, or a side child."""
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return "?"
+    if "opbyop.worker.child" not in cmd:
+        return "cli" if any(c.endswith("opbyop") or "opbyop.cli" in c for c in cmd) else Path(cmd[0]).name if cmd else "?"
+    env_name = ""
+    try:
+        env_name = p.environ().get("TTXLA_LOGGER_LEVEL", "") and "verbose child"
+    except psutil.Error:
+        pass
+    return env_name or "op worker child"
+
+
+@dataclass
+class CliFigures:
+    name: str
+    wall_s: float = 0.0
+    peak_rss: int = 0
+    at_peak: dict[str, int] = field(default_factory=dict)  # each role's RSS at the moment of the peak
+    per_role_peak: dict[str, int] = field(default_factory=dict)
+    exit_code: int = 0
+    tail: str = ""
+
+
+def run_cli(model: str, env: dict[str, str], label: str, interval: float = 0.5) -> CliFigures:
+    """`opbyop run MODEL --no-whole` in a fresh home, its process tree's RSS sampled every `interval` s."""
+    home = tempfile.mkdtemp(prefix="bench-cli-home-")
+    figures = CliFigures(f"{model}{label}")
+    cmd = [sys.executable, "-m", "opbyop.cli.main", "run", model, "--no-whole"]
+    started = time.perf_counter()
+    with open(Path(home) / "stdout.txt", "w+") as out:
+        proc = subprocess.Popen(cmd, env={**os.environ, **env, "OPBYOP_HOME": home}, stdout=out,
+                                stderr=subprocess.STDOUT)
+        top = psutil.Process(proc.pid)
+        roles: dict[int, str] = {}
+        while proc.poll() is None:
+            sample: dict[str, int] = {}
+            try:
+                tree = [top, *top.children(recursive=True)]
+            except psutil.Error:
+                tree = []
+            for p in tree:
+                try:
+                    rss = p.memory_info().rss
+                except psutil.Error:
+                    continue
+                r = roles.get(p.pid) or role(p)
+                if r != "?":  # a process just started may show no command line yet: asked again next time
+                    roles[p.pid] = r
+                sample[r] = sample.get(r, 0) + rss
+                figures.per_role_peak[r] = max(figures.per_role_peak.get(r, 0), rss)
+            total = sum(sample.values())
+            if total > figures.peak_rss:
+                figures.peak_rss, figures.at_peak = total, sample
+            time.sleep(interval)
+        figures.wall_s = time.perf_counter() - started
+        figures.exit_code = proc.returncode
+        out.seek(0)
+        figures.tail = " | ".join(line.strip() for line in out.read().splitlines()[-3:])[:200]
+    return figures
+
+
+def cli_main(models: list[str], baseline: list[str], baseline_path: str) -> None:
+    runs = [run_cli(m, {}, "") for m in models]
+    runs += [run_cli(m, {"PYTHONPATH": baseline_path}, f" [code of {baseline_path}]") for m in baseline]
+    table = Figures("`opbyop run MODEL --no-whole` (zoo meta-device model): wall time and peak RSS of all processes",
+                    ["model", "exit", "wall s", "peak RSS GB (all)", "at the peak, GB by process", "each process's own peak GB",
+                     "last lines"])
+    for r in runs:
+        table.add(r.name, r.exit_code, f"{r.wall_s:.0f}", f"{r.peak_rss / 1e9:.2f}",
+                  " ".join(f"{k}={v / 1e9:.2f}" for k, v in sorted(r.at_peak.items())),
+                  " ".join(f"{k}={v / 1e9:.2f}" for k, v in sorted(r.per_role_peak.items())), r.tail)
+    table.show()
 
 
 @dataclass
@@ -132,7 +217,12 @@ def main() -> None:
     parser.add_argument("--baseline", nargs="*", default=[], help="models to run again with --baseline-path's code")
     parser.add_argument("--baseline-path", default="/work/main")
     parser.add_argument("--chip", default="p150")
+    parser.add_argument("--cli", nargs="*", default=None, help="zoo models to measure through `opbyop run --no-whole`")
+    parser.add_argument("--cli-baseline", nargs="*", default=[], help="zoo models to measure again with --baseline-path's code")
     args = parser.parse_args()
+    if args.cli is not None:
+        cli_main(args.cli, args.cli_baseline, args.baseline_path)
+        return
 
     chip = resolve(args.chip)
     workspace = Path(tempfile.mkdtemp(prefix="bench-real-size-"))

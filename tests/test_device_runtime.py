@@ -95,6 +95,25 @@ def test_submit_is_non_blocking_and_converts_input_layouts(programs, device):
     assert run_of(out).ttnn_ops > 0
 
 
+def test_a_program_s_output_is_freed_when_its_holder_drops_it_without_waiting_for_the_garbage_collector(programs,
+                                                                                                        device):
+    import gc
+    import weakref
+
+    a = to_device(np.ones((32, 64), np.float32), device, get_layout(programs["add"], 0, 0))
+    b = to_device(np.ones((32, 64), np.float32), device, get_layout(programs["add"], 0, 1))
+    (out,) = submit(device, programs["add"], 0, [a, b])
+    assert run_of(out).ttnn_ops > 0
+    values = weakref.ref(out)
+    gc.disable()  # a reference cycle (output -> its future -> output) would keep a gigabyte output alive
+    try:
+        deallocate(out)
+        del out
+        assert values() is None
+    finally:
+        gc.enable()
+
+
 def test_l1_tensors_the_program_does_not_use_move_to_dram(programs, device):
     resident = to_device(np.arange(32 * 32, dtype=np.float32).reshape(32, 32), device,
                          Layout(tiled=True, dtype="f32", buffer="l1"), name="kv-cache")

@@ -63,6 +63,35 @@ def test_a_compiler_abort_names_the_pass_it_died_in_and_a_passing_op_gets_no_sec
     assert fine.compile.reached is Stage.FLATBUFFER and fine.failed_pass is None
 
 
+def _verbose_children() -> list:
+    import psutil
+
+    found = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.environ().get("TTXLA_LOGGER_LEVEL") == "VERBOSE":
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_the_verbose_compile_child_starts_at_the_first_failed_compile_not_with_the_first_op(p150, tmp_path,
+                                                                                              compile_only, mlp_ops):
+    from opbyop.worker.process import OpWorker
+
+    before = {p.pid for p in _verbose_children()}  # the session's shared worker may have one already
+    with OpWorker(p150.path, tmp_path, chip="p150", name="lazy") as w:
+        fine = w.analyze(mlp_ops[0], compile_only)
+        assert fine.compile.reached is Stage.FLATBUFFER
+        assert {p.pid for p in _verbose_children()} == before  # nothing failed: no 0.3 GB child idling
+        (op,) = file_ops("cholesky.mlir")
+        failed = w.analyze(op, compile_only)
+        assert failed.failed_pass.argument == "convert-stablehlo-to-ttir"
+        assert len({p.pid for p in _verbose_children()} - before) == 1
+        w.close_passes()
+
+
 def test_the_failed_pass_search_can_be_turned_off(worker, settings):
     (op,) = file_ops("cholesky.mlir")
     result = worker.analyze(op, settings.model_copy(update={"failed_pass": False}))

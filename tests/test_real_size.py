@@ -70,6 +70,21 @@ def test_a_large_output_compared_in_pieces_gets_the_whole_array_verdict(monkeypa
     assert pieces.pcc == pytest.approx(whole.pcc, abs=1e-12)
 
 
+@pytest.mark.parametrize("kind", ["random", "constant", "with_nan"])
+def test_large_outputs_equal_bit_for_bit_get_the_piecewise_figures_without_the_f64_pieces(monkeypatch, kind):
+    rng = np.random.default_rng(1)
+    expected = (np.full((300, 100), 1.5) if kind == "constant" else rng.standard_normal((300, 100))).astype(BF16)
+    if kind == "with_nan":
+        expected[3, 3], expected[4, 4] = np.nan, np.inf
+    actual = expected.copy()
+    monkeypatch.setattr(large, "PIECE", 1000)
+    assert large.identical(actual, expected)
+    assert large.figures(actual, expected, 1e-2, 1e-2) == large._figures_in_pieces(actual, expected, 1e-2, 1e-2)
+    actual[299, 99] = actual[299, 99] + 1  # one element off, in the last piece: the pieces judge it
+    assert not large.identical(actual, expected)
+    assert large.figures(actual, expected, 1e-2, 1e-2).max_abs > 0
+
+
 BIG_ADD = """module {
   func.func @main(%a: tensor<4096x8192xf32>, %b: tensor<4096x8192xf32>) -> tensor<4096x8192xf32> {
     %0 = stablehlo.add %a, %b : tensor<4096x8192xf32>

@@ -220,7 +220,10 @@ def _fill(placeholders: list[DeviceTensor], results: list[DeviceTensor]) -> None
 
 def _execute(device: Device, binary: Binary, program_index: int, inputs: list[DeviceTensor],
              policy: Policy, outputs: list[DeviceTensor], chip_numerics: bool = True,
-             trace: dict | None = None, observer: Callable | None = None) -> tuple[list[DeviceTensor], DeviceRun]:
+             trace: dict | None = None, observer: Callable | None = None) -> DeviceRun:
+    """Run the program into `outputs`; the future's result is the run's figures only (the outputs
+    hold the future: a future holding them back would be a reference cycle, and a gigabyte output
+    would outlive its last user until the garbage collector's next pass)."""
     started = time.perf_counter()
     wait(inputs)
     expected = binary.input_types(program_index)
@@ -247,7 +250,7 @@ def _execute(device: Device, binary: Binary, program_index: int, inputs: list[De
     _fill(outputs, results)  # before the future resolves: waiters see filled tensors
     run = run_stats(executor, time.perf_counter() - started)
     device.runs.append(run)
-    return outputs, run
+    return run
 
 
 def _evict_l1(device: Device, keep: set[int]) -> None:
@@ -266,4 +269,4 @@ def run_of(tensor: DeviceTensor) -> DeviceRun:
     """What the program that produced `tensor` did: cycles, placements, peak memory (waits)."""
     if tensor.ready is None:
         raise ValueError(f"{tensor.name} was not produced by submit")
-    return tensor.ready.result()[1]
+    return tensor.ready.result()

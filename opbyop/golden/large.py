@@ -35,8 +35,47 @@ def pieces(a: np.ndarray, e: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarra
         yield (np.asarray(fa[start:start + PIECE], np.float64), np.asarray(fe[start:start + PIECE], np.float64))
 
 
+def identical(a: np.ndarray, e: np.ndarray) -> bool:
+    """The two outputs hold the same bits (same dtype and shape), compared piece by piece in their
+    own dtype: what an op that only moves data (transpose, reshape, gather, concatenate) gives."""
+    a, e = np.asarray(a), np.asarray(e)
+    if a.dtype != e.dtype or a.shape != e.shape or a.dtype.itemsize not in (1, 2, 4, 8):
+        return False
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    fa, fe = a.reshape(-1), e.reshape(-1)
+    for start in range(0, fa.size, PIECE):
+        pa = np.ascontiguousarray(fa[start:start + PIECE]).view(bits)
+        pe = np.ascontiguousarray(fe[start:start + PIECE]).view(bits)
+        if not np.array_equal(pa, pe):
+            return False
+    return True
+
+
+def _constant(e: np.ndarray) -> bool:
+    """The finite values of `e` are all equal (or there are none)."""
+    first: float | None = None
+    flat = np.asarray(e).reshape(-1)
+    for start in range(0, flat.size, PIECE):
+        piece = flat[start:start + PIECE]
+        finite = piece[np.isfinite(piece)]
+        if finite.size:
+            first = float(finite[0]) if first is None else first
+            if not bool(np.all(finite == first)):
+                return False
+    return True
+
+
 def figures(a: np.ndarray, e: np.ndarray, rtol: float, atol: float) -> Figures:
-    """compare._errors' maxima, allclose, the constant check and compare.pcc of two real outputs."""
+    """compare._errors' maxima, allclose, the constant check and compare.pcc of two real outputs.
+    Outputs equal bit for bit get the figures the pieces would give (no error, PCC 1) from one pass
+    in their own dtype: the f64 pieces took 45 s on a 4096x128256 bf16 transpose's output."""
+    if identical(a, e):
+        constant = _constant(e)
+        return Figures(0.0, 0.0, True, constant, None if constant else 1.0)
+    return _figures_in_pieces(a, e, rtol, atol)
+
+
+def _figures_in_pieces(a: np.ndarray, e: np.ndarray, rtol: float, atol: float) -> Figures:
     max_abs, max_rel, any_finite, close = -math.inf, -math.inf, False, True
     first: float | None = None
     constant, same_finite = True, True

@@ -2,11 +2,12 @@
 
 The plugin reads TTXLA_LOGGER_LEVEL once, when it loads, and verbose IR printing makes every compile
 slow and single-threaded: so only failed ops are compiled again, in a second child process of the
-same worker that was started with verbose printing on. It starts in the background with the
-worker's first op (a start costs seconds, a compile tens of milliseconds: the first failure must not
-wait for it), is bounded by the op's time limit like any compile, and when an op kills or hangs it,
-its successor starts in the background while the next ops run. Pass timing (TTXLA_MLIR_PASS_TIMING,
-which verbose printing disables) gets a child of its own the same way, for the ops asked for.
+same worker that was started with verbose printing on. It starts with the first failed compile (a
+start costs seconds once; started with the first op instead, it held 0.3-0.4 GB through every run,
+most of which never fail), is bounded by the op's time limit like any compile, and when an op kills
+or hangs it, its successor starts in the background while the next ops run. Pass timing
+(TTXLA_MLIR_PASS_TIMING, which verbose printing disables) gets a child of its own, started in the
+background with the worker's first op, for the ops asked for.
 """
 
 from __future__ import annotations
