@@ -117,7 +117,7 @@ def test_an_op_torch_mlir_cannot_lower_is_the_only_op_the_model_loses(workspace,
     assert failed.status.is_verdict  # a blocker of its model
 
 
-def test_mixtral_routing_is_recorded_per_op_and_the_rest_of_the_model_splits():
+def test_mixtral_routing_is_recorded_per_op_and_the_rest_of_the_model_splits(worker, settings):
     run = prepare(["tiny-mixtral"], zoo=ZOO)
     assert not run.errors and not any(r.split_error for r in run.records)
     failures = [r for r in run.records if r.frontend_error]
@@ -125,6 +125,30 @@ def test_mixtral_routing_is_recorded_per_op_and_the_rest_of_the_model_splits():
     assert sum(r.op_name == "aten.histc.default" for r in failures) == 2  # one per layer ...
     assert len([op for op in run.unique if op.op_name == "aten.histc.default"]) == 1  # ... one unique op
     assert len(run.records) - len(failures) > 300
+    # the experts' grouped matmuls are decomposed into ops torch-mlir lowers, never cut out
+    assert not any("grouped_mm" in r.op_name for r in failures)
+    experts = [r for r in run.records if r.provenance.framework_op and "grouped_mm" in r.provenance.framework_op]
+    assert {r.op_name for r in experts} >= {"stablehlo.dot_general", "stablehlo.gather"}
+    expert_ops = [op for op in run.unique if op.signature in {r.signature for r in experts}]
+    results = [worker.analyze(op, settings) for op in expert_ops]
+    assert all(r.status is Status.SUCCESS for r in results), [(r.op_name, r.status, r.message) for r in results]
+
+
+def test_a_grouped_matmul_decomposed_to_static_shapes_equals_torch_s_own():
+    import torch
+
+    from opbyop.frontends.torch_decompositions import grouped_mm
+
+    g = torch.Generator().manual_seed(0)
+    rows, weights = torch.randn(10, 16, generator=g), torch.randn(4, 16, 8, generator=g)
+    offs = torch.tensor([2, 5, 5, 10], dtype=torch.int32)  # an empty group too
+    assert torch.equal(grouped_mm(rows, weights, offs), torch._grouped_mm(rows, weights, offs=offs))
+    left, right = torch.randn(8, 32, generator=g), torch.randn(8, 32, generator=g).t()  # groups of k
+    k_offs = torch.tensor([8, 16, 32], dtype=torch.int32)
+    assert torch.allclose(grouped_mm(left, right, k_offs), torch._grouped_mm(left, right, offs=k_offs), atol=1e-5)
+    batched = torch.randn(3, 4, 16, generator=g), torch.randn(3, 16, 8, generator=g)
+    assert torch.equal(grouped_mm(*batched), torch._grouped_mm(*batched))
+    assert grouped_mm(torch.randn(3, 4, 16), torch.randn(16, 8), offs) is NotImplemented  # left to cut out
 
 
 def test_a_stablehlo_file_of_any_size_never_materialises_its_arguments(tmp_path):

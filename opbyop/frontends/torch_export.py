@@ -236,12 +236,15 @@ def _eager_reference(model: nn.Module, inputs: list[torch.Tensor], name: str) ->
 
 
 def _traced_program(wrapper: nn.Module, args: list[torch.Tensor], name: str) -> Any:
-    """torch.export's program of `wrapper(*args)`, decomposed as torch-mlir expects."""
+    """torch.export's program of `wrapper(*args)`, decomposed as torch-mlir expects (and with
+    opbyop's decompositions of ops torch-mlir cannot lower)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+    from opbyop.frontends.torch_decompositions import decompositions
 
     try:
         program = torch.export.export(wrapper, tuple(args), strict=False)
-        return program.run_decompositions(get_decomposition_table())
+        return program.run_decompositions({**get_decomposition_table(), **decompositions()})
     except Exception as e:
         raise ExportError(f"torch.export could not trace {name}: {type(e).__name__}: {_first_lines(e)}",
                           "make forward traceable by torch.export.export(model, inputs): no Python branches "

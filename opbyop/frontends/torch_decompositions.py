@@ -1,0 +1,60 @@
+"""Decompositions opbyop adds to torch-mlir's table: framework ops torch-mlir has no lowering for,
+written with ops it lowers, so the model's graph keeps them instead of cutting them out.
+
+`aten._grouped_mm` (mixture-of-experts layers run their experts with it, e.g. transformers' Mixtral
+and Qwen-MoE; transformers' own `transformers::grouped_mm_fallback` custom op where torch's kernel
+cannot be used, same operands) multiplies consecutive row groups of its first operand, each by its own matrix; the
+groups' ends (`offs`) are tensor values. A static-shape form: every row against every group's matrix
+(one batched matmul), then each row's own group picked by a gather. It costs E times the matmul's
+work but keeps every shape static; the experts' matmuls are analysed, at the shapes of that form.
+A form this module does not know returns NotImplemented: the op stays and is cut out as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+aten = torch.ops.aten
+
+
+def _row_groups(offs: torch.Tensor, rows: int, groups: int) -> torch.Tensor:
+    """Each row's group: how many group ends lie at or before it (rows past the last end: the last group)."""
+    index = torch.arange(rows, device=offs.device, dtype=offs.dtype)
+    return (index[:, None] >= offs[None, :]).sum(-1).clamp(max=groups - 1)
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None,
+               bias: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> Any:
+    """aten._grouped_mm in static shapes: (S,K) x (E,K,N) by row groups, (S,K) x (K,N) by groups of K
+    (the weight-gradient form), (E,S,K) x (E,K,N) batched."""
+    if a.dim() == 3 and b.dim() == 3 and offs is None:
+        out = torch.bmm(a, b)
+    elif a.dim() == 2 and b.dim() == 3 and offs is not None:
+        rows, groups = a.shape[0], b.shape[0]
+        every = torch.matmul(a.unsqueeze(0), b)  # (E, S, N): each row against each group's matrix
+        group = _row_groups(offs, rows, groups)
+        out = torch.gather(every, 0, group.view(1, rows, 1).expand(1, rows, every.shape[-1])).squeeze(0)
+        if bias is not None:
+            out = out + bias[group]
+            bias = None
+    elif a.dim() == 2 and b.dim() == 2 and offs is not None:
+        depth, groups = a.shape[1], offs.shape[0]
+        mine = _row_groups(offs, depth, groups)  # each k's group
+        mask = (mine[None, :] == torch.arange(groups, device=a.device)[:, None]).to(a.dtype)  # (E, K)
+        out = torch.matmul(a.unsqueeze(0) * mask[:, None, :], b)  # (E, M, N): group g's k only
+    else:
+        return NotImplemented
+    if bias is not None:
+        out = out + bias
+    return out.to(out_dtype) if out_dtype is not None else out
+
+
+def decompositions() -> dict[Any, Callable[..., Any]]:
+    """The table, read when a model is exported: transformers registers its custom op on import."""
+    table: dict[Any, Callable[..., Any]] = {aten._grouped_mm.default: grouped_mm}
+    fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
+    if fallback is not None and hasattr(fallback, "default"):
+        table[fallback.default] = grouped_mm
+    return table
