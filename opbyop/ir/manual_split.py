@@ -21,7 +21,7 @@ import re
 
 from jaxlib.mlir import ir
 
-from opbyop.ir.rewrite import remap_operands
+from opbyop.ir.rewrite import captured_values, remap_operands
 
 MANUAL = "sdy.manual_computation"
 _CONSTANT_OPS = {"stablehlo.constant", "stablehlo.iota"}
@@ -74,7 +74,7 @@ def _split(mc: ir.Operation, mesh_axes: dict[str, dict[str, int]]) -> bool:
     if any(not isinstance(r.type, ir.RankedTensorType) or ir.RankedTensorType(r.type).rank == 0
            for r in made if r not in returned):
         return False
-    if any(_captures(o) for o in inner):
+    if any(captured_values(o) for o in inner):
         return False
     order = ", ".join(f'"{a}"' for a in axes if a in manual)
 
@@ -161,34 +161,6 @@ def _constants_used(op: ir.Operation, constant: list[ir.Operation]) -> list[ir.O
         needed.add(id(c))
         stack.extend(producers[v] for v in c.operands if v in producers)
     return [c for c in constant if id(c) in needed]
-
-
-def _captures(op: ir.Operation) -> bool:
-    """An op whose regions use a value defined outside them (the split could not carry it)."""
-    if len(op.regions) == 0:
-        return False
-    inner: set = set()
-    outer_uses: list = []
-
-    def collect(o: ir.Operation) -> ir.WalkResult:
-        for region in o.regions:
-            for block in region.blocks:
-                inner.update(block.arguments)
-                for nested in block.operations:
-                    inner.update(nested.results)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(collect)
-
-    def uses(o: ir.Operation) -> ir.WalkResult:
-        outer_uses.extend(v for v in o.operands if v not in inner)
-        return ir.WalkResult.ADVANCE
-
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                nested.operation.walk(uses)
-    return bool(outer_uses)
 
 
 def _clone(op: ir.Operation, mapping: dict) -> ir.Operation:

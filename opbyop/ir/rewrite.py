@@ -103,6 +103,36 @@ def remap_operands(op: ir.Operation, mapping: dict[ir.Value, ir.Value]) -> None:
     op.walk(visit)
 
 
+def captured_values(op: ir.Operation) -> list[ir.Value]:
+    """Values used inside op's regions but defined outside op, in first-use order."""
+    if len(op.regions) == 0:
+        return []
+    inner_values: set = set()
+
+    def collect(o: ir.Operation) -> ir.WalkResult:
+        for region in o.regions:
+            for block in region.blocks:
+                inner_values.update(block.arguments)
+                for nested in block.operations:
+                    inner_values.update(nested.results)
+        return ir.WalkResult.ADVANCE
+
+    op.walk(collect)
+    found: list[ir.Value] = []
+
+    def uses(o: ir.Operation) -> ir.WalkResult:
+        for v in o.operands:
+            if v not in inner_values and v not in found:
+                found.append(v)
+        return ir.WalkResult.ADVANCE
+
+    for region in op.regions:
+        for block in region.blocks:
+            for nested in block.operations:
+                nested.operation.walk(uses)
+    return found
+
+
 def check_static_shapes(main: ir.Operation, name: str = "<module>") -> None:
     values = list(main.regions[0].blocks[0].arguments)
     for op in body_ops(main):

@@ -34,6 +34,7 @@ from opbyop.ir import sharding as sdy_sharding
 from opbyop.ir.manual_split import MANUAL, body_op_name, mesh_axes_of, split_manual_bodies
 from opbyop.ir.rewrite import (
     body_ops,
+    captured_values,
     check_static_shapes,
     inline_calls,
     main_func,
@@ -144,7 +145,7 @@ class _Splitter:
         op = self.ops[i]
         if op.name in _NOT_FOLDABLE:
             return False
-        for v in list(op.operands) + _captured(op):
+        for v in list(op.operands) + captured_values(op):
             if v in self.arg_index or v not in self.producer:
                 return False
             if not self.constant_fed[self.producer[v][0]]:
@@ -167,7 +168,7 @@ class _Splitter:
                 continue
             needed.add(p)
             op = self.ops[p]
-            stack.extend(self.producer[v][0] for v in list(op.operands) + _captured(op))
+            stack.extend(self.producer[v][0] for v in list(op.operands) + captured_values(op))
         return sorted(needed)
 
     def record(self, i: int) -> OpRecord:
@@ -183,7 +184,7 @@ class _Splitter:
     def _extract(self, i: int, base: OpRecord) -> OpRecord:
         op = self.ops[i]
         own = list(op.operands)
-        captured = _captured(op)
+        captured = captured_values(op)
         arguments: list[ir.Value] = []  # distinct non-constant values, in first-use order
         constants: list[ir.Value] = []
         operands: list[OperandDesc] = []
@@ -279,36 +280,6 @@ class _Splitter:
         for old, new in zip(op.results, clone.results):
             mapping[old] = new
         return clone
-
-
-def _captured(op: ir.Operation) -> list[ir.Value]:
-    """Values used inside op's regions but defined outside op, in first-use order."""
-    if len(op.regions) == 0:
-        return []
-    inner_values: set = set()
-
-    def collect(o: ir.Operation) -> ir.WalkResult:
-        for region in o.regions:
-            for block in region.blocks:
-                inner_values.update(block.arguments)
-                for nested in block.operations:
-                    inner_values.update(nested.results)
-        return ir.WalkResult.ADVANCE
-
-    op.walk(collect)
-    found: list[ir.Value] = []
-
-    def uses(o: ir.Operation) -> ir.WalkResult:
-        for v in o.operands:
-            if v not in inner_values and v not in found:
-                found.append(v)
-        return ir.WalkResult.ADVANCE
-
-    for region in op.regions:
-        for block in region.blocks:
-            for nested in block.operations:
-                nested.operation.walk(uses)
-    return found
 
 
 def _symbol_refs(op: ir.Operation) -> list[str]:
