@@ -2,8 +2,9 @@
 
 Each target (chip x compiler options) is one `analyze` subflow run; its aggregation, report and
 artifacts come with it. With a `corpus` block, the single-op corpus runs too, through the same fan-out (one
-`corpus` subflow run per chip: one task per unique op on the cluster, results stored as the model
-`corpus`), and the summary gains the simulator's coverage. The nightly then compares each
+`corpus` subflow run per chip, and per mesh of each board of its `meshes` for the multichip
+cases: one task per unique op on the cluster, results stored as the model `corpus`), and the summary
+gains the simulator's coverage. The nightly then compares each
 model with that model's previous comparable night (same chip and options, the model split there),
 checks the expectations (unexpected failures AND unexpected passes, so configs/expectations.yaml
 stays true) and publishes one `nightly-summary` artifact. The targets' run ids derive from the
@@ -30,7 +31,10 @@ from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
-from opbyop.corpus.config import load_corpus_config
+from opbyop.corpus.config import CorpusConfig, load_corpus_config
+from opbyop.corpus.mesh_run import board_targets
+from opbyop.corpus.ops import CorpusSelection, selected
+from opbyop.errors import OpbyopError
 from tasks.corpus import CorpusOutcome, corpus_selection, coverage_markdown, store_coverage
 
 
@@ -144,24 +148,42 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
 
 def _run_corpus(target: CorpusTarget, base: str, config: NightlyConfig, cluster: ClusterConfig,
                 store: Store) -> list[CorpusOutcome]:
-    """One `corpus` run per chip of the corpus configuration (run ids `<nightly>-corpus-<i>`); a chip
-    whose run fails never stops the others."""
+    """One `corpus` run per chip of the corpus configuration, then one per mesh of each board of its
+    `meshes` (its multichip cases), run ids `<nightly>-corpus-<i>`; a run that fails never stops the others."""
     settings = load_corpus_config(config_dir() / target.config)
     selection = corpus_selection(settings)
-    outcomes = []
-    for i, chip in enumerate(settings.chips):
-        run_id = f"{base}-corpus-{i}"
+    runs: list[tuple[str, str, CorpusSelection | Exception]] = [(chip, chip, selection) for chip in settings.chips]
+    for board in settings.meshes:
         try:
-            state = corpus(selection=selection, chip=chip, compiler=settings.compiler,
-                           op_timeout_s=settings.op_timeout_s, reuse_cached=config.reuse_cached, cluster=cluster,
-                           run_id=run_id, return_state=True)
-            outcome = CorpusOutcome(chip=chip, run_id=run_id, state=state.name, message=state.message or "")
-        except Exception as e:  # noqa: BLE001  (said in the summary; the next chip goes on)
-            outcome = CorpusOutcome(chip=chip, run_id=run_id, state="Error", message=f"{type(e).__name__}: {e}")
-        if store.has_run(run_id):
-            outcome.coverage = store_coverage(store, run_id, selection, chip, Workspace.default().artifacts.read_text)
-        outcomes.append(outcome)
+            runs += [(t.chip, f"{t.chip} {t.mesh_text}", selection.model_copy(update={"mesh": t.mesh_text}))
+                     for t in board_targets(board)]
+        except OpbyopError as e:  # a board the configuration misnames: said in the summary
+            runs.append((board, board, e))
+    outcomes = []
+    for i, (chip, title, chosen) in enumerate(runs):
+        outcomes.append(_corpus_outcome(chip, title, chosen, f"{base}-corpus-{i}", settings, config, cluster, store))
     return outcomes
+
+
+def _corpus_outcome(chip: str, title: str, selection: CorpusSelection | Exception, run_id: str,
+                    settings: CorpusConfig, config: NightlyConfig, cluster: ClusterConfig,
+                    store: Store) -> CorpusOutcome:
+    """One corpus run on `chip` and its coverage read back from the store."""
+    if isinstance(selection, Exception):
+        return CorpusOutcome(chip=title, run_id=run_id, state="Error", message=str(selection))
+    try:
+        if next(selected(selection), None) is None:  # e.g. a board when the dtypes are none of its catalog's
+            return CorpusOutcome(chip=title, run_id=run_id, state="Skipped", message="none of the corpus's ops, "
+                                 "dtypes and forms is in its catalog")
+        state = corpus(selection=selection, chip=chip, compiler=settings.compiler,
+                       op_timeout_s=settings.op_timeout_s, reuse_cached=config.reuse_cached, cluster=cluster,
+                       run_id=run_id, return_state=True)
+        outcome = CorpusOutcome(chip=title, run_id=run_id, state=state.name, message=state.message or "")
+    except Exception as e:  # noqa: BLE001  (said in the summary; the next run goes on)
+        outcome = CorpusOutcome(chip=title, run_id=run_id, state="Error", message=f"{type(e).__name__}: {e}")
+    if store.has_run(run_id):
+        outcome.coverage = store_coverage(store, run_id, selection, chip, Workspace.default().artifacts.read_text)
+    return outcome
 
 
 if __name__ == "__main__":  # `python flows/nightly.py [CONFIG]`: one nightly, as Prefect users run a flow

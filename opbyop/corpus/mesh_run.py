@@ -18,11 +18,10 @@ from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
 from opbyop.corpus.case import Form
 from opbyop.corpus.generate import CorpusEntry
 from opbyop.corpus.mesh_catalog import MESH_SHAPES, generate_mesh
+from opbyop.corpus.ops import MESH_DIR
 from opbyop.corpus.run import RunSummary, pending, run_entries
 from opbyop.errors import OpbyopError
 from opbyop.workspace import Workspace
-
-MESH_DIR = "mesh"  # the multichip cases' subdirectory of the corpus directory
 
 
 def board_targets(board: str) -> list[Target]:

@@ -4,6 +4,8 @@ Each corpus case (one StableHLO op in its own module) is split like a model's mo
 one occurrence of the pseudo-model `corpus` (position = its index in the selection), so the run's
 results are stored, cached and queried like any model's. `shape_variants` adds the element-wise
 cases again with other shapes: more unique ops of the same kinds (the scale benchmark's 5k and 20k).
+A selection with a `mesh` yields the multichip cases of that mesh shape instead (each collective x
+dtype x mesh axis, opbyop.corpus.mesh_catalog), for a run on a board with that mesh.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import Iterator
 
 from pydantic import BaseModel, Field
 
-from opbyop.corpus.case import Case, Form, TType
+from opbyop.corpus.case import Case, Form, TType, element_type
 from opbyop.corpus.catalog import cases
 from opbyop.corpus.generate import CorpusEntry, entries_of
+from opbyop.corpus.mesh_catalog import DTYPES as MESH_DTYPES
+from opbyop.corpus.mesh_catalog import MeshCase, cases_for, mesh_cases
 from opbyop.ir.split import split_module
 from opbyop.records import OpRecord
 
@@ -30,6 +34,8 @@ class CorpusSelection(BaseModel):
     forms: list[str] = Field(default_factory=list, description="args | const; empty: both")
     shape_variants: int = Field(0, ge=0, description="element-wise cases added again with this many other shapes each")
     limit: int | None = Field(None, ge=1, description="at most this many cases (the first ones)")
+    mesh: str | None = Field(None, description="ROWSxCOLS: the multichip cases of this mesh shape instead of the "
+                                                "single-chip ones (ops name collectives: all_reduce ...)")
 
 
 def variant(case: Case, index: int) -> Case | None:
@@ -46,11 +52,47 @@ def variant(case: Case, index: int) -> Case | None:
         results=tuple(TType(shape, r.dtype) for r in case.results))
 
 
+MESH_DIR = "mesh"  # where a multichip case's file lies beside the single-chip ones
+COLLECTIVES = frozenset(c.op for c in cases_for((1, 2), "f32"))  # the multichip catalog's ops
+
+
+def mesh_entry(case: MeshCase, mesh: str) -> CorpusEntry:
+    """The corpus entry of a multichip case on `mesh` (ROWSxCOLS): argument-fed, at its global shape."""
+    return CorpusEntry(file=f"{MESH_DIR}/{case.name}.mlir", op=f"stablehlo.{case.op}", variant=case.variant,
+                       dtype=case.dtype, form=Form.ARGS, shapes=[list(case.global_in)],
+                       tags=["mesh", f"axis={case.axis}"], mesh=mesh)
+
+
+def _mesh_selected(selection: CorpusSelection) -> Iterator[tuple[CorpusEntry, str]]:
+    from opbyop.compiler.targets import parse_mesh
+
+    ops = {o.removeprefix("stablehlo.") for o in selection.ops}  # a single-chip builder is not one of its ops
+    # the multichip catalog has fewer dtypes than the single-chip one: a nightly's others are not its
+    dtypes = [d for d in map(element_type, selection.dtypes) if d in MESH_DTYPES]
+    if (selection.dtypes and not dtypes) or (selection.forms and Form.ARGS.value not in selection.forms):
+        return
+    count = 0
+    for case in mesh_cases([parse_mesh(selection.mesh or "")], dtypes or None):
+        if ops and case.op not in ops:
+            continue
+        yield mesh_entry(case, selection.mesh or ""), case.render()
+        count += 1
+        if selection.limit is not None and count >= selection.limit:
+            return
+
+
 def selected(selection: CorpusSelection) -> Iterator[tuple[CorpusEntry, str]]:
     """(entry, module text) of every selected case and form: the catalog's cases, then each
-    element-wise one's shape variants, variant by variant."""
+    element-wise one's shape variants, variant by variant (a mesh's: its multichip cases)."""
+    if selection.mesh:
+        yield from _mesh_selected(selection)
+        return
+    # one list of ops serves both catalogs: the collectives are the multichip part's
+    ops = [o for o in selection.ops if o.removeprefix("stablehlo.") not in COLLECTIVES]
+    if selection.ops and not ops:
+        return
     forms = {Form(f) for f in selection.forms}
-    base = list(cases(selection.ops or None, selection.dtypes or None))
+    base = list(cases(ops or None, selection.dtypes or None))
     seen: set[str] = set()  # a variant's shape replaces each of the case's catalog shapes alike
     for index in range(-1, selection.shape_variants):
         for case in base:
