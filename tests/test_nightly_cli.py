@@ -37,14 +37,27 @@ def _stored_target_runs(tmp_path: Path) -> list:
 
 
 def test_opbyop_nightly_runs_each_target_on_a_server_and_cluster_of_its_own(tmp_path):
-    done = subprocess.run([str(BIN / "opbyop"), "nightly", "--config", str(_nightly_file(tmp_path)), "--workers", "1"],
+    """A one-chip target, then a mesh target on the same cluster: the mesh's golden runs get their
+    host mesh although the cluster's workers were started for one chip."""
+    from test_mesh import SHARDED_DOT
+
+    sharded = tmp_path / "sharded.mlir"
+    sharded.write_text(SHARDED_DOT)
+    config = _nightly_file(tmp_path)
+    config.write_text(f"models: [jax-mlp]\ntargets: [{{chip: p150}}, {{chip: p300, models: ['{sharded}']}}]\n"
+                      "whole_model: false\n")
+    done = subprocess.run([str(BIN / "opbyop"), "nightly", "--config", str(config), "--workers", "1"],
                           env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "nightly: Completed" in done.stdout and "p150 default options" in done.stdout, done.stdout
     runs = _stored_target_runs(tmp_path)
     assert len(runs) == 1 and runs[0].status.value == "completed"
-    results = Store(tmp_path / "home" / "store").results(runs[0].run_id)
+    store = Store(tmp_path / "home" / "store")
+    results = store.results(runs[0].run_id)
     assert results and all(r.status.value == "success" for r in results)
+    (mesh_run,) = [run for run in store.runs() if run.run_id.endswith("-t1")]
+    on_mesh = store.results(mesh_run.run_id)
+    assert on_mesh and all(r.status.value == "success" for r in on_mesh), [(r.op_name, r.message) for r in on_mesh]
 
 
 def test_a_bare_nightly_call_waits_for_prefect_s_temporary_server_on_a_small_machine(tmp_path):

@@ -169,7 +169,8 @@ class AnalyzeRun:
             self._stop_with(str(e))
             return
         try:
-            plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()})
+            plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
+                                                     host_devices=self.target.chips)
             with self.clock.phase("warm-up"):
                 error = warm_up(client, plugin, self.desc)
             if error:

@@ -56,10 +56,16 @@ class OpWorkerPlugin(WorkerPlugin):
         self._lock = threading.Lock()  # a Dask worker with several threads creates each OpWorker once
 
     @classmethod
-    def for_home(cls, root: Path, descriptors: dict[str, bytes]) -> OpWorkerPlugin:
+    def for_home(cls, root: Path, descriptors: dict[str, bytes], host_devices: int = 1) -> OpWorkerPlugin:
         """The plugin of a flow whose home is `root`: a Dask worker without that home works in its own.
-        The flow's XLA:CPU flags go with it: golden references must not depend on the host."""
-        return cls(str(root), descriptors, env={"OPBYOP_XLA_FLAGS": environment().xla_flags}, home_id=home_id(root))
+        The flow's XLA:CPU flags go with it: golden references must not depend on the host. A mesh
+        target's op workers get a host mesh of `host_devices` XLA:CPU devices for their golden runs
+        (fixed when a process starts JAX, so set here per target, never inherited from whichever
+        target started the cluster)."""
+        env = {"OPBYOP_XLA_FLAGS": environment().xla_flags}
+        if host_devices > 1:
+            env["OPBYOP_HOST_DEVICES"] = str(max(host_devices, environment().host_devices))
+        return cls(str(root), descriptors, env=env, home_id=home_id(root))
 
     def __getstate__(self) -> dict:
         # sent to every Dask worker: the configuration only, never locks or live child processes
