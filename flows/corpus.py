@@ -3,8 +3,6 @@ Dask), its results in the store as the pseudo-model `corpus` (flows/engine/corpu
 
 from __future__ import annotations
 
-import os
-
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -13,7 +11,6 @@ from flows.analyze import TASK_THREADS, claim_flow_run
 from flows.engine.corpus_run import CorpusRun
 from flows.engine.run_ids import run_id_for
 from flows.hosting import handoff as handoffs
-from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, ShrinkOption
 from opbyop.corpus.ops import CorpusSelection
 
@@ -24,9 +21,6 @@ def corpus(selection: CorpusSelection = CorpusSelection(), chip: str = "p150",
            cluster: ClusterConfig = ClusterConfig(), run_id: str | None = None, compile_only: bool = False):
     """Analyse the selected corpus cases on `chip`, one task per unique op, and store every result.
     A selection with a mesh runs its multichip cases on `chip`'s board with that mesh."""
-    chips = target_for(chip, selection.mesh).chips
-    if chips > 1:  # golden runs the sharded cases on XLA:CPU with one host device per chip
-        os.environ["OPBYOP_HOST_DEVICES"] = str(max(chips, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
     logger = get_run_logger()
     run_id = run_id or run_id_for(get_run_context().flow_run)
     claim_flow_run(logger)

@@ -61,3 +61,12 @@ def test_a_home_at_the_flows_path_on_another_host_is_not_taken_for_the_flows(tmp
     monkeypatch.setenv("OPBYOP_HOME", str(same_path))
     there = OpWorkerPlugin(**plugin.__getstate__())
     assert there.home == same_path and not there.shared  # its artifacts still travel back
+
+
+def test_a_mesh_target_s_op_workers_get_its_host_devices_whatever_the_flow_s_environment_says(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPBYOP_HOST_DEVICES", "32")  # left by an earlier, larger target of a long-lived process
+    descriptors = {"p300": b"desc"}
+    p300, p150 = (OpWorkerPlugin.for_home(tmp_path, descriptors, host_devices=n) for n in (2, 1))
+    assert p300.env["OPBYOP_HOST_DEVICES"] == "2" and p150.env["OPBYOP_HOST_DEVICES"] == "1"
+    assert p300.name != p150.name  # op workers of another device count are other op workers
+    assert OpWorkerPlugin.for_home(tmp_path, descriptors, host_devices=2).name == p300.name  # a warm one is found

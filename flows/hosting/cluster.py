@@ -135,6 +135,7 @@ class ClusterProcess:
 def serve(workers: int, chip: str) -> None:
     """Run a LocalCluster until terminated; print its address; warm its op workers for `chip`."""
     from opbyop.compiler.system_desc import resolve
+    from opbyop.compiler.targets import target_for
     from opbyop.worker import dask as on_dask
     from opbyop.workspace import Workspace
 
@@ -142,7 +143,8 @@ def serve(workers: int, chip: str) -> None:
         print(json.dumps({"address": cluster.scheduler_address}), flush=True)
         try:
             desc = resolve(chip)
-            plugin = on_dask.OpWorkerPlugin.for_home(Workspace.default().root, {desc.chip: desc.path.read_bytes()})
+            plugin = on_dask.OpWorkerPlugin.for_home(Workspace.default().root, {desc.chip: desc.path.read_bytes()},
+                                                     host_devices=target_for(chip).chips)  # the run's own plugin
             client.register_plugin(plugin)
             client.run(on_dask.warm_up, plugin.name, desc.chip)
         except Exception as e:  # the flow's own warm-up meets the same error and reports it

@@ -62,9 +62,7 @@ class OpWorkerPlugin(WorkerPlugin):
         target's op workers get a host mesh of `host_devices` XLA:CPU devices for their golden runs
         (fixed when a process starts JAX, so set here per target, never inherited from whichever
         target started the cluster)."""
-        env = {"OPBYOP_XLA_FLAGS": environment().xla_flags}
-        if host_devices > 1:
-            env["OPBYOP_HOST_DEVICES"] = str(max(host_devices, environment().host_devices))
+        env = {"OPBYOP_XLA_FLAGS": environment().xla_flags, "OPBYOP_HOST_DEVICES": str(host_devices)}
         return cls(str(root), descriptors, env=env, home_id=home_id(root))
 
     def __getstate__(self) -> dict:
