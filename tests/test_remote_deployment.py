@@ -30,7 +30,7 @@ async def main(c, name, parameters, env):
 
 
 def test_the_nightly_deployment_on_postgresql_worker_hosts_and_s3_stores_the_rows_of_one_host(
-        deployed, postgres, network, s3_server, tmp_path):
+        deployed, postgres, network, s3_server, tmp_path):  # noqa: F811  (fixtures imported above)
     config = tmp_path / "nightly.yaml"
     config.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\nreuse_cached: false\n")
     _, scheduler = start_scheduler(network, tmp_path)
