@@ -15,17 +15,24 @@ import pytest
 from opbyop.compiler.targets import Topology, target_for
 from opbyop.errors import OpbyopError
 
-SHARDED_DOT = """module @jit_f attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
-  sdy.mesh @mesh = <["x"=2]>
-  func.func public @main(%arg0: tensor<64x128xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}, %arg1: tensor<128x256xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {}]>}) -> (tensor<256xf32>) {
+def sharded_dot(rows: int = 1, cols: int = 2) -> str:
+    """dot -> tanh -> reduce, its contracting dimension split over the mesh's last axis."""
+    axis = "y" if rows > 1 else "x"
+    axes = f'["x"={rows}, "y"={cols}]' if rows > 1 else f'["x"={cols}]'
+    return f"""module @jit_f attributes {{mhlo.num_partitions = {rows * cols} : i32, mhlo.num_replicas = 1 : i32}} {{
+  sdy.mesh @mesh = <{axes}>
+  func.func public @main(%arg0: tensor<64x128xf32> {{sdy.sharding = #sdy.sharding<@mesh, [{{}}, {{"{axis}"}}]>}}, %arg1: tensor<128x256xf32> {{sdy.sharding = #sdy.sharding<@mesh, [{{"{axis}"}}, {{}}]>}}) -> (tensor<256xf32>) {{
     %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<64x128xf32>, tensor<128x256xf32>) -> tensor<64x256xf32>
     %1 = stablehlo.tanh %0 : tensor<64x256xf32>
     %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
     %2 = stablehlo.reduce(%1 init: %cst) applies stablehlo.add across dimensions = [0] : (tensor<64x256xf32>, tensor<f32>) -> tensor<256xf32>
     return %2 : tensor<256xf32>
-  }
-}
+  }}
+}}
 """
+
+
+SHARDED_DOT = sharded_dot()
 
 
 def _named_sharding_graph():

@@ -14,22 +14,7 @@ from opbyop.compiler.system_desc import plugin_schema_hash, resolve
 from opbyop.compiler.targets import Topology, target_for
 from opbyop.compiler.ttsys import HOST_MMIO, Arch, decode
 from opbyop.errors import OpbyopError
-
-
-def sharded_dot(rows: int, cols: int) -> str:
-    """dot -> tanh -> reduce, its contracting dimension split over the mesh's last axis."""
-    axes = f'["x"={rows}, "y"={cols}]' if rows > 1 else f'["y"={cols}]'
-    return f"""module @jit_f attributes {{mhlo.num_partitions = {rows * cols} : i32, mhlo.num_replicas = 1 : i32}} {{
-  sdy.mesh @mesh = <{axes}>
-  func.func public @main(%arg0: tensor<64x128xf32> {{sdy.sharding = #sdy.sharding<@mesh, [{{}}, {{"y"}}]>}}, %arg1: tensor<128x256xf32> {{sdy.sharding = #sdy.sharding<@mesh, [{{"y"}}, {{}}]>}}) -> (tensor<256xf32>) {{
-    %0 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0] : (tensor<64x128xf32>, tensor<128x256xf32>) -> tensor<64x256xf32>
-    %1 = stablehlo.tanh %0 : tensor<64x256xf32>
-    %cst = stablehlo.constant dense<0.000000e+00> : tensor<f32>
-    %2 = stablehlo.reduce(%1 init: %cst) applies stablehlo.add across dimensions = [0] : (tensor<64x256xf32>, tensor<f32>) -> tensor<256xf32>
-    return %2 : tensor<256xf32>
-  }}
-}}
-"""
+from test_mesh import sharded_dot
 
 
 def test_n300_and_t3k_are_meshes_with_the_topology_of_their_links():
