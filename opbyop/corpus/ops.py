@@ -20,6 +20,7 @@ from opbyop.corpus.catalog import cases
 from opbyop.corpus.generate import CorpusEntry, entries_of
 from opbyop.corpus.mesh_catalog import DTYPES as MESH_DTYPES
 from opbyop.corpus.mesh_catalog import MeshCase, cases_for, mesh_cases
+from opbyop.ir.context import make_context
 from opbyop.ir.split import split_module
 from opbyop.records import OpRecord
 
@@ -113,9 +114,10 @@ def corpus_records(selection: CorpusSelection) -> tuple[list[OpRecord], dict[str
     occurrence with its split error), and each op's corpus entry by signature."""
     records: list[OpRecord] = []
     entries: dict[str, CorpusEntry] = {}
+    ctx = make_context()  # one MLIR context for every case: thousands with shape variants
     for position, (entry, text) in enumerate(selected(selection)):
         try:
-            split = split_module(text, MODEL)
+            split = split_module(text, MODEL, ctx)
             mine = [r for r in split.ops if r.op_name == entry.op]
             record = mine[-1] if mine else None
             error = None if record is not None else f"no {entry.op} in {entry.file}"

@@ -21,11 +21,12 @@ import re
 
 from jaxlib.mlir import ir
 
+from opbyop.ir.mesh import axis_sizes
 from opbyop.ir.rewrite import captured_values, remap_operands
+from opbyop.ir.sharding import mesh_ops
 
 MANUAL = "sdy.manual_computation"
 _CONSTANT_OPS = {"stablehlo.constant", "stablehlo.iota"}
-_AXIS = re.compile(r'"([^"]+)"\s*=\s*(\d+)')
 
 
 def split_manual_bodies(main: ir.Operation, mesh_axes: dict[str, dict[str, int]]) -> int:
@@ -41,12 +42,8 @@ def split_manual_bodies(main: ir.Operation, mesh_axes: dict[str, dict[str, int]]
 
 def mesh_axes_of(module: ir.Module) -> dict[str, dict[str, int]]:
     """Each sdy.mesh's axes and sizes, in mesh order."""
-    found = {}
-    for op in module.body.operations:
-        if op.operation.name == "sdy.mesh":
-            name = ir.StringAttr(op.operation.attributes["sym_name"]).value
-            found[name] = {a: int(n) for a, n in _AXIS.findall(str(op.operation.attributes["mesh"]))}
-    return found
+    return {ir.StringAttr(op.attributes["sym_name"]).value: axis_sizes(str(op.attributes["mesh"]))
+            for op in mesh_ops(module)}
 
 
 def _split(mc: ir.Operation, mesh_axes: dict[str, dict[str, int]]) -> bool:

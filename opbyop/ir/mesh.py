@@ -21,6 +21,11 @@ _PARTITIONS = re.compile(r"mhlo\.num_partitions\s*=\s*(\d+)")
 _SHARDED = re.compile(r"#sdy\.sharding|sdy\.manual_computation|sdy\.sharding_constraint|sdy\.reshard")
 
 
+def axis_sizes(mesh: str) -> dict[str, int]:
+    """The axes of an sdy mesh's text (`<["x"=2, "y"=4]>`) and their sizes, in mesh order."""
+    return {axis: int(size) for axis, size in _AXIS.findall(mesh)}
+
+
 class MeshMismatchError(OpbyopError):
     """A sharded module and a target that cannot hold its mesh."""
 
@@ -60,7 +65,7 @@ def module_mesh(text: str) -> ModuleMesh | None:
     if not meshes:
         return ModuleMesh(name="", axes=(), partitions=partitions)
     name, body = meshes[0]
-    axes = tuple((axis, int(size)) for axis, size in _AXIS.findall(body))
+    axes = tuple(axis_sizes(body).items())
     mesh = ModuleMesh(name=name, axes=axes, partitions=partitions)
     if mesh.devices <= 1 and not _SHARDED.search(text):
         return None
