@@ -6,11 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from opbyop.corpus.case import DTYPE_NAMES
 from opbyop.corpus.config import CorpusConfig
-from opbyop.corpus.coverage import Coverage, CoverageRow, classified, coverage
+from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
 from opbyop.corpus.ops import MODEL, CorpusSelection, selected
-from opbyop.corpus.run import ttnn_ops_of
+from opbyop.corpus.run import CorpusResult, ttnn_ops_of
 from storage.dataset import Store
 from tasks.store import markdown_rows
 
@@ -41,11 +40,8 @@ def store_coverage(store: Store, run_id: str, selection: CorpusSelection, chip: 
         result = results.get(record.signature)
         if result is None or record.position >= len(entries):
             continue
-        entry = entries[record.position]
-        rows.append(CoverageRow(label=entry.file, op=entry.op, dtype=DTYPE_NAMES.get(entry.dtype, entry.dtype),
-                                status=classified(result.status, result.message), message=result.message,
-                                ttnn_ops=tuple(ttnn_ops_of(result, read_program)), chip=chip, variant=entry.variant,
-                                form=entry.form.value, narrowing=result.narrowing))
+        rows.append(CoverageRow.from_corpus(CorpusResult(entry=entries[record.position], chip=chip, result=result,
+                                                         ttnn_ops=ttnn_ops_of(result, read_program))))
     return coverage(rows)
 
 
