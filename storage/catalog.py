@@ -23,7 +23,7 @@ from storage.convert import LEGACY_STATUS_SQL
 from storage.dataset import DatasetScan, Store
 from storage.location import DataFile, StoreRoot
 from storage.message_pattern import macro_sql
-from storage.object_views import register_objects, upload_file
+from storage.object_views import register_objects
 from storage.schema import SCHEMA_VERSION, TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
@@ -136,7 +136,7 @@ def build_catalog(root: StoreRoot, out: Path | str | None = None) -> DataFile:
     if out is None and on_objects:  # built here, then uploaded beside the data
         with tempfile.TemporaryDirectory(prefix="opbyop-catalog-") as tmp_dir:
             local = _write_catalog(Path(tmp_dir) / CATALOG_NAME, scan, materialize=True)
-            return upload_file(store.root, local, CATALOG_NAME)
+            return store.files.upload(local, CATALOG_NAME)
     target = Path(out) if out is not None else Path(store.root) / CATALOG_NAME
     return _write_catalog(target, scan, materialize=on_objects)
 

@@ -49,8 +49,6 @@ class StoreFiles(Protocol):
     root: StoreRoot
     filesystem: Any  # pyarrow's FileSystem for DataFiles that are not local paths, else None
 
-    def describe(self) -> str: ...
-
     def data_files(self, table: str, run_id: str | None = None) -> list[DataFile]: ...
 
     def listing(self) -> dict[str, list[DataFile]]: ...  # every table's files, from one look at the store
@@ -89,9 +87,6 @@ class LocalFiles:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-
-    def describe(self) -> str:
-        return str(self.root)
 
     def data_files(self, table: str, run_id: str | None = None) -> list[DataFile]:
         return list(files.data_files(self.root, table, run_id))

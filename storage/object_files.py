@@ -84,11 +84,7 @@ class ObjectFiles:
         self.base = url.removeprefix("s3://").rstrip("/")
         if not self.base:
             raise StoreError(f"the store URL {url!r} names no bucket", "use s3://bucket or s3://bucket/prefix")
-        self.fs = filesystem or s3_filesystem()
-        self.filesystem = self.fs
-
-    def describe(self) -> str:
-        return self.root
+        self.filesystem = filesystem or s3_filesystem()
 
     # ------------------------------------------------------------------ manifests
     def _manifest_path(self, run_id: str) -> str:
@@ -99,7 +95,7 @@ class ObjectFiles:
         path = self._manifest_path(run_id)
         for attempt in range(MANIFEST_READS):
             try:
-                with self.fs.open_input_stream(path) as f:
+                with self.filesystem.open_input_stream(path) as f:
                     manifest = _decode_manifest(f.read())
             except FileNotFoundError:
                 return None
@@ -112,16 +108,16 @@ class ObjectFiles:
                          f"run the command again; if this persists, resume run {run_id!r} to rewrite it")
 
     def _put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
-        with self.fs.open_output_stream(self._manifest_path(run_id)) as f:
+        with self.filesystem.open_output_stream(self._manifest_path(run_id)) as f:
             f.write(_encode_manifest(manifest))
 
     def _manifests(self) -> list[dict[str, Any]]:
         try:
-            infos = self.fs.get_file_info(pafs.FileSelector(f"{self.base}/{MANIFESTS}", allow_not_found=True))
+            infos = self.filesystem.get_file_info(pafs.FileSelector(f"{self.base}/{MANIFESTS}", allow_not_found=True))
         except OSError as e:
             raise self._unreachable(e) from None
         bucket = self.base.split("/")[0]
-        if not infos and self.fs.get_file_info(bucket).type == pafs.FileType.NotFound:  # not an empty store
+        if not infos and self.filesystem.get_file_info(bucket).type == pafs.FileType.NotFound:  # not an empty store
             raise self._unreachable(OSError(f"bucket {bucket!r} not found"))
         run_ids = [i.base_name.removesuffix(".json") for i in sorted(infos, key=lambda i: i.path)
                    if i.type == pafs.FileType.File and i.base_name.endswith(".json")]
@@ -163,7 +159,7 @@ class ObjectFiles:
         if key in _footers:
             return _footers[key]
         try:
-            with self.fs.open_input_file(str(path)) as f:
+            with self.filesystem.open_input_file(str(path)) as f:
                 version = (pq.read_metadata(f).metadata or {}).get(VERSION_KEY)
         except FileNotFoundError:
             return Vanished(Path(path))
@@ -175,7 +171,7 @@ class ObjectFiles:
     def read_part(self, path: DataFile, table: str) -> pa.Table | SkippedFile | Vanished:
         key = str(path)
         try:
-            with self.fs.open_input_file(key) as f:
+            with self.filesystem.open_input_file(key) as f:
                 return conform(pq.ParquetFile(f).read(), schema_of(table))
         except FileNotFoundError:
             return Vanished(Path(key))
@@ -183,7 +179,7 @@ class ObjectFiles:
             return self._unreadable(key, e)
 
     def _unreadable(self, key: str, e: Exception) -> SkippedFile | Vanished:
-        if self.fs.get_file_info(key).type == pafs.FileType.NotFound:  # replaced by its run's writer
+        if self.filesystem.get_file_info(key).type == pafs.FileType.NotFound:  # replaced by its run's writer
             return Vanished(Path(key))
         log.warning("skipping unreadable Parquet object s3://%s: %s", key, e)
         return SkippedFile(Path(key), f"{type(e).__name__}: {str(e).strip()}")
@@ -228,7 +224,7 @@ class ObjectFiles:
 
     def _delete(self, key: str) -> None:
         try:
-            self.fs.delete_file(key)
+            self.filesystem.delete_file(key)
         except FileNotFoundError:
             pass
 
@@ -236,7 +232,7 @@ class ObjectFiles:
         """`data` as a new object for `name`; returns the object's name within the run's directory."""
         obj = f"{name.removesuffix('.parquet')}.{uuid.uuid4().hex[:12]}.parquet"
         try:
-            with self.fs.open_output_stream(f"{self._dir(table, day, run_id)}/{obj}") as f:
+            with self.filesystem.open_output_stream(f"{self._dir(table, day, run_id)}/{obj}") as f:
                 pq.write_table(data, f, compression="zstd")
         except OSError as e:
             raise StoreError(f"cannot write {name} of run {run_id!r} to {self.root}: {e}",
@@ -251,7 +247,7 @@ class ObjectFiles:
             directory = self._dir(table, day, run_id)
             named = set((m or {}).get("tables", {}).get(table, {}).values()) if m and m["date"] == day.isoformat() \
                 else set()
-            for info in self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+            for info in self.filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
                 if info.type == pafs.FileType.File and info.base_name not in named:
                     log.warning("deleting an object no manifest names (a killed writer's): s3://%s", info.path)
                     self._delete(info.path)
@@ -305,7 +301,7 @@ class ObjectFiles:
         day = date.fromisoformat(m["date"])
         for table in TABLES:
             directory = self._dir(table, day, run_id)
-            for info in self.fs.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
+            for info in self.filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True)):
                 if info.type == pafs.FileType.File:
                     self._delete(info.path)
 
@@ -323,6 +319,6 @@ class ObjectFiles:
         return f"{self.root}/{name}"
 
     def _put(self, local: Path, name: str) -> None:
-        with open(local, "rb") as src, self.fs.open_output_stream(f"{self.base}/{name}") as dst:
+        with open(local, "rb") as src, self.filesystem.open_output_stream(f"{self.base}/{name}") as dst:
             while chunk := src.read(1 << 20):
                 dst.write(chunk)

@@ -39,7 +39,7 @@ def _all_rows(root: Path | str, view: str) -> list[tuple]:
 
 def _objects(url: str) -> list[str]:
     files = ObjectFiles(url)
-    infos = files.fs.get_file_info(pafs.FileSelector(files.base, recursive=True))
+    infos = files.filesystem.get_file_info(pafs.FileSelector(files.base, recursive=True))
     return sorted(i.path for i in infos if i.type == pafs.FileType.File)
 
 
@@ -181,7 +181,7 @@ def test_a_corrupt_object_is_left_out_of_queries_and_named_with_its_path(s3_url:
     _write_history(Store(s3_url))
     files = ObjectFiles(s3_url)
     (broken,) = files.data_files("results", "n1")
-    with files.fs.open_output_stream(str(broken)) as f:  # replaced behind the store's back
+    with files.filesystem.open_output_stream(str(broken)) as f:  # replaced behind the store's back
         f.write(b"PAR1 not parquet at all")
     result = run_sql("SELECT DISTINCT run_id FROM results ORDER BY 1", s3_url)
     assert result.column("run_id") == ["n0", "n2"]
@@ -196,7 +196,7 @@ def test_the_catalog_of_an_s3_store_is_uploaded_beside_it_and_opens_anywhere(s3_
     assert url == f"{s3_url}/opbyop.duckdb"
     local = tmp_path / "catalog.duckdb"
     files = ObjectFiles(s3_url)
-    with files.fs.open_input_stream(f"{files.base}/opbyop.duckdb") as src:
+    with files.filesystem.open_input_stream(f"{files.base}/opbyop.duckdb") as src:
         local.write_bytes(src.read())
     con = duckdb.connect(str(local), read_only=True)  # no S3 credentials or extension needed: rows are inside
     try:
