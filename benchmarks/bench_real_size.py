@@ -11,7 +11,7 @@ arguments). Peak RSS is of this process and all its children (the op worker), sa
 `--baseline` runs the same ops with another checkout's code in the worker (PYTHONPATH), e.g. main's.
 Goals: llama-3.1-8B <= 5 min and <= 6 GB; llama-3.1-70B <= 8 min and <= 10 GB.
 
-`--cli MODEL ...` measures as a user would instead: `opbyop run MODEL --no-whole` on the zoo's
+`--cli MODEL[:CHIP] ...` measures as a user would instead: `opbyop run MODEL --no-whole` on the zoo's
 meta-device model, in a fresh OPBYOP_HOME, its peak RSS summed over the command and all its children
 (sampled every 0.5 s), with each process's own peak and the share of each at the moment of the peak;
 `--cli-baseline MODEL ...` runs the same command with `--baseline-path`'s code in the same run.
@@ -106,11 +106,13 @@ class CliFigures:
     tail: str = ""
 
 
-def run_cli(model: str, env: dict[str, str], label: str, interval: float = 0.5) -> CliFigures:
-    """`opbyop run MODEL --no-whole` in a fresh home, its process tree's RSS sampled every `interval` s."""
+def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5) -> CliFigures:
+    """`opbyop run MODEL --no-whole [--chip CHIP]` for `case` MODEL[:CHIP] in a fresh home, its process
+    tree's RSS sampled every `interval` s."""
     home = tempfile.mkdtemp(prefix="bench-cli-home-")
-    figures = CliFigures(f"{model}{label}")
-    cmd = [sys.executable, "-m", "opbyop.cli.main", "run", model, "--no-whole"]
+    figures = CliFigures(f"{case}{label}")
+    model, _, chip = case.partition(":")
+    cmd = [sys.executable, "-m", "opbyop.cli.main", "run", model, "--no-whole", *(["--chip", chip] if chip else [])]
     started = time.perf_counter()
     with open(Path(home) / "stdout.txt", "w+") as out:
         proc = subprocess.Popen(cmd, env={**os.environ, **env, "OPBYOP_HOME": home}, stdout=out,
@@ -217,7 +219,7 @@ def main() -> None:
     parser.add_argument("--baseline", nargs="*", default=[], help="models to run again with --baseline-path's code")
     parser.add_argument("--baseline-path", default="/work/main")
     parser.add_argument("--chip", default="p150")
-    parser.add_argument("--cli", nargs="*", default=None, help="zoo models to measure through `opbyop run --no-whole`")
+    parser.add_argument("--cli", nargs="*", default=None, help="zoo models (MODEL or MODEL:CHIP) to measure through `opbyop run --no-whole`")
     parser.add_argument("--cli-baseline", nargs="*", default=[], help="zoo models to measure again with --baseline-path's code")
     args = parser.parse_args()
     if args.cli is not None:

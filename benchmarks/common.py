@@ -8,11 +8,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-console = Console(width=160)
+from opbyop.cli.app import make_console
+
+console = make_console()  # literal, and on a pipe wide enough that no cell is cut
 
 
 @dataclass

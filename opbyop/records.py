@@ -287,6 +287,7 @@ class DeviceRun(BaseModel):
     collectives: list[CollectiveRun] = Field(default_factory=list)
     collective_bytes: int = 0  # payload bytes of every collective
     collective_cycles: int = 0  # summed over collectives (those on disjoint chips overlap in `cycles`)
+    collective_seconds: float = 0.0  # of `seconds`, the wall time the simulator spent in collectives
 
 
 class GoldenComparison(BaseModel):

@@ -116,6 +116,7 @@ def _device_columns(d: DeviceRun | None, prefix: str = "") -> dict[str, Any]:
         f"{prefix}chip_peak_dram_bytes": list(d.chip_peak_dram_bytes),
         f"{prefix}collectives": [c.model_dump() for c in d.collectives],
         f"{prefix}collective_bytes": d.collective_bytes, f"{prefix}collective_cycles": d.collective_cycles,
+        f"{prefix}collective_s": d.collective_seconds,
     }
 
 
@@ -307,6 +308,7 @@ def _device_from(row: dict[str, Any], prefix: str = "") -> DeviceRun | None:
         collectives=[CollectiveRun(**c) for c in row.get(f"{prefix}collectives") or []],
         collective_bytes=row.get(f"{prefix}collective_bytes") or 0,
         collective_cycles=row.get(f"{prefix}collective_cycles") or 0,
+        collective_seconds=row.get(f"{prefix}collective_s") or 0.0,
     )
 
 

@@ -24,6 +24,7 @@ SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status c
 #                     real_inputs, synthetic_inputs
 #                     status columns of miscompiled and simulator_error
 #                     the failed pass, pass timing, the accuracy trace
+#                     collective_s
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -124,6 +125,7 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
         pa.field(f"{prefix}collectives", pa.list_(COLLECTIVE)),
         pa.field(f"{prefix}collective_bytes", pa.int64()),
         pa.field(f"{prefix}collective_cycles", pa.int64()),
+        pa.field(f"{prefix}collective_s", pa.float64()),  # of device_s, simulating the collectives
     ]
 
 

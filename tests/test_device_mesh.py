@@ -246,6 +246,7 @@ def test_a_compiled_mesh_program_matches_the_unsharded_numpy_result(case, simula
     assert all(b > 0 for b in run.chip_peak_dram_bytes)
     if run.collectives:
         assert run.collective_bytes > 0 and run.collective_cycles > 0 and run.cycles > max(c.cycles for c in run.collectives)
+        assert 0 < run.collective_seconds < run.seconds  # the simulator's own time in them, part of the run's
 
 
 def test_a_mesh_run_records_each_collective_with_its_bytes_and_survives_a_json_round_trip(simulator):

@@ -14,7 +14,7 @@ def _mesh_result():
     result.device = result.device.model_copy(update={
         "mesh_shape": [1, 2], "topology": "linear", "chip_peak_l1_bytes": [4096, 8192],
         "chip_peak_dram_bytes": [1 << 20, 1 << 21], "collective_bytes": 16384, "collective_cycles": 1100,
-        "collectives": [CollectiveRun(op="ttnn.all_reduce", cluster_axis=1, group_size=2, payload_bytes=16384,
+        "collective_seconds": 0.0125, "collectives": [CollectiveRun(op="ttnn.all_reduce", cluster_axis=1, group_size=2, payload_bytes=16384,
                                       link_bytes=16384, hops=1, cycles=1100)]})
     return result
 

@@ -13,6 +13,7 @@ each chip keeps its own clock, and a collective starts when the last chip of its
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -59,6 +60,7 @@ class MeshExecutor:
                       for chip, device in enumerate(mesh.devices)]
         self.clocks = [0] * mesh.size  # cycles each chip has spent
         self.collectives: list[CollectiveRun] = []
+        self.collective_seconds = 0.0  # wall time simulating them: what a mesh adds to its chips' runs
 
     def run(self, function: Function, args: list[list[DeviceTensor]]) -> list[list[DeviceTensor]]:
         """Run `function` with each chip's arguments; returns each chip's outputs (the caller holds
@@ -72,7 +74,11 @@ class MeshExecutor:
         try:
             for op in function.ops:
                 if op.name in COLLECTIVES:
-                    self._collective(op, envs, owned)
+                    started = time.perf_counter()
+                    try:
+                        self._collective(op, envs, owned)
+                    finally:
+                        self.collective_seconds += time.perf_counter() - started
                     continue
                 if self.share and op.name in KERNELS:
                     self._shared_step(op, envs, owned)
@@ -166,7 +172,8 @@ class MeshExecutor:
                          topology=self.mesh.topology.value, chip_peak_l1_bytes=l1, chip_peak_dram_bytes=dram,
                          collectives=list(self.collectives),
                          collective_bytes=sum(c.payload_bytes for c in self.collectives),
-                         collective_cycles=sum(c.cycles for c in self.collectives))
+                         collective_cycles=sum(c.cycles for c in self.collectives),
+                         collective_seconds=self.collective_seconds)
 
 
 def _on_chip(observer: Callable[[Op, list[np.ndarray], int], None], chip: int, op: Op,
