@@ -239,6 +239,35 @@ def test_golden_of_a_sharded_op_on_two_host_devices_equals_the_unsharded_result(
     np.testing.assert_allclose(np.load(tmp_path / "out.npy"), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
 
 
+def test_a_sharded_op_without_arguments_runs_again_from_the_golden_disk_cache(tmp_path):
+    # a second board of the same mesh (p300 then n300 in one nightly) finds the executable on disk;
+    # loaded from there, a module with no argument (a constant) used to fail as an analyzer_error
+    constant = textwrap.dedent("""
+        module attributes {mhlo.num_partitions = 2 : i32, mhlo.num_replicas = 1 : i32} {
+          sdy.mesh @mesh = <["batch"=2]>
+          func.func @main() -> tensor<16xf32> {
+            %cst = stablehlo.constant dense<1.500000e+00> : tensor<16xf32>
+            return %cst : tensor<16xf32>
+          }
+        }""")
+    (tmp_path / "constant.mlir").write_text(constant)
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from opbyop.jaxenv import prepare_jax
+        prepare_jax()
+        from opbyop.golden.xla_cpu import XlaCpu
+        text, cache = open({str(tmp_path / 'constant.mlir')!r}).read(), Path({str(tmp_path / 'xla')!r})
+        first = XlaCpu(cache_dir=cache).run(text, [], key="constant")
+        again = XlaCpu(cache_dir=cache)
+        second = again.run(text, [], key="constant")
+        print(again.compiles, float(first[0].sum()), float(second[0].sum()))
+    """)
+    env = {**os.environ, "OPBYOP_HOST_DEVICES": "2", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0 24.0 24.0"  # loaded, not compiled; the same values
+
+
 def test_a_wrong_shard_on_one_device_is_named_although_the_others_match():
     from opbyop.golden.compare import Thresholds
     from opbyop.golden.mesh import compare_on_mesh

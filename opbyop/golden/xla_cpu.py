@@ -119,7 +119,8 @@ class XlaCpu:
         from jax._src.sharding_impls import GSPMDSharding
 
         devices = list(exe.local_devices())  # type: ignore[attr-defined]
-        in_shardings = exe.get_parameter_shardings()  # type: ignore[attr-defined]
+        # an executable loaded from the disk cache says None, not [], for a module without arguments
+        in_shardings = exe.get_parameter_shardings() or []  # type: ignore[attr-defined]
         out_shardings = exe.get_output_shardings()  # type: ignore[attr-defined]
         buffers = [self._jax.device_put(np.asarray(x), GSPMDSharding(devices, s)) for x, s in zip(inputs, in_shardings)]
         results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()  # type: ignore[attr-defined]
