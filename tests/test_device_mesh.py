@@ -65,6 +65,21 @@ def test_all_gather_concatenates_the_shards_in_chip_order(chips):
         np.testing.assert_array_equal(out[chip][0], np.concatenate(xs, axis=1))
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_mesh_partition_gives_each_chip_its_slice_along_its_group_and_moves_nothing(axis):
+    mesh = Mesh(BLACKHOLE_P150, (2, 4))
+    whole = np.arange(8 * 6, dtype=np.float32).reshape(8, 6)
+    xs = [whole + 100 * chip for chip in range(mesh.size)]  # each chip's own copy tells them apart
+    out, transfers = CCL["ttnn.mesh_partition"](MeshCall(_op("ttnn.mesh_partition", cluster_axis=axis, dim=0),
+                                                         [[x] for x in xs], mesh))
+    groups = 2 if axis == 0 else 4
+    for chip in range(mesh.size):
+        row, col = divmod(chip, 4)
+        k = row if axis == 0 else col
+        np.testing.assert_array_equal(out[chip][0], np.split(xs[chip], groups, axis=0)[k])
+    assert transfers == []
+
+
 @pytest.mark.parametrize("chips", [2, 4])
 def test_reduce_scatter_gives_chip_k_the_kth_slice_of_the_sum(chips):
     mesh = Mesh(BLACKHOLE_P150, (1, chips))

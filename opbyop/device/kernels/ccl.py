@@ -141,6 +141,22 @@ def all_reduce(call: MeshCall) -> Result:
     return out, transfers
 
 
+def mesh_partition(call: MeshCall) -> Result:
+    """The inverse of all_gather, with no data moved: each chip keeps the k-th of n equal slices of
+    its own operand along `dim`, k its place among the n chips of its group (the chips of its row or
+    column along `cluster_axis`, or the whole mesh without one). tt-mlir emits it where a value
+    replicated over a mesh axis becomes sharded over it."""
+    out: list[list[np.ndarray]] = [[] for _ in range(call.mesh.size)]
+    for group in call.groups():
+        dim = _dim(call, "dim", "partition_dim") % call.operand(group[0]).ndim
+        for k, c in enumerate(group):
+            operand = call.operand(c)
+            if operand.shape[dim] % len(group):
+                raise NotSimulated(f"{call.op.name}: dimension {dim} of {operand.shape} does not split in {len(group)}")
+            out[c] = [np.split(operand, len(group), axis=dim)[k]]
+    return out, []
+
+
 def _coord(value: object) -> tuple[int, int]:
     items = [int(v) for v in (value if isinstance(value, (list, tuple)) else str(value).replace(",", " ").split())]
     return (0, *items)[-2:] if len(items) < 2 else (items[-2], items[-1])  # type: ignore[return-value]
@@ -239,5 +255,5 @@ KERNELS: dict[str, Callable[[MeshCall], Result]] = {
     "ttnn.all_gather": all_gather, "ttnn.reduce_scatter": reduce_scatter, "ttnn.all_reduce": all_reduce,
     "ttnn.point_to_point": point_to_point, "ttnn.all_to_all": all_to_all,
     "ttnn.collective_permute": collective_permute, "ttnn.mesh_shard": mesh_shard,
-    "ttnn.distribute_tensor": distribute_tensor,
+    "ttnn.distribute_tensor": distribute_tensor, "ttnn.mesh_partition": mesh_partition,
 }
