@@ -70,7 +70,8 @@ def main() -> None:
     figures = Figures(f"op by op on one chip and on meshes ({'compile only' if args.compile_only else 'analyze'}, "
                       "warm worker; per unique op, median ms)",
                       ["model", "chip", "mesh", "ops", "unique", "split s", "op ms", "compile ms", "device ms",
-                       "golden ms", "collectives ms", "analyze s total", "flatbuffer", "statuses", "TTNN collectives"])
+                       "golden ms", "collectives ms", "analyze s total", "flatbuffer", "statuses", "TTNN collectives",
+                       "first failure"])
     measured: dict[str, CaseFigures] = {}
     with tempfile.TemporaryDirectory() as home:
         zoo = load_zoo()
@@ -84,7 +85,7 @@ def main() -> None:
                 figures.add(model, chip, target.mesh_text, "", "", "", "", "", "", "", "", prepared.errors[model][:60])
                 continue
             desc = resolve(chip)
-            ok, collectives, statuses = 0, Counter(), Counter()
+            ok, collectives, statuses, first_failure = 0, Counter(), Counter(), ""
             got = measured[case] = CaseFigures(model)
             with OpWorker(desc.path, Path(home), chip=chip, name=f"bench-{chip}") as worker:
                 artifacts = Workspace(Path(home)).artifacts
@@ -92,6 +93,8 @@ def main() -> None:
                     result = worker.analyze(op, settings.model_copy(update={"mesh": target.mesh_text}), timeout=300)
                     got.totals.append(result.seconds)
                     statuses[result.status.value] += 1
+                    if result.status.value != "success" and not first_failure:
+                        first_failure = f"{result.status.value}: {result.message}"
                     if result.device is not None:
                         got.devices.append(result.device.seconds)
                         got.collectives.append(result.device.collective_seconds)
@@ -107,7 +110,8 @@ def main() -> None:
                         median_ms(got.totals), median_ms(got.compiles), _or_dash(got.devices), _or_dash(got.goldens),
                         _or_dash(got.collectives), sum(got.totals), f"{ok}/{len(prepared.unique)}",
                         ", ".join(f"{k} {v}" for k, v in statuses.most_common()),
-                        ", ".join(f"{k.removeprefix('ttnn.')} {v}" for k, v in collectives.most_common()) or "-")
+                        ", ".join(f"{k.removeprefix('ttnn.')} {v}" for k, v in collectives.most_common()) or "-",
+                        first_failure or "-")
     figures.show()
     print("op ms: median over the unique ops of the worker's whole analysis of one op; compile/device/golden ms: "
           "each part's median as the worker measured it; collectives ms: the simulator's time in collectives "
