@@ -296,6 +296,18 @@ def test_tensors_pushed_to_a_mesh_come_back_whole():
     np.testing.assert_array_equal(from_mesh(tensors, mesh, sharding), full)
 
 
+def test_chips_holding_the_same_block_share_its_stored_values_but_each_has_its_own_buffer():
+    mesh = Mesh(BLACKHOLE_P150, (2, 2))
+    full = np.random.default_rng(11).standard_normal((64, 64)).astype(np.float32)
+    rows = to_mesh(full, mesh, Sharding(((0,), ())))  # split over the rows, replicated along each row
+    assert rows[0].values is rows[1].values and rows[2].values is rows[3].values
+    assert rows[0].values is not rows[2].values
+    np.testing.assert_array_equal(rows[2].values, full[32:])
+    assert len({id(t.buffer) for t in rows}) == 4
+    assert all(d.memory.dram.total == rows[0].buffer.nbytes for d in mesh.devices)
+    np.testing.assert_array_equal(from_mesh(rows, mesh, Sharding(((0,), ()))), full)
+
+
 def test_the_device_simulator_runs_a_mesh_program_on_global_inputs():
     from opbyop.device.simulator import DeviceSimulator
 

@@ -233,12 +233,15 @@ class Sharding:
         """The shard each chip holds, chips in row-major order."""
         value = np.asarray(value)
         local = self.local_shape(value.shape, mesh_shape)
+        dims = self._padded(value.ndim)
+        blocks: dict[tuple[int, ...], np.ndarray] = {}  # chips holding the same block get the same array
         out = []
         for i in range(mesh_shape[0] * mesh_shape[1]):
             coord = divmod(i, mesh_shape[1])
-            index = tuple(slice(self._block(coord, axes, mesh_shape) * n, (self._block(coord, axes, mesh_shape) + 1) * n)
-                          for axes, n in zip(self._padded(value.ndim), local))
-            out.append(np.ascontiguousarray(value[index]))
+            block = tuple(self._block(coord, axes, mesh_shape) for axes in dims)
+            if block not in blocks:
+                blocks[block] = np.ascontiguousarray(value[tuple(slice(b * n, (b + 1) * n) for b, n in zip(block, local))])
+            out.append(blocks[block])
         return out
 
     def gather(self, shards: Sequence[np.ndarray], mesh_shape: tuple[int, int]) -> np.ndarray:

@@ -42,7 +42,8 @@ from opbyop.device.runtime import (
     as_host_type,
     get_layout,
     input_shape,
-    to_device,
+    place,
+    stored_form,
     to_host,
     to_layout,
 )
@@ -56,10 +57,16 @@ ChipTensors = list[DeviceTensor]  # one tensor per chip, row-major
 
 def to_mesh(host: np.ndarray, mesh: Mesh, sharding: Sharding, layout: Layout | None = None, name: str = "input",
             shape: tuple[int, ...] | None = None, chip_numerics: bool = True) -> ChipTensors:
-    """Split a global host tensor into its shards and copy each to its chip."""
+    """Split a global host tensor into its shards and copy each to its chip. Chips that hold the same
+    block (a replicated dimension) share its stored values: converted once, a buffer on each chip."""
     shards = sharding.shard(np.asarray(host), mesh.shape)
-    return [to_device(s, device, layout, name=f"{name} (chip {i})", shape=shape, chip_numerics=chip_numerics)
-            for i, (s, device) in enumerate(zip(shards, mesh.devices))]
+    converted: dict[int, tuple[np.ndarray, np.ndarray, Layout]] = {}
+    tensors = []
+    for i, (s, device) in enumerate(zip(shards, mesh.devices)):
+        if id(s) not in converted:
+            converted[id(s)] = stored_form(s, layout, shape, chip_numerics)
+        tensors.append(place(*converted[id(s)], device, f"{name} (chip {i})"))
+    return tensors
 
 
 def from_mesh(tensors: ChipTensors, mesh: Mesh, sharding: Sharding) -> np.ndarray:

@@ -81,12 +81,24 @@ def to_device(host: np.ndarray, device: Device, layout: Layout | None = None, na
     """Copy a host array to the device (default: DRAM interleaved, row-major). `shape`, the shape
     the program declares for it, says when the runtime must split each value in two words first.
     `chip_numerics=False` keeps float values unrounded (formats.store)."""
+    host, values, layout = stored_form(host, layout, shape, chip_numerics)
+    return place(host, values, layout, device, name)
+
+
+def stored_form(host: np.ndarray, layout: Layout | None, shape: tuple[int, ...] | None,
+                chip_numerics: bool) -> tuple[np.ndarray, np.ndarray, Layout]:
+    """(the host array as the runtime sends it, its values as the device stores them, their layout)."""
     host = np.asarray(host)
     if shape is not None and tuple(shape) == host.shape + (2,):
         host = in_words(host)
     fmt = _HOST_FORMAT.get(mlir_dtype(host.dtype), mlir_dtype(host.dtype))
     layout = layout or DRAM_ROW_MAJOR.with_(dtype=fmt)
-    values = store(host, layout.dtype, chip_numerics)
+    return host, store(host, layout.dtype, chip_numerics), layout
+
+
+def place(host: np.ndarray, values: np.ndarray, layout: Layout, device: Device, name: str) -> DeviceTensor:
+    """Stored `values` sent from `host` into a new buffer of `device` (several chips may hold the same
+    values: they are never written in place)."""
     try:
         buffer = device.memory.allocate(layout, values.shape, name)
     except OutOfMemory as e:
