@@ -73,45 +73,46 @@ def main() -> None:
                        "golden ms", "collectives ms", "analyze s total", "flatbuffer", "statuses", "TTNN collectives",
                        "first failure"])
     measured: dict[str, CaseFigures] = {}
-    with tempfile.TemporaryDirectory() as home:
-        zoo = load_zoo()
-        for case in cases:
-            model = case.split(":")[0]
-            chip, mesh = _chip_mesh(case)
-            target = target_for(chip, mesh)
-            with timed() as split_time:
-                prepared = prepare([model], zoo, target=target)
-            if prepared.errors:
-                figures.add(model, chip, target.mesh_text, "", "", "", "", "", "", "", "", prepared.errors[model][:60])
-                continue
-            desc = resolve(chip)
-            ok, collectives, statuses, first_failure = 0, Counter(), Counter(), ""
-            got = measured[case] = CaseFigures(model)
-            with OpWorker(desc.path, Path(home), chip=chip, name=f"bench-{chip}") as worker:
-                artifacts = Workspace(Path(home)).artifacts
-                for op in prepared.unique:
-                    result = worker.analyze(op, settings.model_copy(update={"mesh": target.mesh_text}), timeout=300)
-                    got.totals.append(result.seconds)
-                    statuses[result.status.value] += 1
-                    if result.status.value != "success" and not first_failure:
-                        first_failure = f"{result.status.value}: {result.message}"
-                    if result.device is not None:
-                        got.devices.append(result.device.seconds)
-                        got.collectives.append(result.device.collective_seconds)
-                    if result.golden is not None:
-                        got.goldens.append(result.golden.seconds)
-                    if result.compile is not None:
-                        got.compiles.append(result.compile.seconds)
-                        if result.compile.ok:
-                            ok += 1
-                            program = artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
-                            collectives.update(COLLECTIVE.findall(program))
-            figures.add(model, chip, target.mesh_text, len(prepared.records), len(prepared.unique), split_time.wall,
-                        median_ms(got.totals), median_ms(got.compiles), _or_dash(got.devices), _or_dash(got.goldens),
-                        _or_dash(got.collectives), sum(got.totals), f"{ok}/{len(prepared.unique)}",
-                        ", ".join(f"{k} {v}" for k, v in statuses.most_common()),
-                        ", ".join(f"{k.removeprefix('ttnn.')} {v}" for k, v in collectives.most_common()) or "-",
-                        first_failure or "-")
+    zoo = load_zoo()
+    for case in cases:
+        model = case.split(":")[0]
+        chip, mesh = _chip_mesh(case)
+        target = target_for(chip, mesh)
+        with timed() as split_time:
+            prepared = prepare([model], zoo, target=target)
+        if prepared.errors:
+            figures.add(model, chip, target.mesh_text, "", "", "", "", "", "", "", "", prepared.errors[model][:60])
+            continue
+        desc = resolve(chip)
+        ok, collectives, statuses, first_failure = 0, Counter(), Counter(), ""
+        got = measured[case] = CaseFigures(model)
+        # a fresh home per case: no case finds another's XLA executables or artifacts on disk
+        with tempfile.TemporaryDirectory() as home, OpWorker(desc.path, Path(home), chip=chip,
+                                                             name=f"bench-{chip}") as worker:
+            artifacts = Workspace(Path(home)).artifacts
+            for op in prepared.unique:
+                result = worker.analyze(op, settings.model_copy(update={"mesh": target.mesh_text}), timeout=300)
+                got.totals.append(result.seconds)
+                statuses[result.status.value] += 1
+                if result.status.value != "success" and not first_failure:
+                    first_failure = f"{result.status.value}: {result.message}"
+                if result.device is not None:
+                    got.devices.append(result.device.seconds)
+                    got.collectives.append(result.device.collective_seconds)
+                if result.golden is not None:
+                    got.goldens.append(result.golden.seconds)
+                if result.compile is not None:
+                    got.compiles.append(result.compile.seconds)
+                    if result.compile.ok:
+                        ok += 1
+                        program = artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
+                        collectives.update(COLLECTIVE.findall(program))
+        figures.add(model, chip, target.mesh_text, len(prepared.records), len(prepared.unique), split_time.wall,
+                    median_ms(got.totals), median_ms(got.compiles), _or_dash(got.devices), _or_dash(got.goldens),
+                    _or_dash(got.collectives), sum(got.totals), f"{ok}/{len(prepared.unique)}",
+                    ", ".join(f"{k} {v}" for k, v in statuses.most_common()),
+                    ", ".join(f"{k.removeprefix('ttnn.')} {v}" for k, v in collectives.most_common()) or "-",
+                    first_failure or "-")
     figures.show()
     print("op ms: median over the unique ops of the worker's whole analysis of one op; compile/device/golden ms: "
           "each part's median as the worker measured it; collectives ms: the simulator's time in collectives "
