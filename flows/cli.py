@@ -132,6 +132,18 @@ def _wait_while(condition: Callable[[], bool], step: float, deadline: float | No
         time.sleep(step)
 
 
+def _stop_and_wait(ticket) -> None:  # noqa: ANN001
+    """Ask `opbyop serve` to stop a run it took, and give the run STOP_GRACE_SECONDS to store what it
+    has; a second Ctrl-C, or the service gone, ends the wait at once."""
+    from opbyop.errors import OpbyopError
+
+    ticket.stop()
+    try:
+        _wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
+    except (KeyboardInterrupt, OpbyopError):
+        pass
+
+
 @dataclass
 class FlowThread:
     """A flow called in a thread of this process, handed what the CLI started; its state or error."""
@@ -375,11 +387,7 @@ def _nightly_on_service(root: Path, service, config_file: Optional[Path], models
         _wait_while(lambda: ticket.outcome() is None, 0.2)
     except KeyboardInterrupt:
         _say(("interrupted:", "yellow"), " the service stores what was analysed and stops the nightly")
-        ticket.stop()
-        try:
-            _wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
-        except (KeyboardInterrupt, OpbyopError):
-            pass
+        _stop_and_wait(ticket)
         raise typer.Exit(130)
     except OpbyopError as e:
         _say(("error:", "red"), f" {e}")
@@ -491,11 +499,7 @@ def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
         _progress(running, Workspace(command.workspace_root).store, command.run_id)
     except KeyboardInterrupt:
         _say(("interrupted:", "yellow"), " the service stores what was analysed and stops the run")
-        ticket.stop()
-        try:
-            _wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
-        except (KeyboardInterrupt, OpbyopError):
-            pass
+        _stop_and_wait(ticket)
         _say(f"resume it with: {command.resume}")
         raise typer.Exit(130)
     except OpbyopError as e:

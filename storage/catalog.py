@@ -21,7 +21,7 @@ from opbyop.atomic import atomic_path
 from opbyop.records import Stage, Status
 from storage.convert import LEGACY_STATUS_SQL
 from storage.dataset import DatasetScan, Store
-from storage.location import DataFile, StoreRoot
+from storage.location import DataFile, StoreRoot, is_object_url
 from storage.message_pattern import macro_sql
 from storage.object_views import register_objects
 from storage.schema import SCHEMA_VERSION, TABLES, schema_of
@@ -132,7 +132,7 @@ def build_catalog(root: StoreRoot, out: Path | str | None = None) -> DataFile:
     scan = store.scan()
     for s in scan.skipped:
         log.warning("catalog leaves out a corrupt file: %s", s)
-    on_objects = isinstance(store.root, str)
+    on_objects = is_object_url(store.root)
     if out is None and on_objects:  # built here, then uploaded beside the data
         with tempfile.TemporaryDirectory(prefix="opbyop-catalog-") as tmp_dir:
             local = _write_catalog(Path(tmp_dir) / CATALOG_NAME, scan, materialize=True)

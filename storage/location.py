@@ -157,7 +157,7 @@ class LocalFiles:
 def store_files(root: StoreRoot) -> StoreFiles:
     """The StoreFiles for a directory or an object-store URL."""
     parsed = parse_root(root)
-    if isinstance(parsed, str):
+    if is_object_url(parsed):
         from storage.object_files import ObjectFiles  # pyarrow's S3 support loads only when used
 
         return ObjectFiles(parsed)

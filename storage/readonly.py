@@ -27,7 +27,7 @@ from opbyop.errors import StoreError
 from storage.catalog import create_views
 from storage.dataset import DatasetScan, Store
 from storage.files import SkippedFile
-from storage.location import StoreRoot
+from storage.location import StoreRoot, is_object_url
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 RESCANS = 5  # a query whose files a writer replaced meanwhile runs again over a new scan, so many times
@@ -128,7 +128,7 @@ class StoreConnection:
             con.close()
             raise StoreError(f"memory limit {self.memory_limit!r} is not a size DuckDB reads ({e})",
                              "give a size like 2GB or 512MB") from None
-        if not isinstance(self.root, str):  # an object store's files are read by pyarrow, not DuckDB
+        if not is_object_url(self.root):  # an object store's files are read by pyarrow, not DuckDB
             allowed = str(self.root.resolve()).rstrip("/") + "/"
             con.execute(f"SET allowed_directories = ['{allowed.replace(chr(39), chr(39) * 2)}']")
         con.execute("SET enable_external_access = false")

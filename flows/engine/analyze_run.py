@@ -152,12 +152,16 @@ class AnalyzeRun:
         self.clock.add("split", time.monotonic() - start - exporting)
         for spec, error in prepared.errors.items():
             self.logger.error("model %s produced no ops: %s", spec, error)
+        self.keep(prepared)
+        self.modules = store_modules(prepared, self.workspace.artifacts)  # each model's graph, for Model Explorer
+        return prepared
+
+    def keep(self, prepared: Prepared) -> None:
+        """The split's unique ops and manifest kept in the workspace; `prepared` is the run's from now on."""
         for op in prepared.unique:
             self.workspace.ops.put(op)
         write_manifest(prepared, run_manifest_path(self.workspace.root, self.run_id))
-        self.modules = store_modules(prepared, self.workspace.artifacts)  # each model's graph, for Model Explorer
         self.prepared = prepared
-        return prepared
 
     def on_cluster(self, todo: list[UniqueOp], wholes: dict, writer: RunWriter) -> None:
         """Warm the cluster's op workers, then the fan-out, then (if asked) the shrink of failing ops."""

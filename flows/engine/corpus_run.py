@@ -16,7 +16,7 @@ from opbyop.corpus.generate import CorpusEntry
 from opbyop.corpus.ops import MODEL, CorpusSelection, corpus_records
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import SplitResult
-from opbyop.pipeline import Prepared, run_manifest_path, summarize, write_manifest
+from opbyop.pipeline import Prepared, summarize
 from opbyop.records import RunInfo
 
 COMPILE_ONLY_KEY = "compile-only"
@@ -47,10 +47,7 @@ class CorpusRun(AnalyzeRun):
         split = SplitResult(model=MODEL, arguments=[], outputs=[], ops=records)
         prepared = Prepared(splits={MODEL: split}, unique=dedupe(records), sources={MODEL: MODEL})
         self.clock.add("split", time.monotonic() - start)
-        for op in prepared.unique:
-            self.workspace.ops.put(op)
-        write_manifest(prepared, run_manifest_path(self.workspace.root, self.run_id))
-        self.prepared = prepared
+        self.keep(prepared)
         return prepared
 
     def model_summaries(self) -> list:

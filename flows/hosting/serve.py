@@ -7,7 +7,9 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flows.hosting.cluster import ClusterProcess
 from flows.hosting.server import PrefectApi, drain_prefect
@@ -16,6 +18,9 @@ from flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest,
 from flows.engine.summary import summary_of
 from opbyop.atomic import write_text
 from opbyop.errors import OpbyopError
+
+if TYPE_CHECKING:
+    from prefect.states import State
 
 STOP_GRACE_SECONDS = 20.0  # how long a run stopped with the service has to store what it has
 
@@ -123,37 +128,44 @@ def _answer(folder: Path, outcome: AnalyzeOutcome) -> None:
 def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The analyze flow for one request, on the service's cluster; never raises."""
     from flows.analyze import analyze
-    from flows.hosting.handoff import handing_off
 
     config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
         update={"address": address})})
-    try:
+
+    def flow() -> State:
         handoff.start_splits(config.models, config.seed)
-        with handing_off(handoff):
-            state = analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
-        data = state.result(raise_on_failure=False)
-    except BaseException as e:  # noqa: BLE001  (told to the CLI, with the run id to resume)
-        return AnalyzeOutcome(run_id=request.run_id, state="Error", completed=False,
-                              message=f"{type(e).__name__}: {e}")
-    return AnalyzeOutcome(run_id=request.run_id, state=state.name, completed=state.is_completed(),
-                          message=state.message or "", summary=summary_of(data))
+        return analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
+
+    return _outcome(request.run_id, handoff, flow, summarised=True)
 
 
 def run_nightly(request: NightlyRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The nightly flow for one request, every target on the service's cluster; never raises."""
-    from flows.hosting.handoff import handing_off
     from flows.nightly import nightly
     from opbyop.config import ClusterConfig
 
+    def flow() -> State:
+        return nightly(config_file=request.config_file, models=request.models,
+                       expectations_file=request.expectations_file, cluster=ClusterConfig(address=address),
+                       return_state=True)
+
+    return _outcome(request.run_id, handoff, flow, summarised=False)
+
+
+def _outcome(run_id: str, handoff, flow: Callable[[], State], summarised: bool) -> AnalyzeOutcome:  # noqa: ANN001
+    """`flow()` run with the service's handoff, its end told to the CLI: every exception becomes an
+    "Error" outcome (with the run id to resume), never raised. `summarised`: the flow's result is
+    an analyze run's summary, carried in the outcome (the nightly's state carries none)."""
+    from flows.hosting.handoff import handing_off
+
     try:
         with handing_off(handoff):
-            state = nightly(config_file=request.config_file, models=request.models,
-                            expectations_file=request.expectations_file, cluster=ClusterConfig(address=address),
-                            return_state=True)
+            state = flow()
+        summary = summary_of(state.result(raise_on_failure=False)) if summarised else None
     except BaseException as e:  # noqa: BLE001  (told to the CLI)
-        return AnalyzeOutcome(run_id=request.run_id, state="Error", completed=False, message=f"{type(e).__name__}: {e}")
-    return AnalyzeOutcome(run_id=request.run_id, state=state.name, completed=state.is_completed(),
-                          message=state.message or "")
+        return AnalyzeOutcome(run_id=run_id, state="Error", completed=False, message=f"{type(e).__name__}: {e}")
+    return AnalyzeOutcome(run_id=run_id, state=state.name, completed=state.is_completed(),
+                          message=state.message or "", summary=summary)
 
 
 def warm_imports() -> None:

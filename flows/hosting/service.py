@@ -89,9 +89,10 @@ class AnalyzeOutcome(BaseModel):
 def store_and_configs() -> tuple[str, str]:
     from opbyop.config import config_dir
     from opbyop.workspace import Workspace
+    from storage.location import is_object_url
 
     store = Workspace.default().store
-    return str(store if isinstance(store, str) else store.resolve()), str(config_dir().resolve())
+    return str(store if is_object_url(store) else store.resolve()), str(config_dir().resolve())
 
 
 def record_path(workspace_root: Path) -> Path:

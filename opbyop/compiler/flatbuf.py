@@ -34,13 +34,19 @@ def _u32(buf: bytes, at: int) -> int:
     return struct.unpack_from("<I", buf, at)[0]
 
 
-def read_root(buf: bytes) -> RootInfo:
-    """Read the identifier and the string fields of a size-prefixed flatbuffer's root table."""
+def check_size_prefixed(buf: bytes, what: str = "a flatbuffer") -> None:
+    """`buf` is one whole size-prefixed flatbuffer: its size prefix, root offset and identifier
+    are there, and the prefix counts every byte after it (a truncated file fails here)."""
     if len(buf) < 12:
-        raise FlatbufferError(f"{len(buf)} bytes is too short for a flatbuffer")
+        raise FlatbufferError(f"{len(buf)} bytes is too short for {what}")
     size = _u32(buf, 0)
     if size + 4 != len(buf):
         raise FlatbufferError(f"size prefix says {size + 4} bytes, the file has {len(buf)} (truncated or not size-prefixed)")
+
+
+def read_root(buf: bytes) -> RootInfo:
+    """Read the identifier and the string fields of a size-prefixed flatbuffer's root table."""
+    check_size_prefixed(buf)
     base = 4
     root = base + _u32(buf, base)
     identifier = buf[base + 4 : base + 8].decode("ascii", errors="replace")

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import flatbuffers
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from opbyop.compiler.flatbuf import FlatbufferError
+from opbyop.compiler.flatbuf import FlatbufferError, check_size_prefixed
 
 FILE_IDENTIFIER = b"TTSY"
 
@@ -238,11 +238,7 @@ class _Reader:
 
 def decode(buf: bytes) -> SystemDescRoot:
     """A size-prefixed TTSY buffer -> its SystemDescRoot."""
-    if len(buf) < 12:
-        raise FlatbufferError(f"{len(buf)} bytes is too short for a system descriptor")
-    (size,) = struct.unpack_from("<I", buf, 0)
-    if size + 4 != len(buf):
-        raise FlatbufferError(f"size prefix says {size + 4} bytes, the buffer has {len(buf)}")
+    check_size_prefixed(buf, "a system descriptor")
     if buf[8:12] != FILE_IDENTIFIER:
         raise FlatbufferError(f"file identifier {buf[8:12]!r}, not {FILE_IDENTIFIER!r}")
     body = _Reader(buf[4:])

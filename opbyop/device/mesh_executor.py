@@ -147,17 +147,14 @@ class MeshExecutor:
         where = f"{op.name} ({_short(op.location)})"
         stored: dict[int, DeviceTensor] = {}  # a value the kernel handed several chips is stored once
         for chip, executor in enumerate(self.chips):
-            executor.stats.ttnn_ops += 1
-            for v, value, t in zip(op.results, results[chip], op.result_types):
+            executor.account(op, None)  # a collective's cycles are the links', counted above
+            tensors = []
+            for value, t in zip(results[chip], op.result_types):
                 first = stored.get(id(value)) if self.share else None
                 tensor = executor.adopt(first, where) if first is not None else executor._materialise(value, t, where)
                 stored.setdefault(id(value), tensor)
-                envs[chip][v] = tensor
-                owned[chip].add(id(tensor))
-                if executor.record and v not in executor.trace:
-                    executor.trace[v] = (op, tensor.values)
-            if self.observer is not None:
-                self.observer(op, [envs[chip][v].values for v in op.results], chip)
+                tensors.append(tensor)
+            executor.bind(op, tensors, envs[chip], owned[chip])
 
     def traces(self) -> dict[tuple[int, int], tuple[Op, np.ndarray]]:
         """Every chip's recorded results, keyed (chip, value id), in execution order chip by chip."""
