@@ -191,15 +191,19 @@ def test_mesh_shard_splits_and_assembles_like_the_reference(data, mesh_shape, sh
 @PROPERTY
 @given(st.data(), mesh_shapes, local_shapes, st.sampled_from(DTYPES))
 def test_distribute_tensor_places_the_host_tensor_like_the_reference(data, mesh_shape, shape, dtype):
-    rank = len(shape)
-    dims = [data.draw(st.integers(-1, rank - 1)), data.draw(st.integers(-1, rank - 1))]
-    full_shape = _global_shape(shape, list(zip(mesh_shape, dims)))
+    """The distribution shape is the mesh's, or mesh_shape_override's: the mesh itself, the mesh
+    transposed, or one axis of every chip (TTNN's shard_tensor_to_mesh_mapper); its positions go to
+    the chips in row-major order."""
+    rows, cols = mesh_shape
+    layout = data.draw(st.sampled_from([None, (rows, cols), (cols, rows), (rows * cols,)]))
+    sizes = layout or mesh_shape
+    dims = [data.draw(st.integers(-1, len(shape) - 1)) for _ in sizes]
+    full_shape = _global_shape(shape, list(zip(sizes, dims)))
     full = chip_values(data.draw, 1, full_shape, dtype)[0]
     placements = ", ".join(f"<shard, {d} : i32>" if d >= 0 else "<replicate, -1 : i32>" for d in dims)
-    override = data.draw(st.booleans())
     config = {"placements": f"[{placements}]"}
-    if override:
-        config["mesh_shape_override"] = f"[{mesh_shape[0]} : ui32, {mesh_shape[1]} : ui32]"
+    if layout is not None:
+        config["mesh_shape_override"] = "[" + ", ".join(f"{n} : ui32" for n in layout) + "]"
     context = f"distribute_tensor {mesh_shape} {config} {full_shape} {dtype}"
     assert_same(*both_readings("ttnn.distribute_tensor", mesh_shape, [[full]] * (mesh_shape[0] * mesh_shape[1]), dtype,
                                mapper_config=config), context)
@@ -262,3 +266,10 @@ def test_an_exact_bf16_reduction_is_summed_in_float64_not_in_bf16():
     xs = [np.array([big], ml_dtypes.bfloat16)] + [np.array([small], ml_dtypes.bfloat16)] * 3
     out = _call("ttnn.all_reduce", xs, (1, 4), cluster_axis=1, reduce_type="sum")
     assert float(out[0][0]) == 259.0  # bf16 steps would round 256 + 1 back to 256 each time
+
+
+def test_distribute_tensor_over_a_one_axis_override_splits_among_every_chip_in_row_major_order():
+    full = np.arange(8.0, dtype=np.float32)
+    config = {"placements": "[<shard, 0 : i32>]", "mesh_shape_override": "[4 : ui32]"}
+    out = _call("ttnn.distribute_tensor", [full] * 4, (2, 2), mapper_config=config)
+    assert [o.tolist() for o in out] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]

@@ -227,23 +227,32 @@ def mesh_shard(call: MeshCall) -> Result:
 
 
 _PLACEMENT = re.compile(r"<\s*(replicate|shard)\s*,\s*(-?\d+)")
+_OVERRIDE = re.compile(r"mesh_shape_override\W+\[([^\]]*)\]")
 
 
 def distribute_tensor(call: MeshCall) -> Result:
-    """Host -> mesh for an argument the program takes whole (shard_status unsharded): each chip
-    holds the whole tensor, and its mapper's placements say, per mesh axis, whether that axis
-    replicates it or splits tensor dimension d among its chips. PCIe traffic: no link is crossed."""
-    placements = _PLACEMENT.findall(str(call.attr("mapper_config", "")))
-    if not placements:
+    """Host -> mesh for an argument the program takes whole (shard_status unsharded): its mapper
+    has one placement per axis of the distribution shape (mesh_shape_override, else the mesh),
+    replicate or split tensor dimension d among that axis's positions; the positions go to the
+    chips in row-major order (TTNN's row-major distribution when the shape is not the mesh's).
+    PCIe traffic: no link is crossed."""
+    config = str(call.attr("mapper_config", ""))
+    placements = _PLACEMENT.findall(config)
+    override = _OVERRIDE.search(config)
+    layout = tuple(int(n) for n in re.findall(r"(\d+)(?:\s*:\s*\w+)?", override.group(1))) if override \
+        else call.mesh.shape
+    if not placements or len(placements) != len(layout) or len(layout) > 2 or math.prod(layout) != call.mesh.size:
         raise NotSimulated(f"ttnn.distribute_tensor with mapper {call.attr('mapper_config')!r}")
+    if len(layout) == 1:  # one axis of every chip: a 1xN distribution
+        layout, placements = (1, layout[0]), [("replicate", "-1"), *placements]
     first = call.operand(0)
     dims: list[tuple[int, ...]] = [() for _ in range(first.ndim)]
-    for axis, (kind, tensor_dim) in enumerate(placements[-len(call.mesh.shape):]):
+    for axis, (kind, tensor_dim) in enumerate(placements):
         if kind == "shard":
             dims[int(tensor_dim)] = dims[int(tensor_dim)] + (axis,)
     if not any(dims):
         return [[call.operand(c)] for c in range(call.mesh.size)], []
-    return [[s] for s in Sharding(tuple(dims)).shard(first, call.mesh.shape)], []
+    return [[s] for s in Sharding(tuple(dims)).shard(first, (layout[0], layout[1]))], []
 
 
 KERNELS: dict[str, Callable[[MeshCall], Result]] = {
