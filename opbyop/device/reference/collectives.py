@@ -81,8 +81,8 @@ def _pieces(op: Op, x: np.ndarray, n: int, dim: int) -> list[np.ndarray]:
 
 def _ints(value: object) -> list[int]:
     """Integers of an attribute however it was read: a list, `array<i64: 0, 1>`, `[1 : ui32, 2 : ui32]`."""
-    if isinstance(value, (list, tuple)):
-        return [int(v) for v in value]
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [i for v in value for i in (_ints(v) if isinstance(v, (list, tuple, np.ndarray)) else [int(v)])]
     return [int(v) for v in re.findall(r"-?\d+", re.sub(r"\b[a-z]+\d+\b", "", str(value)))]  # drop i64, ui32
 
 
@@ -212,7 +212,9 @@ def point_to_point(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list[np
 def collective_permute(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list[np.ndarray]]:
     """Each (source, target) pair of device ids (row-major) puts the source's operand on the target;
     a chip no pair targets gets zeros, as StableHLO's collective_permute defines."""
-    flat = _ints(op.attrs.get("source_target_pairs") or [])
+    if op.attrs.get("source_target_pairs") is None:  # a dense attribute the loader does not keep reads as None
+        raise Unreadable(f"{op.name} without readable source_target_pairs")
+    flat = _ints(op.attrs["source_target_pairs"])
     if len(flat) % 2:
         raise Unreadable(f"{op.name}: source_target_pairs {flat} are not pairs")
     size = shape[0] * shape[1]
