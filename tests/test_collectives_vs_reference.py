@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from opbyop.device.arch import BLACKHOLE_P150
 from opbyop.device.kernels.ccl import KERNELS, MeshCall
 from opbyop.device.layout import Layout
-from opbyop.device.mesh import Mesh
+from opbyop.device.mesh import Mesh, Sharding
 from opbyop.device.program import Op, TensorType
 from opbyop.device.reference import Unreadable, fit
-from opbyop.device.reference.collectives import COLLECTIVES, cluster_groups
+from opbyop.device.reference.collectives import COLLECTIVES, assemble_value, cluster_groups, split_value
 
 PROPERTY = settings(max_examples=50, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -209,6 +209,26 @@ def test_distribute_tensor_places_the_host_tensor_like_the_reference(data, mesh_
     context = f"distribute_tensor {mesh_shape} {config} {full_shape} {dtype}"
     assert_same(*both_readings("ttnn.distribute_tensor", mesh_shape, [[full]] * (mesh_shape[0] * mesh_shape[1]), dtype,
                                mapper_config=config), context)
+
+
+@PROPERTY
+@given(st.data(), mesh_shapes, local_shapes, st.sampled_from(DTYPES))
+def test_a_host_value_splits_and_assembles_over_the_mesh_as_the_simulators_sharding_does(data, mesh_shape, shape,
+                                                                                        dtype):
+    """The reference's own block arithmetic for a mesh program's inputs and outputs against the
+    simulator's Sharding, with axes nesting both ways on one dimension."""
+    split: list[tuple[int, ...]] = [() for _ in shape]
+    for axis in data.draw(st.permutations([0, 1])):
+        d = data.draw(st.integers(-1, len(shape) - 1))
+        if d >= 0:
+            split[d] = split[d] + (axis,)
+    full_shape = tuple(s * math.prod(mesh_shape[a] for a in axes) for s, axes in zip(shape, split))
+    full = chip_values(data.draw, 1, full_shape, dtype)[0]
+    sharding = Sharding(tuple(split))
+    mine, theirs = split_value(full, split, mesh_shape), sharding.shard(full, mesh_shape)
+    assert [m.tolist() for m in mine] == [t.tolist() for t in theirs], f"{mesh_shape} {split} {full_shape}"
+    assert assemble_value(mine, split, mesh_shape).tolist() == sharding.gather(theirs, mesh_shape).tolist()
+    assert assemble_value(mine, split, mesh_shape).tolist() == full.tolist()
 
 
 # -- what the reference refuses ------------------------------------------------------------------------

@@ -229,30 +229,67 @@ def collective_permute(op: Op, shape: MeshShape, inputs: ChipValues) -> list[lis
 
 
 # -- host <-> mesh --------------------------------------------------------------------------------------
-def _split_over(op: Op, full: np.ndarray, axes: Sequence[tuple[int, int]], position: Sequence[int]) -> np.ndarray:
-    """The block of `full` at `position` of a distribution whose axes are (size, tensor dim or -1):
-    the axes that split one tensor dimension nest, the earlier one major."""
-    index = [slice(None)] * full.ndim
-    for d in range(full.ndim):
-        splitting = [(size, pos) for (size, tensor_dim), pos in zip(axes, position) if tensor_dim == d]
-        if not splitting:
+Split = Sequence[Sequence[int]]  # per tensor dimension, the axes of the layout that split it, major first
+
+
+def _positions(layout: Sequence[int]) -> list[tuple[int, ...]]:
+    """The positions of a layout (a mesh shape, or a mapper's distribution shape) in row-major order:
+    position k is chip k's."""
+    return [tuple(int(i) for i in p) for p in np.ndindex(*layout)]
+
+
+def _block(split: Split, layout: Sequence[int], position: Sequence[int], rank: int) -> list[tuple[int, int]]:
+    """(block index, number of blocks) along each tensor dimension at `position`."""
+    out = []
+    for d in range(rank):
+        axes = split[d] if d < len(split) else ()
+        index, parts = 0, 1
+        for a in axes:
+            index, parts = index * layout[a] + position[a], parts * layout[a]
+        out.append((index, parts))
+    return out
+
+
+def split_value(full: np.ndarray, split: Split, layout: Sequence[int]) -> list[np.ndarray]:
+    """The block of a host value each position of `layout` holds (row-major): tensor dimension d is
+    cut into as many equal consecutive blocks as its splitting axes have positions together."""
+    full = np.asarray(full)
+    out = []
+    for position in _positions(layout):
+        index = []
+        for n, (b, parts) in zip(full.shape, _block(split, layout, position, full.ndim)):
+            if n % parts:
+                raise Unreadable(f"dimension {len(index)} of {full.shape} does not split into {parts} equal blocks")
+            index.append(slice(b * (n // parts), (b + 1) * (n // parts)))
+        out.append(full[tuple(index)])
+    return out
+
+
+def assemble_value(blocks: Sequence[np.ndarray], split: Split, layout: Sequence[int]) -> np.ndarray:
+    """The host value whose blocks the positions of `layout` hold (row-major); a block several
+    positions hold (an axis that splits nothing) is read from the first of them."""
+    first = np.asarray(blocks[0])
+    where = [_block(split, layout, p, first.ndim) for p in _positions(layout)]
+    full = np.zeros(tuple(n * parts for n, (_, parts) in zip(first.shape, where[0])), dtype=first.dtype)
+    seen: set[tuple[int, ...]] = set()
+    for block, at in zip(blocks, where):
+        key = tuple(b for b, _ in at)
+        if key in seen:
             continue
-        parts = math.prod(size for size, _ in splitting)
-        if full.shape[d] % parts:
-            raise Unreadable(f"{op.name}: dimension {d} of {full.shape} does not split into {parts} equal blocks")
-        block = 0
-        for size, pos in splitting:
-            block = block * size + pos
-        m = full.shape[d] // parts
-        index[d] = slice(block * m, (block + 1) * m)
-    return full[tuple(index)]
+        seen.add(key)
+        block = np.asarray(block)
+        if block.shape != first.shape:
+            raise Unreadable(f"blocks of shapes {first.shape} and {block.shape} do not assemble")
+        full[tuple(slice(b * n, (b + 1) * n) for n, (b, _) in zip(first.shape, at))] = block
+    return full
 
 
-def _checked_dims(op: Op, dims: Sequence[int], rank: int) -> list[int]:
-    for d in dims:
+def _split_of(op: Op, per_axis: Sequence[int], rank: int) -> list[tuple[int, ...]]:
+    """Per tensor dimension, the axes whose entry of `per_axis` names it (-1: the axis splits nothing)."""
+    for d in per_axis:
         if not -1 <= d < rank:
             raise Unreadable(f"{op.name}: tensor dimension {d} of a rank-{rank} tensor")
-    return list(dims)
+    return [tuple(a for a, named in enumerate(per_axis) if named == d) for d in range(rank)]
 
 
 def mesh_shard(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list[np.ndarray]]:
@@ -260,12 +297,10 @@ def mesh_shard(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list[np.nda
     shard); replicate: full_to_shard copies the host tensor to every chip, shard_to_full reads chip
     (0, 0)'s copy; devices: shard_dims names, per mesh axis (rows, columns; right-aligned when it
     names one), the tensor dimension that axis splits (-1: none); full_to_shard gives chip (r, c) its
-    block, shard_to_full assembles the full tensor from the blocks (a block several chips hold is
-    read from the one with the lowest coordinates)."""
+    block, shard_to_full assembles the full tensor from the blocks."""
     direction = _word(op.attrs.get("shard_direction", ""))
     kind = _word(op.attrs.get("shard_type", ""))
-    rows, cols = shape
-    size = rows * cols
+    size = shape[0] * shape[1]
     if direction not in ("full_to_shard", "shard_to_full"):
         raise Unreadable(f"{op.name} with shard_direction {direction or 'missing'}")
     if kind == "identity":
@@ -278,45 +313,13 @@ def mesh_shard(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list[np.nda
     dims = _ints(op.attrs.get("shard_dims") or [])
     if len(dims) not in (1, 2):
         raise Unreadable(f"{op.name}: shard_dims {dims} on a 2D mesh")
-    row_dim, col_dim = (-1, dims[0]) if len(dims) == 1 else (dims[0], dims[1])
+    per_axis = [-1, dims[0]] if len(dims) == 1 else dims
     first = _operand(op, inputs, 0)
-    row_dim, col_dim = _checked_dims(op, [row_dim, col_dim], first.ndim)
-    axes = [(rows, row_dim), (cols, col_dim)]
+    split = _split_of(op, per_axis, first.ndim)
     if direction == "full_to_shard":
-        return [[_split_over(op, first, axes, divmod(c, cols))] for c in range(size)]
-    return [[_assemble(op, inputs, shape, axes)] for _ in range(size)]
-
-
-def _assemble(op: Op, inputs: ChipValues, shape: MeshShape, axes: Sequence[tuple[int, int]]) -> np.ndarray:
-    """The full tensor whose blocks the chips hold (mesh_shard's shard_to_full over devices)."""
-    rows, cols = shape
-    block = _operand(op, inputs, 0)
-    grow = [1] * block.ndim
-    for size, d in axes:
-        if d >= 0:
-            grow[d] *= size
-    full = np.zeros(tuple(n * g for n, g in zip(block.shape, grow)), dtype=block.dtype)
-    written: set[tuple[int, ...]] = set()
-    for r in range(rows):
-        for c in range(cols):
-            key = tuple(p if d >= 0 else 0 for p, (_, d) in zip((r, c), axes))
-            if key in written:
-                continue
-            written.add(key)
-            index = _block_index(block.shape, axes, (r, c))
-            full[index] = _operand(op, inputs, chip_index(shape, r, c))
-    return full
-
-
-def _block_index(block_shape: Sequence[int], axes: Sequence[tuple[int, int]], position: Sequence[int]) -> tuple:
-    index = []
-    for d, n in enumerate(block_shape):
-        b = 0
-        for (size, tensor_dim), pos in zip(axes, position):
-            if tensor_dim == d:
-                b = b * size + pos
-        index.append(slice(b * n, (b + 1) * n))
-    return tuple(index)
+        return [[b] for b in split_value(first, split, shape)]
+    full = assemble_value([_operand(op, inputs, c) for c in range(size)], split, shape)
+    return [[full] for _ in range(size)]
 
 
 _PLACEMENT = re.compile(r"<\s*(replicate|shard)\s*(?:,\s*(-?\d+)[^>]*)?>")
@@ -329,23 +332,14 @@ def distribute_tensor(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list
     shard tensor dimension d among that axis's positions (axes sharding one dimension nest, the
     earlier major). Positions of the distribution shape go to chips in row-major order."""
     config = str(op.attrs.get("mapper_config", ""))
-    placements = [(kind, int(d) if kind == "shard" else -1) for kind, d in _PLACEMENT.findall(config)]
+    placements = [int(d) if kind == "shard" else -1 for kind, d in _PLACEMENT.findall(config)]
     override = _OVERRIDE.search(config)
     layout = _ints("[" + override.group(1) + "]") if override else list(shape)
-    size = shape[0] * shape[1]
-    if not placements or len(placements) != len(layout) or math.prod(layout) != size:
+    if not placements or len(placements) != len(layout) or math.prod(layout) != shape[0] * shape[1]:
         raise Unreadable(f"ttnn.distribute_tensor with mapper {config!r} on a {shape[0]}x{shape[1]} mesh")
     full = _operand(op, inputs, 0)
-    tensor_dims = _checked_dims(op, [d for _, d in placements], full.ndim)
-    axes = list(zip(layout, tensor_dims))
-    out = _per_chip(shape)
-    for chip in range(size):
-        position, rest = [], chip
-        for n in reversed(layout):
-            rest, p = divmod(rest, n)
-            position.insert(0, p)
-        out[chip] = [_split_over(op, full, axes, position)]
-    return out
+    split = _split_of(op, placements, full.ndim)
+    return [[b] for b in split_value(full, split, layout)]
 
 
 COLLECTIVES: dict[str, Reading] = {
