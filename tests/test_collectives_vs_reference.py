@@ -6,6 +6,7 @@ here, instead of being copied into the reference that judges it."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -13,13 +14,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from opbyop.corpus.mesh_catalog import mesh_cases
 from opbyop.device.arch import BLACKHOLE_P150
 from opbyop.device.kernels.ccl import KERNELS, MeshCall
 from opbyop.device.layout import Layout
 from opbyop.device.mesh import Mesh, Sharding
+from opbyop.device.mesh_runtime import module_shapes
 from opbyop.device.program import Op, TensorType
 from opbyop.device.reference import Unreadable, fit
-from opbyop.device.reference.collectives import COLLECTIVES, assemble_value, cluster_groups, split_value
+from opbyop.device.reference.collectives import (
+    COLLECTIVES,
+    assemble_value,
+    cluster_groups,
+    split_value,
+)
+from opbyop.device.simulator import DeviceSimulator
 
 PROPERTY = settings(max_examples=50, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -229,6 +238,37 @@ def test_a_host_value_splits_and_assembles_over_the_mesh_as_the_simulators_shard
     assert [m.tolist() for m in mine] == [t.tolist() for t in theirs], f"{mesh_shape} {split} {full_shape}"
     assert assemble_value(mine, split, mesh_shape).tolist() == sharding.gather(theirs, mesh_shape).tolist()
     assert assemble_value(mine, split, mesh_shape).tolist() == full.tolist()
+
+
+# -- real compiled mesh programs ---------------------------------------------------------------------------
+DATA = Path(__file__).parent / "data" / "mesh"
+PROGRAMS = sorted(p.parent for p in DATA.glob("*/*/ttnn_runtime.mlir") if (p.parent / "stablehlo.mlir").exists())
+
+
+@pytest.fixture(scope="module")
+def simulator():
+    sim = DeviceSimulator()
+    yield sim
+    sim.close()
+
+
+@pytest.mark.parametrize("case", PROGRAMS, ids=[f"{c.parent.name}-{c.name}" for c in PROGRAMS])
+def test_every_compiled_mesh_program_reads_in_the_reference_as_the_numerics_off_mesh_runs_it(case, simulator):
+    from opbyop.attribution import _read, agree
+
+    program, module = (case / "ttnn_runtime.mlir").read_text(), (case / "stablehlo.mlir").read_text()
+    corpus = {c.name: c for c in mesh_cases([(2, 4), (4, 8)])}.get(case.name)  # cases of the multichip corpus
+    dtype = {"bf16": ml_dtypes.bfloat16, "i32": np.int32}.get(corpus.dtype if corpus else "f32", np.float32)
+    rng = np.random.default_rng(1)
+    shapes, _ = module_shapes(module)
+    inputs = [(rng.integers(-8, 8, s) if dtype is np.int32 else rng.standard_normal(s)).astype(dtype) for s in shapes]
+    binary = simulator.load(program)
+    simulated, _ = simulator.run_binary(binary, inputs, stablehlo=module, chip_numerics=False)
+    reading = _read(binary, inputs, module)
+    assert len(simulated) == len(reading.outputs)
+    for k, (got, want) in enumerate(zip(simulated, reading.outputs)):
+        assert np.shape(got) == np.shape(want), f"output {k}"
+        assert agree(np.asarray(got), np.asarray(want)), f"output {k} differs from the reference's reading"
 
 
 # -- what the reference refuses ------------------------------------------------------------------------
