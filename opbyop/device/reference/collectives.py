@@ -11,6 +11,7 @@ chip's results; what it cannot read raises Unreadable.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -94,41 +95,26 @@ def _word(value: object) -> str:
 
 
 # -- reductions (tt-mlir's reduce_type) ---------------------------------------------------------------
+_FOLDS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
 def _reduce(op: Op, values: Sequence[np.ndarray]) -> np.ndarray:
-    """The element-wise reduction of the group's operands, in exact arithmetic. std and var are the
-    sample statistics (divided by n - 1), as tt-mlir's golden functions for its CCL ops define them."""
+    """The element-wise reduction of the group's operands, in exact arithmetic, in group order. std
+    and var are the sample statistics (divided by n - 1), as tt-mlir's golden functions for its CCL
+    ops define them."""
     kind = _word(op.attrs.get("reduce_type", "sum"))
     xs = [_wide(v) for v in values]
-    n = len(xs)
-    if kind == "sum":
-        out = xs[0].copy()
-        for x in xs[1:]:
-            out = out + x
-        return out
-    if kind == "prod":
-        out = xs[0].copy()
-        for x in xs[1:]:
-            out = out * x
-        return out
-    if kind == "max":
-        out = xs[0]
-        for x in xs[1:]:
-            out = np.maximum(out, x)
-        return out
-    if kind == "min":
-        out = xs[0]
-        for x in xs[1:]:
-            out = np.minimum(out, x)
-        return out
-    if kind in ("mean", "std", "var"):
-        fs = [x.astype(np.float64) for x in xs]
-        mean = sum(fs[1:], fs[0]) / n
-        if kind == "mean":
-            return mean
-        with np.errstate(divide="ignore", invalid="ignore"):
-            var = sum(((x - mean) ** 2 for x in fs[1:]), (fs[0] - mean) ** 2) / (n - 1)
-        return var if kind == "var" else np.sqrt(var)
-    raise Unreadable(f"{op.name} with reduce_type {kind}")
+    if kind in _FOLDS:
+        return functools.reduce(_FOLDS[kind], xs)
+    if kind not in ("mean", "std", "var"):
+        raise Unreadable(f"{op.name} with reduce_type {kind}")
+    fs = [x.astype(np.float64) for x in xs]
+    mean = functools.reduce(np.add, fs) / len(fs)
+    if kind == "mean":
+        return mean
+    with np.errstate(divide="ignore", invalid="ignore"):  # one chip: 0 / 0, undefined as in tt-mlir's golden
+        var = functools.reduce(np.add, [(x - mean) ** 2 for x in fs]) / (len(fs) - 1)
+    return var if kind == "var" else np.sqrt(var)
 
 
 def _per_chip(shape: MeshShape) -> list[list[np.ndarray]]:
