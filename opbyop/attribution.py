@@ -28,6 +28,7 @@ from opbyop.device.mesh import Mesh, MeshError, program_mesh_shape
 from opbyop.device.mesh_runtime import resolve_shardings
 from opbyop.device.program import Function, Op, Program
 from opbyop.device.reference import Unreadable, read_mesh_program, read_program
+from opbyop.device.reference.collectives import assemble_value, split_value
 from opbyop.device.runtime import Binary, as_host_type
 from opbyop.device.simulator import DeviceSimulator, SimulationError
 from opbyop.golden.compare import Thresholds, compare, verdict
@@ -102,7 +103,8 @@ def _read(binary: Binary, inputs: Sequence[np.ndarray], stablehlo: str | None) -
         shardings = resolve_shardings(binary, inputs, shape, stablehlo)
     except MeshError as e:
         raise Unreadable(f"how the mesh program's inputs split over its chips: {e}") from None
-    shards = [s.shard(np.asarray(x), shape) for s, x in zip(shardings.inputs, inputs)]
+    # the reference's own block arithmetic, not the simulator's Sharding.shard/gather
+    shards = [split_value(np.asarray(x), s.dims, shape) for s, x in zip(shardings.inputs, inputs)]
     mesh = Mesh(program.spec, shape)
     try:
         reading = read_mesh_program(program, mesh, [[per_input[chip] for per_input in shards]
@@ -110,7 +112,8 @@ def _read(binary: Binary, inputs: Sequence[np.ndarray], stablehlo: str | None) -
     finally:
         mesh.close()
     chips = [_host_outputs(outputs, program.main) for outputs in reading.chip_outputs]
-    outputs = [shardings.outputs[k].gather([chip[k] for chip in chips], shape) for k in range(len(program.main.returns))]
+    outputs = [assemble_value([chip[k] for chip in chips], shardings.outputs[k].dims, shape)
+               for k in range(len(program.main.returns))]
     return _Reading(outputs=outputs, trace=reading.trace)
 
 

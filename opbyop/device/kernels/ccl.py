@@ -61,8 +61,9 @@ Result = tuple[list[list[np.ndarray]], list[Transfer]]
 _REDUCE: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
     "sum": lambda x, a: np.sum(x, axis=a), "max": lambda x, a: np.max(x, axis=a),
     "min": lambda x, a: np.min(x, axis=a), "mean": lambda x, a: np.mean(x, axis=a),
-    "prod": lambda x, a: np.prod(x, axis=a), "std": lambda x, a: np.std(x, axis=a),
-    "var": lambda x, a: np.var(x, axis=a),
+    "prod": lambda x, a: np.prod(x, axis=a),
+    # the sample statistics (divided by n - 1), as tt-mlir's golden functions for its CCL ops define them
+    "std": lambda x, a: np.std(x, axis=a, ddof=1), "var": lambda x, a: np.var(x, axis=a, ddof=1),
 }
 
 
@@ -70,10 +71,18 @@ def _reduce(call: MeshCall, values: list[np.ndarray]) -> np.ndarray:
     kind = str(call.attr("reduce_type", "sum")).lower()
     if kind not in _REDUCE:
         raise NotSimulated(f"{call.op.name} with reduce_type {kind}")
-    wide = np.float64 if call.exact else np.float32
-    stacked = np.stack([np.asarray(v, dtype=wide) if np.asarray(v).dtype.kind == "f" else np.asarray(v)
-                        for v in values])
+    stacked = np.stack([_widened(np.asarray(v), call.exact) for v in values])
     return _REDUCE[kind](stacked, 0)
+
+
+def _widened(x: np.ndarray, exact: bool) -> np.ndarray:
+    """Exact: every float (bf16 too) in float64. Otherwise f32/f64 reduce in the chip's f32 and a
+    bf16 stays bf16 (each hop of the chip's reduction packs its partial sum to bf16)."""
+    if x.dtype.kind in "iub":
+        return x
+    if exact:
+        return x.astype(np.float64)
+    return x.astype(np.float32) if x.dtype.kind == "f" else x
 
 
 def _dim(call: MeshCall, *names: str) -> int:
@@ -207,11 +216,13 @@ def mesh_shard(call: MeshCall) -> Result:
     """Host <-> mesh: full_to_shard gives each chip its block (shard_dims names the tensor dimension
     each mesh axis splits, -1 none), shard_to_full assembles the full tensor from the blocks; a
     replicate shard_type copies the whole tensor (full_to_shard) or reads the first chip's copy
-    (shard_to_full). PCIe traffic, not Ethernet: no link is crossed."""
+    (shard_to_full); an identity one leaves each chip its own tensor. PCIe traffic, not Ethernet: no link is crossed."""
     direction = str(call.attr("shard_direction", "")).lower()
     kind = str(call.attr("shard_type", "")).lower()
     first = call.operand(0)
-    if kind in ("replicate", "identity"):
+    if kind == "identity":  # the runtime forwards each chip's tensor, presharded both ways
+        return [[call.operand(c)] for c in range(call.mesh.size)], []
+    if kind == "replicate":
         if "shard_to_full" in direction:
             return [[first] for _ in range(call.mesh.size)], []
         return [[call.operand(c)] for c in range(call.mesh.size)], []
@@ -232,23 +243,32 @@ def mesh_shard(call: MeshCall) -> Result:
 
 
 _PLACEMENT = re.compile(r"<\s*(replicate|shard)\s*,\s*(-?\d+)")
+_OVERRIDE = re.compile(r"mesh_shape_override\W+\[([^\]]*)\]")
 
 
 def distribute_tensor(call: MeshCall) -> Result:
-    """Host -> mesh for an argument the program takes whole (shard_status unsharded): each chip
-    holds the whole tensor, and its mapper's placements say, per mesh axis, whether that axis
-    replicates it or splits tensor dimension d among its chips. PCIe traffic: no link is crossed."""
-    placements = _PLACEMENT.findall(str(call.attr("mapper_config", "")))
-    if not placements:
+    """Host -> mesh for an argument the program takes whole (shard_status unsharded): its mapper
+    has one placement per axis of the distribution shape (mesh_shape_override, else the mesh),
+    replicate or split tensor dimension d among that axis's positions; the positions go to the
+    chips in row-major order (TTNN's row-major distribution when the shape is not the mesh's).
+    PCIe traffic: no link is crossed."""
+    config = str(call.attr("mapper_config", ""))
+    placements = _PLACEMENT.findall(config)
+    override = _OVERRIDE.search(config)
+    layout = tuple(int(n) for n in re.findall(r"(\d+)(?:\s*:\s*\w+)?", override.group(1))) if override \
+        else call.mesh.shape
+    if not placements or len(placements) != len(layout) or len(layout) > 2 or math.prod(layout) != call.mesh.size:
         raise NotSimulated(f"ttnn.distribute_tensor with mapper {call.attr('mapper_config')!r}")
+    if len(layout) == 1:  # one axis of every chip: a 1xN distribution
+        layout, placements = (1, layout[0]), [("replicate", "-1"), *placements]
     first = call.operand(0)
     dims: list[tuple[int, ...]] = [() for _ in range(first.ndim)]
-    for axis, (kind, tensor_dim) in enumerate(placements[-len(call.mesh.shape):]):
+    for axis, (kind, tensor_dim) in enumerate(placements):
         if kind == "shard":
             dims[int(tensor_dim)] = dims[int(tensor_dim)] + (axis,)
     if not any(dims):
         return [[call.operand(c)] for c in range(call.mesh.size)], []
-    return [[s] for s in Sharding(tuple(dims)).shard(first, call.mesh.shape)], []
+    return [[s] for s in Sharding(tuple(dims)).shard(first, (layout[0], layout[1]))], []
 
 
 KERNELS: dict[str, Callable[[MeshCall], Result]] = {

@@ -1,7 +1,7 @@
 """The reference reading of a mesh program: every chip's program read in exact arithmetic, all chips
 in step, each on its own shard; a collective takes every chip's values at once and moves them as
-TTNN's CCL op defines (opbyop.device.kernels.ccl's data movement, its reductions in float64).
-The same program the mesh simulator runs, read without any chip's numerics."""
+TTNN's CCL op defines (opbyop.device.reference.collectives: its own reading, not the simulator's
+collective kernels). The same program the mesh simulator runs, read without any chip's numerics."""
 
 from __future__ import annotations
 
@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from opbyop.device.kernels.base import NotSimulated
-from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
-from opbyop.device.kernels.ccl import MeshCall
 from opbyop.device.mesh import Mesh
 from opbyop.device.program import Op, Program
+from opbyop.device.reference.collectives import COLLECTIVES
 from opbyop.device.reference.interpreter import (
     _host_value,
     _Interpreter,
@@ -58,10 +56,7 @@ def read_mesh_program(program: Program, mesh: Mesh, chip_inputs: Sequence[Sequen
 
 def _collective(op: Op, mesh: Mesh, envs: list[dict], readers: list[_Interpreter]) -> None:
     inputs = [[env.get(v) for v in op.operands] for env in envs]
-    try:
-        results, _ = COLLECTIVES[op.name](MeshCall(op=op, inputs=inputs, mesh=mesh, exact=True))
-    except NotSimulated as e:
-        raise Unreadable(str(e)) from None
+    results = COLLECTIVES[op.name](op, mesh.shape, inputs)
     for chip, env in enumerate(envs):
         for v, value, t in zip(op.results, results[chip], op.result_types):
             fitted = fit(np.asarray(value).reshape(t.shape) if t is not None else value, t)
