@@ -146,6 +146,18 @@ def test_all_to_all_exchanges_pieces_like_the_reference(data, mesh_shape, axis, 
 
 
 @PROPERTY
+@given(st.data(), mesh_shapes, axes, local_shapes, st.sampled_from(DTYPES))
+def test_mesh_partition_keeps_each_chips_piece_like_the_reference(data, mesh_shape, axis, shape, dtype):
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    n = group_size(mesh_shape, axis)
+    shape = tuple(s * n if i == dim % len(shape) else s for i, s in enumerate(shape))
+    xs = chip_values(data.draw, mesh_shape[0] * mesh_shape[1], shape, dtype)
+    context = f"mesh_partition {mesh_shape} axis {axis} dim {dim} {shape} {dtype}"
+    assert_same(*both_readings("ttnn.mesh_partition", mesh_shape, [[x] for x in xs], dtype,
+                               **attrs_with_axis(axis, dim=dim)), context)
+
+
+@PROPERTY
 @given(st.data(), mesh_shapes, local_shapes, st.sampled_from(DTYPES))
 def test_point_to_point_moves_the_senders_tensor_like_the_reference(data, mesh_shape, shape, dtype):
     rows, cols = mesh_shape

@@ -170,6 +170,17 @@ def all_to_all(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list[np.nda
     return out
 
 
+def mesh_partition(op: Op, shape: MeshShape, inputs: ChipValues) -> list[list[np.ndarray]]:
+    """The k-th chip of a group keeps the k-th of n equal pieces (along dim) of its own operand:
+    all_gather's inverse, nothing sent (TTNN's mesh_partition)."""
+    out = _per_chip(shape)
+    for group in cluster_groups(op, shape):
+        for k, c in enumerate(group):
+            x = _operand(op, inputs, c)
+            out[c] = [_pieces(op, x, len(group), _dim(op, x.ndim, "dim", "partition_dim"))[k]]
+    return out
+
+
 def _coordinate(op: Op, name: str, shape: MeshShape) -> int:
     items = _ints(op.attrs.get(name))
     if len(items) != 2:
@@ -332,5 +343,5 @@ COLLECTIVES: dict[str, Reading] = {
     "ttnn.all_gather": all_gather, "ttnn.all_reduce": all_reduce, "ttnn.reduce_scatter": reduce_scatter,
     "ttnn.all_to_all": all_to_all, "ttnn.point_to_point": point_to_point,
     "ttnn.collective_permute": collective_permute, "ttnn.mesh_shard": mesh_shard,
-    "ttnn.distribute_tensor": distribute_tensor,
+    "ttnn.distribute_tensor": distribute_tensor, "ttnn.mesh_partition": mesh_partition,
 }
