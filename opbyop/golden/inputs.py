@@ -64,7 +64,7 @@ def _draw(rng: np.random.Generator, desc: TensorDesc, positive: bool, bound: int
     size = int(np.prod(desc.shape, dtype=np.int64))
     if size <= DRAW_CHUNK or desc.dtype.startswith("complex"):
         return _draw_whole(rng, desc, desc.shape, positive, bound)
-    out = _aligned_empty(desc.shape, numpy_dtype(desc.dtype))
+    out = aligned_empty(desc.shape, numpy_dtype(desc.dtype))
     flat = out.reshape(-1)
     for start in range(0, size, DRAW_CHUNK):
         piece = (min(DRAW_CHUNK, size - start),)
@@ -72,7 +72,7 @@ def _draw(rng: np.random.Generator, desc: TensorDesc, positive: bool, bound: int
     return out
 
 
-def _aligned_empty(shape: Sequence[int], dtype: np.dtype, alignment: int = 64) -> np.ndarray:
+def aligned_empty(shape: Sequence[int], dtype: np.dtype, alignment: int = 64) -> np.ndarray:
     """An uninitialised array at a 64-byte boundary: XLA:CPU then uses it in place for the golden run
     instead of copying it (a gigabyte weight would be held twice)."""
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
