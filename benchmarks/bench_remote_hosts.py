@@ -8,8 +8,9 @@ The same config (the models' unique ops, no whole model, no reuse), warm op work
                   tests/test_remote_hosts.py) that see the flow's home: nothing travels but the ops
   hosts, own home the same hosts, each with its own home and the flow's hidden: each result brings its
                   artifacts back (opbyop.worker.wire)
-and per op: the fan-out's time, the bytes of artifacts that came back, the bytes of inputs sent.
-Needs root (ip netns).
+and per op: the fan-out's time, the bytes of artifacts that came back, the bytes of inputs sent (an
+op's input values go only to a worker without the flow's home, once it asks: the ops that asked are
+counted from the scheduler's task stream). Needs root (ip netns).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def host_env(home: Path | None) -> dict[str, str]:
 
 
 def on_hosts(config, work: Path, flow_dir: Path, own_home: bool, label: str):  # noqa: ANN001, ANN201
-    """The run's summary on a scheduler host and 2 worker hosts."""
+    """(the run's summary, how many op tasks asked for their inputs) on a scheduler host and 2 worker hosts."""
     from distributed import Client
 
     from opbyop.config import ClusterConfig
@@ -56,7 +57,11 @@ def on_hosts(config, work: Path, flow_dir: Path, own_home: bool, label: str):  #
                           host_env(home), work / f"{label}-{name}.log", hidden=(flow_dir,) if own_home else ())
         with Client(address, timeout=60) as client:
             client.wait_for_workers(2, timeout=180)
-        return run(config.model_copy(update={"cluster": ClusterConfig(address=address)}))
+            client.get_task_stream()  # the scheduler records finished tasks from now on
+            summary = run(config.model_copy(update={"cluster": ClusterConfig(address=address)}))
+            asked = sum(1 for e in client.get_task_stream()
+                        if str(e["key"]).startswith("op-") and e.get("status") == "error")
+        return summary, asked
     finally:
         network.close()
 
@@ -121,20 +126,20 @@ def measure(args: argparse.Namespace, work: Path, flow_dir: Path) -> None:
     home_id(flow_dir / "home")
     config = AnalysisConfig(models=args.models, whole_model=False, reuse_cached=False)
     one_host = config.model_copy(update={"cluster": ClusterConfig(workers=2)})
-    setups = {"one host (LocalCluster, 2 workers)": lambda: run(one_host),
+    setups = {"one host (LocalCluster, 2 workers)": lambda: (run(one_host), "-"),
               "2 worker hosts, the flow's home shared": lambda: on_hosts(config, work, flow_dir, False, "shared"),
               "2 worker hosts, each its own home": lambda: on_hosts(config, work, flow_dir, True, "own")}
     figures = Figures(f"the analyze fan-out on other hosts ({' '.join(args.models)}; 2 op streams each)",
                       ["setup", "run", "unique ops", "fan-out s", "ms per op", "artifacts back, KB per op",
-                       "inputs sent, KB per op", "statuses"])
+                       "inputs sent, KB per op", "ops that asked for inputs", "statuses"])
     for repeat in range(args.repeat):
         for name, setup in setups.items():
             started = time.perf_counter()
-            summary = setup()
+            summary, asked = setup()
             back, sent = traffic(flow_dir / "home", summary.run_id) if "own home" in name else (0, 0)
             fan_out = summary.phases.get("fan-out", float("nan"))
             figures.add(name, repeat + 1, summary.ops_unique, fan_out, 1000 * fan_out / summary.ops_unique,
-                        back / 1024 / summary.ops_unique, sent / 1024 / summary.ops_unique,
+                        back / 1024 / summary.ops_unique, sent / 1024 / summary.ops_unique, asked,
                         " ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items())))
             print(f"{name}: {time.perf_counter() - started:.1f} s in all", flush=True)
     figures.show()

@@ -11,11 +11,14 @@ read that straddles a replacement is read again). Readers read manifests, never 
 data directories: a writer killed before its PUT leaves an object nobody reads, which the run's next
 writer deletes. Compaction is the same: one new object, one manifest PUT, then the old objects go.
 One writer per run at a time, enforced by a lock file on the writing host (the flow's process writes
-the store; workers on other hosts send it their results).
+the store; workers on other hosts send it their results). While it holds that lock, the writer is
+the only one who changes the run's manifest: it keeps the manifest it last read or wrote instead of
+reading it again for every batch (never across a release of the lock: another writer may come next).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -85,6 +88,8 @@ class ObjectFiles:
         if not self.base:
             raise StoreError(f"the store URL {url!r} names no bucket", "use s3://bucket or s3://bucket/prefix")
         self.filesystem = filesystem or s3_filesystem()
+        self._locks: dict[str, FileLock] = {}  # run id -> the last lock lock() gave out for it
+        self._kept: dict[str, dict[str, Any] | None] = {}  # run id -> its manifest, while that lock is held
 
     # ------------------------------------------------------------------ manifests
     def _manifest_path(self, run_id: str) -> str:
@@ -92,6 +97,20 @@ class ObjectFiles:
 
     def manifest(self, run_id: str) -> dict[str, Any] | None:
         """{"run_id", "date", "tables": {table: {name: object}}}, or None for a run not in the store."""
+        holding = self._holding(run_id)
+        if holding and run_id in self._kept:
+            return copy.deepcopy(self._kept[run_id])
+        manifest = self._read_manifest(run_id)
+        if holding:
+            self._kept[run_id] = copy.deepcopy(manifest)
+        return manifest
+
+    def _holding(self, run_id: str) -> bool:
+        """Whether this process holds the run's lock: then no one else changes its manifest."""
+        lock = self._locks.get(run_id)
+        return lock is not None and lock.is_locked
+
+    def _read_manifest(self, run_id: str) -> dict[str, Any] | None:
         path = self._manifest_path(run_id)
         for attempt in range(MANIFEST_READS):
             try:
@@ -108,8 +127,11 @@ class ObjectFiles:
                          f"run the command again; if this persists, resume run {run_id!r} to rewrite it")
 
     def _put_manifest(self, run_id: str, manifest: dict[str, Any]) -> None:
+        self._kept.pop(run_id, None)  # a PUT that fails may or may not have replaced it
         with self.filesystem.open_output_stream(self._manifest_path(run_id)) as f:
             f.write(_encode_manifest(manifest))
+        if self._holding(run_id):
+            self._kept[run_id] = copy.deepcopy(manifest)
 
     def _manifests(self) -> list[dict[str, Any]]:
         try:
@@ -201,7 +223,10 @@ class ObjectFiles:
         store = hashlib.sha256(self.root.encode()).hexdigest()[:12]
         path = Workspace.default().root / ".locks" / f"s3-{store}-{check_run_id(run_id)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return FileLock(path)
+        # held by the process, whichever thread writes; each acquisition starts from the stored manifest
+        lock = FileLock(path, thread_local=False, on_acquired=lambda _fd: self._kept.pop(run_id, None))
+        self._locks[run_id] = lock
+        return lock
 
     def _commit(self, run_id: str, day: date, table: str, change: dict[str, str | None]) -> None:
         """Point the run's manifest at new objects (name -> object; None drops the name), then delete
@@ -297,6 +322,7 @@ class ObjectFiles:
         m = self.manifest(run_id)
         if m is None or (keep_day is not None and m["date"] == keep_day.isoformat()):
             return
+        self._kept.pop(run_id, None)
         self._delete(self._manifest_path(run_id))
         day = date.fromisoformat(m["date"])
         for table in TABLES:

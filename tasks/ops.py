@@ -9,8 +9,9 @@ run once more alone on the cluster (tasks/gate.py), and only an op that kills a 
 `crashed`. The cluster itself failing (connection lost, scheduler gone) is `infra_error`: worth one
 retry of the task, then recorded as such.
 
-The Dask worker may be on another host with a home of its own: an op carries the artifacts it reads,
-and the artifacts its result names come back with it into the flow's store (opbyop.worker.wire).
+The Dask worker may be on another host with a home of its own: there an op needs the artifacts it
+reads (sent only when that worker asks: run_shipping), and the artifacts its result names come back
+with it into the flow's store (opbyop.worker.wire).
 """
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from opbyop.op_memory import op_size
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import RunStopped
-from opbyop.worker.wire import pack
+from opbyop.worker.wire import Parcel, pack
 from opbyop.workspace import Workspace
 from opbyop.config import AnalysisSettings
 from tasks.gate import ClusterGate, GateClosed
 
 T = TypeVar("T")
+P = TypeVar("P")
 
 
 class InfrastructureError(RuntimeError):
@@ -79,6 +81,17 @@ def run_isolated(gate: ClusterGate, submit: Callable[[Client], object]) -> T:
     raise AssertionError("unreachable")
 
 
+def run_shipping(gate: ClusterGate, submitting: Callable[[P | None], Callable[[Client], object]],
+                 payload: Callable[[], P]) -> T:
+    """run_isolated of work that reads files of the flow's home. It goes first without their bytes
+    (a worker sharing the home, the common case, reads them there); a worker on another host raises
+    ValuesWanted, and it goes again with `payload()`."""
+    try:
+        return run_isolated(gate, submitting(None))
+    except on_dask.ValuesWanted:
+        return run_isolated(gate, submitting(payload()))
+
+
 @task(name="analyze-op", task_run_name="{label}", retries=1, retry_delay_seconds=2,
       retry_condition_fn=_retry_infrastructure, cache_policy=NONE, persist_result=False)
 def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, timeout: float, plugin: str,
@@ -87,14 +100,15 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
     OPBYOP_HOME's), where the op's inputs are read and its result's artifacts are put."""
     started = utcnow()
     artifacts = artifacts or Workspace.default().artifacts
-    inputs = pack(artifacts, op.input_values.values())
 
-    def submit(client: Client):
-        return client.submit(on_dask.analyze_op_shipped, plugin, op, chip, settings, timeout, tag=gate.tag,
-                             inputs=inputs, pure=False, key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
+    def submitting(inputs: Parcel | None):  # noqa: ANN202
+        def submit(client: Client):
+            return client.submit(on_dask.analyze_op_shipped, plugin, op, chip, settings, timeout, tag=gate.tag,
+                                 inputs=inputs, pure=False, key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
+        return submit
 
     try:
-        return run_isolated(gate, submit).landed(artifacts)
+        return run_shipping(gate, submitting, lambda: pack(artifacts, op.input_values.values())).landed(artifacts)
     except GateClosed as e:
         return Cancelled(message=str(e))
     except KilledTwice:
@@ -122,11 +136,7 @@ def whole_model(model: str, staged: tuple[str, str], parameters: list[int], chip
         return submit
 
     try:
-        try:
-            shipped = run_isolated(gate, submitting(None))
-        except on_dask.ValuesWanted:
-            shipped = run_isolated(gate, submitting(Path(values_path).read_bytes()))
-        return shipped.landed(artifacts)
+        return run_shipping(gate, submitting, lambda: Path(values_path).read_bytes()).landed(artifacts)
     except GateClosed as e:
         return Cancelled(message=str(e))
     except KilledTwice:

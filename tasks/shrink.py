@@ -19,9 +19,9 @@ from opbyop.shrink.search import Shrinker
 from opbyop.worker import dask as on_dask
 from opbyop.config import AnalysisSettings, ShrinkOption
 from opbyop.workspace import Workspace
-from opbyop.worker.wire import pack
+from opbyop.worker.wire import Parcel, pack
 from tasks.gate import ClusterGate
-from tasks.ops import KilledTwice, run_isolated
+from tasks.ops import KilledTwice, run_shipping
 
 
 @task(name="shrink-op", task_run_name="shrink-{label}", cache_policy=NONE, persist_result=False)
@@ -30,14 +30,17 @@ def shrink_op(op: UniqueOp, baseline: OpResult, label: str, chip: str, settings:
     workspace = Workspace.default()
 
     def analyse(variant: UniqueOp) -> OpResult:
-        def submit(client: Client):
-            return client.submit(on_dask.analyze_op_shipped, plugin, variant, chip, settings, timeout, tag=gate.tag,
-                                 inputs=pack(workspace.artifacts, variant.input_values.values()), pure=False,
-                                 key=f"shrink-{variant.signature[:16]}-{uuid.uuid4().hex[:8]}")
+        def submitting(inputs: Parcel | None):  # noqa: ANN202
+            def submit(client: Client):
+                return client.submit(on_dask.analyze_op_shipped, plugin, variant, chip, settings, timeout,
+                                     tag=gate.tag, inputs=inputs, pure=False,
+                                     key=f"shrink-{variant.signature[:16]}-{uuid.uuid4().hex[:8]}")
+            return submit
 
         started = utcnow()
         try:
-            return run_isolated(gate, submit).landed(workspace.artifacts)
+            return run_shipping(gate, submitting, lambda: pack(workspace.artifacts, variant.input_values.values())
+                                ).landed(workspace.artifacts)
         except KilledTwice:
             return OpResult(signature=variant.signature, op_name=variant.op_name, status=Status.CRASHED,
                             depth=Stage.SPLIT, started_at=started, ended_at=utcnow(),

@@ -22,9 +22,15 @@ BUCKET = "opbyop-test"
 class S3Server:
     endpoint: str
     env: dict[str, str]
+    log: Path  # the server's request log: one line per request, written before its response
 
     def url(self, prefix: str) -> str:
         return f"s3://{BUCKET}/{prefix}"
+
+    def requests(self, method: str, url: str) -> int:
+        """How many `method` requests (GET, HEAD, ...) the server has answered for the object at `url`."""
+        key = url.removeprefix("s3://")
+        return sum(1 for line in self.log.read_text().splitlines() if f'"{method} /{key} HTTP/' in line)
 
 
 def _free_port() -> int:
@@ -62,7 +68,7 @@ def moto_server(log: Path) -> Iterator[S3Server]:
                "AWS_REGION": "us-east-1"}
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
                      aws_secret_access_key="testing").create_bucket(Bucket=BUCKET)
-        yield S3Server(endpoint, env)
+        yield S3Server(endpoint, env, log)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -22,6 +22,7 @@ from storage.catalog import build_catalog
 from storage.dataset import Store
 from storage.object_files import MANIFESTS, ObjectFiles
 from storage.readonly import StoreConnection, run_sql
+from object_store import S3Server
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEWS = ("runs", "ops", "results", "models", "occurrences", "accuracy_trace")
@@ -76,6 +77,38 @@ def test_a_run_written_in_batches_on_s3_ends_as_one_object_per_table_and_nothing
     named = {f for t in manifest["tables"] for f in files.data_files(t, night.run.run_id)}
     assert set(_objects(s3_url)) == named | {f"{files.base}/{MANIFESTS}/{night.run.run_id}.json"}
     assert sorted(store.results(night.run.run_id), key=lambda r: r.signature) == \
+        sorted(night.results, key=lambda r: r.signature)
+
+
+def test_a_run_s_writer_on_s3_reads_its_manifest_once_per_start_and_keeps_what_it_wrote(
+        s3_server: S3Server, s3_url: str) -> None:
+    store, night = Store(s3_url), samples.history()[1]
+    manifest = f"{s3_url}/{MANIFESTS}/{night.run.run_id}.json"
+
+    def reads() -> int:  # each read of an object is a HEAD (its size), then a GET of its bytes
+        return s3_server.requests("HEAD", manifest)
+
+    with store.writer() as w:
+        w.start(night.run)
+        assert reads() == 1  # not there yet: the run is new
+        w.add_ops(night.ops)
+        for i in range(0, len(night.results), 2):
+            w.add_results(night.results[i:i + 2])
+        w.finish(night.run, night.models)
+        assert reads() == 1  # every batch and the compaction: from what the writer last wrote
+    assert len(Store(s3_url).results(night.run.run_id)) == len(night.results)  # another reader reads it
+    assert reads() == 2
+    with Store(s3_url).writer() as other:  # another writer, once the first let go, changes the run ...
+        other.start(night.run)
+        other.add_results(night.results[:1])
+    before = reads()
+    with store.writer() as w:  # ... and the first one's next start reads the manifest that one wrote
+        w.start(night.run)
+        assert reads() == before + 1
+        w.add_results(night.results[1:2])
+        w.finish(night.run, night.models)
+        assert reads() == before + 1
+    assert sorted(Store(s3_url).results(night.run.run_id), key=lambda r: r.signature) == \
         sorted(night.results, key=lambda r: r.signature)
 
 

@@ -3,12 +3,44 @@
 from __future__ import annotations
 
 import hashlib
+import io
+import sys
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+from distributed import Client, LocalCluster
 
 from opbyop.artifacts import ArtifactStore
 from opbyop.records import CompileOutcome, FailedPass, OpResult, PassOutcome, Stage, Status
 from opbyop.worker.dask import OpWorkerPlugin
 from opbyop.worker.wire import home_id, named_digests, pack, shares_home, unpack
+from opbyop.workspace import Workspace
+from tasks.gate import ClusterGate
+from tasks.ops import analyze_op
+
+_COLLECTORS: list[list[Path]] = []  # the lists opened_files() is filling
+
+
+def _collect_opens(event: str, args: tuple) -> None:
+    if event == "open" and _COLLECTORS and isinstance(args[0], (str, Path)):
+        _COLLECTORS[-1].append(Path(args[0]))
+
+
+sys.addaudithook(_collect_opens)  # an audit hook cannot be removed: it collects only inside opened_files()
+
+
+@contextmanager
+def opened_files() -> Iterator[list[Path]]:
+    """Every file this process (any thread) opens meanwhile, by Python's audit events."""
+    opened: list[Path] = []
+    _COLLECTORS.append(opened)
+    try:
+        yield opened
+    finally:
+        _COLLECTORS.remove(opened)
 
 
 def test_a_home_keeps_one_identity_even_when_many_processes_create_it_at_once(tmp_path):
@@ -70,3 +102,30 @@ def test_a_mesh_target_s_op_workers_get_its_host_devices_whatever_the_flow_s_env
     assert p300.env["OPBYOP_HOST_DEVICES"] == "2" and p150.env["OPBYOP_HOST_DEVICES"] == "1"
     assert p300.name != p150.name  # op workers of another device count are other op workers
     assert OpWorkerPlugin.for_home(tmp_path, descriptors, host_devices=2).name == p300.name  # a warm one is found
+
+
+def test_an_op_s_inputs_are_read_on_the_flow_s_host_only_for_a_worker_without_its_home(
+        p150, mlp_ops, settings, tmp_path, monkeypatch):
+    flow = Workspace(tmp_path / "flow")
+    op = next(o for o in mlp_ops if o.op_name == "stablehlo.add" and o.inputs[1].dtype == "f32")
+    buffer = io.BytesIO()
+    np.save(buffer, np.full(op.inputs[1].shape, 0.5, np.float32), allow_pickle=False)
+    digest = flow.artifacts.put(buffer.getvalue(), ".npy")
+    op = op.model_copy(update={"input_values": {1: digest}})
+    here = OpWorkerPlugin.for_home(flow.root, {"p150": p150.path.read_bytes()})
+    elsewhere = OpWorkerPlugin(**{**here.__getstate__(), "workspace": str(tmp_path / "not-here")})
+    monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "own"))  # the Dask worker's own home
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        for plugin in (here, elsewhere):
+            client.register_plugin(plugin)
+        opened = {}
+        for plugin in (here, elsewhere):
+            with opened_files() as opened[plugin.name]:
+                result = analyze_op.fn(op, "add", "p150", settings, 120, plugin.name,
+                                       ClusterGate(client, plugin.name), flow.artifacts)
+            assert result.status is Status.SUCCESS and result.real_inputs == ["arg1"], result
+    value = flow.artifacts.path(digest)
+    assert value not in opened[here.name]  # the worker reads it in the shared home: the flow does not
+    assert opened[elsewhere.name].count(value) == 1  # sent once, when that worker asked for it
+    assert ArtifactStore(tmp_path / "own" / "artifacts").read(digest) == buffer.getvalue()

@@ -138,16 +138,19 @@ def analyze_op(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings,
 
 
 class ValuesWanted(RuntimeError):
-    """A whole model's values were sent by path to a worker that does not share the flow's home:
-    send them again as bytes."""
+    """Work was sent without the flow's files it reads (an op's input values, a whole model's npz) to
+    a worker that does not share the flow's home: send it again with their bytes."""
 
 
 def analyze_op_shipped(plugin: str, op: UniqueOp, chip: str, settings: AnalysisSettings, timeout: float,
                        tag: str = "", inputs: Parcel | None = None) -> Shipped[OpResult]:
     """Runs on a Dask worker: analyze_op for a worker that may not share the flow's home. `inputs`:
-    the artifacts the op reads (its arguments' real values)."""
+    the artifacts the op reads (its arguments' real values), needed only there (ValuesWanted when
+    they were not sent)."""
     found = _plugin(plugin)
     if not found.shared:
+        if inputs is None and op.input_values:
+            raise ValuesWanted(f"the input values of op {op.signature[:16]} are on the flow's host")
         unpack(found.artifacts, inputs or {})
     result = found.op_worker(chip).analyze(op, settings, timeout, tag)
     return Shipped(result, {} if found.shared else pack(found.artifacts, named_digests(result)))
