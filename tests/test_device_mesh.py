@@ -308,6 +308,21 @@ def test_chips_holding_the_same_block_share_its_stored_values_but_each_has_its_o
     np.testing.assert_array_equal(from_mesh(rows, mesh, Sharding(((0,), ()))), full)
 
 
+@pytest.mark.parametrize("name", ["psum", "psum_scatter"])
+def test_a_mesh_runs_outputs_come_back_once_each_chips_shard_a_view_into_the_gathered_value(name, simulator):
+    # a replicated output (psum: every chip takes the all_reduce's one result) is copied to the host
+    # once; a sharded one (psum_scatter) is gathered, and each chip's shard is its block of it
+    case = DATA / "4xp150" / name
+    module = (case / "stablehlo.mlir").read_text()
+    shapes, _ = module_shapes(module)
+    x = np.random.default_rng(12).standard_normal(shapes[0]).astype(np.float32)
+    result = simulator.run((case / "ttnn_runtime.mlir").read_text(), [x], stablehlo=module)
+    whole, chips = result.outputs[0], result.chip_outputs[0]
+    assert len(chips) == 4 and all(np.shares_memory(c, whole) for c in chips)
+    want = sum(np.split(x, 4, axis=1 if name == "psum_scatter" else 0))
+    np.testing.assert_allclose(whole, want, rtol=1e-5, atol=1e-5)
+
+
 def test_the_device_simulator_runs_a_mesh_program_on_global_inputs():
     from opbyop.device.simulator import DeviceSimulator
 

@@ -247,19 +247,28 @@ class Sharding:
     def gather(self, shards: Sequence[np.ndarray], mesh_shape: tuple[int, int]) -> np.ndarray:
         """The global tensor from every chip's shard (a replicated part is read from the first chip
         that holds it)."""
+        return self.gather_with_views(shards, mesh_shape)[0]
+
+    def gather_with_views(self, shards: Sequence[np.ndarray],
+                          mesh_shape: tuple[int, int]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The global tensor, and each chip's shard as a view into it where that chip's block was
+        read (or the chip holds the very array that was): the shards then cost no memory of their own.
+        A chip holding a replicated block in an array of its own keeps that array (it may differ)."""
         first = np.asarray(shards[0])
         dims = self._padded(first.ndim)
         parts = [math.prod(mesh_shape[a] for a in axes) for axes in dims]
         out = np.empty(tuple(n * p for n, p in zip(first.shape, parts)), dtype=first.dtype)
-        filled: set[tuple[int, ...]] = set()
+        filled: dict[tuple[int, ...], object] = {}  # block -> the array it was read from
+        views: list[np.ndarray] = []
         for i, s in enumerate(shards):
             coord = divmod(i, mesh_shape[1])
             blocks = tuple(self._block(coord, axes, mesh_shape) for axes in dims)
-            if blocks in filled:
-                continue
-            filled.add(blocks)
-            out[tuple(slice(b * n, (b + 1) * n) for b, n in zip(blocks, first.shape))] = np.asarray(s)
-        return out
+            where = tuple(slice(b * n, (b + 1) * n) for b, n in zip(blocks, first.shape))
+            if blocks not in filled:
+                filled[blocks] = s
+                out[where] = np.asarray(s)
+            views.append(out[where] if filled[blocks] is s else np.asarray(s))
+        return out, views
 
 
 _SDY_MESH = re.compile(r"sdy\.mesh @(\w+) = <\[([^\]]*)\]")

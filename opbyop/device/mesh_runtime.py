@@ -37,9 +37,11 @@ from opbyop.device.mesh import (
 )
 from opbyop.device.mesh_executor import MeshExecutor, mesh_unsupported_ops
 from opbyop.device.placement import Policy
+from opbyop.device.program import TensorType
 from opbyop.device.runtime import (
     Binary,
     as_host_type,
+    count_to_host,
     get_layout,
     input_shape,
     place,
@@ -219,10 +221,18 @@ class MeshSimulator:
                 pushed.append(to_mesh(x, mesh, shardings.inputs[i], get_layout(binary, 0, i), name=f"input {i}",
                                       shape=input_shape(binary, 0, i), chip_numerics=chip_numerics))
             outputs, run = submit_mesh(mesh, binary, 0, pushed, self.policy, self.share, chip_numerics, trace)
+            for tensors in pushed:  # the inputs' shards are not needed any more: freed before the outputs come back
+                release(tensors)
+            pushed = []
             framework = binary.function(0).host_return_types
-            chip_values = [[as_host_type(to_host(t), framework[k] if k < len(framework) else None) for t in tensors]
-                           for k, tensors in enumerate(outputs)]
-            gathered = [shardings.outputs[k].gather(values, mesh.shape) for k, values in enumerate(chip_values)]
+            chip_values, gathered = [], []
+            for k, tensors in enumerate(outputs):
+                host = _outputs_to_host(tensors, framework[k] if k < len(framework) else None)
+                release(tensors)
+                outputs[k] = []
+                whole, views = shardings.outputs[k].gather_with_views(host, mesh.shape)
+                gathered.append(whole)
+                chip_values.append(views)
         except SimulationError as e:
             e.run.seconds = time.perf_counter() - started
             raise
@@ -238,6 +248,20 @@ class MeshSimulator:
         for mesh in self._meshes.values():
             mesh.close()
         self._meshes.clear()
+
+
+def _outputs_to_host(tensors: ChipTensors, host_type: TensorType | None) -> list[np.ndarray]:
+    """Every chip's output copied to the host; chips holding the very same stored values (a result
+    one chip computed and the others adopted) share one host copy (each chip's transfer is counted)."""
+    copies: dict[int, np.ndarray] = {}
+    out = []
+    for t in tensors:
+        if id(t.values) not in copies:
+            copies[id(t.values)] = as_host_type(to_host(t), host_type)
+        else:
+            count_to_host(t)
+        out.append(copies[id(t.values)])
+    return out
 
 
 def _mesh_transfers(mesh: Mesh) -> TransferTotals:

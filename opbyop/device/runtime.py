@@ -161,13 +161,17 @@ def wait(x: DeviceTensor | Iterable[DeviceTensor] | concurrent.futures.Future) -
 
 def to_host(tensor: DeviceTensor, untilize: bool = True) -> np.ndarray:
     """Wait for the tensor and copy it to the host; the device copy stays allocated."""
+    return np.array(count_to_host(tensor), copy=True)
+
+
+def count_to_host(tensor: DeviceTensor) -> np.ndarray:
+    """The tensor's transfer to the host, counted; its stored values, not copied (never to be written)."""
     wait(tensor)
     if tensor.deallocated:
         raise SimulationError(f"to_host of {tensor.name}: its device buffer was deallocated")
-    host = np.array(tensor.values, copy=True)
     if tensor.device is not None and tensor.layout.on_device:
-        tensor.device.transfers.count("to_host", tensor.name, tensor.layout.nbytes(tensor.shape), host)
-    return host
+        tensor.device.transfers.count("to_host", tensor.name, tensor.layout.nbytes(tensor.shape), tensor.values)
+    return tensor.values
 
 
 def get_layout(binary: Binary, program_index: int, input_index: int) -> Layout:

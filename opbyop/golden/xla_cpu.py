@@ -17,6 +17,7 @@ written by opbyop alone: XLA documents that deserialising untrusted bytes is uns
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 from collections import OrderedDict
@@ -125,19 +126,31 @@ class XlaCpu:
         out_shardings = exe.get_output_shardings()  # type: ignore[attr-defined]
         buffers = [self.put_on_mesh(np.asarray(x), GSPMDSharding(devices, s)) for x, s in zip(inputs, in_shardings)]
         results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()  # type: ignore[attr-defined]
+        del buffers
+        if sum(np.asarray(x).nbytes for x in inputs) > OPTIMISE_ABOVE_BYTES:
+            # jax's arrays sit in reference cycles: without a collection now, the inputs' blocks (a 70B
+            # weight's: 2 GB) outlive the gathering of the outputs (a collection costs tens of ms)
+            gc.collect()
         gathered, shards = [], []
-        for per_device, sharding, shape in zip(results, out_shardings, shapes):
-            local = [np.asarray(r) for r in per_device]
-            full = np.empty(shape, dtype=local[0].dtype)
+        for k, (sharding, shape) in enumerate(zip(out_shardings, shapes)):
+            per_device, results[k] = results[k], None  # each output's device buffers go once it is read
+            full = np.empty(shape, dtype=np.asarray(per_device[0]).dtype)
             where = GSPMDSharding(devices, sharding).devices_indices_map(tuple(shape))
-            filled: set[str] = set()
-            for device, piece in zip(devices, local):
+            local: list[np.ndarray] = []
+            filled: dict[str, np.ndarray] = {}  # block -> its view into the gathered value
+            for device, buffer in zip(devices, per_device):
+                piece = np.asarray(buffer)
                 # a replicated part is read from the first device holding it, as the mesh simulator
-                # reads it from the first chip: devices that disagree (a shard_map's output declared
-                # replicated) then give both the same value
-                if (key := str(where[device])) not in filled:
-                    filled.add(key)
+                # reads it from the first chip; a device that holds it too keeps its own piece only
+                # where it differs (a shard_map's output declared replicated), else shares the view
+                key = str(where[device])
+                if key not in filled:
                     full[where[device]] = piece
+                    filled[key] = full[where[device]]
+                    local.append(filled[key])
+                else:
+                    local.append(filled[key] if np.array_equal(piece, filled[key]) else piece)
+            del per_device
             gathered.append(full)
             shards.append(local)
         return gathered, shards
