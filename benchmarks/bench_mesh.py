@@ -3,7 +3,7 @@ mesh, side by side in one run. Goal: no more per unique op on the mesh than on o
 collectives' own simulation.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_mesh.py [--single llama:p150 cnn:p150]
-        [--mesh llama-tp-1x2:p300 llama-tp-2x4:p150x8:2x4 cnn-dp-1x2:p300]
+        [--mesh llama-tp-1x2:p300 llama-tp-2x4:p150x8:2x4 cnn-dp-1x2:p300] [--rounds 2]
 
 Split (with Shardy's propagation on the sharded model) is timed, then every unique op analysed in a
 warm worker as `opbyop analyze` does (compile, the simulated device, golden on XLA:CPU: a host mesh
@@ -11,7 +11,9 @@ for the sharded model), each part's median and mean per op; the TTNN collectives
 hold are counted, and the simulator's wall time in them (DeviceRun.collective_seconds) is summed.
 Each mesh case is held against the one-chip case whose model its name starts with (cnn-dp-1x2 against
 cnn): mesh op / (one-chip op + the mesh op's collectives), by mean and by median, for the whole
-analysis and for the device alone. `--compile-only` leaves the device and golden out.
+analysis and for the device alone. `--rounds N` runs every case N times, interleaved (the order
+reversed every other round), so that a load drift on a shared machine falls on all cases alike.
+`--compile-only` leaves the device and golden out.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ class CaseFigures:
     devices: list[float] = field(default_factory=list)
     goldens: list[float] = field(default_factory=list)
     collectives: list[float] = field(default_factory=list)  # per op with a device run (0 on one chip)
+    statuses: Counter = field(default_factory=Counter)  # of the first round
+    seen: Counter = field(default_factory=Counter)  # TTNN collectives in the compiled programs
+    ok: int = 0  # ops that compiled to a flatbuffer
+    first_failure: str = ""
 
 
 def main() -> None:
@@ -52,6 +58,7 @@ def main() -> None:
     parser.add_argument("--mesh", nargs="*", default=["llama-tp-1x2:p300", "cnn-dp-1x2:p300"],
                         help="MODEL:CHIP[:MESH] on a mesh")
     parser.add_argument("--compile-only", action="store_true", help="no device run, no golden")
+    parser.add_argument("--rounds", type=int, default=1, help="every case this many times, interleaved")
     args = parser.parse_args()
     cases = [*args.single, *args.mesh]
     chips = max(target_for(*_chip_mesh(c)).chips for c in cases)
@@ -60,11 +67,7 @@ def main() -> None:
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax()
-    from opbyop.compiler.system_desc import resolve
     from opbyop.config import AnalysisSettings, load_zoo
-    from opbyop.pipeline import prepare
-    from opbyop.worker.process import OpWorker
-    from opbyop.workspace import Workspace
 
     settings = AnalysisSettings(run_device=False, run_golden=False) if args.compile_only else AnalysisSettings()
     figures = Figures(f"op by op on one chip and on meshes ({'compile only' if args.compile_only else 'analyze'}, "
@@ -72,52 +75,75 @@ def main() -> None:
                       ["model", "chip", "mesh", "ops", "unique", "split s", "op ms", "compile ms", "device ms",
                        "golden ms", "collectives ms", "analyze s total", "flatbuffer", "statuses", "TTNN collectives",
                        "first failure"])
-    measured: dict[str, CaseFigures] = {}
     zoo = load_zoo()
+    prepared = {case: _prepare(case, zoo) for case in cases}
+    measured = {case: CaseFigures(case.split(":")[0]) for case in cases}
+    for round_ in range(args.rounds):  # every case once per round, in turn reversed: load drifts hit all alike
+        for case in cases if round_ % 2 == 0 else cases[::-1]:
+            if not prepared[case][1].errors:
+                _analyze(case, prepared[case][1], settings, measured[case], first_round=round_ == 0)
     for case in cases:
+        split_s, got = prepared[case]
         model = case.split(":")[0]
         chip, mesh = _chip_mesh(case)
         target = target_for(chip, mesh)
-        with timed() as split_time:
-            prepared = prepare([model], zoo, target=target)
-        if prepared.errors:
-            figures.add(model, chip, target.mesh_text, "", "", "", "", "", "", "", "", prepared.errors[model][:60])
+        if got.errors:
+            figures.add(model, chip, target.mesh_text, "", "", "", "", "", "", "", "", "", "", got.errors[model][:60])
             continue
-        desc = resolve(chip)
-        ok, collectives, statuses, first_failure = 0, Counter(), Counter(), ""
-        got = measured[case] = CaseFigures(model)
-        # a fresh home per case: no case finds another's XLA executables or artifacts on disk
-        with tempfile.TemporaryDirectory() as home, OpWorker(desc.path, Path(home), chip=chip,
-                                                             name=f"bench-{chip}") as worker:
-            artifacts = Workspace(Path(home)).artifacts
-            for op in prepared.unique:
-                result = worker.analyze(op, settings.model_copy(update={"mesh": target.mesh_text}), timeout=300)
-                got.totals.append(result.seconds)
-                statuses[result.status.value] += 1
-                if result.status.value != "success" and not first_failure:
-                    first_failure = f"{result.status.value}: {result.message}"
-                if result.device is not None:
-                    got.devices.append(result.device.seconds)
-                    got.collectives.append(result.device.collective_seconds)
-                if result.golden is not None:
-                    got.goldens.append(result.golden.seconds)
-                if result.compile is not None:
-                    got.compiles.append(result.compile.seconds)
-                    if result.compile.ok:
-                        ok += 1
-                        program = artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
-                        collectives.update(COLLECTIVE.findall(program))
-        figures.add(model, chip, target.mesh_text, len(prepared.records), len(prepared.unique), split_time.wall,
-                    median_ms(got.totals), median_ms(got.compiles), _or_dash(got.devices), _or_dash(got.goldens),
-                    _or_dash(got.collectives), sum(got.totals), f"{ok}/{len(prepared.unique)}",
-                    ", ".join(f"{k} {v}" for k, v in statuses.most_common()),
-                    ", ".join(f"{k.removeprefix('ttnn.')} {v}" for k, v in collectives.most_common()) or "-",
-                    first_failure or "-")
+        m = measured[case]
+        figures.add(model, chip, target.mesh_text, len(got.records), len(got.unique), split_s,
+                    median_ms(m.totals), median_ms(m.compiles), _or_dash(m.devices), _or_dash(m.goldens),
+                    _or_dash(m.collectives), sum(m.totals) / args.rounds, f"{m.ok}/{len(got.unique)}",
+                    ", ".join(f"{k} {v}" for k, v in m.statuses.most_common()),
+                    ", ".join(f"{k.removeprefix('ttnn.')} {v}" for k, v in m.seen.most_common()) or "-",
+                    m.first_failure or "-")
     figures.show()
     print("op ms: median over the unique ops of the worker's whole analysis of one op; compile/device/golden ms: "
           "each part's median as the worker measured it; collectives ms: the simulator's time in collectives "
           "(median); split s: export, propagation, split")
     show_goal(measured, args.single, args.mesh)
+
+
+def _prepare(case: str, zoo: object) -> tuple[float, object]:
+    """(split seconds, the model split for its target)."""
+    from opbyop.pipeline import prepare
+
+    chip, mesh = _chip_mesh(case)
+    with timed() as split_time:
+        prepared = prepare([case.split(":")[0]], zoo, target=target_for(chip, mesh))
+    return split_time.wall, prepared
+
+
+def _analyze(case: str, prepared: object, settings: object, got: CaseFigures, first_round: bool) -> None:
+    """Every unique op of the case in a warm op worker of a fresh home (no case finds another's XLA
+    executables or artifacts on disk); the first round also counts statuses and collectives."""
+    from opbyop.compiler.system_desc import resolve
+    from opbyop.worker.process import OpWorker
+    from opbyop.workspace import Workspace
+
+    chip, mesh = _chip_mesh(case)
+    target = target_for(chip, mesh)
+    with tempfile.TemporaryDirectory() as home, OpWorker(resolve(chip).path, Path(home), chip=chip,
+                                                         name=f"bench-{chip}") as worker:
+        artifacts = Workspace(Path(home)).artifacts
+        for op in prepared.unique:
+            result = worker.analyze(op, settings.model_copy(update={"mesh": target.mesh_text}), timeout=300)
+            got.totals.append(result.seconds)
+            if result.device is not None:
+                got.devices.append(result.device.seconds)
+                got.collectives.append(result.device.collective_seconds)
+            if result.golden is not None:
+                got.goldens.append(result.golden.seconds)
+            if result.compile is not None:
+                got.compiles.append(result.compile.seconds)
+            if not first_round:
+                continue
+            got.statuses[result.status.value] += 1
+            if result.status.value != "success" and not got.first_failure:
+                got.first_failure = f"{result.status.value}: {result.message}"
+            if result.compile is not None and result.compile.ok:
+                got.ok += 1
+                got.seen.update(COLLECTIVE.findall(artifacts.read_text(result.compile.artifacts["ttnn_runtime"])))
 
 
 def show_goal(measured: dict[str, CaseFigures], singles: list[str], meshes: list[str]) -> None:
