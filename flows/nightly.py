@@ -26,6 +26,7 @@ from flows.corpus import corpus
 from flows.hosting import handoff as handoffs
 from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
 from flows.engine.summary import summary_of
+from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, Zoo, config_dir, load_config, load_zoo
 from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for
@@ -48,13 +49,16 @@ class Target(BaseModel):
                             "(e.g. real-size) instead of the configuration's models")
 
     def chosen_models(self, default: list[str], zoo: Zoo | None = None) -> list[str]:
-        """The models this target runs: its own, else the zoo's models tagged with any of `tags`, else `default`."""
+        """The models this target runs: its own, else the zoo's models tagged with any of `tags` that
+        run on it (a sharded model only on the mesh its plan is made for), else `default`."""
         if self.models:
             return self.models
         if not self.tags:
             return default
         zoo = zoo or load_zoo()
-        return [m.name for m in zoo.models if set(m.tags) & set(self.tags)]
+        mesh = target_for(self.chip, self.mesh).mesh
+        return [m.name for m in zoo.models if set(m.tags) & set(self.tags)
+                and (m.sharding is None or tuple(m.sharding.shape()) == tuple(mesh))]
 
     @property
     def title(self) -> str:

@@ -199,7 +199,7 @@ def test_jax_weights_given_by_shape_and_dtype_are_arguments_without_values():
 def test_the_real_size_configurations_are_in_the_zoo_tagged_for_a_nightly(zoo):
     names = {m.name for m in zoo.tagged("real-size")}
     assert names == {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b",
-                     "whisper-large-v3-encoder"}
+                     "whisper-large-v3-encoder", "llama-3.1-70b-galaxy"}
     assert {m.name for m in zoo.tagged("llm")} < names and not names & {m.name for m in zoo.small()}
     assert "mlp" in {m.name for m in zoo.small()}
 
@@ -208,7 +208,10 @@ def test_a_nightly_target_can_choose_the_real_size_models_by_tag(zoo):
     from flows.nightly import Target
 
     target = Target.model_validate({"chip": "p150", "tags": ["real-size"]})
-    assert set(target.chosen_models(["mlp"], zoo)) == {m.name for m in zoo.tagged("real-size")}
+    one_chip = {m.name for m in zoo.tagged("real-size") if m.sharding is None}
+    assert set(target.chosen_models(["mlp"], zoo)) == one_chip  # a sharded model only on its plan's mesh
+    galaxy = Target.model_validate({"chip": "bh-galaxy", "tags": ["real-size"]})
+    assert set(galaxy.chosen_models(["mlp"], zoo)) == one_chip | {"llama-3.1-70b-galaxy"}
     assert Target().chosen_models(["mlp"], zoo) == ["mlp"]
 
 
