@@ -81,6 +81,11 @@ def group_size(mesh_shape: tuple[int, int], axis: int | None) -> int:
     return mesh_shape[0] * mesh_shape[1] if axis is None else mesh_shape[axis]
 
 
+def split_evenly(shape: tuple[int, ...], dim: int, n: int) -> tuple[int, ...]:
+    """`shape` with dimension `dim` made n times longer: it then splits into n equal pieces."""
+    return tuple(s * n if i == dim % len(shape) else s for i, s in enumerate(shape))
+
+
 def attrs_with_axis(axis: int | None, **attrs) -> dict:
     return attrs if axis is None else {**attrs, "cluster_axis": axis}
 
@@ -124,8 +129,7 @@ def test_all_reduce_reduces_each_group_like_the_reference(data, mesh_shape, axis
 @given(st.data(), mesh_shapes, axes, local_shapes, st.sampled_from(DTYPES), st.sampled_from(["sum", "max", "mean"]))
 def test_reduce_scatter_gives_each_chip_its_piece_like_the_reference(data, mesh_shape, axis, shape, dtype, kind):
     dim = data.draw(st.integers(-len(shape), len(shape) - 1))
-    n = group_size(mesh_shape, axis)
-    shape = tuple(s * n if i == dim % len(shape) else s for i, s in enumerate(shape))
+    shape = split_evenly(shape, dim, group_size(mesh_shape, axis))
     xs = chip_values(data.draw, mesh_shape[0] * mesh_shape[1], shape, dtype)
     context = f"reduce_scatter {kind} {mesh_shape} axis {axis} dim {dim} {shape} {dtype}"
     assert_same(*both_readings("ttnn.reduce_scatter", mesh_shape, [[x] for x in xs], dtype,
@@ -137,8 +141,7 @@ def test_reduce_scatter_gives_each_chip_its_piece_like_the_reference(data, mesh_
 def test_all_to_all_exchanges_pieces_like_the_reference(data, mesh_shape, axis, shape, dtype):
     split = data.draw(st.integers(0, len(shape) - 1))
     concat = data.draw(st.integers(-len(shape), len(shape) - 1))
-    n = group_size(mesh_shape, axis)
-    shape = tuple(s * n if i == split else s for i, s in enumerate(shape))
+    shape = split_evenly(shape, split, group_size(mesh_shape, axis))
     xs = chip_values(data.draw, mesh_shape[0] * mesh_shape[1], shape, dtype)
     context = f"all_to_all {mesh_shape} axis {axis} split {split} concat {concat} {shape} {dtype}"
     assert_same(*both_readings("ttnn.all_to_all", mesh_shape, [[x] for x in xs], dtype,
@@ -149,8 +152,7 @@ def test_all_to_all_exchanges_pieces_like_the_reference(data, mesh_shape, axis, 
 @given(st.data(), mesh_shapes, axes, local_shapes, st.sampled_from(DTYPES))
 def test_mesh_partition_keeps_each_chips_piece_like_the_reference(data, mesh_shape, axis, shape, dtype):
     dim = data.draw(st.integers(-len(shape), len(shape) - 1))
-    n = group_size(mesh_shape, axis)
-    shape = tuple(s * n if i == dim % len(shape) else s for i, s in enumerate(shape))
+    shape = split_evenly(shape, dim, group_size(mesh_shape, axis))
     xs = chip_values(data.draw, mesh_shape[0] * mesh_shape[1], shape, dtype)
     context = f"mesh_partition {mesh_shape} axis {axis} dim {dim} {shape} {dtype}"
     assert_same(*both_readings("ttnn.mesh_partition", mesh_shape, [[x] for x in xs], dtype,
