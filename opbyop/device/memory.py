@@ -44,7 +44,6 @@ class _Banks:
     peak_total: int = 0
     peak_bank: int = 0
     next_bank: int = 0  # round-robin start, so small buffers spread over banks
-    total: int = 0  # sum(used), kept as buffers come and go
 
     def __post_init__(self) -> None:
         self.used = [0] * self.count
@@ -59,15 +58,12 @@ class _Banks:
                     f"which has {free:,} B free of {self.capacity:,} B ({sum(per_bank.values()):,} B in all)")
         for bank, size in per_bank.items():
             self.used[bank] += size
-        self.total += sum(per_bank.values())
-        self.peak_total = max(self.peak_total, self.total)
-        # only the banks just grown can pass the peak (the others were within it already)
-        self.peak_bank = max(self.peak_bank, max((self.used[b] for b in per_bank), default=0))
+        self.peak_total = max(self.peak_total, sum(self.used))
+        self.peak_bank = max(self.peak_bank, max(self.used))
 
     def release(self, per_bank: dict[int, int]) -> None:
         for bank, size in per_bank.items():
             self.used[bank] -= size
-        self.total -= sum(per_bank.values())
 
 
 class DeviceMemory:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Iterator, Literal
 
 import numpy as np
@@ -59,12 +59,10 @@ class TransferCounter:
 
     def count(self, direction: Direction, name: str, nbytes: int, host: np.ndarray) -> None:
         with self._lock:
-            t = self.totals
             if direction == "to_device":
-                self.totals = replace(t, to_device_tensors=t.to_device_tensors + 1,
-                                      to_device_bytes=t.to_device_bytes + nbytes)
+                self.totals = self.totals + TransferTotals(to_device_tensors=1, to_device_bytes=nbytes)
             else:
-                self.totals = replace(t, to_host_tensors=t.to_host_tensors + 1, to_host_bytes=t.to_host_bytes + nbytes)
+                self.totals = self.totals + TransferTotals(to_host_tensors=1, to_host_bytes=nbytes)
             if self._logs:
                 entry = Transfer(direction, name, nbytes, digest(host))
                 for log in self._logs:
