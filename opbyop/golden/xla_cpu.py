@@ -45,6 +45,12 @@ FAST_FLAGS = Environment.model_fields["xla_flags"].default
 OPTIMISE_ABOVE_BYTES = 1 << 26
 
 
+# Sharded inputs above this many bytes are collected right after the run: jax's arrays sit in
+# reference cycles, and uncollected the inputs' blocks (a 70B weight's: 2 GB) outlive the gathering of
+# the outputs; a collection costs tens of milliseconds, nothing beside such an op.
+COLLECT_ABOVE_BYTES = 1 << 26
+
+
 def opbyop_xla_flags() -> str:
     return environment().xla_flags
 
@@ -127,9 +133,7 @@ class XlaCpu:
         buffers = [self.put_on_mesh(np.asarray(x), GSPMDSharding(devices, s)) for x, s in zip(inputs, in_shardings)]
         results = exe.execute_sharded(buffers).disassemble_into_single_device_arrays()  # type: ignore[attr-defined]
         del buffers
-        if sum(np.asarray(x).nbytes for x in inputs) > OPTIMISE_ABOVE_BYTES:
-            # jax's arrays sit in reference cycles: without a collection now, the inputs' blocks (a 70B
-            # weight's: 2 GB) outlive the gathering of the outputs (a collection costs tens of ms)
+        if sum(np.asarray(x).nbytes for x in inputs) > COLLECT_ABOVE_BYTES:
             gc.collect()
         gathered, shards = [], []
         for k, (sharding, shape) in enumerate(zip(out_shardings, shapes)):
