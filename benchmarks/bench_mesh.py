@@ -1,17 +1,20 @@
-"""The cost of op by op on a mesh: per unique op, a model on one chip against its sharded variant on a
-mesh, side by side in one run. Goal: no more per unique op on the mesh than on one chip, plus the
-collectives' own simulation.
+"""The cost of op by op on a mesh: per unique op, a sharded model on a mesh against the same model
+on one chip, side by side in one run. Goal: no more per unique op on the mesh than on one chip, plus
+the collectives' own simulation.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_mesh.py [--single llama:p150 cnn:p150]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_mesh.py
         [--mesh llama-tp-1x2:p300 llama-tp-2x4:p150x8:2x4 cnn-dp-1x2:p300] [--rounds 2]
+
+Each mesh case's baseline is its own model (the zoo entry's factory, arguments and inputs) without
+its sharding plan, on one chip of the board's architecture (p150 for Blackhole boards, n150 for
+Wormhole ones): the same global shapes, every op whole on one chip.
 
 Split (with Shardy's propagation on the sharded model) is timed, then every unique op analysed in a
 warm worker as `opbyop analyze` does (compile, the simulated device, golden on XLA:CPU: a host mesh
 for the sharded model), each part's median and mean per op; the TTNN collectives the mesh programs
 hold are counted, and the simulator's wall time in them (DeviceRun.collective_seconds) is summed.
-Each mesh case is held against the one-chip case whose model its name starts with (cnn-dp-1x2 against
-cnn): mesh op / (one-chip op + the mesh op's collectives), by mean and by median, for the whole
-analysis and for the device alone. `--rounds N` runs every case N times, interleaved (the order
+Each mesh case is held against its baseline: mesh op / (one-chip op + the mesh op's collectives),
+by mean and by median, for the whole analysis and for the device alone. `--rounds N` runs every case N times, interleaved (the order
 reversed every other round), so that a load drift on a shared machine falls on all cases alike.
 `--compile-only` leaves the device and golden out.
 """
@@ -29,7 +32,9 @@ from pathlib import Path
 
 from common import Figures, median_ms, timed
 
-from opbyop.compiler.targets import target_for
+from opbyop.compiler.targets import BOARDS, target_for
+
+ONE_CHIP = "-one-chip"  # the baseline's name: the mesh model's name and this
 
 COLLECTIVE = re.compile(r'"(ttnn\.(?:all_reduce|all_gather|reduce_scatter|collective_permute|all_to_all|'
                         r'point_to_point|mesh_shard|distribute_tensor|aggregate_tensor)\w*)"')
@@ -53,14 +58,13 @@ class CaseFigures:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--single", nargs="*", default=["llama:p150", "cnn:p150"],
-                        help="MODEL:CHIP on one chip (the baselines)")
     parser.add_argument("--mesh", nargs="*", default=["llama-tp-1x2:p300", "cnn-dp-1x2:p300"],
                         help="MODEL:CHIP[:MESH] on a mesh")
     parser.add_argument("--compile-only", action="store_true", help="no device run, no golden")
     parser.add_argument("--rounds", type=int, default=1, help="every case this many times, interleaved")
     args = parser.parse_args()
-    cases = [*args.single, *args.mesh]
+    baselines = {case: _baseline(case) for case in args.mesh}
+    cases = [*dict.fromkeys(baselines.values()), *args.mesh]
     chips = max(target_for(*_chip_mesh(c)).chips for c in cases)
     os.environ["OPBYOP_HOST_DEVICES"] = str(chips)  # before JAX starts (in this process and the workers)
 
@@ -75,7 +79,7 @@ def main() -> None:
                       ["model", "chip", "mesh", "ops", "unique", "split s", "op ms", "compile ms", "device ms",
                        "golden ms", "collectives ms", "analyze s total", "flatbuffer", "statuses", "TTNN collectives",
                        "first failure"])
-    zoo = load_zoo()
+    zoo = _with_baselines(load_zoo(), args.mesh)
     prepared = {case: _prepare(case, zoo) for case in cases}
     measured = {case: CaseFigures(case.split(":")[0]) for case in cases}
     for round_ in range(args.rounds):  # every case once per round, in turn reversed: load drifts hit all alike
@@ -101,7 +105,7 @@ def main() -> None:
     print("op ms: median over the unique ops of the worker's whole analysis of one op; compile/device/golden ms: "
           "each part's median as the worker measured it; collectives ms: the simulator's time in collectives "
           "(median); split s: export, propagation, split")
-    show_goal(measured, args.single, args.mesh)
+    show_goal(measured, baselines)
 
 
 def _prepare(case: str, zoo: object) -> tuple[float, object]:
@@ -146,17 +150,33 @@ def _analyze(case: str, prepared: object, settings: object, got: CaseFigures, fi
                 got.seen.update(COLLECTIVE.findall(artifacts.read_text(result.compile.artifacts["ttnn_runtime"])))
 
 
-def show_goal(measured: dict[str, CaseFigures], singles: list[str], meshes: list[str]) -> None:
+def _baseline(case: str) -> str:
+    """MODEL:CHIP[:MESH] -> MODEL-one-chip:ONE (the model without its plan, on one chip of the board's
+    architecture)."""
+    model, chip = case.split(":")[:2]
+    arch = BOARDS[chip].arch
+    one = next(name for name, board in BOARDS.items() if board.chips == 1 and board.arch == arch)
+    return f"{model}{ONE_CHIP}:{one}"
+
+
+def _with_baselines(zoo: object, meshes: list[str]) -> object:
+    """The zoo and, for each mesh case's model, the same entry without its sharding plan."""
+    extra = []
+    for name in dict.fromkeys(case.split(":")[0] for case in meshes):
+        entry = zoo.get(name)
+        extra.append(entry.model_copy(update={"name": name + ONE_CHIP, "sharding": None,
+                                              "tags": [t for t in entry.tags if t != "multichip"]}))
+    return zoo.model_copy(update={"models": [*zoo.models, *extra]})
+
+
+def show_goal(measured: dict[str, CaseFigures], baselines: dict[str, str]) -> None:
     """Each mesh case against its one-chip baseline plus its own collectives' simulation."""
     goal = Figures("the goal: mesh op <= one-chip op + the mesh op's collectives (ratio <= 1.0 meets it)",
                    ["mesh case", "one-chip case", "op ms mesh (mean)", "op ms one chip (mean)",
                     "collectives ms (mean)", "ratio by mean", "ratio by median", "device ratio by mean",
                     "device ratio by median"])
-    for case in meshes:
-        mesh = measured.get(case)
-        base_case = next((s for s in sorted(singles, key=len, reverse=True)
-                          if case.startswith(s.split(":")[0])), None)
-        base = measured.get(base_case) if base_case else None
+    for case, base_case in baselines.items():
+        mesh, base = measured.get(case), measured.get(base_case)
         if mesh is None or base is None or not mesh.totals or not base.totals:
             goal.add(case, base_case or "-", "", "", "", "no baseline measured", "", "", "")
             continue
