@@ -18,7 +18,6 @@ from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, ref
 from opbyop.artifacts import ArtifactStore
 from opbyop.attribution import judge
 from opbyop.compiler.plugin import TTCompiler
-from opbyop.device.mesh import program_mesh_shape
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary
 from opbyop.device.simulator import DeviceSimulator, SimulationError
@@ -161,7 +160,7 @@ class OpAnalyzer:
         device.memory.reset_peaks()
         observer, xla_outputs, trace_note = self._trace_observer(plan, values, trace_note,
                                                                  settings.thresholds.for_dtype("f32").pcc,
-                                                                 program_mesh_shape(binary.program.text))
+                                                                 binary.program.mesh_shape)
         try:
             run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text,
                                observer=observer)

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.device.formats import BF16
-from opbyop.device.mesh import Mesh, MeshError, program_mesh_shape
+from opbyop.device.mesh import Mesh, MeshError
 from opbyop.device.mesh_runtime import resolve_shardings
 from opbyop.device.program import Function, Op, Program
 from opbyop.device.reference import Unreadable, read_mesh_program, read_program
@@ -95,7 +95,7 @@ class _Reading:
 def _read(binary: Binary, inputs: Sequence[np.ndarray], stablehlo: str | None) -> _Reading:
     """The reference reading of the program on `inputs`: one chip's, or every chip's of its mesh."""
     program = binary.program
-    shape = program_mesh_shape(program.text)
+    shape = program.mesh_shape
     if shape == (1, 1):
         reading = read_program(program, inputs)
         return _Reading(outputs=_host_outputs(reading.outputs, program.main), trace=reading.trace)

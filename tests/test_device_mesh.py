@@ -308,6 +308,29 @@ def test_chips_holding_the_same_block_share_its_stored_values_but_each_has_its_o
     np.testing.assert_array_equal(from_mesh(rows, mesh, Sharding(((0,), ()))), full)
 
 
+def test_a_const_eval_function_runs_once_for_the_whole_mesh_and_every_chip_caches_its_result():
+    case = DATA / "p300" / "add_sharded"  # @main_const_eval_0 makes the constant 1 the program adds
+    binary = Binary.load((case / "ttnn_runtime.mlir").read_text())
+    mesh = Mesh(binary.program.spec, binary.program.mesh_shape)
+    rng = np.random.default_rng(13)
+    x, y = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(2))
+    sharding = Sharding(((1,), ()))
+    inputs = [to_mesh(v, mesh, sharding) for v in (x, y)]
+    runs = [submit_mesh(mesh, binary, 0, inputs)[0] for _ in range(2)]
+    constants = [list(d.const_cache.values()) for d in mesh.devices]
+    assert [len(c) for c in constants] == [1, 1]  # the second run found it cached on both chips
+    first, second = (c[0].results[0] for c in constants)
+    assert first.values is second.values and first.buffer is not second.buffer  # computed once, two buffers
+    for outputs in runs:
+        np.testing.assert_allclose(from_mesh(outputs[0], mesh, sharding), x * y + 1, rtol=1e-6)
+    for tensors in [*inputs, *(o for outputs in runs for o in outputs)]:
+        for t in tensors:
+            t.device.release(t)
+    for device in mesh.devices:
+        device.release_constants()
+        assert sum(device.memory.dram.used) == 0 and sum(device.memory.l1.used) == 0
+
+
 @pytest.mark.parametrize("name", ["psum", "psum_scatter"])
 def test_a_mesh_runs_outputs_come_back_once_each_chips_shard_a_view_into_the_gathered_value(name, simulator):
     # a replicated output (psum: every chip takes the all_reduce's one result) is copied to the host

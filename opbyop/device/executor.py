@@ -194,7 +194,7 @@ class Executor:
 
     def _check_l1(self, op: Op, buffers: int) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""
-        resident = max(self.device.memory.l1.used)
+        resident = self.device.memory.l1.fullest
         limit = self.device.spec.l1_per_core
         if resident + buffers > limit:
             raise OutOfMemory(f"out of L1 memory: {op.name} ({_short(op.location)}) needs {buffers:,} B of circular "
@@ -211,19 +211,32 @@ class Executor:
         return DeviceTensor(values=stored, dtype=t.dtype, layout=layout, device=self.device, buffer=buffer, name=name)
 
     def _const_eval(self, op: Op, args: list[DeviceTensor | None]) -> list[DeviceTensor]:
-        callee = op.attrs["callee"].lstrip("@")
-        present = [a for a in args if a is not None]
-        key = (id(self.program), callee, tuple(id(a) for a in present))
-        entry = self.device.const_cache.get(key)
-        # ids are reused once objects die: an entry counts only for this very program and inputs
-        if entry is None or entry.program is not self.program or any(a is not b for a, b in zip(entry.args, present)):
-            results = self.run(self.program.functions[callee], present)
-            entry = ConstEval(program=self.program, args=present, results=results)
-            self.device.const_cache[key] = entry  # the cache holds a reference on each result
+        entry = self.cached_constants(op, args)
+        if entry is None:
+            present = [a for a in args if a is not None]
+            entry = self.remember_constants(op, args, self.run(self.program.functions[op.attrs["callee"].lstrip("@")],
+                                                               present))
         for t in entry.results:
             t.refs += 1
         return entry.results
 
+    def cached_constants(self, op: Op, args: list[DeviceTensor | None]) -> ConstEval | None:
+        """A const-eval call's cached results on this device, if this very program ran it on these inputs."""
+        entry = self.device.const_cache.get(self._const_key(op, args))
+        present = [a for a in args if a is not None]
+        # ids are reused once objects die: an entry counts only for this very program and inputs
+        if entry is None or entry.program is not self.program or any(a is not b for a, b in zip(entry.args, present)):
+            return None
+        return entry
+
+    def remember_constants(self, op: Op, args: list[DeviceTensor | None], results: list[DeviceTensor]) -> ConstEval:
+        """Cache a const-eval call's results on the device (the cache holds a reference on each)."""
+        entry = ConstEval(program=self.program, args=[a for a in args if a is not None], results=results)
+        self.device.const_cache[self._const_key(op, args)] = entry
+        return entry
+
+    def _const_key(self, op: Op, args: list[DeviceTensor | None]) -> tuple:
+        return (id(self.program), op.attrs["callee"].lstrip("@"), tuple(id(a) for a in args if a is not None))
 
     # -- control flow (tt-mlir's ttcore.while_loop / ttcore.case call functions of the program) ----
     def _callee(self, ref: object) -> Function:

@@ -30,6 +30,11 @@ class Buffer:
     freed: bool = False
 
 
+# Allocation plans a memory remembers before it forgets them all: a worker's device lives for
+# thousands of ops, each plan is a dict of up to one entry per core.
+PLANS_KEPT = 4096
+
+
 def _align(n: int, alignment: int) -> int:
     return -(-n // alignment) * alignment
 
@@ -41,49 +46,77 @@ class _Banks:
     capacity: int
     alignment: int
     used: list[int] = field(default_factory=list)
+    total: int = 0  # sum(used), kept as buffers come and go: a sum over 130 cores per buffer was most of it
     peak_total: int = 0
     peak_bank: int = 0
     next_bank: int = 0  # round-robin start, so small buffers spread over banks
+    _fullest: int | None = 0  # max(used), or None once a release may have lowered it
 
     def __post_init__(self) -> None:
         self.used = [0] * self.count
 
+    @property
+    def fullest(self) -> int:
+        """The most any one bank holds now."""
+        if self._fullest is None:
+            self._fullest = max(self.used)
+        return self._fullest
+
     def allocate(self, per_bank: dict[int, int], name: str) -> None:
+        used, capacity = self.used, self.capacity
         for bank, size in per_bank.items():
-            if self.used[bank] + size > self.capacity:
-                free = self.capacity - self.used[bank]
+            if used[bank] + size > capacity:
+                free = capacity - used[bank]
                 where = f"channel {bank}" if self.kind == "dram" else f"core {bank}"
                 raise OutOfMemory(
                     f"out of {self.kind.upper()} memory: buffer {name} needs {size:,} B on {where}, "
-                    f"which has {free:,} B free of {self.capacity:,} B ({sum(per_bank.values()):,} B in all)")
+                    f"which has {free:,} B free of {capacity:,} B ({sum(per_bank.values()):,} B in all)")
+        fullest = 0
         for bank, size in per_bank.items():
-            self.used[bank] += size
-        self.peak_total = max(self.peak_total, sum(self.used))
-        self.peak_bank = max(self.peak_bank, max(self.used))
+            used[bank] += size
+            fullest = max(fullest, used[bank])
+            self.total += size
+        self.peak_total = max(self.peak_total, self.total)
+        self.peak_bank = max(self.peak_bank, fullest)  # only the banks just grown can have a new peak
+        if self._fullest is not None:
+            self._fullest = max(self._fullest, fullest)
 
     def release(self, per_bank: dict[int, int]) -> None:
         for bank, size in per_bank.items():
             self.used[bank] -= size
+            self.total -= size
+        self._fullest = None
 
 
 class DeviceMemory:
-    """Allocators for one device."""
+    """Allocators for one device. `plans` memoises where a buffer's pages go (per layout, shape and
+    round-robin start): the chips of a mesh, alike, share one."""
 
-    def __init__(self, spec: DeviceSpec):
+    def __init__(self, spec: DeviceSpec, plans: dict | None = None):
         self.spec = spec
         self.dram = _Banks("dram", spec.num_dram_channels, spec.dram_per_channel, spec.noc_dram_address_align_bytes)
         self.l1 = _Banks("l1", spec.cores, spec.l1_per_core, spec.noc_l1_address_align_bytes)
         self._ids = itertools.count()
+        self.plans: dict[tuple, tuple[dict[int, int], int, Layout]] = {} if plans is None else plans
 
     def allocate(self, layout: Layout, shape: tuple[int, ...], name: str) -> Buffer | None:
         """Reserve space for a tensor; None for host (system memory) tensors."""
         if not layout.on_device:
             return None
         banks = self.dram if layout.buffer == "dram" else self.l1
-        if layout.buffer == "l1" and layout.sharded:
-            per_bank = self._sharded(layout, shape, banks)
-        else:
-            per_bank = self._interleaved(layout, shape, banks)
+        # keyed by the layout's identity (comparing layouts field by field cost more than the plan);
+        # the plan keeps its layout alive, so the id stays its own while remembered
+        key = (id(layout), shape, banks.next_bank)
+        plan = self.plans.get(key)
+        if plan is None or plan[2] is not layout:
+            if layout.buffer == "l1" and layout.sharded:
+                plan = self._sharded(layout, shape, banks), banks.next_bank, layout
+            else:
+                plan = (*self._interleaved(layout, shape, banks), layout)
+            if len(self.plans) >= PLANS_KEPT:
+                self.plans.clear()
+            self.plans[key] = plan
+        per_bank, banks.next_bank, _ = plan
         banks.allocate(per_bank, name)
         return Buffer(id=next(self._ids), name=name, buffer_type=layout.buffer,
                       nbytes=sum(per_bank.values()), per_bank=per_bank)
@@ -95,7 +128,8 @@ class DeviceMemory:
         buffer.freed = True
 
     @staticmethod
-    def _interleaved(layout: Layout, shape: tuple[int, ...], banks: _Banks) -> dict[int, int]:
+    def _interleaved(layout: Layout, shape: tuple[int, ...], banks: _Banks) -> tuple[dict[int, int], int]:
+        """Each bank's bytes, and the round-robin start after them."""
         pages = layout.pages(shape)
         page = _align(layout.page_bytes(shape), banks.alignment)
         base, extra = divmod(pages, banks.count)
@@ -103,8 +137,7 @@ class DeviceMemory:
         for i in range(min(pages, banks.count)):
             bank = (banks.next_bank + i) % banks.count
             per_bank[bank] = (base + (1 if i < extra else 0)) * page
-        banks.next_bank = (banks.next_bank + pages) % banks.count
-        return per_bank
+        return per_bank, (banks.next_bank + pages) % banks.count
 
     def _sharded(self, layout: Layout, shape: tuple[int, ...], banks: _Banks) -> dict[int, int]:
         rows, cols = layout.grid
@@ -124,7 +157,5 @@ class DeviceMemory:
         return self.l1.peak_bank
 
     def reset_peaks(self) -> None:
-        self.dram.peak_total = sum(self.dram.used)
-        self.dram.peak_bank = max(self.dram.used)
-        self.l1.peak_total = sum(self.l1.used)
-        self.l1.peak_bank = max(self.l1.used)
+        for banks in (self.dram, self.l1):
+            banks.peak_total, banks.peak_bank = banks.total, banks.fullest

@@ -108,8 +108,9 @@ class Mesh:
             self.topology = Topology.RING if self.topology.wraps else Topology.LINEAR
         self.link = link or LINKS.get(spec.arch, WORMHOLE_LINK)
         self.devices = [Device(spec) for _ in range(rows * cols)]
-        for device in self.devices[1:]:  # identical chips: an op placed on one is placed alike on all
+        for device in self.devices[1:]:  # identical chips: an op or a buffer placed on one is placed alike on all
             device.placements = self.devices[0].placements
+            device.memory.plans = self.devices[0].memory.plans
 
     @property
     def size(self) -> int:

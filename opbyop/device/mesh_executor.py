@@ -83,6 +83,8 @@ class MeshExecutor:
                 if self.share and op.name in KERNELS:
                     self._shared_step(op, envs, owned)
                     continue
+                if self.share and op.name == "ttcore.load_cached" and self._shared_constants(op, envs, owned):
+                    continue
                 for chip, executor in enumerate(self.chips):
                     before = executor.stats.cycles
                     executor._step(op, envs[chip], owned[chip])
@@ -106,9 +108,12 @@ class MeshExecutor:
         # operands -> results, by a fingerprint of the operands: a chip compares its operands in full
         # only with those of chips whose fingerprint is the same (not with every chip's before it)
         done: dict[tuple, list[tuple[list[DeviceTensor | None], list[DeviceTensor]]]] = {}
+        prints: dict[int, tuple] = {}  # by stored values: chips sharing a block print it once
         for chip, executor in enumerate(self.chips):
             inputs = [envs[chip].get(v) for v in op.operands]
-            seen_alike = done.setdefault(tuple(_fingerprint(t) for t in inputs), [])
+            key = tuple(prints.get(id(t.values)) or prints.setdefault(id(t.values), _fingerprint(t))
+                        if t is not None else () for t in inputs)
+            seen_alike = done.setdefault(key, [])
             earlier = next((results for seen, results in seen_alike if _same_values(seen, inputs)), None)
             if earlier is None:
                 values = executor.compute(op, inputs)
@@ -120,6 +125,26 @@ class MeshExecutor:
                 tensors = [executor.adopt(t, where) for t in earlier]
             executor.bind(op, tensors, envs[chip], owned[chip])
             self.clocks[chip] += placement.cycles if placement is not None else 0
+
+    def _shared_constants(self, op: Op, envs: list[dict], owned: list[set[int]]) -> bool:
+        """A const-eval call on every chip at once: its function run on the mesh (kernels shared as
+        every op's) when no chip has it cached, from each chip's cache when every chip has. False
+        when some chips have it and others not: each chip then runs it alone."""
+        args = [[env.get(v) for v in op.operands] for env in envs]
+        cached = [executor.cached_constants(op, chip_args) for executor, chip_args in zip(self.chips, args)]
+        if any(entry is None for entry in cached) and any(entry is not None for entry in cached):
+            return False
+        if cached[0] is None:
+            callee = self.program.functions[op.attrs["callee"].lstrip("@")]
+            results = self.run(callee, [[a for a in chip_args if a is not None] for chip_args in args])
+            cached = [executor.remember_constants(op, chip_args, chip_results)
+                      for executor, chip_args, chip_results in zip(self.chips, args, results)]
+        for chip, entry in enumerate(cached):
+            for v, t in zip(op.results, entry.results):
+                t.refs += 1
+                envs[chip][v] = t
+                owned[chip].add(id(t))
+        return True
 
     def _collective(self, op, envs: list[dict], owned: list[set[int]]) -> None:
         # bf16 storage reaches a collective as its f32 values, as it reaches every computing kernel

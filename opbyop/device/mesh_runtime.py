@@ -33,7 +33,6 @@ from opbyop.device.mesh import (
     Topology,
     infer_sharding,
     module_shardings,
-    program_mesh_shape,
 )
 from opbyop.device.mesh_executor import MeshExecutor, mesh_unsupported_ops
 from opbyop.device.placement import Policy
@@ -88,8 +87,8 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
     function = binary.function(program_index)
     if len(inputs) != len(function.arguments):
         raise ValueError(f"program {program_index} takes {len(function.arguments)} inputs, got {len(inputs)}")
-    if program_mesh_shape(binary.program.text) != mesh.shape:
-        rows, cols = program_mesh_shape(binary.program.text)
+    if binary.program.mesh_shape != mesh.shape:
+        rows, cols = binary.program.mesh_shape
         raise SimulationError(f"the program was compiled for a {rows}x{cols} mesh, the simulated mesh is "
                               f"{mesh.shape[0]}x{mesh.shape[1]}")
     missing = mesh_unsupported_ops(binary.program)
@@ -210,7 +209,7 @@ class MeshSimulator:
                    trace: dict | None = None) -> MeshResult:
         """`chip_numerics` and `trace` as submit_mesh's."""
         started = time.perf_counter()
-        mesh = self.mesh_for(binary.program.spec, program_mesh_shape(binary.program.text))
+        mesh = self.mesh_for(binary.program.spec, binary.program.mesh_shape)
         shardings = shardings or resolve_shardings(binary, inputs, mesh.shape, stablehlo)  # MeshError: the caller's
         for device in mesh.devices:
             device.memory.reset_peaks()

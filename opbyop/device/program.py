@@ -9,6 +9,8 @@ are read here from their text (`#ttnn.name<key = value, ...>`).
 
 from __future__ import annotations
 
+import functools
+
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -83,6 +85,13 @@ class Program:
     @property
     def main(self) -> Function:
         return self.functions[self.entry]
+
+    @functools.cached_property
+    def mesh_shape(self) -> tuple[int, int]:
+        """The mesh the program was compiled for ((1, 1): one chip), read from its text once."""
+        from opbyop.device.mesh import program_mesh_shape
+
+        return program_mesh_shape(self.text)
 
     def op_names(self) -> list[str]:
         return [op.name for f in self.functions.values() for op in f.ops]

@@ -9,7 +9,6 @@ import numpy as np
 
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
-from opbyop.device.mesh import program_mesh_shape
 from opbyop.device.mesh_runtime import MeshSimulator
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import (Binary, Device, as_host_type, get_layout, input_shape, open_device, run_of, submit,
@@ -53,7 +52,7 @@ class DeviceSimulator:
         the op's module (`stablehlo`, its Shardy shardings) says, and the outputs come back gathered.
         `chip_numerics=False`: the same kernels with the chip's numerics off; `trace`: filled with
         every op's first result values (runtime.submit), on a mesh keyed (chip, value id)."""
-        if program_mesh_shape(binary.program.text) != (1, 1):
+        if binary.program.mesh_shape != (1, 1):
             if self._mesh is None:
                 self._mesh = MeshSimulator(self.policy)
             self._mesh.policy = self.policy

@@ -37,10 +37,10 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     compiled for a mesh runs on a mesh of `device`'s chips, split as `stablehlo`'s shardings say.
     `observer` sees each op's outputs of the first iteration (opbyop.accuracy_trace); on a mesh each
     chip's, with the chip's index as a third argument."""
-    from opbyop.device.mesh import Mesh, program_mesh_shape  # the mesh runtime builds on this module
+    from opbyop.device.mesh import Mesh  # the mesh runtime builds on this module
     from opbyop.device.mesh_runtime import run_stitched_mesh
 
-    if (shape := program_mesh_shape(binary.program.text)) != (1, 1):
+    if (shape := binary.program.mesh_shape) != (1, 1):
         mesh = Mesh(device.spec, shape)
         try:
             return run_stitched_mesh(mesh, binary, values, parameters, iterations, stablehlo, observer=observer)

@@ -53,16 +53,20 @@ class TransferCounter:
     """Totals of one device's transfers; a log of them while recording."""
 
     def __init__(self) -> None:
-        self.totals = TransferTotals()
+        # counted in place (a new TransferTotals per transfer cost more than a mesh's kernels)
+        self._counts = {f.name: 0 for f in fields(TransferTotals)}
         self._logs: list[list[Transfer]] = []  # one per open recording (they may nest)
         self._lock = threading.Lock()  # evictions are counted on the device's queue thread
 
+    @property
+    def totals(self) -> TransferTotals:
+        with self._lock:
+            return TransferTotals(**self._counts)
+
     def count(self, direction: Direction, name: str, nbytes: int, host: np.ndarray) -> None:
         with self._lock:
-            if direction == "to_device":
-                self.totals = self.totals + TransferTotals(to_device_tensors=1, to_device_bytes=nbytes)
-            else:
-                self.totals = self.totals + TransferTotals(to_host_tensors=1, to_host_bytes=nbytes)
+            self._counts[f"{direction}_tensors"] += 1
+            self._counts[f"{direction}_bytes"] += nbytes
             if self._logs:
                 entry = Transfer(direction, name, nbytes, digest(host))
                 for log in self._logs:
@@ -70,7 +74,8 @@ class TransferCounter:
 
     def evicted(self, nbytes: int) -> None:
         with self._lock:
-            self.totals = self.totals + TransferTotals(l1_evictions=1, l1_evicted_bytes=nbytes)
+            self._counts["l1_evictions"] += 1
+            self._counts["l1_evicted_bytes"] += nbytes
 
     @contextmanager
     def recording(self) -> Iterator[list[Transfer]]:
