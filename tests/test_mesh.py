@@ -268,17 +268,17 @@ def test_a_sharded_op_without_arguments_runs_again_from_the_golden_disk_cache(tm
     assert proc.stdout.strip().splitlines()[-1] == "0 24.0 24.0"  # loaded, not compiled; the same values
 
 
-def test_a_block_several_host_devices_hold_is_one_host_array_not_a_copy_each(tmp_path):
+def test_a_large_block_several_host_devices_hold_is_one_host_array_not_a_copy_each(tmp_path):
     # a 2x2 host mesh, the input split over "b" (columns) and replicated over "a": four devices,
-    # two distinct blocks; XLA:CPU uses an aligned contiguous host array in place, so each block is
-    # made once (a 70B embedding on a Galaxy: 2 GB instead of 17)
+    # two distinct blocks of 2 MB; XLA:CPU uses an aligned contiguous host array in place, so each
+    # block is made once (a 70B embedding on a Galaxy: 2 GB instead of 17)
     (tmp_path / "negate.mlir").write_text(textwrap.dedent("""
         module attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {
           sdy.mesh @mesh = <["a"=2, "b"=2]>
-          func.func @main(%arg0: tensor<64x128xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>})
-              -> (tensor<64x128xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>}) {
-            %0 = stablehlo.negate %arg0 : tensor<64x128xf32>
-            return %0 : tensor<64x128xf32>
+          func.func @main(%arg0: tensor<1024x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>})
+              -> (tensor<1024x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"b"}]>}) {
+            %0 = stablehlo.negate %arg0 : tensor<1024x1024xf32>
+            return %0 : tensor<1024x1024xf32>
           }
         }"""))
     script = textwrap.dedent(f"""
@@ -290,7 +290,7 @@ def test_a_block_several_host_devices_hold_is_one_host_array_not_a_copy_each(tmp
         text = open({str(tmp_path / 'negate.mlir')!r}).read()
         golden = XlaCpu()
         exe = golden.executable(text)
-        x = np.arange(64 * 128, dtype=np.float32).reshape(64, 128)
+        x = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
         sharding = GSPMDSharding(list(exe.local_devices()), exe.get_parameter_shardings()[0])
         held = golden.put_on_mesh(x, sharding)
         print(len({{s.data.unsafe_buffer_pointer() for s in held.addressable_shards}}))

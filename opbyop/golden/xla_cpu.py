@@ -51,6 +51,11 @@ OPTIMISE_ABOVE_BYTES = 1 << 26
 COLLECT_ABOVE_BYTES = 1 << 26
 
 
+# A host-mesh operand's blocks from this many bytes are handed to XLA:CPU in a form it uses in place
+# (shared by every device holding the block); smaller ones it copies, sooner than opbyop could align them.
+IN_PLACE_ABOVE_BYTES = 1 << 20
+
+
 def opbyop_xla_flags() -> str:
     return environment().xla_flags
 
@@ -141,13 +146,13 @@ class XlaCpu:
             full = np.empty(shape, dtype=np.asarray(per_device[0]).dtype)
             where = GSPMDSharding(devices, sharding).devices_indices_map(tuple(shape))
             local: list[np.ndarray] = []
-            filled: dict[str, np.ndarray] = {}  # block -> its view into the gathered value
+            filled: dict[tuple, np.ndarray] = {}  # block -> its view into the gathered value
             for device, buffer in zip(devices, per_device):
                 piece = np.asarray(buffer)
                 # a replicated part is read from the first device holding it, as the mesh simulator
                 # reads it from the first chip; a device that holds it too keeps its own piece only
                 # where it differs (a shard_map's output declared replicated), else shares the view
-                key = str(where[device])
+                key = _block_key(where[device])
                 if key not in filled:
                     full[where[device]] = piece
                     filled[key] = full[where[device]]
@@ -165,12 +170,14 @@ class XlaCpu:
         replicated on n devices costs its bytes once, not n times (Llama 70B's embedding split over a
         Galaxy's 4 rows, replicated along its 8 columns: 2 GB, not 17). One call puts every device's
         block (a device_put per device cost 1 ms per operand on a 32-device mesh, this 0.1 ms)."""
-        blocks: dict[str, np.ndarray] = {}
+        blocks: dict[tuple, np.ndarray] = {}
 
         def block(index: tuple) -> np.ndarray:
-            key = repr(index)  # slices are not hashable
+            key = _block_key(index)
             if key not in blocks:
-                blocks[key] = _in_place_form(np.asarray(x[index]))
+                piece = np.asarray(x[index])
+                # a small block is copied by XLA at no cost worth saving; a large one is used in place
+                blocks[key] = piece if piece.nbytes < IN_PLACE_ABOVE_BYTES else _in_place_form(piece)
             return blocks[key]
 
         return self._jax.make_array_from_callback(x.shape, sharding, block)
@@ -226,6 +233,11 @@ class XlaCpu:
         except OSError:  # a full disk costs the cache, never the op (and leaves no partial file)
             return
 
+
+
+def _block_key(index: tuple) -> tuple:
+    """A block's slices as a dictionary key (slices are not hashable)."""
+    return tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s for s in index)
 
 
 def _in_place_form(block: np.ndarray, alignment: int = 64) -> np.ndarray:
