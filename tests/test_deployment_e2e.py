@@ -389,7 +389,10 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
     """`opbyop serve` holds the server, the cluster and the flow: analyze starts none of them, Ctrl-C
     or kill -9 of the CLI stops its run in the service (what was analysed is stored), the service
     goes on serving (an unreadable request gets an answer, not a dead service), and its own Ctrl-C
-    in the middle of a run stores that run's results, tells its CLI, and leaves nothing behind."""
+    in the middle of a run stores that run's results, tells its CLI, and leaves nothing behind.
+    `opbyop nightly` runs on it alike, and Ctrl-C of that CLI stops the nightly in the service."""
+    from flows.hosting.service import AnalyzeOutcome
+
     victim, n_ops = _victim()
     env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")  # jax-mlp cannot end by itself
     serve_log = tmp_path / "serve.log"
@@ -429,6 +432,30 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
         assert "time: " in done.stdout and _outcome(tmp_path, "served-after").completed
         results = Store(tmp_path / "home" / "store").results("served-after")
         assert results and all(r.status.value == "success" for r in results)
+
+        # `opbyop nightly` hands its nightly to the service too; Ctrl-C on it stops the nightly there
+        config = tmp_path / "nightly-hangs.yaml"
+        config.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\n")
+        store = Store(tmp_path / "home" / "store")
+        earlier = {run.run_id for run in store.runs()}
+        log = tmp_path / "nightly-interrupted.log"
+        cli = subprocess.Popen([str(BIN / "opbyop"), "nightly", "--config", str(config)], env=env, cwd=tmp_path,
+                               stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+        def nightly_results() -> bool:
+            assert cli.poll() is None, log.read_text()[-3000:]
+            return any(store.results(run.run_id) for run in store.runs() if run.run_id not in earlier)
+        poll("results of the nightly in the store", nightly_results, timeout=600)
+        os.killpg(cli.pid, signal.SIGINT)
+        assert cli.wait(timeout=120) == 130
+        out = log.read_text()
+        assert f"nightly on `opbyop serve` (pid {serve.pid}" in out and "stops the nightly" in out, out[-3000:]
+        nightly_outcome = poll("the service to stop the nightly", lambda: next(
+            ((tmp_path / "home" / "service").glob("nightly-*.outcome.json")), None), timeout=120)
+        assert not AnalyzeOutcome.model_validate_json(nightly_outcome.read_text()).completed
+        (run,) = [run for run in store.runs() if run.run_id not in earlier]
+        assert run.status.value == "failed" and not any(
+            r.signature.startswith(victim) for r in store.results(run.run_id))
 
         # a request it cannot read (another version's, a broken file) is answered, and it serves on
         garbage = tmp_path / "home" / "service" / "garbage.request.json"

@@ -89,15 +89,15 @@ class _Banks:
 
 
 class DeviceMemory:
-    """Allocators for one device. `plans` memoises where a buffer's pages go (per layout, shape and
-    round-robin start): the chips of a mesh, alike, share one."""
+    """Allocators for one device. `plans` remembers where a buffer's pages go (per layout, shape and
+    round-robin start); the chips of a mesh, alike, share theirs."""
 
-    def __init__(self, spec: DeviceSpec, plans: dict | None = None):
+    def __init__(self, spec: DeviceSpec):
         self.spec = spec
         self.dram = _Banks("dram", spec.num_dram_channels, spec.dram_per_channel, spec.noc_dram_address_align_bytes)
         self.l1 = _Banks("l1", spec.cores, spec.l1_per_core, spec.noc_l1_address_align_bytes)
         self._ids = itertools.count()
-        self.plans: dict[tuple, tuple[dict[int, int], int, Layout]] = {} if plans is None else plans
+        self.plans: dict[tuple, tuple[dict[int, int], int, Layout]] = {}
 
     def allocate(self, layout: Layout, shape: tuple[int, ...], name: str) -> Buffer | None:
         """Reserve space for a tensor; None for host (system memory) tensors."""

@@ -109,11 +109,17 @@ class MeshExecutor:
         # only with those of chips whose fingerprint is the same (not with every chip's before it)
         done: dict[tuple, list[tuple[list[DeviceTensor | None], list[DeviceTensor]]]] = {}
         prints: dict[int, tuple] = {}  # by stored values: chips sharing a block print it once
+
+        def fingerprint(t: DeviceTensor | None) -> tuple:
+            if t is None:
+                return ()
+            if id(t.values) not in prints:
+                prints[id(t.values)] = _fingerprint(t)
+            return prints[id(t.values)]
+
         for chip, executor in enumerate(self.chips):
             inputs = [envs[chip].get(v) for v in op.operands]
-            key = tuple(prints.get(id(t.values)) or prints.setdefault(id(t.values), _fingerprint(t))
-                        if t is not None else () for t in inputs)
-            seen_alike = done.setdefault(key, [])
+            seen_alike = done.setdefault(tuple(fingerprint(t) for t in inputs), [])
             earlier = next((results for seen, results in seen_alike if _same_values(seen, inputs)), None)
             if earlier is None:
                 values = executor.compute(op, inputs)
@@ -211,10 +217,8 @@ def _same_values(a: list[DeviceTensor | None], b: list[DeviceTensor | None]) -> 
     return all(x is y or (x is not None and y is not None and _equal(x, y)) for x, y in zip(a, b))
 
 
-def _fingerprint(t: DeviceTensor | None) -> tuple:
+def _fingerprint(t: DeviceTensor) -> tuple:
     """What tells most chips' shards apart at once: shape, dtype, first and last stored element."""
-    if t is None:
-        return ()
     u = t.values
     ends = (np.asarray(u.flat[0]).tobytes(), np.asarray(u.flat[-1]).tobytes()) if u.size else ()
     return (u.shape, u.dtype.str, *ends)

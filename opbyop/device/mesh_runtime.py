@@ -97,7 +97,9 @@ def submit_mesh(mesh: Mesh, binary: Binary, program_index: int, inputs: Sequence
     expected = binary.input_types(program_index)
     converted: list[ChipTensors] = []
     for tensors, want in zip(inputs, expected):
-        if want is not None and want.layout is not None and any(t.layout != want.layout for t in tensors):
+        # the same layout object, mostly (to_mesh placed them as the program said): compared field by field only if not
+        if want is not None and want.layout is not None and any(t.layout is not want.layout and t.layout != want.layout
+                                                                for t in tensors):
             converted.append([to_layout(t, t.device, want.layout) for t in tensors])
         else:
             converted.append(list(tensors))
