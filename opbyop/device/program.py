@@ -10,7 +10,6 @@ are read here from their text (`#ttnn.name<key = value, ...>`).
 from __future__ import annotations
 
 import functools
-
 import re
 from dataclasses import dataclass, field
 from typing import Any

@@ -53,7 +53,7 @@ class TransferCounter:
     """Totals of one device's transfers; a log of them while recording."""
 
     def __init__(self) -> None:
-        # counted in place (a new TransferTotals per transfer cost more than a mesh's kernels)
+        # counted in place: a new TransferTotals per transfer, once per chip and tensor, was 5% of a Galaxy's run
         self._counts = {f.name: 0 for f in fields(TransferTotals)}
         self._logs: list[list[Transfer]] = []  # one per open recording (they may nest)
         self._lock = threading.Lock()  # evictions are counted on the device's queue thread
