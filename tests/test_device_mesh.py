@@ -20,7 +20,6 @@ from opbyop.device.mesh import (
     Transfer,
     infer_sharding,
     module_shardings,
-    program_mesh_shape,
 )
 from opbyop.device.mesh_runtime import (
     MeshSimulator,
@@ -29,7 +28,7 @@ from opbyop.device.mesh_runtime import (
     submit_mesh,
     to_mesh,
 )
-from opbyop.device.program import Op
+from opbyop.device.program import Op, program_mesh_shape
 from opbyop.device.runtime import Binary
 from opbyop.records import DeviceRun, Status
 

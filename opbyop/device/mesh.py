@@ -185,20 +185,6 @@ class Mesh:
             d.close()
 
 
-# -- the program's mesh ----------------------------------------------------------------------
-_MESH_SHAPE = (re.compile(r"meshShape = (\d+)x(\d+)"), re.compile(r"mesh_shape (\d+)x(\d+)"),
-               re.compile(r'#ttcore\.meshes<\[<"\w+" = (\d+)x(\d+)>'))
-
-
-def program_mesh_shape(text: str) -> tuple[int, int]:
-    """The mesh a TTNN program was compiled for; (1, 1) for a single-chip program."""
-    for pattern in _MESH_SHAPE:
-        m = pattern.search(text)
-        if m:
-            return int(m.group(1)), int(m.group(2))
-    return (1, 1)
-
-
 # -- shardings: which mesh axes split which tensor dimension --------------------------------------
 @dataclass(frozen=True)
 class Sharding:

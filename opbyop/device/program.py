@@ -27,6 +27,8 @@ from opbyop.ir.dense import parse_dense
 
 _LOAD_CACHED = re.compile(r"ttcore\.load_cached\((@[\w.]+), \[([^\]]*)\]\)")
 _PROPERTIES = re.compile(r"\) <\{(.*)\}> :")
+_MESH_SHAPE = (re.compile(r"meshShape = (\d+)x(\d+)"), re.compile(r"mesh_shape (\d+)x(\d+)"),
+               re.compile(r'#ttcore\.meshes<\[<"\w+" = (\d+)x(\d+)>'))
 
 _MLIR_TO_FORMAT = {"f32": "f32", "bf16": "bf16", "f16": "f16", "si32": "si32", "ui32": "u32", "ui16": "u16",
                    "ui8": "u8", "i32": "si32", "i1": "i1", "u32": "u32", "u16": "u16", "u8": "u8"}
@@ -88,12 +90,19 @@ class Program:
     @functools.cached_property
     def mesh_shape(self) -> tuple[int, int]:
         """The mesh the program was compiled for ((1, 1): one chip), read from its text once."""
-        from opbyop.device.mesh import program_mesh_shape
-
         return program_mesh_shape(self.text)
 
     def op_names(self) -> list[str]:
         return [op.name for f in self.functions.values() for op in f.ops]
+
+
+def program_mesh_shape(text: str) -> tuple[int, int]:
+    """The mesh a TTNN program was compiled for; (1, 1) for a single-chip program."""
+    for pattern in _MESH_SHAPE:
+        m = pattern.search(text)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return (1, 1)
 
 
 def generic_form(text: str) -> str:
