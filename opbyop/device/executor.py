@@ -214,8 +214,7 @@ class Executor:
         entry = self.cached_constants(op, args)
         if entry is None:
             present = [a for a in args if a is not None]
-            entry = self.remember_constants(op, args, self.run(self.program.functions[op.attrs["callee"].lstrip("@")],
-                                                               present))
+            entry = self.remember_constants(op, args, self.run(self.callee(op.attrs["callee"]), present))
         for t in entry.results:
             t.refs += 1
         return entry.results
@@ -236,10 +235,10 @@ class Executor:
         return entry
 
     def _const_key(self, op: Op, args: list[DeviceTensor | None]) -> tuple:
-        return (id(self.program), op.attrs["callee"].lstrip("@"), tuple(id(a) for a in args if a is not None))
+        return (id(self.program), str(op.attrs["callee"]).lstrip("@"), tuple(id(a) for a in args if a is not None))
 
     # -- control flow (tt-mlir's ttcore.while_loop / ttcore.case call functions of the program) ----
-    def _callee(self, ref: object) -> Function:
+    def callee(self, ref: object) -> Function:
         name = str(ref).lstrip("@")
         if name not in self.program.functions:
             raise NotSimulated(f"call of a function the program does not define: @{name}")
@@ -252,9 +251,9 @@ class Executor:
         tt-mlir emits for JAX's fori_loop: the body runs (limit - initial) / step times). The
         results are the state entries `output_indices` names; each is a tensor this op alone holds
         (a state passed through unchanged is copied, never aliased)."""
-        body = self._callee(op.attrs["body_program"])
+        body = self.callee(op.attrs["body_program"])
         bound = loop_iterations(op)
-        condition = None if bound is not None else self._callee(op.attrs["condition_program"])
+        condition = None if bound is not None else self.callee(op.attrs["condition_program"])
         present = [t for t in operands if t is not None]
         count = int(op.attrs.get("state_count") or len(present))
         invariant = present[count:]
@@ -290,7 +289,7 @@ class Executor:
         branches = op.attrs["branch_programs"]
         branches = branches if isinstance(branches, list) else [branches]
         index = int(np.asarray(index_tensor.values).reshape(-1)[0]) if index_tensor is not None else 0
-        chosen = self._callee(branches[index if 0 <= index < len(branches) else -1])
+        chosen = self.callee(branches[index if 0 <= index < len(branches) else -1])
         produced = self.run(chosen, operands)
         results = [self._fresh(t, produced) for t in produced]
         return results

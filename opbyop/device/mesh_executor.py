@@ -141,8 +141,8 @@ class MeshExecutor:
         if any(entry is None for entry in cached) and any(entry is not None for entry in cached):
             return False
         if cached[0] is None:
-            callee = self.program.functions[op.attrs["callee"].lstrip("@")]
-            results = self.run(callee, [[a for a in chip_args if a is not None] for chip_args in args])
+            results = self.run(self.chips[0].callee(op.attrs["callee"]),
+                               [[a for a in chip_args if a is not None] for chip_args in args])
             cached = [executor.remember_constants(op, chip_args, chip_results)
                       for executor, chip_args, chip_results in zip(self.chips, args, results)]
         for chip, entry in enumerate(cached):
