@@ -5,8 +5,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 MODELS ?=
+# Tenstorrent's stack without silicon (`--device ttsim`): tt-metal's ttnn in its own Python 3.12
+# environment (ttnn has cp310/cp312 wheels only and pins numpy < 2), and ttsim built from source.
+TTNN_VENV ?= .venv-ttnn
+TTSIM_SRC ?= ../shared/third_party/ttsim
+TTSIM_LIB := .ttsim/libttsim_bh.so
+# pyenv's own 3.12 before any `python3.12` on PATH (a pyenv shim there fails when 3.12 is not selected)
+PY312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) \
+                    $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
 
-.PHONY: setup run test browser clean
+.PHONY: setup run test browser ttsim clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,15 +30,30 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/opbyop analyze $(MODELS)
 
+$(TTNN_VENV)/.installed:
+	@test -n "$(PY312)" || { echo "ttsim needs Python 3.12 for ttnn: install python3.12 or set PY312=" >&2; exit 1; }
+	$(PY312) -m venv $(TTNN_VENV)
+	$(TTNN_VENV)/bin/python -m pip install --quiet "ttnn==0.81.1"
+	touch $@
+
+# ttsim's source is copied first: its tree may be read-only.
+$(TTSIM_LIB):
+	@test -f $(TTSIM_SRC)/make.py || { echo "no ttsim source at $(TTSIM_SRC): set TTSIM_SRC=" >&2; exit 1; }
+	rm -rf .ttsim/src && mkdir -p .ttsim && cp -r $(TTSIM_SRC) .ttsim/src && chmod -R u+w .ttsim/src
+	cd .ttsim/src && python3 make.py -j2 src/_out/release_bh/libttsim.so
+	cp .ttsim/src/src/_out/release_bh/libttsim.so $@
+
+ttsim: $(TTNN_VENV)/.installed $(TTSIM_LIB)
+
 # Headless Chromium renders the HTML report in the tests (Debian's package; no browser download).
 browser:
 	@command -v chromium >/dev/null || apt-get install -y --no-install-recommends chromium \
 		|| (apt-get update && apt-get install -y --no-install-recommends chromium)
 
 # pytest exits 5 when it collects nothing: a suite that ran no test proves nothing, so that fails.
-test: setup browser
+test: setup browser ttsim
 	@$(PY) -m pytest -q; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 clean:
-	rm -rf $(VENV) .opbyop .pytest_cache
+	rm -rf $(VENV) $(TTNN_VENV) .ttsim .opbyop .pytest_cache

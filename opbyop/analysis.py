@@ -19,8 +19,10 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.attribution import judge
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.device.placement import Policy
-from opbyop.device.runtime import Binary
+from opbyop.device.runtime import Binary, as_host_type
 from opbyop.device.simulator import DeviceSimulator, SimulationError
+from opbyop.device.ttsim.agreement import agreement, as_model_dtype
+from opbyop.device.ttsim.backend import TtsimBackend, TtsimResult
 from opbyop.golden import upstream
 from opbyop.golden.blocked import golden_outputs
 from opbyop.golden.compare import compare, verdict
@@ -32,23 +34,28 @@ from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
 from opbyop.op_memory import op_memory_message, over_budget
-from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult, utcnow
 from opbyop.config import AnalysisSettings
 
 ProgressFn = Callable[[str], None]
 RANDOM_OPS = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
+# What a ttsim outcome means for the op when ttsim gave a verdict (others leave the model's standing)
+TTSIM_VERDICTS = {TtsimOutcome.REJECTED: Status.RUN_FAILED, TtsimOutcome.LIMIT: Status.SIMULATOR_LIMIT,
+                  TtsimOutcome.UNMAPPED: Status.NOT_SIMULATED, TtsimOutcome.MAPPING: Status.ANALYZER_ERROR}
+DeviceFailure = tuple[Status, str]
 
 
 class OpAnalyzer:
     """Everything one op needs, kept warm across ops."""
 
     def __init__(self, compiler: TTCompiler, golden: XlaCpu, device: DeviceSimulator,
-                 artifacts: ArtifactStore, scratch: Path):
+                 artifacts: ArtifactStore, scratch: Path, ttsim: TtsimBackend | None = None):
         self.compiler = compiler
         self.golden = golden
         self.device = device
         self.artifacts = artifacts
         self.scratch = scratch
+        self.ttsim = ttsim  # tt-metal's kernels on ttsim, for runs that ask for that backend
 
     def analyze(self, op: UniqueOp, settings: AnalysisSettings, request_id: str,
                 progress: ProgressFn = lambda stage: None) -> OpResult:
@@ -94,21 +101,32 @@ class OpAnalyzer:
         progress("device_run")
         self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
         result.real_inputs, result.synthetic_inputs = input_kinds(op)
+        failure: DeviceFailure | None = None
+        outputs: list[np.ndarray] | None = None
         try:
             inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
                                  known=upstream.load(op, self.artifacts))
             binary = self.device.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
             result.narrowing = _narrowing(op, binary, inputs)
-            outputs, run = self.device.run_binary(binary, inputs, stablehlo=op.module_text)
-        except SimulationError as e:
-            result.device = e.run
-            return _finish(result, e.status, Stage.FLATBUFFER, Stage.DEVICE_RUN, str(e))
-        except Exception as e:  # a bug in opbyop's simulator, named as such
+        except Exception as e:  # a bug in opbyop's reading of the op or its program
             if isinstance(e, MemoryError):
                 raise
             return _finish(result, Status.ANALYZER_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN,
                            f"simulator error: {describe_exception(e)}")
-        result.device = run
+        result.device_backend = "model"
+        try:
+            outputs, result.device = self.device.run_binary(binary, inputs, stablehlo=op.module_text)
+        except SimulationError as e:
+            result.device, failure = e.run, (e.status, str(e))
+        except Exception as e:  # a bug in opbyop's simulator, named as such
+            if isinstance(e, MemoryError):
+                raise
+            failure = (Status.ANALYZER_ERROR, f"simulator error: {describe_exception(e)}")
+        if settings.device.backend == "ttsim":
+            outputs, failure = self._on_ttsim(result, binary, inputs, outputs, failure, settings.device.ttsim_timeout_s)
+        if failure is not None:
+            return _finish(result, failure[0], Stage.FLATBUFFER, Stage.DEVICE_RUN, failure[1])
+        assert outputs is not None
         if not settings.run_golden:
             return _finish(result, Status.SKIPPED, Stage.DEVICE_RUN, None, "golden check not requested")
         if op.op_name in RANDOM_OPS:  # the device's draw is its own: nothing to compare it with
@@ -133,6 +151,30 @@ class OpAnalyzer:
             comparison.seconds = time.perf_counter() - start
             return _finish(result, judgment.status, Stage.DEVICE_RUN, Stage.GOLDEN, judgment.message)
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
+
+    def _on_ttsim(self, result: OpResult, binary: Binary, inputs: list, outputs: list[np.ndarray] | None,
+                  failure: DeviceFailure | None, timeout: float,
+                  ) -> tuple[list[np.ndarray] | None, DeviceFailure | None]:
+        """The same program on ttsim: its outputs (or its refusal) become the device's verdict; where
+        ttsim gives none (out of time, unavailable, crashed) the model's stands, marked unconfirmed."""
+        ttsim = self.ttsim.run(binary.program, inputs, timeout) if self.ttsim is not None else \
+            TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message="this analyzer has no ttsim backend"))
+        result.ttsim = run = ttsim.run
+        if run.outcome is TtsimOutcome.RAN:
+            result.device_backend = "ttsim"
+            main = binary.program.main
+            hosts = main.host_return_types
+            converted = [as_host_type(as_model_dtype(x, outputs[i] if outputs and i < len(outputs) else None,
+                                                     t.dtype if (t := main.return_types[i]) is not None else ""),
+                                      hosts[i] if i < len(hosts) else None)
+                         for i, x in enumerate(ttsim.outputs)]
+            run.agreement, run.max_ulps = agreement(outputs, converted) if failure is None and outputs is not None \
+                else ("model_failed", None)
+            return converted, None
+        if run.outcome in TTSIM_VERDICTS:
+            result.device_backend = "ttsim"
+            return None, (TTSIM_VERDICTS[run.outcome], f"ttsim: {run.message}")
+        return outputs, failure
 
     def analyze_whole(self, model: WholeModel, settings: AnalysisSettings, request_id: str,
                       progress: ProgressFn = lambda stage: None) -> WholeModelResult:

@@ -157,6 +157,11 @@ class DeviceOptions(BaseModel):
                                                       "(TT-Buda's harvested_rows; rows 1 and 11 -> 2050)")
     placement_policy: Literal["fewest_cycles", "fewest_cores", "nlp"] = Field(
         "fewest_cycles", description="how each op's core grid is chosen among its legal op models")
+    backend: Literal["model", "ttsim"] = Field(
+        "model", description="whose device run gives the verdict: opbyop's model of the chip (fast), or "
+                             "tt-metal's kernels on Tenstorrent's simulator ttsim, beside the model (`make ttsim`)")
+    ttsim_timeout_s: float = Field(60.0, gt=0, description="an op's time on ttsim; past it the model's verdict "
+                                                          "stands, marked as not confirmed by ttsim")
 
     def key(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]

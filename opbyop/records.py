@@ -73,6 +73,8 @@ class Status(str, Enum):
     # the program's exact reading matches XLA, the simulator with the chip's numerics off does not:
     # a bug in opbyop's simulator, never a finding
     SIMULATOR_ERROR = "simulator_error"
+    # Tenstorrent's simulator (ttsim) does not model a feature the program uses: no verdict on the chip
+    SIMULATOR_LIMIT = "simulator_limit"
 
     @property
     def fault(self) -> Fault:
@@ -96,6 +98,7 @@ _FAULT = {
     Status.INFRA_ERROR: Fault.INFRA,
     Status.FRONTEND_FAILED: Fault.FRONTEND,
     Status.MISCOMPILED: Fault.COMPILER, Status.SIMULATOR_ERROR: Fault.OPBYOP,
+    Status.SIMULATOR_LIMIT: Fault.OPBYOP,
 }
 # Statuses worth analysing again when a run is resumed: the op itself was never judged.
 RETRYABLE = frozenset({Status.CRASHED, Status.TIMEOUT, Status.ANALYZER_ERROR, Status.INFRA_ERROR})
@@ -290,6 +293,35 @@ class DeviceRun(BaseModel):
     collective_seconds: float = 0.0  # of `seconds`, the wall time the simulator spent in collectives
 
 
+class TtsimOutcome(str, Enum):
+    """How an op's TTNN program fared on ttsim (tt-metal's kernels on Tenstorrent's simulator)."""
+
+    RAN = "ran"  # it ran: its outputs are the device's
+    REJECTED = "rejected"  # tt-metal refused it (TT_FATAL, validation, allocator, a kernel that did not build)
+    LIMIT = "limit"  # ttsim does not model a feature it uses (UnsupportedFunctionality): no verdict
+    UNMAPPED = "unmapped"  # a TTNN op kind opbyop's ttsim runner has no ttnn call for
+    MAPPING = "mapping"  # the runner built a call ttnn does not accept: opbyop's bug
+    TIMEOUT = "timeout"  # no result within its time: the device model's verdict stands, unconfirmed
+    CRASHED = "crashed"  # the runner process died without ttsim's words
+    UNAVAILABLE = "unavailable"  # no ttsim for this target here (the message says why and how to get one)
+
+
+class TtsimRun(BaseModel):
+    """An op's program run on ttsim beside opbyop's device model, and how the two agree."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
+
+    outcome: TtsimOutcome
+    message: str | None = None  # tt-metal's or ttsim's own words, verbatim
+    op: str | None = None  # the TTNN op it stopped at
+    seconds: float = 0.0  # wall time, plan and transfers included
+    runner_seconds: float = 0.0  # of that, inside ttnn (kernels JIT-compiled on their first use)
+    # the device model's outputs against ttsim's, where both ran: "bit_equal", "within_ulps" (float
+    # outputs within `max_ulps` units in the last place), "differ", or "model_failed" (only ttsim ran)
+    agreement: str | None = None
+    max_ulps: float | None = None
+
+
 class GoldenComparison(BaseModel):
     model_config = ConfigDict(ser_json_inf_nan="constants")  # an infinite error is a result, not a null
 
@@ -368,6 +400,8 @@ class OpResult(BaseModel):
     synthetic_inputs: list[str] = Field(default_factory=list)
     failed_pass: FailedPass | None = None  # compile_failed / crashed / timeout: the pass it stopped in
     pass_timing: PassTiming | None = None  # each pass's time in a compile of the op, when asked for
+    device_backend: str | None = None  # whose run gave the device verdict: "model" (opbyop's) or "ttsim"
+    ttsim: TtsimRun | None = None  # the run on ttsim, when the run asked for it
 
     @property
     def seconds(self) -> float:

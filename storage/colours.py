@@ -19,7 +19,7 @@ _OWN_SHADE: dict[Status, str] = {
     Status.COMPILE_FAILED: "#dc2626", Status.CRASHED: "#991b1b", Status.TIMEOUT: "#f43f5e",
     Status.RUN_FAILED: "#ea580c", Status.GOLDEN_FAILED: "#f59e0b",
     Status.NOT_SIMULATED: "#2563eb", Status.ANALYZER_ERROR: "#7c3aed",
-    Status.INFRA_ERROR: "#6b7280", Status.MISCOMPILED: "#db2777", Status.SIMULATOR_ERROR: "#0891b2",
+    Status.INFRA_ERROR: "#6b7280", Status.MISCOMPILED: "#db2777", Status.SIMULATOR_ERROR: "#0891b2", Status.SIMULATOR_LIMIT: "#0e7490",
     Status.FRONTEND_FAILED: "#9f1239",
 }
 

@@ -50,7 +50,7 @@ err_console = make_console(stderr=True)
 STATUS_STYLE = {Status.SUCCESS: "green", Status.SKIPPED: "cyan", Status.GOLDEN_FAILED: "yellow",
                 Status.RUN_FAILED: "magenta", Status.COMPILE_FAILED: "red", Status.CRASHED: "bold red",
                 Status.TIMEOUT: "bold red", Status.NOT_SIMULATED: "blue", Status.ANALYZER_ERROR: "bold magenta",
-                Status.MISCOMPILED: "red", Status.SIMULATOR_ERROR: "magenta",
+                Status.MISCOMPILED: "red", Status.SIMULATOR_ERROR: "magenta", Status.SIMULATOR_LIMIT: "blue",
                 Status.INFRA_ERROR: "bold yellow", Status.FRONTEND_FAILED: "bold red"}
 
 
@@ -104,6 +104,17 @@ class Policy(str, Enum):
     fewest_cycles = "fewest_cycles"
     fewest_cores = "fewest_cores"
     nlp = "nlp"
+
+
+class DeviceBackend(str, Enum):
+    """Whose device run gives the verdict (opbyop.config.DeviceOptions.backend)."""
+
+    model = "model"
+    ttsim = "ttsim"
+
+
+DeviceOption = typer.Option(DeviceBackend.model, "--device", help="model: opbyop's model of the chip (fast); ttsim: "
+                            "tt-metal's kernels on Tenstorrent's simulator, beside the model (`make ttsim` sets it up)")
 
 
 class MathFidelity(str, Enum):

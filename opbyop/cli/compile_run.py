@@ -17,7 +17,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from opbyop.cli.app import (STATUS_STYLE, MathFidelity, Policy, app, console, cut, fail, full_by_default,
+from opbyop.cli.app import (STATUS_STYLE, DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
                             input_specs, positive_seconds, print_error, status_text, styled)
 from opbyop.config import DeviceOptions
 from opbyop.errors import OpbyopError
@@ -216,6 +216,7 @@ def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_
     except OpbyopError as e:
         fail(e)
     _render(prepared, results, wholes, full)
+    print_ttsim_summary(list(results.values()))
     if pass_timing:
         print_slowest_passes(list(results.values()))
     if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
@@ -235,6 +236,18 @@ Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32
 ManifestOption = typer.Option(None, "--manifest", help="write the unique ops and their origin models here (JSON)")
 PassTimingOption = typer.Option(False, "--pass-timing", help="compile each op again with MLIR pass timing: "
                                 "the slowest compiler passes")
+
+
+def print_ttsim_summary(results: list[OpResult]) -> None:
+    """Where ops ran on ttsim: how each fared there, and how the device model agreed with it."""
+    ran = [r.ttsim for r in results if r.ttsim is not None]
+    if not ran:
+        return
+    outcomes = Counter(t.outcome.value for t in ran)
+    agreements = Counter(t.agreement for t in ran if t.agreement)
+    console.print("ttsim: " + ", ".join(f"{n} {k}" for k, n in outcomes.most_common())
+                  + ("; the device model against ttsim: " + ", ".join(f"{n} {k}" for k, n in agreements.most_common())
+                     if agreements else ""))
 
 
 def print_slowest_passes(results: list[OpResult], top: int = 10) -> None:
@@ -274,7 +287,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
-        mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption) -> None:
+        mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
+        device_backend: DeviceBackend = DeviceOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         from opbyop.cli.decode_cmds import run_decode_command
@@ -286,7 +300,7 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
                            math_fidelity=math_fidelity, fp32_dest_acc=fp32_dest_acc, policy=policy,
                            timeout=max(timeout, 600.0))
         return
-    device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value)
+    device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value, backend=device_backend.value)
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
                     run_device=True, full=full, manifest=manifest, device=device, mesh=mesh, unshard=unshard,
                     pass_timing=pass_timing)

@@ -39,6 +39,7 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
     from opbyop.compiler.plugin import TTCompiler
     from opbyop.compiler.system_desc import plugin_version
     from opbyop.device.simulator import DeviceSimulator
+    from opbyop.device.ttsim.backend import TtsimBackend
     from opbyop.golden.xla_cpu import XlaCpu
 
     scratch = workspace / "scratch" / f"child-{os.getpid()}"
@@ -46,7 +47,8 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
 
     home = Workspace(workspace)
     analyzer = faults.injected(OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(),
-                                          home.artifacts, scratch), environment().fault_inject, "analyze")
+                                          home.artifacts, scratch, TtsimBackend(home.root, scratch)),
+                                environment().fault_inject, "analyze")
     _limit_memory(environment().worker_memory_limit)
     conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
     while True:
@@ -73,6 +75,8 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
             reply = Failure(id=request.id, error=describe_exception(e))
         shutil.rmtree(scratch / request.id, ignore_errors=True)
         conn_out.send_bytes(reply.model_dump_json().encode())
+    if analyzer.ttsim is not None:
+        analyzer.ttsim.close()
     shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -1,0 +1,65 @@
+"""How opbyop's device model and ttsim agree on an op's outputs: bit for bit, or within ulps.
+
+Integers, booleans and bf16 are compared bitwise (bf16 is what both store: a differing bit is a
+different value); f32 by units in the last place, since the two may sum in different orders.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import ml_dtypes
+import numpy as np
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+ULPS_TOLERATED = 4.0  # f32 outputs this close are "within_ulps": a different summation order, not a bug
+
+
+def as_model_dtype(ttsim: np.ndarray, model: np.ndarray | None, program_dtype: str) -> np.ndarray:
+    """ttsim's output in the element type the model's run handed over (lossless: ttsim reads bf16 as f32)."""
+    if model is not None and model.size == ttsim.size:  # a rank-0 value may come back as [1]
+        return ttsim.reshape(model.shape).astype(model.dtype)
+    return ttsim.astype(BF16) if program_dtype == "bf16" else ttsim
+
+
+def ulps(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest distance in f32 units in the last place (NaN beside NaN: 0; NaN beside a number: inf)."""
+    x = np.ascontiguousarray(a, dtype=np.float32).view(np.int32).astype(np.int64)
+    y = np.ascontiguousarray(b, dtype=np.float32).view(np.int32).astype(np.int64)
+    # order the bit patterns along the number line: negatives count down from zero
+    x = np.where(x < 0, -(x & 0x7FFFFFFF), x)
+    y = np.where(y < 0, -(y & 0x7FFFFFFF), y)
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    distance = np.abs(x - y).astype(np.float64)
+    distance[nan_a & nan_b] = 0.0
+    distance[nan_a ^ nan_b] = np.inf
+    return float(distance.max()) if distance.size else 0.0
+
+
+def bit_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same bits, element by element (a NaN beside a NaN counts as equal, whatever its payload)."""
+    b = b.astype(a.dtype)
+    if a.dtype.kind == "f" or a.dtype == BF16:
+        both_nan = np.isnan(a.astype(np.float32)) & np.isnan(b.astype(np.float32))
+        a, b = np.where(both_nan, 0, a).astype(a.dtype), np.where(both_nan, 0, b).astype(a.dtype)
+    return np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes()
+
+
+def agreement(model: Sequence[np.ndarray], ttsim: Sequence[np.ndarray]) -> tuple[str, float | None]:
+    """("bit_equal" | "within_ulps" | "differ", the largest f32 ulps distance, None without f32 outputs)."""
+    if len(model) != len(ttsim):
+        return "differ", None
+    worst: float | None = None
+    for a, b in zip(model, ttsim):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return "differ", None
+        if a.dtype != np.float32 and a.dtype != np.float64:  # integers, booleans, bf16: bit for bit
+            if not bit_equal(a, b):
+                return "differ", None
+            continue
+        distance = ulps(a, b)
+        worst = distance if worst is None else max(worst, distance)
+    if not worst:
+        return "bit_equal", worst
+    return ("within_ulps" if worst <= ULPS_TOLERATED else "differ"), worst

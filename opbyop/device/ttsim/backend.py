@@ -1,0 +1,210 @@
+"""The ttsim device backend: a compiled op's TTNN program run by tt-metal's kernels on ttsim.
+
+One runner process (opbyop.device.ttsim.runner, in ttnn's own interpreter) per worker, kept open
+across ops so each kernel JIT-compiles once. ttsim ends its process on a feature it does not model:
+that costs one op (a `limit` outcome with ttsim's own words) and the next op starts a new runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from opbyop.device.program import Program
+from opbyop.device.ttsim.install import TtsimSetup, TtsimUnavailable, locate
+from opbyop.device.ttsim.plan import program_plan
+from opbyop.records import TtsimOutcome, TtsimRun
+
+RUNNER = Path(__file__).with_name("runner.py")
+START_TIMEOUT_S = 300.0  # the first open builds tt-metal's firmware (about 15 s; minutes on a loaded machine)
+
+
+@dataclass
+class TtsimResult:
+    run: TtsimRun
+    outputs: list[np.ndarray] = field(default_factory=list)
+
+
+class TtsimRunner:
+    """A ttnn interpreter with a ttsim device open, fed one program at a time."""
+
+    def __init__(self, setup: TtsimSetup, scratch: Path, log: Path):
+        self.setup, self.scratch, self.log_path = setup, scratch, log
+        self._proc: subprocess.Popen | None = None
+        self._replies: int | None = None
+        self._buffer = b""
+        self._ended = False  # the runner closed its end of the reply pipe
+        self.started_s = 0.0  # the last start's time (opening the device, building firmware once)
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> None:
+        if self.alive:
+            return
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.setup.cache.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        read_fd, write_fd = os.pipe()
+        log = open(self.log_path, "ab")
+        # the runner writes replies on its fd 1; its chatter is sent to stderr, which is the log
+        self._proc = subprocess.Popen([str(self.setup.python), str(RUNNER), str(self.setup.sfpi)],
+                                      stdin=subprocess.PIPE, stdout=write_fd, stderr=log,
+                                      env={**_base_environment(), **self.setup.environment()}, close_fds=True)
+        os.close(write_fd)
+        log.close()
+        self._replies, self._buffer, self._ended = read_fd, b"", False
+        self._offset = self.log_path.stat().st_size
+        ready = self._reply(START_TIMEOUT_S)
+        if ready is None or not ready.get("ready"):
+            detail = self.last_words() or "no output"
+            self.close()
+            raise TtsimUnavailable(f"the ttsim device did not open: {detail}",
+                                   f"see {self.log_path}; check the set-up with `make ttsim`")
+        self.started_s = time.perf_counter() - started
+
+    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float) -> TtsimResult:
+        """The program's outputs on ttsim, or the outcome that stopped it (never raises for the op's sake)."""
+        started = time.perf_counter()
+        try:
+            self.start()
+        except TtsimUnavailable as e:
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=str(e)))
+        folder = self.scratch / f"ttsim-{os.getpid()}-{time.monotonic_ns()}"
+        folder.mkdir(parents=True)
+        try:
+            plan, constants = program_plan(program)
+            (folder / "plan.json").write_text(json.dumps(plan))
+            arrays = {**constants, **{f"in{i}": np.asarray(x) for i, x in enumerate(inputs)}}
+            np.savez(folder / "inputs.npz", **{k: _portable(v) for k, v in arrays.items()})
+            offset = self.log_path.stat().st_size
+            assert self._proc is not None and self._proc.stdin is not None
+            self._proc.stdin.write((json.dumps({"dir": str(folder)}) + "\n").encode())
+            self._proc.stdin.flush()
+            reply = self._reply(timeout)
+            seconds = time.perf_counter() - started
+            if reply is None:
+                return TtsimResult(self._lost(offset, seconds, timeout))
+            if not reply["ok"]:
+                outcome = TtsimOutcome.CRASHED if reply["kind"] == "host" else TtsimOutcome(reply["kind"])
+                return TtsimResult(TtsimRun(outcome=outcome, message=reply["message"],
+                                            op=reply.get("op"), seconds=seconds))
+            with np.load(folder / "outputs.npz") as data:
+                outputs = [data[f"out{i}"] for i in range(len(data.files))]
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"]),
+                               outputs)
+        except (BrokenPipeError, OSError) as e:
+            return TtsimResult(self._lost(0, time.perf_counter() - started, timeout, str(e)))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def _lost(self, offset: int, seconds: float, timeout: float, note: str = "") -> TtsimRun:
+        """The runner gave no reply: it died (ttsim's limit, or a crash) or it ran out of time."""
+        if not self._ended and self.alive:
+            self.close()
+            return TtsimRun(outcome=TtsimOutcome.TIMEOUT, seconds=seconds,
+                            message=f"ttsim gave no result within {timeout:.0f} s")
+        try:  # its pipe closed: the process is ending
+            assert self._proc is not None
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        words = self.last_words(offset)
+        code = self._proc.returncode if self._proc is not None else None
+        self.close()
+        if "UnsupportedFunctionality" in words or words.startswith("ERROR:"):
+            return TtsimRun(outcome=TtsimOutcome.LIMIT, seconds=seconds, message=words)
+        return TtsimRun(outcome=TtsimOutcome.CRASHED, seconds=seconds,
+                        message=f"the ttsim runner exited ({code}): {words or note or 'no output'}")
+
+    def last_words(self, offset: int | None = None) -> str:
+        """ttsim's or tt-metal's last error lines in the runner's log since `offset`."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._offset if offset is None else offset)
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return ""
+        errors = [line.strip() for line in lines if "ERROR" in line or "TT_FATAL" in line or "TT_THROW" in line
+                  or "UnsupportedFunctionality" in line]
+        return "\n".join(errors[-3:]) if errors else "\n".join(line.strip() for line in lines[-3:])
+
+    def _reply(self, timeout: float) -> dict | None:
+        assert self._replies is not None
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._replies], [], [], left)[0]:
+                return None
+            chunk = os.read(self._replies, 1 << 16)
+            if not chunk:
+                self._ended = True
+                return None
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self._proc is not None:
+            if self._proc.poll() is None:
+                try:
+                    assert self._proc.stdin is not None
+                    self._proc.stdin.write(b'{"close": true}\n')
+                    self._proc.stdin.flush()
+                    self._proc.wait(timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    self._proc.kill()
+                    self._proc.wait()
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        if self._replies is not None:
+            os.close(self._replies)
+        self._proc, self._replies = None, None
+
+
+class TtsimBackend:
+    """ttsim runners per architecture, set up on first use (a run that never asks costs nothing)."""
+
+    def __init__(self, home: Path, scratch: Path, ttsim: Path | None = None, python: Path | None = None):
+        self.home, self.scratch, self.ttsim, self.python = home, scratch, ttsim, python
+        self._runners: dict[str, TtsimRunner] = {}
+
+    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float) -> TtsimResult:
+        arch = program.spec.arch
+        if program.mesh_shape != (1, 1):
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=(
+                f"a {program.mesh_shape[0]}x{program.mesh_shape[1]} mesh program: ttnn's PyPI build opens one "
+                "simulated chip here (ttsim's multichip configurations are not wired to it)")))
+        if arch not in self._runners:
+            try:
+                setup = locate(arch, self.home, self.ttsim, self.python)
+            except TtsimUnavailable as e:
+                return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=str(e)))
+            self._runners[arch] = TtsimRunner(setup, self.scratch, self.home / "logs" / f"ttsim-{os.getpid()}.log")
+        return self._runners[arch].run(program, inputs, timeout)
+
+    def close(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()
+
+
+def _portable(x: np.ndarray) -> np.ndarray:
+    """An array numpy alone can read: bf16 and other ml_dtypes values as f32 (exactly)."""
+    return x.astype(np.float32) if x.dtype.kind == "V" or type(x.dtype).__module__.startswith("ml_dtypes") else x
+
+
+def _base_environment() -> dict[str, str]:
+    """The worker's environment less what belongs to opbyop's own interpreter."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "JAX_", "XLA_",
+                                                                     "TT_COMPILE_ONLY"))}

@@ -1,0 +1,135 @@
+"""Where opbyop finds Tenstorrent's simulator (ttsim) and tt-metal's ttnn, and how it prepares them.
+
+Two parts, each found from a setting or from where `make ttsim` puts it in this checkout:
+- ttsim itself: OPBYOP_TTSIM is either a built `libttsim.so` (Tenstorrent's release binaries are
+  `libttsim_bh.so` / `libttsim_wh.so`) or a ttsim source tree, built here with its own `make.py`;
+  default: `.ttsim/libttsim_bh.so` of this checkout.
+- an interpreter with PyPI's `ttnn`: OPBYOP_TTNN_PYTHON; default `.venv-ttnn/bin/python` of this
+  checkout. ttnn has wheels for Python 3.10 and 3.12 only and pins numpy < 2 (opbyop needs numpy 2
+  for jax), so it runs in an interpreter of its own, started per worker (opbyop.device.ttsim.backend).
+tt-metal wants the simulator library and the chip's SoC descriptor in one directory, and its
+kernel JIT needs a RISC-V toolchain that ttnn's wheel does not ship: jax-tt-plugin's unpacked
+runtime assets hold tt-metal's `runtime/sfpi`, built for Blackhole only. So Blackhole runs here;
+Wormhole needs a Wormhole toolchain (a tt-metal build's own sfpi), which nothing here provides.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock
+
+from opbyop.compiler.assets import ensure_assets
+from opbyop.errors import OpbyopError
+
+CHECKOUT = Path(__file__).resolve().parents[3]
+DEFAULT_LIBRARY = CHECKOUT / ".ttsim" / "libttsim_bh.so"
+DEFAULT_PYTHON = CHECKOUT / ".venv-ttnn" / "bin" / "python"
+SOC_DESCRIPTORS = {"blackhole": "blackhole_140_arch.yaml", "wormhole_b0": "wormhole_b0_80_arch.yaml"}
+BUILD_TARGETS = {"blackhole": "release_bh", "wormhole_b0": "release_wh"}
+SETUP_FIX = ("run `make ttsim` in the checkout (a Python 3.12 environment with ttnn, and ttsim built from "
+             "TTSIM_SRC), or set OPBYOP_TTSIM to a libttsim .so or a ttsim source tree and "
+             "OPBYOP_TTNN_PYTHON to a Python 3.10/3.12 with `pip install ttnn==0.81.1`")
+
+
+class TtsimUnavailable(OpbyopError):
+    """No ttsim device can be opened here for this chip: the reason and how to get one."""
+
+
+@dataclass(frozen=True)
+class TtsimSetup:
+    """Everything one ttsim runner process needs."""
+
+    python: Path  # an interpreter with ttnn
+    simulator_dir: Path  # libttsim.so beside soc_descriptor.yaml, as tt-metal wants them
+    sfpi: Path  # tt-metal's RISC-V toolchain
+    cache: Path  # tt-metal's kernel cache (TT_METAL_CACHE): a second run is warm
+
+    @property
+    def library(self) -> Path:
+        return self.simulator_dir / "libttsim.so"
+
+    def environment(self) -> dict[str, str]:
+        """tt-metal's own switches for a simulated device (its environment is its interface)."""
+        return {"TT_METAL_SIMULATOR": str(self.library), "TT_METAL_SLOW_DISPATCH_MODE": "1",
+                "TT_METAL_DISABLE_SFPLOADMACRO": "1", "TT_METAL_CACHE": str(self.cache),
+                "TT_METAL_SIMULATOR_SERVE_OVER_SOCKETS": "0", "TT_METAL_INSPECTOR": "0",
+                "TT_LOGGER_LEVEL": "error", "LOGURU_LEVEL": "WARNING"}
+
+
+def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None = None) -> TtsimSetup:
+    """The ttsim set-up for chips of `arch` (blackhole, wormhole_b0), prepared under `home`."""
+    if arch not in SOC_DESCRIPTORS:
+        raise TtsimUnavailable(f"ttsim has no model of the {arch} architecture", "use a Blackhole or Wormhole target")
+    if arch != "blackhole":
+        raise TtsimUnavailable(
+            f"no RISC-V toolchain for {arch} kernels here: ttnn's wheel ships none and jax-tt-plugin's assets hold "
+            "tt-metal's sfpi for Blackhole only (a Blackhole toolchain builds unsound Wormhole kernels)",
+            "use a Blackhole target (p150, p300 ...) with --device ttsim, or the default device model")
+    python = python or DEFAULT_PYTHON
+    if not python.exists():
+        raise TtsimUnavailable(f"no Python interpreter with ttnn at {python}", SETUP_FIX)
+    library = _library(arch, ttsim or DEFAULT_LIBRARY, home)
+    folder = home / "ttsim" / arch
+    with FileLock(str(home / "ttsim" / f"{arch}.lock")):
+        folder.mkdir(parents=True, exist_ok=True)
+        _copy_if_changed(library, folder / "libttsim.so")
+        _copy_if_changed(_soc_descriptor(python, arch), folder / "soc_descriptor.yaml")
+    sfpi = ensure_assets() / "runtime" / "sfpi"
+    if not sfpi.is_dir():
+        raise TtsimUnavailable(f"jax-tt-plugin's runtime assets hold no sfpi toolchain ({sfpi})",
+                               "reinstall jax-tt-plugin (its first start unpacks the assets)")
+    return TtsimSetup(python=python, simulator_dir=folder, sfpi=sfpi, cache=home / "ttsim" / f"cache-{arch}")
+
+
+def _library(arch: str, ttsim: Path, home: Path) -> Path:
+    """A built libttsim: the path itself, or a source tree's build (made once, under `home`)."""
+    if ttsim.is_file():
+        return ttsim
+    if (ttsim / "make.py").is_file():
+        return build(ttsim, arch, home / "ttsim" / "build")
+    raise TtsimUnavailable(f"no ttsim at {ttsim} (neither a libttsim .so nor a ttsim source tree)", SETUP_FIX)
+
+
+def build(source: Path, arch: str, into: Path) -> Path:
+    """Build ttsim's release library for `arch` from a source tree (copied: the tree may be read-only)."""
+    target = into / f"libttsim_{BUILD_TARGETS[arch].removeprefix('release_')}.so"
+    into.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(into / "build.lock")):
+        if target.exists():
+            return target
+        tree = into / "src"
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.copytree(source, tree)
+        for path in [tree, *tree.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+        built = f"src/_out/{BUILD_TARGETS[arch]}/libttsim.so"
+        done = subprocess.run(["python3", "make.py", f"-j{os.cpu_count() or 1}", built], cwd=tree,
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise TtsimUnavailable(f"building ttsim from {source} failed: {done.stderr.strip()[-2000:]}",
+                                   "install g++ (12 or newer) and python3, or point OPBYOP_TTSIM at a built .so")
+        shutil.copy2(tree / built, target)
+    return target
+
+
+def _soc_descriptor(python: Path, arch: str) -> Path:
+    """tt-metal's SoC descriptor of the architecture, from the ttnn package beside the interpreter."""
+    lib = python.parent.parent / "lib"
+    found = sorted(lib.glob(f"python3*/site-packages/ttnn/tt_metal/soc_descriptors/{SOC_DESCRIPTORS[arch]}"))
+    if not found:
+        raise TtsimUnavailable(f"ttnn's {SOC_DESCRIPTORS[arch]} was not found under {lib}", SETUP_FIX)
+    return found[-1]
+
+
+def _copy_if_changed(source: Path, target: Path) -> None:
+    if target.exists() and target.stat().st_size == source.stat().st_size and \
+            target.read_bytes() == source.read_bytes():
+        return
+    tmp = target.with_suffix(".tmp")
+    shutil.copy2(source, tmp)
+    tmp.replace(target)

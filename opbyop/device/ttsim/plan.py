@@ -1,0 +1,61 @@
+"""A loaded TTNN program as plain data for the ttsim runner, which runs without opbyop or MLIR.
+
+The runner's interpreter has no MLIR parser (it lives in ttnn's own interpreter), so the program
+opbyop already read (opbyop.device.program) travels as JSON: functions, ops with their operands,
+results, types and attributes, and each `ttnn.constant`'s values as an array beside the inputs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from opbyop.device.program import Program, TensorType, dense_values
+
+
+def tensor_type(t: TensorType | None) -> dict | None:
+    if t is None:
+        return None
+    layout = t.layout
+    return {"shape": list(t.shape), "dtype": t.dtype,
+            "layout": None if layout is None else {
+                "tiled": layout.tiled, "dtype": layout.dtype, "buffer": layout.buffer,
+                "memory_layout": layout.memory_layout, "grid": list(layout.grid),
+                "shard_shape": list(layout.shard_shape)}}
+
+
+def program_plan(program: Program) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(the plan, the constants' values keyed as the plan names them)."""
+    constants: dict[str, np.ndarray] = {}
+    functions = {}
+    for f_index, (name, function) in enumerate(program.functions.items()):
+        ops = []
+        for o_index, op in enumerate(function.ops):
+            entry = {"name": op.name, "operands": op.operands, "results": op.results,
+                     "operand_types": [tensor_type(t) for t in op.operand_types],
+                     "result_types": [tensor_type(t) for t in op.result_types],
+                     "attrs": _plain(op.attrs)}
+            if op.name == "ttnn.constant" and "value" in op.raw:
+                key = f"c{f_index}_{o_index}"
+                constants[key] = np.asarray(dense_values(op.raw["value"]))
+                entry["constant"] = key
+            ops.append(entry)
+        functions[name] = {"arguments": function.arguments,
+                           "argument_types": [tensor_type(t) for t in function.argument_types],
+                           "ops": ops, "returns": function.returns,
+                           "return_types": [tensor_type(t) for t in function.return_types]}
+    return {"entry": program.entry, "functions": functions}, constants
+
+
+def _plain(value: Any) -> Any:
+    """Attributes as JSON values (anything opaque as its text)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
