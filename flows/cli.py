@@ -29,7 +29,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from flows.hosting.handoff import Handoff
-from opbyop.cli.app import make_console, positive_seconds, styled
+from opbyop.cli.app import DeviceBackend, DeviceOption, make_console, positive_seconds, styled
 
 console = make_console()  # prints data literally: stored strings never read as markup
 STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
@@ -49,13 +49,14 @@ def _say(*parts: str | tuple[str, str]) -> None:
 
 
 def resume_command(names: list[str], chip: str, workers: int | None, address: str | None, reuse: bool, whole: bool,
-                   timeout: float, run_id: str) -> str:
+                   timeout: float, run_id: str, device: str = "model") -> str:
     words = ["opbyop", "analyze", *names, "--chip", chip]
     words += ["--workers", str(workers)] if workers else []
     words += ["--address", address] if address else []
     words += [] if reuse else ["--no-reuse"]
     words += [] if whole else ["--no-whole"]
     words += ["--timeout", f"{timeout:g}"] if timeout != 120.0 else []
+    words += ["--device", device] if device != "model" else []
     return shlex.join(words + ["--run-id", run_id])
 
 
@@ -225,6 +226,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
             pass_timing: bool = typer.Option(False, "--pass-timing", help="compile every analysed op again with "
                                              "MLIR pass timing: each pass's time (ops reused from the cache are "
                                              "not timed: add --no-reuse)"),
+            device_backend: DeviceBackend = DeviceOption,
             ) -> None:
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
@@ -232,7 +234,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
     from flows.engine.run_ids import new_run_id
     from flows.hosting.service import standing_service
     from opbyop.compiler.targets import target_for
-    from opbyop.config import AnalysisConfig, ClusterConfig, ShrinkOption, load_zoo
+    from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
     from opbyop.environment import environment
     from opbyop.errors import OpbyopError
     from opbyop.workspace import Workspace
@@ -242,7 +244,8 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
         names = models or [m.name for m in load_zoo().tagged("default")]
         config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
                                 op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers),
-                                mesh=mesh, unshard=unshard, pass_timing=1.0 if pass_timing else 0.0)
+                                mesh=mesh, unshard=unshard, pass_timing=1.0 if pass_timing else 0.0,
+                                device=DeviceOptions(backend=device_backend.value))
         chips = target_for(chip, mesh).chips
         if chips > 1:  # the cluster's workers run sharded ops' golden on a host mesh of that many devices
             os.environ.setdefault("OPBYOP_HOST_DEVICES", str(chips))
@@ -252,7 +255,8 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
     run_id = run_id or new_run_id()
     command = AnalyzeCommand(names=names, config=config, run_id=run_id,
                              shrink=ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds),
-                             resume=resume_command(names, chip, workers, address, reuse, whole, timeout, run_id),
+                             resume=resume_command(names, chip, workers, address, reuse, whole, timeout, run_id,
+                                                   device_backend.value),
                              manifest=manifest, workspace_root=Workspace.default().root)
     service = None if address or workers else standing_service(command.workspace_root)
     if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow

@@ -18,7 +18,7 @@ from opbyop.records import (
     AccuracyTrace, TracePoint,
     COMPILE_STAGES, CollectiveRun, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary,
     OperandDesc, OpPlacement,
-    OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, ValueRef,
+    OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, TtsimOutcome, TtsimRun, ValueRef,
     WholeModelResult,
 )
 from opbyop.shrink.result import ShrinkResult
@@ -139,7 +139,24 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "reused_from": r.reused_from, "mesh": r.mesh, "topology": r.topology,
         "real_inputs": list(r.real_inputs), "synthetic_inputs": list(r.synthetic_inputs),
         **_failed_pass_columns(r.failed_pass), **_pass_timing_columns(r.pass_timing),
+        **_ttsim_columns(r.device_backend, r.ttsim),
     }
+
+
+def _ttsim_columns(backend: str | None, t: TtsimRun | None) -> dict[str, Any]:
+    if t is None:
+        return {**{f.name: None for f in S.TTSIM_FIELDS}, "device_backend": backend}
+    return {"device_backend": backend, "ttsim_outcome": t.outcome.value, "ttsim_message": t.message,
+            "ttsim_op": t.op, "ttsim_s": t.seconds, "ttsim_runner_s": t.runner_seconds,
+            "ttsim_agreement": t.agreement, "ttsim_max_ulps": t.max_ulps}
+
+
+def _ttsim_from(row: dict[str, Any]) -> TtsimRun | None:
+    if row.get("ttsim_outcome") is None:
+        return None
+    return TtsimRun(outcome=TtsimOutcome(row["ttsim_outcome"]), message=row["ttsim_message"], op=row["ttsim_op"],
+                    seconds=row["ttsim_s"] or 0.0, runner_seconds=row["ttsim_runner_s"] or 0.0,
+                    agreement=row["ttsim_agreement"], max_ulps=row["ttsim_max_ulps"])
 
 
 def _pass_timing_columns(t: PassTiming | None) -> dict[str, Any]:
@@ -331,6 +348,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         mesh=row.get("mesh"), topology=row.get("topology"),
         real_inputs=list(row.get("real_inputs") or []), synthetic_inputs=list(row.get("synthetic_inputs") or []),
         failed_pass=_failed_pass_from(row), pass_timing=_pass_timing_from(row),
+        device_backend=row.get("device_backend"), ttsim=_ttsim_from(row),
     )
 
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+SCHEMA_VERSION = 5  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
@@ -25,6 +25,7 @@ SCHEMA_VERSION = 4  # 2: fault, narrowing, golden_method, run phases, a status c
 #                     status columns of miscompiled and simulator_error
 #                     the failed pass, pass timing, the accuracy trace
 #                     collective_s
+#                 5: the device backend and the run on ttsim (results), the simulator_limit status column
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -128,6 +129,18 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
         pa.field(f"{prefix}collective_s", pa.float64()),  # of device_s, simulating the collectives
     ]
 
+
+# The op's run on ttsim (records.TtsimRun); `ttsim_outcome` is null exactly when it had none.
+TTSIM_FIELDS = [
+    pa.field("device_backend", pa.string()),  # whose run gave the device verdict: model | ttsim
+    pa.field("ttsim_outcome", pa.string()),  # ran | rejected | limit | unmapped | mapping | timeout | crashed | unavailable
+    pa.field("ttsim_message", pa.string()),  # tt-metal's or ttsim's words
+    pa.field("ttsim_op", pa.string()),  # the TTNN op it stopped at
+    pa.field("ttsim_s", pa.float64()),
+    pa.field("ttsim_runner_s", pa.float64()),  # of ttsim_s, inside ttnn
+    pa.field("ttsim_agreement", pa.string()),  # the model against ttsim: bit_equal | within_ulps | differ | model_failed
+    pa.field("ttsim_max_ulps", pa.float64()),
+]
 
 # The pass a failed compile stopped in (records.FailedPass); `failed_pass_outcome` is null exactly
 # when the result has none (a compile that did not fail, or a run that did not look).
@@ -253,6 +266,7 @@ RESULTS = pa.schema([
     pa.field("synthetic_inputs", pa.list_(pa.string())),  # arguments drawn from the seed
     *FAILED_PASS_FIELDS,
     *PASS_TIMING_FIELDS,
+    *TTSIM_FIELDS,
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.

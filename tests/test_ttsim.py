@@ -1,0 +1,134 @@
+"""The ttsim device backend: compiled ops run by tt-metal's own kernels on Tenstorrent's simulator.
+
+These tests need ttsim and ttnn's interpreter (`make ttsim`, which `make test` runs first). Where
+they are missing, the tests fail with the backend's own message, never skip: a suite that passes
+without ttsim would prove nothing about it.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from opbyop.device.program import load_program
+from opbyop.device.ttsim.agreement import agreement, ulps
+from opbyop.device.ttsim.backend import TtsimBackend
+from opbyop.device.ttsim.install import TtsimUnavailable, locate
+from opbyop.pipeline import prepare
+from opbyop.records import Status, TtsimOutcome
+
+ADD_BF16 = """func.func @main(%a: tensor<64x64xbf16>, %b: tensor<64x64xbf16>) -> tensor<64x64xbf16> {
+  %0 = stablehlo.add %a, %b : tensor<64x64xbf16>
+  return %0 : tensor<64x64xbf16>
+}
+"""
+MATMUL_BF16 = """func.func @main(%a: tensor<64x128xbf16>, %b: tensor<128x64xbf16>) -> tensor<64x64xbf16> {
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<64x128xbf16>, tensor<128x64xbf16>) -> tensor<64x64xbf16>
+  return %0 : tensor<64x64xbf16>
+}
+"""
+# ttsim v1.10 does not model the SFPU compare that tt-metal's relu uses (UnsupportedFunctionality)
+RELU_F32 = """func.func @main(%a: tensor<32x32xf32>) -> tensor<32x32xf32> {
+  %z = stablehlo.constant dense<0.0> : tensor<32x32xf32>
+  %0 = stablehlo.maximum %a, %z : tensor<32x32xf32>
+  return %0 : tensor<32x32xf32>
+}
+"""
+
+
+def only_op(tmp_path, workspace, text: str, name: str = "op.mlir"):
+    """The module's one op that is not a constant."""
+    path = tmp_path / name
+    path.write_text(text)
+    run = prepare([str(path)], artifacts=workspace.artifacts)
+    assert not run.errors
+    (op,) = [u for u in run.unique if u.op_name != "stablehlo.constant"]
+    return op
+
+
+@pytest.fixture(scope="module")
+def on_ttsim(settings):
+    return settings.model_copy(update={"device": settings.device.model_copy(update={"backend": "ttsim"})})
+
+
+@pytest.fixture(scope="module")
+def ttsim_ready(workspace_root):
+    """ttsim set up for Blackhole, or the backend's own words on why not (a failure, never a skip)."""
+    try:
+        return locate("blackhole", workspace_root)
+    except TtsimUnavailable as e:
+        pytest.fail(f"ttsim is not set up here: {e}")
+
+
+def test_an_op_runs_on_ttsim_and_its_record_names_the_backend(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
+    result = worker.analyze(only_op(tmp_path, workspace, ADD_BF16), on_ttsim, timeout=600)
+    assert result.status is Status.SUCCESS, result.message
+    assert result.device_backend == "ttsim"
+    assert result.ttsim is not None and result.ttsim.outcome is TtsimOutcome.RAN
+    assert result.golden is not None and result.golden.pcc > 0.999
+    assert result.ttsim.agreement in ("bit_equal", "differ")  # how the model agrees is measured, not assumed
+
+
+def test_the_compilers_matmul_runs_on_ttsim_with_its_own_program_config(tmp_path, workspace, worker, on_ttsim,
+                                                                       ttsim_ready):
+    result = worker.analyze(only_op(tmp_path, workspace, MATMUL_BF16), on_ttsim, timeout=600)
+    assert result.status is Status.SUCCESS, result.message
+    assert result.ttsim.outcome is TtsimOutcome.RAN and result.golden.pcc > 0.999
+
+
+def test_a_feature_ttsim_does_not_model_costs_only_its_op(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
+    limited = worker.analyze(only_op(tmp_path, workspace, RELU_F32, "relu.mlir"), on_ttsim, timeout=600)
+    assert limited.status is Status.SIMULATOR_LIMIT, limited.message
+    assert "UnsupportedFunctionality" in limited.message
+    assert not limited.status.is_verdict  # no verdict on the chip: outside pass rates
+    after = worker.analyze(only_op(tmp_path, workspace, ADD_BF16), on_ttsim, timeout=600)
+    assert after.status is Status.SUCCESS and after.ttsim.outcome is TtsimOutcome.RAN
+
+
+def test_tt_metal_refusing_a_program_is_a_device_failure_in_its_own_words(tmp_path, workspace, worker, settings,
+                                                                        workspace_root, ttsim_ready):
+    compile_only = settings.model_copy(update={"run_device": False, "run_golden": False})
+    compiled = worker.analyze(only_op(tmp_path, workspace, MATMUL_BF16), compile_only, timeout=600)
+    program = load_program(workspace.artifacts.read_text(compiled.compile.artifacts["ttnn_runtime"]))
+    (matmul,) = [op for op in program.main.ops if op.name == "ttnn.matmul"]
+    matmul.attrs["matmul_program_config"]["in0_block_w"] = 3  # K is 4 tiles: no whole number of K blocks
+    backend = TtsimBackend(workspace_root, tmp_path)
+    try:
+        inputs = [np.ones((64, 128), ml_dtypes.bfloat16), np.ones((128, 64), ml_dtypes.bfloat16)]
+        refused = backend.run(program, inputs, timeout=600).run
+    finally:
+        backend.close()
+    assert refused.outcome is TtsimOutcome.REJECTED, refused.message
+    assert "TT_FATAL" in refused.message or "TT_THROW" in refused.message
+    assert refused.op == "ttnn.matmul" and "backtrace" not in refused.message
+
+
+def test_without_a_ttnn_interpreter_the_backend_says_how_to_get_one(tmp_path):
+    with pytest.raises(TtsimUnavailable, match="make ttsim"):
+        locate("blackhole", tmp_path, python=tmp_path / "no-such-python")
+
+
+def test_wormhole_on_ttsim_names_the_missing_toolchain(tmp_path):
+    with pytest.raises(TtsimUnavailable, match="toolchain"):
+        locate("wormhole_b0", tmp_path)
+
+
+def test_bf16_outputs_agree_only_bit_for_bit():
+    a = np.array([1.0, 2.0, 3.0], ml_dtypes.bfloat16)
+    b = a.copy()
+    assert agreement([a], [b]) == ("bit_equal", None)
+    b[1] = 2.015625  # the next bf16 after 2.0
+    assert agreement([a], [b])[0] == "differ"
+
+
+def test_f32_outputs_are_measured_in_units_in_the_last_place():
+    a = np.array([1.0, -2.0, 0.0, np.nan], np.float32)
+    b = a.copy()
+    b[0] = np.nextafter(np.float32(1.0), np.float32(2.0))
+    b[1] = np.nextafter(np.float32(-2.0), np.float32(-3.0))
+    assert ulps(a, b) == 1.0
+    assert agreement([a], [b]) == ("within_ulps", 1.0)
+    assert ulps(np.array([np.nan], np.float32), np.array([1.0], np.float32)) == np.inf
+    assert ulps(np.array([-0.0], np.float32), np.array([0.0], np.float32)) == 0.0
+    assert agreement([a], [a[:2]]) == ("differ", None)
