@@ -141,6 +141,23 @@ class Status(str, Enum):
 # Statuses worth analysing again when a run is resumed: the op itself was never judged.
 RETRYABLE = frozenset(s for s in Status if s.facts.retryable)
 
+# Results written before opbyop's own gaps and bugs had statuses of their own (schema version 1)
+# said so only in their message: (the status written, the message's opening words, today's status).
+LEGACY_RECLASSIFICATION: tuple[tuple[Status, str, Status], ...] = (
+    (Status.RUN_FAILED, "not simulated:", Status.NOT_SIMULATED),
+    (Status.RUN_FAILED, "simulator error", Status.ANALYZER_ERROR),
+    (Status.CRASHED, "opbyop failed during", Status.ANALYZER_ERROR),
+)
+
+
+def legacy_status(status: Status | str, message: str | None) -> Status:
+    """Today's status of a result stored as `status` with `message` (older rows reclassified)."""
+    status = Status(status)
+    for written, opening, today in LEGACY_RECLASSIFICATION:
+        if status is written and (message or "").startswith(opening):
+            return today
+    return status
+
 
 class TensorDesc(BaseModel):
     """A tensor's shape and element type (MLIR spelling: f32, bf16, i64, i1 ...)."""

@@ -18,8 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from opbyop.atomic import atomic_path
-from opbyop.records import Stage, Status
-from storage.convert import LEGACY_STATUS_SQL
+from opbyop.records import LEGACY_RECLASSIFICATION, Stage, Status
 from storage.dataset import DatasetScan, Store
 from storage.location import DataFile, StoreRoot, is_object_url
 from storage.message_pattern import macro_sql
@@ -76,13 +75,20 @@ def _fault_sql(status_sql: str) -> str:
     return f"CASE {status_sql} {cases} END"
 
 
+def legacy_status_sql() -> str:
+    """records.legacy_status over a row's `status` and `message`, in SQL."""
+    cases = " ".join(f"WHEN status = {_sql_str(written.value)} AND starts_with(message, {_sql_str(opening)}) "
+                     f"THEN {_sql_str(today.value)}" for written, opening, today in LEGACY_RECLASSIFICATION)
+    return f"CASE {cases} ELSE status END"
+
+
 def _columns(table: str, scan: DatasetScan) -> str:
-    """`*`, except that results of schema version 1 get today's status and fault (convert.legacy_status)."""
+    """`*`, except that results of schema version 1 get today's status and fault (records.legacy_status)."""
     versions = scan.versions.get(table, set())
     if table != "results" or not versions & {1, None}:  # None: a file from before versions were written
         return "*"
-    return (f"* REPLACE (({LEGACY_STATUS_SQL}) AS status, "
-            f"coalesce(fault, {_fault_sql('(' + LEGACY_STATUS_SQL + ')')}) AS fault)")
+    legacy = legacy_status_sql()
+    return f"* REPLACE (({legacy}) AS status, coalesce(fault, {_fault_sql('(' + legacy + ')')}) AS fault)"
 
 
 def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize: bool = False) -> None:

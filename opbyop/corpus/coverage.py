@@ -17,7 +17,7 @@ from opbyop.corpus.run import CorpusResult
 from opbyop.device.executor import CONTROL_OPS
 from opbyop.device.kernels import KERNELS
 from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
-from opbyop.records import Status
+from opbyop.records import Status, legacy_status
 
 # Statuses that say something about the device run (compile failures never reach the simulator).
 DEVICE_VERDICTS = frozenset({Status.SUCCESS, Status.GOLDEN_FAILED, Status.RUN_FAILED, Status.MISCOMPILED})
@@ -39,22 +39,9 @@ class CoverageRow:
     @classmethod
     def from_corpus(cls, r: CorpusResult) -> CoverageRow:
         return cls(label=r.entry.file, op=r.entry.op, dtype=DTYPE_NAMES.get(r.entry.dtype, r.entry.dtype),
-                   status=classified(r.result.status, r.result.message), message=r.result.message,
+                   status=legacy_status(r.result.status, r.result.message), message=r.result.message,
                    ttnn_ops=tuple(r.ttnn_ops), chip=r.chip, variant=r.entry.variant, form=r.entry.form.value,
                    narrowing=r.result.narrowing)
-
-
-def classified(status: Status, message: str | None) -> Status:
-    """Results written before the not_simulated / analyzer_error statuses existed said so only in
-    their message (the rule of storage's legacy reclassification)."""
-    text = message or ""
-    if status is Status.RUN_FAILED and text.startswith("not simulated:"):
-        return Status.NOT_SIMULATED
-    if status is Status.RUN_FAILED and text.startswith("simulator error"):
-        return Status.ANALYZER_ERROR
-    if status is Status.CRASHED and text.startswith("opbyop failed during"):
-        return Status.ANALYZER_ERROR
-    return status
 
 
 def simulated(ttnn_op: str) -> bool:
