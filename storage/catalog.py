@@ -4,8 +4,10 @@ Views name the data files explicitly (the ones whose footer reads; corrupt ones 
 left out) rather than a glob: one corrupt file must not break every query. A catalog file is
 therefore a snapshot of the file list: the nightly flow rebuilds it after each run.
 Tables: runs, ops, results, models (+ the Hive column `date`); helpers: stages (stage, rank),
-statuses (status, fault, verdict: whether pass rates count it),
-occurrences (ops joined with their result), and the macro message_pattern(m).
+statuses (status, fault, verdict: whether pass rates count it, no_program, description),
+model_verdicts (models with ops_judged / ops_not_judged: its status columns summed by verdict),
+occurrences (ops joined with their result), and the macro message_pattern(m). The helpers are
+built from records.Status, so no SQL file lists statuses by hand.
 """
 
 from __future__ import annotations
@@ -91,6 +93,25 @@ def _columns(table: str, scan: DatasetScan) -> str:
     return f"* REPLACE (({legacy}) AS status, coalesce(fault, {_fault_sql('(' + legacy + ')')}) AS fault)"
 
 
+def _status_sum(statuses: list[Status], columns: set[str]) -> str:
+    """The models' status count columns of `statuses` added up; a column older files lack counts 0."""
+    terms = [f'coalesce("status_{s.value}", 0)' for s in statuses if f"status_{s.value}" in columns]
+    return " + ".join(terms) or "0"
+
+
+def create_status_views(con: duckdb.DuckDBPyConnection) -> None:
+    """`statuses` and `model_verdicts`, from the Status enum (over an existing `models` table or view)."""
+    statuses = ", ".join(f"({_sql_str(s.value)}, {_sql_str(s.fault.value)}, {str(s.is_verdict).lower()}, "
+                         f"{str(s.facts.no_program).lower()}, {_sql_str(s.description)})" for s in Status)
+    con.execute(f"CREATE OR REPLACE VIEW statuses AS SELECT * FROM (VALUES {statuses}) "
+                "AS t(status, fault, verdict, no_program, description)")
+    columns = {row[0] for row in con.execute("DESCRIBE models").fetchall()}
+    judged = _status_sum([s for s in Status if s.is_verdict], columns)
+    not_judged = _status_sum([s for s in Status if s.is_failure and not s.is_verdict], columns)
+    con.execute(f"CREATE OR REPLACE VIEW model_verdicts AS SELECT *, {judged} AS ops_judged, "
+                f"{not_judged} AS ops_not_judged FROM models")
+
+
 def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize: bool = False) -> None:
     """One view per table over its readable files, plus the helper views and macros. Files on an
     object store are read through pyarrow datasets registered in the connection (DuckDB's own S3
@@ -117,9 +138,7 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize:
     con.execute("SET parquet_metadata_cache = true")  # footers read once per connection
     stages = ", ".join(f"({_sql_str(s.value)}, {s.rank})" for s in Stage)
     con.execute(f"CREATE OR REPLACE VIEW stages AS SELECT * FROM (VALUES {stages}) AS t(stage, rank)")
-    statuses = ", ".join(f"({_sql_str(s.value)}, {_sql_str(s.fault.value)}, {str(s.is_verdict).lower()})"
-                         for s in Status)
-    con.execute(f"CREATE OR REPLACE VIEW statuses AS SELECT * FROM (VALUES {statuses}) AS t(status, fault, verdict)")
+    create_status_views(con)
     con.execute(OCCURRENCES_SQL)
     models_columns = {row[0] for row in con.execute("DESCRIBE models").fetchall()}
     con.execute(TRACE_SQL if "whole_trace" in models_columns else EMPTY_TRACE_SQL)  # only older files: none
