@@ -82,7 +82,8 @@ def test_the_sql_judged_counts_add_up_a_new_statuss_column(added: tuple[Status, 
     assert (row["ops_judged"], row["ops_not_judged"], row["golden_share"]) == (4, 3, 0.25)
     (trend,) = con.execute(get_query("model_trend").sql, {"runs": ["r1"]}).fetchall()
     assert dict(zip([d[0] for d in con.description], trend))["ops_judged"] == 4
-    rows = con.execute("SELECT status, fault, verdict, description FROM statuses WHERE status LIKE 'example%'").fetchall()
+    rows = con.execute("SELECT status, fault, verdict, description FROM statuses "
+                       "WHERE status LIKE 'example%'").fetchall()
     assert rows == [("example_verdict", "compiler", True, "a compiler failure added by a test"),
                     ("example_gap", "opbyop", False, "an opbyop gap added by a test")]
 
