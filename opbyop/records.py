@@ -7,6 +7,7 @@ A result always carries the depth reached AND the stage that failed AND the mess
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
@@ -55,34 +56,84 @@ class Fault(str, Enum):
     FRONTEND = "frontend"  # the framework's exporter (torch-mlir) could not lower the op to StableHLO
 
 
+@dataclass(frozen=True)
+class StatusFacts:
+    """Everything the rest of opbyop knows about one status: the CLI, the HTML report, the Model
+    Explorer overlays and the SQL views all read it from here, so a new status is one enum entry."""
+
+    fault: Fault
+    style: str  # the CLI's rich style
+    # the report's and the Model Explorer's colour: green is fine, reds the compiler's, oranges the
+    # device's, blues and violets opbyop's own, greys the infrastructure's and skips
+    colour: str
+    description: str
+    no_program: bool = False  # it stopped before a program existed: it never reached the device
+    retryable: bool = False  # the op itself was never judged: a resumed run analyses it again
+
+
 class Status(str, Enum):
-    SUCCESS = "success"
-    COMPILE_FAILED = "compile_failed"
-    CRASHED = "crashed"
-    TIMEOUT = "timeout"
-    RUN_FAILED = "run_failed"
-    GOLDEN_FAILED = "golden_failed"
-    NOT_SIMULATED = "not_simulated"  # the simulator lacks a TTNN op or feature the program uses
-    ANALYZER_ERROR = "analyzer_error"  # an exception in opbyop's own code
-    INFRA_ERROR = "infra_error"  # cluster, worker process, disk, descriptor
-    SKIPPED = "skipped"  # not an op of the model (a test-harness check), or a stage not requested
-    FRONTEND_FAILED = "frontend_failed"  # the frontend could not lower this framework op: it never reached StableHLO
-    # the compiled program itself computes a wrong value (its exact reading differs from XLA, or it
-    # narrowed a value its dtype cannot hold): the compiler's lowering, a finding
-    MISCOMPILED = "miscompiled"
-    # the program's exact reading matches XLA, the simulator with the chip's numerics off does not:
-    # a bug in opbyop's simulator, never a finding
-    SIMULATOR_ERROR = "simulator_error"
-    # Tenstorrent's simulator (ttsim) does not model a feature the program uses: no verdict on the chip
-    SIMULATOR_LIMIT = "simulator_limit"
+    """How an op's analysis ended; each member carries its StatusFacts."""
+
+    facts: StatusFacts
+
+    def __new__(cls, value: str, facts: StatusFacts) -> Status:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.facts = facts
+        return member
+
+    SUCCESS = "success", StatusFacts(Fault.NONE, "green", "#16a34a", "every stage asked for passed")
+    COMPILE_FAILED = "compile_failed", StatusFacts(
+        Fault.COMPILER, "red", "#dc2626", "a compile stage refused the op", no_program=True)
+    CRASHED = "crashed", StatusFacts(
+        Fault.COMPILER, "bold red", "#991b1b", "the compiler aborted", no_program=True, retryable=True)
+    TIMEOUT = "timeout", StatusFacts(
+        Fault.COMPILER, "bold red", "#f43f5e", "the compiler hung past its time limit", no_program=True,
+        retryable=True)
+    RUN_FAILED = "run_failed", StatusFacts(Fault.DEVICE, "magenta", "#ea580c", "the compiled program did not run")
+    GOLDEN_FAILED = "golden_failed", StatusFacts(
+        Fault.DEVICE, "yellow", "#f59e0b", "the compiled program ran, its result differs from the golden")
+    NOT_SIMULATED = "not_simulated", StatusFacts(
+        Fault.OPBYOP, "blue", "#2563eb", "the simulator lacks a TTNN op or feature the program uses")
+    ANALYZER_ERROR = "analyzer_error", StatusFacts(
+        Fault.OPBYOP, "bold magenta", "#7c3aed", "an exception in opbyop's own code", retryable=True)
+    INFRA_ERROR = "infra_error", StatusFacts(
+        Fault.INFRA, "bold yellow", "#6b7280", "the cluster, a worker process, the disk or a descriptor failed",
+        retryable=True)
+    SKIPPED = "skipped", StatusFacts(
+        Fault.NONE, "cyan", "#a3a3a3", "not an op of the model (a test-harness check), or a stage not requested")
+    FRONTEND_FAILED = "frontend_failed", StatusFacts(
+        Fault.FRONTEND, "bold red", "#9f1239", "the frontend could not lower the framework op to StableHLO",
+        no_program=True)
+    MISCOMPILED = "miscompiled", StatusFacts(
+        Fault.COMPILER, "red", "#db2777", "the compiled program computes a wrong value (its exact reading "
+        "differs from XLA, or it narrowed a value its dtype cannot hold): the compiler's lowering, a finding")
+    SIMULATOR_ERROR = "simulator_error", StatusFacts(
+        Fault.OPBYOP, "magenta", "#0891b2", "the program's exact reading matches XLA, the simulator with the "
+        "chip's numerics off does not: a bug in opbyop's simulator, never a finding")
+    SIMULATOR_LIMIT = "simulator_limit", StatusFacts(
+        Fault.OPBYOP, "blue", "#0e7490", "Tenstorrent's simulator (ttsim) does not model a feature the program "
+        "uses: no verdict on the chip")
 
     @property
     def fault(self) -> Fault:
-        return _FAULT[self]
+        return self.facts.fault
+
+    @property
+    def style(self) -> str:
+        return self.facts.style
+
+    @property
+    def colour(self) -> str:
+        return self.facts.colour
+
+    @property
+    def description(self) -> str:
+        return self.facts.description
 
     @property
     def is_verdict(self) -> bool:
-        """True for the outcomes a pass rate counts: success and the compiler's or device's failures."""
+        """True for the outcomes a pass rate counts: success and the compiler's, device's or frontend's failures."""
         return self is Status.SUCCESS or self.fault in (Fault.COMPILER, Fault.DEVICE, Fault.FRONTEND)
 
     @property
@@ -90,18 +141,25 @@ class Status(str, Enum):
         return self not in (Status.SUCCESS, Status.SKIPPED)
 
 
-_FAULT = {
-    Status.SUCCESS: Fault.NONE, Status.SKIPPED: Fault.NONE,
-    Status.COMPILE_FAILED: Fault.COMPILER, Status.CRASHED: Fault.COMPILER, Status.TIMEOUT: Fault.COMPILER,
-    Status.RUN_FAILED: Fault.DEVICE, Status.GOLDEN_FAILED: Fault.DEVICE,
-    Status.NOT_SIMULATED: Fault.OPBYOP, Status.ANALYZER_ERROR: Fault.OPBYOP,
-    Status.INFRA_ERROR: Fault.INFRA,
-    Status.FRONTEND_FAILED: Fault.FRONTEND,
-    Status.MISCOMPILED: Fault.COMPILER, Status.SIMULATOR_ERROR: Fault.OPBYOP,
-    Status.SIMULATOR_LIMIT: Fault.OPBYOP,
-}
 # Statuses worth analysing again when a run is resumed: the op itself was never judged.
-RETRYABLE = frozenset({Status.CRASHED, Status.TIMEOUT, Status.ANALYZER_ERROR, Status.INFRA_ERROR})
+RETRYABLE = frozenset(s for s in Status if s.facts.retryable)
+
+# Results written before opbyop's own gaps and bugs had statuses of their own (schema version 1)
+# said so only in their message: (the status written, the message's opening words, today's status).
+LEGACY_RECLASSIFICATION: tuple[tuple[Status, str, Status], ...] = (
+    (Status.RUN_FAILED, "not simulated:", Status.NOT_SIMULATED),
+    (Status.RUN_FAILED, "simulator error", Status.ANALYZER_ERROR),
+    (Status.CRASHED, "opbyop failed during", Status.ANALYZER_ERROR),
+)
+
+
+def legacy_status(status: Status | str, message: str | None) -> Status:
+    """Today's status of a result stored as `status` with `message` (older rows reclassified)."""
+    status = Status(status)
+    for written, opening, today in LEGACY_RECLASSIFICATION:
+        if status is written and (message or "").startswith(opening):
+            return today
+    return status
 
 
 class TensorDesc(BaseModel):

@@ -4,8 +4,10 @@ Views name the data files explicitly (the ones whose footer reads; corrupt ones 
 left out) rather than a glob: one corrupt file must not break every query. A catalog file is
 therefore a snapshot of the file list: the nightly flow rebuilds it after each run.
 Tables: runs, ops, results, models (+ the Hive column `date`); helpers: stages (stage, rank),
-statuses (status, fault, verdict: whether pass rates count it),
-occurrences (ops joined with their result), and the macro message_pattern(m).
+statuses (status, fault, verdict: whether pass rates count it, no_program, description),
+model_verdicts (models with ops_judged / ops_not_judged: its status columns summed by verdict),
+occurrences (ops joined with their result), and the macro message_pattern(m). The helpers are
+built from records.Status, so no SQL file lists statuses by hand.
 """
 
 from __future__ import annotations
@@ -18,8 +20,7 @@ import duckdb
 import pyarrow as pa
 
 from opbyop.atomic import atomic_path
-from opbyop.records import Stage, Status
-from storage.convert import LEGACY_STATUS_SQL
+from opbyop.records import LEGACY_RECLASSIFICATION, Stage, Status
 from storage.dataset import DatasetScan, Store
 from storage.location import DataFile, StoreRoot, is_object_url
 from storage.message_pattern import macro_sql
@@ -76,13 +77,39 @@ def _fault_sql(status_sql: str) -> str:
     return f"CASE {status_sql} {cases} END"
 
 
+def legacy_status_sql() -> str:
+    """records.legacy_status over a row's `status` and `message`, in SQL."""
+    cases = " ".join(f"WHEN status = {_sql_str(written.value)} AND starts_with(message, {_sql_str(opening)}) "
+                     f"THEN {_sql_str(today.value)}" for written, opening, today in LEGACY_RECLASSIFICATION)
+    return f"CASE {cases} ELSE status END"
+
+
 def _columns(table: str, scan: DatasetScan) -> str:
-    """`*`, except that results of schema version 1 get today's status and fault (convert.legacy_status)."""
+    """`*`, except that results of schema version 1 get today's status and fault (records.legacy_status)."""
     versions = scan.versions.get(table, set())
     if table != "results" or not versions & {1, None}:  # None: a file from before versions were written
         return "*"
-    return (f"* REPLACE (({LEGACY_STATUS_SQL}) AS status, "
-            f"coalesce(fault, {_fault_sql('(' + LEGACY_STATUS_SQL + ')')}) AS fault)")
+    legacy = legacy_status_sql()
+    return f"* REPLACE (({legacy}) AS status, coalesce(fault, {_fault_sql('(' + legacy + ')')}) AS fault)"
+
+
+def _status_sum(statuses: list[Status], columns: set[str]) -> str:
+    """The models' status count columns of `statuses` added up; a column older files lack counts 0."""
+    terms = [f'coalesce("status_{s.value}", 0)' for s in statuses if f"status_{s.value}" in columns]
+    return " + ".join(terms) or "0"
+
+
+def create_status_views(con: duckdb.DuckDBPyConnection) -> None:
+    """`statuses` and `model_verdicts`, from the Status enum (over an existing `models` table or view)."""
+    statuses = ", ".join(f"({_sql_str(s.value)}, {_sql_str(s.fault.value)}, {str(s.is_verdict).lower()}, "
+                         f"{str(s.facts.no_program).lower()}, {_sql_str(s.description)})" for s in Status)
+    con.execute(f"CREATE OR REPLACE VIEW statuses AS SELECT * FROM (VALUES {statuses}) "
+                "AS t(status, fault, verdict, no_program, description)")
+    columns = {row[0] for row in con.execute("DESCRIBE models").fetchall()}
+    judged = _status_sum([s for s in Status if s.is_verdict], columns)
+    not_judged = _status_sum([s for s in Status if s.is_failure and not s.is_verdict], columns)
+    con.execute(f"CREATE OR REPLACE VIEW model_verdicts AS SELECT *, {judged} AS ops_judged, "
+                f"{not_judged} AS ops_not_judged FROM models")
 
 
 def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize: bool = False) -> None:
@@ -111,9 +138,7 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize:
     con.execute("SET parquet_metadata_cache = true")  # footers read once per connection
     stages = ", ".join(f"({_sql_str(s.value)}, {s.rank})" for s in Stage)
     con.execute(f"CREATE OR REPLACE VIEW stages AS SELECT * FROM (VALUES {stages}) AS t(stage, rank)")
-    statuses = ", ".join(f"({_sql_str(s.value)}, {_sql_str(s.fault.value)}, {str(s.is_verdict).lower()})"
-                         for s in Status)
-    con.execute(f"CREATE OR REPLACE VIEW statuses AS SELECT * FROM (VALUES {statuses}) AS t(status, fault, verdict)")
+    create_status_views(con)
     con.execute(OCCURRENCES_SQL)
     models_columns = {row[0] for row in con.execute("DESCRIBE models").fetchall()}
     con.execute(TRACE_SQL if "whole_trace" in models_columns else EMPTY_TRACE_SQL)  # only older files: none

@@ -19,7 +19,7 @@ from opbyop.records import (
     COMPILE_STAGES, CollectiveRun, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary,
     OperandDesc, OpPlacement,
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, TtsimOutcome, TtsimRun, ValueRef,
-    WholeModelResult,
+    WholeModelResult, legacy_status,
 )
 from opbyop.shrink.result import ShrinkResult
 from storage import schema as S
@@ -350,27 +350,6 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         failed_pass=_failed_pass_from(row), pass_timing=_pass_timing_from(row),
         device_backend=row.get("device_backend"), ttsim=_ttsim_from(row),
     )
-
-
-# Schema version 1 had no status of its own for opbyop's gaps and bugs: they were written as
-# run_failed ("not simulated: ...", "simulator error ...") or crashed ("opbyop failed during ...").
-LEGACY_STATUS_SQL = """CASE
-    WHEN status = 'run_failed' AND message LIKE 'not simulated:%' THEN 'not_simulated'
-    WHEN status = 'run_failed' AND message LIKE 'simulator error%' THEN 'analyzer_error'
-    WHEN status = 'crashed' AND message LIKE 'opbyop failed during%' THEN 'analyzer_error'
-    ELSE status END"""
-
-
-def legacy_status(status: str, message: str | None) -> Status:
-    """The status of a stored row, version-1 rows reclassified (the same rule as LEGACY_STATUS_SQL)."""
-    text = message or ""
-    if status == "run_failed" and text.startswith("not simulated:"):
-        return Status.NOT_SIMULATED
-    if status == "run_failed" and text.startswith("simulator error"):
-        return Status.ANALYZER_ERROR
-    if status == "crashed" and text.startswith("opbyop failed during"):
-        return Status.ANALYZER_ERROR
-    return Status(status)
 
 
 class StoredModel(BaseModel):

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 from opbyop.atomic import write_text
 from opbyop.errors import StoreError
 from opbyop.records import OpRecord, OpResult, Stage, Status
-from storage.colours import DEPTH_COLOURS, status_colour
+from storage.colours import DEPTH_COLOURS
 from storage.dataset import Store
 
 GRAPH_ID = "main"  # the adapter names a function's graph after it; the split analyses @main
@@ -48,7 +48,6 @@ _GRADIENTS: dict[Metric, list[dict[str, Any]]] = {
     Metric.CYCLES: [{"stop": 0, "bgColor": "#fff7ed"}, {"stop": 0.5, "bgColor": "#fb923c"}, {"stop": 1, "bgColor": "#7c2d12"}],
     Metric.PEAK_L1: [{"stop": 0, "bgColor": "#eff6ff"}, {"stop": 0.5, "bgColor": "#60a5fa"}, {"stop": 1, "bgColor": "#1e3a8a"}],
 }
-_STATUSES = list(Status)
 _DEPTHS = [SPLIT_FAILED, *(s.value for s in Stage)]
 
 
@@ -149,7 +148,7 @@ def _value(facts: NodeFacts, metric: Metric) -> tuple[float, str | None] | None:
     if r is None:
         return None
     if metric is Metric.STATUS:
-        return _STATUSES.index(r.status), status_colour(r.status)
+        return list(Status).index(r.status), r.status.colour
     if metric is Metric.PCC:
         return (r.golden.pcc, None) if r.golden and r.golden.pcc is not None else None
     if r.device is None:
@@ -167,7 +166,7 @@ def node_data(facts: list[NodeFacts], metric: Metric) -> dict[str, Any]:
             results[f.node_id] = {"value": value, **({"bgColor": colour} if colour else {})}
     entry: dict[str, Any] = {"results": results}
     if metric is Metric.STATUS:  # value i is status i: the legend, and the colour of any node without its own
-        entry["thresholds"] = [{"value": i, "bgColor": status_colour(s)} for i, s in enumerate(_STATUSES)]
+        entry["thresholds"] = [{"value": i, "bgColor": s.colour} for i, s in enumerate(Status)]
     elif metric is Metric.DEPTH:
         entry["thresholds"] = [{"value": i, "bgColor": DEPTH_COLOURS[d]} for i, d in enumerate(_DEPTHS)]
     else:

@@ -14,6 +14,7 @@ from typing import Any
 import jinja2
 
 from opbyop.atomic import write_text
+from opbyop.records import Status
 from storage.aggregate import NightlySummary, nightly, run_query
 from storage.colours import DEPTH_COLOURS, status_colours
 from storage.dataset import Store
@@ -75,9 +76,14 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "skipped": skipped,
         "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),
         "device_time": device_time(store, run_id),
-        "status_colours": status_colours(),
+        **status_data(),
         "depth_colours": DEPTH_COLOURS,
     }
+
+
+def status_data() -> dict[str, Any]:
+    """What the page knows of statuses, from the enum: their colours and the ones pass rates count."""
+    return {"status_colours": status_colours(), "verdict_statuses": [s.value for s in Status if s.is_verdict]}
 
 
 def device_time(store: Store, run_id: str, n: int = 30) -> list[dict[str, Any]]:

@@ -17,7 +17,6 @@ import pytest
 
 from opbyop.records import Status
 from opbyop.workspace import Workspace
-from storage.colours import status_colour
 from storage.dataset import Store
 from storage.explorer import GRAPH_ID, Metric, adapter_graphs, export_node_data, node_ids, prepare_model
 from storage.samples import MLP, history
@@ -61,8 +60,8 @@ def test_node_data_is_keyed_by_the_node_ids_of_model_explorers_mlir_adapter(grap
     # n2: tanh failed its golden comparison, the others passed
     tanh = next(i for i in results if labels[i] == "stablehlo.tanh")
     assert results[tanh] == {"value": list(Status).index(Status.GOLDEN_FAILED),
-                             "bgColor": status_colour(Status.GOLDEN_FAILED)}
-    assert {r["bgColor"] for i, r in results.items() if i != tanh} == {status_colour(Status.SUCCESS)}
+                             "bgColor": Status.GOLDEN_FAILED.colour}
+    assert {r["bgColor"] for i, r in results.items() if i != tanh} == {Status.SUCCESS.colour}
     thresholds = data[GRAPH_ID]["thresholds"]
     assert [t["value"] for t in thresholds] == list(range(len(Status)))  # one colour per status, in order
     assert len({t["bgColor"] for t in thresholds}) == len(Status)
@@ -160,7 +159,7 @@ def test_explore_shows_the_overlay_in_headless_chromium_offline_and_ctrl_c_leave
             time.sleep(2)  # the graph's WebGL frame after the node data is applied
             png = page.screenshot(tmp_path / "model-explorer.png")
         print(f"screenshot: {png}")
-        failed, passed = (_colour_pixels(png, status_colour(s)) for s in (Status.GOLDEN_FAILED, Status.SUCCESS))
+        failed, passed = (_colour_pixels(png, s.colour) for s in (Status.GOLDEN_FAILED, Status.SUCCESS))
         assert failed > 50 and passed > 5 * 50, (failed, passed)  # one amber node (tanh), five green
         assert ready < 30  # the goal is 10 s on an idle machine; the slot machine's load varies
         temp = re.search(r"%22(/[^%]*opbyop-explore-[^%/]*)/", url) or re.search(r"(/tmp/opbyop-explore-\w+)", url)

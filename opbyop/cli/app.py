@@ -46,18 +46,10 @@ def make_console(stderr: bool = False) -> Console:
 console = make_console()
 err_console = make_console(stderr=True)
 
-# Every status, styled by whose fault it is (records.Status.fault).
-STATUS_STYLE = {Status.SUCCESS: "green", Status.SKIPPED: "cyan", Status.GOLDEN_FAILED: "yellow",
-                Status.RUN_FAILED: "magenta", Status.COMPILE_FAILED: "red", Status.CRASHED: "bold red",
-                Status.TIMEOUT: "bold red", Status.NOT_SIMULATED: "blue", Status.ANALYZER_ERROR: "bold magenta",
-                Status.MISCOMPILED: "red", Status.SIMULATOR_ERROR: "magenta", Status.SIMULATOR_LIMIT: "blue",
-                Status.INFRA_ERROR: "bold yellow", Status.FRONTEND_FAILED: "bold red"}
-
-
 def status_text(status: Status | str, text: str | None = None) -> Text:
-    """`status` (or `text`) in its status's style; an unknown status value prints plain."""
+    """`status` (or `text`) in its status's style (records.StatusFacts); an unknown status value prints plain."""
     try:
-        style = STATUS_STYLE[Status(status)]
+        style = Status(status).style
     except ValueError:
         style = ""
     value = status.value if isinstance(status, Status) else str(status)

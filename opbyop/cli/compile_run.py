@@ -17,15 +17,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from opbyop.cli.app import (STATUS_STYLE, DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
+from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
                             input_specs, positive_seconds, print_error, status_text, styled)
 from opbyop.config import DeviceOptions
 from opbyop.errors import OpbyopError
 from opbyop.messages import message_pattern
 from opbyop.op_memory import whole_model_misfit_on
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
-
-__all__ = ["STATUS_STYLE"]  # every Status, styled: opbyop.cli.app
 
 ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, n300, t3k, or a .ttsys path")
 MeshOption = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its board allows several "

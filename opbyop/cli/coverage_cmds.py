@@ -16,6 +16,7 @@ from rich.text import Text
 
 from opbyop.cli.app import app, console, fail
 from opbyop.errors import OpbyopError
+from opbyop.records import Status, legacy_status
 
 corpus = typer.Typer(help="The single-op StableHLO corpus (ops x dtypes x shapes x forms).", no_args_is_help=True)
 app.add_typer(corpus, name="corpus")
@@ -140,9 +141,8 @@ def _rows(results: list[Path], rows: Optional[Path]) -> list:
 
 def _store_rows(text: str) -> list:
     """Rows of storage/sql/ttnn_programs.sql as JSON; each program read from the artifact store."""
-    from opbyop.corpus.coverage import CoverageRow, classified
+    from opbyop.corpus.coverage import CoverageRow
     from opbyop.device.program import emitted_ops
-    from opbyop.records import Status
     from opbyop.workspace import Workspace
 
     try:
@@ -157,7 +157,7 @@ def _store_rows(text: str) -> list:
         except FileNotFoundError:
             ttnn = []
         out.append(CoverageRow(label=row["signature"], op=row["op_name"], dtype=row.get("dtype") or "",
-                               status=classified(Status(row["status"]), row.get("message")), message=row.get("message"), ttnn_ops=tuple(ttnn),
+                               status=legacy_status(row["status"], row.get("message")), message=row.get("message"), ttnn_ops=tuple(ttnn),
                                chip=row.get("chip") or "", narrowing=row.get("narrowing")))
     return out
 
@@ -187,8 +187,6 @@ def _ops_table(report) -> Table:
 
 
 def _dtype_table(report) -> Table:
-    from opbyop.records import Status
-
     table = Table("dtype", "ops", "compiled", "device verdicts", "passed", "pass rate", "golden_failed",
                   "run_failed", "not_simulated", "analyzer_error", title="per dtype (StableHLO ops)")
     for d in report.dtypes:

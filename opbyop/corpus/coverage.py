@@ -3,7 +3,7 @@
 Input: one CoverageRow per analysed op (from a corpus results directory, or from the store's
 results with their `ttnn_runtime` artifacts). A TTNN op counts as simulated when the executor has
 a kernel for it (or handles it itself); its golden pass rate is taken over the programs that use
-it, counting only verdicts (success, golden_failed, run_failed: Status.is_verdict beyond compile).
+it, counting only the device's verdicts (Status.is_verdict, of a status with a program).
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from opbyop.corpus.run import CorpusResult
 from opbyop.device.executor import CONTROL_OPS
 from opbyop.device.kernels import KERNELS
 from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
-from opbyop.records import Status
+from opbyop.records import Fault, Status, legacy_status
 
 # Statuses that say something about the device run (compile failures never reach the simulator).
-DEVICE_VERDICTS = frozenset({Status.SUCCESS, Status.GOLDEN_FAILED, Status.RUN_FAILED, Status.MISCOMPILED})
+DEVICE_VERDICTS = frozenset(s for s in Status if s.is_verdict and not s.facts.no_program)
+# What stops a compiled op short of a pass: a device verdict against it, or opbyop's own gap or bug.
+SHORT_OF_A_PASS = frozenset(s for s in Status if (s in DEVICE_VERDICTS and s.is_failure) or s.fault is Fault.OPBYOP)
 
 
 @dataclass(frozen=True)
@@ -39,22 +41,9 @@ class CoverageRow:
     @classmethod
     def from_corpus(cls, r: CorpusResult) -> CoverageRow:
         return cls(label=r.entry.file, op=r.entry.op, dtype=DTYPE_NAMES.get(r.entry.dtype, r.entry.dtype),
-                   status=classified(r.result.status, r.result.message), message=r.result.message,
+                   status=legacy_status(r.result.status, r.result.message), message=r.result.message,
                    ttnn_ops=tuple(r.ttnn_ops), chip=r.chip, variant=r.entry.variant, form=r.entry.form.value,
                    narrowing=r.result.narrowing)
-
-
-def classified(status: Status, message: str | None) -> Status:
-    """Results written before the not_simulated / analyzer_error statuses existed said so only in
-    their message (the rule of storage's legacy reclassification)."""
-    text = message or ""
-    if status is Status.RUN_FAILED and text.startswith("not simulated:"):
-        return Status.NOT_SIMULATED
-    if status is Status.RUN_FAILED and text.startswith("simulator error"):
-        return Status.ANALYZER_ERROR
-    if status is Status.CRASHED and text.startswith("opbyop failed during"):
-        return Status.ANALYZER_ERROR
-    return status
 
 
 def simulated(ttnn_op: str) -> bool:
@@ -87,7 +76,7 @@ class DtypeRates:
 
     @property
     def compiled(self) -> int:
-        return sum(n for s, n in self.statuses.items() if s not in (Status.COMPILE_FAILED, Status.CRASHED, Status.TIMEOUT))
+        return sum(n for s, n in self.statuses.items() if not s.facts.no_program)
 
     @property
     def verdicts(self) -> int:
@@ -99,9 +88,8 @@ class DtypeRates:
 
     @property
     def unreached(self) -> int:
-        """Compiled, but no verdict because of opbyop (not simulated, analyzer error)."""
-        return (self.statuses[Status.NOT_SIMULATED] + self.statuses[Status.ANALYZER_ERROR]
-                + self.statuses[Status.SIMULATOR_ERROR])
+        """Compiled, but no verdict because of opbyop itself (not simulated, its simulator or analyzer failed)."""
+        return sum(n for s, n in self.statuses.items() if s.fault is Fault.OPBYOP)
 
 
 @dataclass
@@ -136,9 +124,7 @@ class Coverage:
     def dtype_names(self) -> list[str]:
         return [d.dtype for d in self.dtypes]
 
-    def failures(self, statuses: Iterable[Status] = (Status.GOLDEN_FAILED, Status.RUN_FAILED, Status.MISCOMPILED,
-                                                     Status.NOT_SIMULATED, Status.SIMULATOR_ERROR,
-                                                     Status.ANALYZER_ERROR)) -> list[CoverageRow]:
+    def failures(self, statuses: Iterable[Status] = SHORT_OF_A_PASS) -> list[CoverageRow]:
         wanted = set(statuses)
         return sorted((r for r in self.rows if r.status in wanted), key=lambda r: (r.status.value, r.op, r.dtype, r.label))
 

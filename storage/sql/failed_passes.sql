@@ -9,7 +9,7 @@ WITH r AS (
                 WHEN failed_pass_outcome IS NULL THEN '(not searched)'
                 ELSE '(no pass named)' END AS pass
     FROM results
-    WHERE run_id = $run_id AND status IN ('compile_failed', 'crashed', 'timeout')
+    WHERE run_id = $run_id AND status IN (SELECT status FROM statuses WHERE fault = 'compiler' AND no_program)
       AND failed_stage IN ('STABLEHLO', 'TTIR', 'TTNN', 'FLATBUFFER')
 ), o AS (
     SELECT model, signature FROM ops WHERE run_id = $run_id AND split_error IS NULL

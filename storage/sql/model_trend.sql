@@ -4,9 +4,8 @@
 WITH win AS (
     SELECT run_id, started_at FROM runs WHERE run_id IN (SELECT unnest($runs))
 )
-SELECT win.run_id, win.started_at, m.model, m.ops_total, m.depth_golden,
-       (coalesce(m.status_success, 0) + coalesce(m.status_compile_failed, 0) + coalesce(m.status_crashed, 0) + coalesce(m.status_timeout, 0) + coalesce(m.status_run_failed, 0) + coalesce(m.status_golden_failed, 0) + coalesce(m.status_miscompiled, 0) + coalesce(m.status_frontend_failed, 0)) AS ops_judged,
-       round(m.depth_golden / nullif((coalesce(m.status_success, 0) + coalesce(m.status_compile_failed, 0) + coalesce(m.status_crashed, 0) + coalesce(m.status_timeout, 0) + coalesce(m.status_run_failed, 0) + coalesce(m.status_golden_failed, 0) + coalesce(m.status_miscompiled, 0) + coalesce(m.status_frontend_failed, 0)), 0), 4) AS golden_share,
+SELECT win.run_id, win.started_at, m.model, m.ops_total, m.depth_golden, m.ops_judged,
+       round(m.depth_golden / nullif(m.ops_judged, 0), 4) AS golden_share,
        m.whole_status, m.whole_depth
-FROM win JOIN (SELECT * FROM models WHERE run_id IN (SELECT unnest($runs))) m ON m.run_id = win.run_id
+FROM win JOIN (SELECT * FROM model_verdicts WHERE run_id IN (SELECT unnest($runs))) m ON m.run_id = win.run_id
 ORDER BY m.model, win.started_at
