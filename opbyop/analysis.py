@@ -231,6 +231,8 @@ class OpAnalyzer:
                     "message": f"no framework output, and XLA:CPU could not run the module: {type(e).__name__}: {e}"})
             result.reference = "XLA:CPU"
         dtypes = [mlir_dtype(r.dtype) for r in references]
+        if settings.device.backend == "ttsim":
+            result.ttsim = self._whole_on_ttsim(binary, values, references, dtypes, settings)
         comparison = compare(run.outputs, references, dtypes, settings.thresholds)
         result.pcc, result.max_abs_error = comparison.pcc, comparison.max_abs_error
         if comparison.passed:
@@ -240,6 +242,18 @@ class OpAnalyzer:
             result.message = f"output differs from the {result.reference}'s: {verdict(comparison)}"
         return result
 
+
+    def _whole_on_ttsim(self, binary: Binary, values: list[np.ndarray], references: list[np.ndarray],
+                        dtypes: list[str], settings: AnalysisSettings) -> TtsimRun:
+        """The whole program run once on ttsim, its outputs held against the model's reference."""
+        if self.ttsim is None:
+            return TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message="this analyzer has no ttsim backend")
+        ttsim = self.ttsim.run(binary.program, values, settings.device.ttsim_timeout_s * 10)
+        if ttsim.run.outcome is TtsimOutcome.RAN:
+            hosts = binary.program.main.host_return_types
+            outputs = [as_host_type(x, hosts[i] if i < len(hosts) else None) for i, x in enumerate(ttsim.outputs)]
+            ttsim.run.pcc = compare(outputs, references, dtypes, settings.thresholds).pcc
+        return ttsim.run
 
     def _trace_observer(self, plan: TaggedModule | None, values: list[np.ndarray], note: str | None,
                         threshold: float, mesh_shape: tuple[int, int] = (1, 1),

@@ -378,6 +378,7 @@ class TtsimRun(BaseModel):
     # outputs within `max_ulps` units in the last place), "differ", or "model_failed" (only ttsim ran)
     agreement: str | None = None
     max_ulps: float | None = None
+    pcc: float | None = None  # a whole model's outputs on ttsim against its reference
 
 
 class GoldenComparison(BaseModel):
@@ -511,6 +512,7 @@ class WholeModelResult(BaseModel):
     iterations: int = 0
     seconds: float = 0.0
     accuracy_trace: AccuracyTrace | None = None  # each op's value on the device against XLA:CPU's
+    ttsim: TtsimRun | None = None  # the same program run once on ttsim, beside the device model's stitched run
 
 
 class ModelSummary(BaseModel):

@@ -139,24 +139,26 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "reused_from": r.reused_from, "mesh": r.mesh, "topology": r.topology,
         "real_inputs": list(r.real_inputs), "synthetic_inputs": list(r.synthetic_inputs),
         **_failed_pass_columns(r.failed_pass), **_pass_timing_columns(r.pass_timing),
-        **_ttsim_columns(r.device_backend, r.ttsim),
+        "device_backend": r.device_backend, **_ttsim_columns(r.ttsim),
     }
 
 
-def _ttsim_columns(backend: str | None, t: TtsimRun | None) -> dict[str, Any]:
+def _ttsim_columns(t: TtsimRun | None, prefix: str = "") -> dict[str, Any]:
     if t is None:
-        return {**{f.name: None for f in S.TTSIM_FIELDS}, "device_backend": backend}
-    return {"device_backend": backend, "ttsim_outcome": t.outcome.value, "ttsim_message": t.message,
-            "ttsim_op": t.op, "ttsim_s": t.seconds, "ttsim_runner_s": t.runner_seconds,
-            "ttsim_agreement": t.agreement, "ttsim_max_ulps": t.max_ulps}
+        return {f.name: None for f in S.ttsim_fields(prefix)}
+    return {f"{prefix}ttsim_outcome": t.outcome.value, f"{prefix}ttsim_message": t.message,
+            f"{prefix}ttsim_op": t.op, f"{prefix}ttsim_s": t.seconds, f"{prefix}ttsim_runner_s": t.runner_seconds,
+            f"{prefix}ttsim_agreement": t.agreement, f"{prefix}ttsim_max_ulps": t.max_ulps,
+            f"{prefix}ttsim_pcc": t.pcc}
 
 
-def _ttsim_from(row: dict[str, Any]) -> TtsimRun | None:
-    if row.get("ttsim_outcome") is None:
+def _ttsim_from(row: dict[str, Any], prefix: str = "") -> TtsimRun | None:
+    if row.get(f"{prefix}ttsim_outcome") is None:
         return None
-    return TtsimRun(outcome=TtsimOutcome(row["ttsim_outcome"]), message=row["ttsim_message"], op=row["ttsim_op"],
-                    seconds=row["ttsim_s"] or 0.0, runner_seconds=row["ttsim_runner_s"] or 0.0,
-                    agreement=row["ttsim_agreement"], max_ulps=row["ttsim_max_ulps"])
+    return TtsimRun(outcome=TtsimOutcome(row[f"{prefix}ttsim_outcome"]), message=row[f"{prefix}ttsim_message"],
+                    op=row[f"{prefix}ttsim_op"], seconds=row[f"{prefix}ttsim_s"] or 0.0,
+                    runner_seconds=row[f"{prefix}ttsim_runner_s"] or 0.0, agreement=row[f"{prefix}ttsim_agreement"],
+                    max_ulps=row[f"{prefix}ttsim_max_ulps"], pcc=row.get(f"{prefix}ttsim_pcc"))
 
 
 def _pass_timing_columns(t: PassTiming | None) -> dict[str, Any]:
@@ -214,6 +216,7 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
         **_device_columns(w.device if w else None, "whole_"),
         "whole_pcc": w.pcc if w else None, "whole_reference": w.reference if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
         "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
+        **_ttsim_columns(w.ttsim if w else None, "whole_"),
         "module_artifact": m.module_artifact,
         **_trace_columns(w.accuracy_trace if w else None),
     }
@@ -368,7 +371,7 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
             failed_stage=_stage(row["whole_failed_stage"]), message=row["whole_message"],
             compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
             max_abs_error=row["whole_max_abs_error"], reference=row.get("whole_reference") or "framework", iterations=row["whole_iterations"] or 0,
-            seconds=row["whole_s"] or 0.0, accuracy_trace=_trace_from(row),
+            seconds=row["whole_s"] or 0.0, accuracy_trace=_trace_from(row), ttsim=_ttsim_from(row, "whole_"),
         )
     summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,
                            ops_unique=row["ops_unique"] or 0, split_failures=row["split_failures"] or 0,

@@ -130,17 +130,19 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
     ]
 
 
-# The op's run on ttsim (records.TtsimRun); `ttsim_outcome` is null exactly when it had none.
-TTSIM_FIELDS = [
-    pa.field("device_backend", pa.string()),  # whose run gave the device verdict: model | ttsim
-    pa.field("ttsim_outcome", pa.string()),  # ran | rejected | limit | unmapped | mapping | timeout | crashed | unavailable
-    pa.field("ttsim_message", pa.string()),  # tt-metal's or ttsim's words
-    pa.field("ttsim_op", pa.string()),  # the TTNN op it stopped at
-    pa.field("ttsim_s", pa.float64()),
-    pa.field("ttsim_runner_s", pa.float64()),  # of ttsim_s, inside ttnn
-    pa.field("ttsim_agreement", pa.string()),  # the model against ttsim: bit_equal | within_ulps | differ | model_failed
-    pa.field("ttsim_max_ulps", pa.float64()),
-]
+def ttsim_fields(prefix: str = "") -> list[pa.Field]:
+    """A run on ttsim (records.TtsimRun), flattened; `<prefix>ttsim_outcome` is null exactly when there was none."""
+    return [
+        pa.field(f"{prefix}ttsim_outcome", pa.string()),  # ran | rejected | limit | unmapped | mapping | timeout | ...
+        pa.field(f"{prefix}ttsim_message", pa.string()),  # tt-metal's or ttsim's words
+        pa.field(f"{prefix}ttsim_op", pa.string()),  # the TTNN op it stopped at
+        pa.field(f"{prefix}ttsim_s", pa.float64()),
+        pa.field(f"{prefix}ttsim_runner_s", pa.float64()),  # of ttsim_s, inside ttnn
+        pa.field(f"{prefix}ttsim_agreement", pa.string()),  # the model against ttsim: bit_equal | within_ulps | differ ...
+        pa.field(f"{prefix}ttsim_max_ulps", pa.float64()),
+        pa.field(f"{prefix}ttsim_pcc", pa.float64()),  # a whole model's outputs on ttsim against its reference
+    ]
+
 
 # The pass a failed compile stopped in (records.FailedPass); `failed_pass_outcome` is null exactly
 # when the result has none (a compile that did not fail, or a run that did not look).
@@ -266,7 +268,8 @@ RESULTS = pa.schema([
     pa.field("synthetic_inputs", pa.list_(pa.string())),  # arguments drawn from the seed
     *FAILED_PASS_FIELDS,
     *PASS_TIMING_FIELDS,
-    *TTSIM_FIELDS,
+    pa.field("device_backend", pa.string()),  # whose run gave the device verdict: model | ttsim
+    *ttsim_fields(),
 ])
 
 # Occurrence counts of a model's ops, by the depth their unique op reached and by its status.
@@ -297,6 +300,7 @@ MODELS = pa.schema([
     pa.field("whole_max_abs_error", pa.float64()),
     pa.field("whole_iterations", pa.int64()),
     pa.field("whole_s", pa.float64()),
+    *ttsim_fields("whole_"),
     pa.field("module_artifact", pa.string()),  # the model's StableHLO module in the artifact store (sha256)
     *TRACE_FIELDS,
 ])

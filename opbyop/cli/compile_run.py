@@ -214,7 +214,7 @@ def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_
     except OpbyopError as e:
         fail(e)
     _render(prepared, results, wholes, full)
-    print_ttsim_summary(list(results.values()))
+    print_ttsim_summary(list(results.values()), wholes)
     if pass_timing:
         print_slowest_passes(list(results.values()))
     if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
@@ -236,8 +236,13 @@ PassTimingOption = typer.Option(False, "--pass-timing", help="compile each op ag
                                 "the slowest compiler passes")
 
 
-def print_ttsim_summary(results: list[OpResult]) -> None:
+def print_ttsim_summary(results: list[OpResult], wholes: dict[str, WholeModelResult]) -> None:
     """Where ops ran on ttsim: how each fared there, and how the device model agreed with it."""
+    for name, w in wholes.items():
+        if w.ttsim is not None:
+            pcc = f", pcc {w.ttsim.pcc:.5f} against the {w.reference}" if w.ttsim.pcc is not None else ""
+            console.print(f"{name} whole on ttsim: {w.ttsim.outcome.value}{pcc} in {w.ttsim.seconds:.1f} s"
+                          + (f": {w.ttsim.message}" if w.ttsim.message else ""))
     ran = [r.ttsim for r in results if r.ttsim is not None]
     if not ran:
         return

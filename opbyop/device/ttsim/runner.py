@@ -51,6 +51,7 @@ if __name__ == "__main__":
     _link_sfpi(sys.argv[1] if len(sys.argv) > 1 else "")
 
 import ttnn  # noqa: E402  (after the toolchain link and the fd switch)
+from ttnn._ttnn.activation import EltwiseUnaryWithParam  # noqa: E402
 
 
 class Unmapped(Exception):
@@ -177,9 +178,26 @@ def _unary(name: str):
     return run
 
 
+def activations(attrs: dict, key: str) -> list:
+    """`[#ttnn.unary_with_param<op_type = relu, params = [..]>]` as tt-metal's EltwiseUnaryWithParam list."""
+    out = []
+    for entry in attrs.get(key) or []:
+        if not isinstance(entry, dict) or "op_type" not in entry:
+            raise Unmapped(f"the fused activation {entry!r} is not mapped to ttnn yet")
+        op_type = getattr(ttnn.UnaryOpType, str(entry["op_type"]).upper(), None)
+        if op_type is None:
+            raise Unmapped(f"the fused activation {entry['op_type']} has no ttnn.UnaryOpType")
+        params = entry.get("params") or []
+        out.append(EltwiseUnaryWithParam(op_type, *[float(p) for p in (params if isinstance(params, list) else [params])]))
+    return out
+
+
 def _binary(name: str):
     def run(c: Ctx):
-        return getattr(ttnn, name)(c.args[0], c.args[1], dtype=c.dtype(), memory_config=c.mc())
+        return getattr(ttnn, name)(c.args[0], c.args[1], dtype=c.dtype(), memory_config=c.mc(),
+                                   activations=activations(c.attrs, "activations"),
+                                   input_tensor_a_activations=activations(c.attrs, "input_tensor_a_activations"),
+                                   input_tensor_b_activations=activations(c.attrs, "input_tensor_b_activations"))
     return run
 
 
@@ -223,6 +241,8 @@ def matmul_program_config(attrs: dict):
 
 
 def _matmul(c: Ctx):
+    if c.attrs.get("activation"):
+        raise Unmapped(f"a matmul's fused activation ({c.attrs['activation']}) is not mapped to ttnn yet")
     kw = dict(transpose_a=bool(c.attrs.get("transpose_a", False)), transpose_b=bool(c.attrs.get("transpose_b", False)),
               memory_config=c.mc(), dtype=c.dtype(), program_config=matmul_program_config(c.attrs),
               compute_kernel_config=c.compute_config())
