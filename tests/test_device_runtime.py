@@ -196,12 +196,19 @@ def test_stitched_whole_model_matches_torch(worker, settings, model, mlp_graph, 
 
 # -- placement -----------------------------------------------------------------------------
 
-def matmul(m: int, k: int, n: int, config: dict | None = None) -> Op:
+def matmul(m: int, k: int, n: int, config: dict | None = None, dtype: str = "f32") -> Op:
     attrs = {"compute_config": {"math_fidelity": "hifi4", "fp32_dest_acc_en": True}}
     if config:
         attrs["matmul_program_config"] = config
-    f32 = lambda *s: TensorType(s, "f32", TILE_F32)  # noqa: E731
-    return Op("ttnn.matmul", [0, 1], [2], [f32(m, k), f32(k, n)], [f32(m, n)], attrs)
+    tensor = lambda *s: TensorType(s, dtype, Layout(tiled=True, dtype=dtype))  # noqa: E731
+    return Op("ttnn.matmul", [0, 1], [2], [tensor(m, k), tensor(k, n)], [tensor(m, n)], attrs)
+
+
+def mcast_2d(grid_x: int, grid_y: int, per_core: tuple[int, int], out_block: tuple[int, int], in0_block_w: int) -> dict:
+    """A MatmulMultiCoreReuseMultiCastProgramConfig as tt-mlir prints it."""
+    return {"compute_with_storage_grid_size": [grid_x, grid_y], "in0_block_w": in0_block_w,
+            "out_block_h": out_block[0], "out_block_w": out_block[1],
+            "per_core_m": per_core[0], "per_core_n": per_core[1]}
 
 
 def test_placement_enumerates_rejects_with_reasons_and_picks_by_policy():
@@ -291,3 +298,37 @@ def test_the_compilers_matmul_program_config_is_honoured():
     config = {"compute_with_storage_grid_size": [4, 2], "per_core_m": 2, "per_core_n": 4, "in0_block_w": 2}
     placed = place(matmul(128, 256, 512, config), BLACKHOLE_P150)
     assert placed.fixed_by_compiler and placed.grid == (2, 4) and placed.block_tiles == (2, 4)
+
+
+@pytest.mark.parametrize("chip, config, buffers", [
+    # in0 4x32 and in1 32x4 tiles double-buffered, a 4x4 output block in bf16 and its f32 partial sums
+    (WORMHOLE_N150, mcast_2d(8, 8, (16, 16), (4, 4), 32), (4 * 32 * 2 + 32 * 4 * 2 + 16) * 2048 + 16 * 4096),
+    # per_core_m 13 on 10 rows of 128 tiles: the last row of cores holds 11 tiles and 2 of padding
+    (BLACKHOLE_P150, mcast_2d(11, 10, (13, 12), (13, 3), 16), (13 * 16 * 2 + 16 * 3 * 2 + 39) * 2048 + 39 * 4096),
+])
+def test_a_compilers_output_blocks_size_the_circular_buffers_as_tt_metal_does(chip, config, buffers):
+    """tt-mlir's configs for a 4096^3 bf16 matmul: the buffers hold one output block at a time
+    (out_block_h x out_block_w), not a core's whole output, and fit L1 as on silicon."""
+    placed = place(matmul(4096, 4096, 4096, config, "bf16"), chip)
+    assert placed.fixed_by_compiler and placed.legal == 1 and not placed.rejected
+    assert placed.block_tiles == (config["out_block_h"], config["out_block_w"])
+    assert placed.l1_bytes_per_core == buffers <= chip.l1_per_core
+
+
+def test_a_compilers_blocks_that_overflow_l1_fail_the_run_naming_what_to_shrink():
+    """A program config whose K block cannot fit is a real failure: the run stops at the matmul
+    and says which of the config's blocks to make smaller."""
+    from opbyop.device.executor import Executor
+    from opbyop.device.program import Function, Program
+
+    op = matmul(64, 8192, 64, mcast_2d(2, 2, (1, 1), (1, 1), 256))  # 256 f32 K tiles per input, twice over
+    placed = place(op, WORMHOLE_N150)
+    assert placed.legal == 0 and placed.rejected == {"InputBufferAllocationFailure": 1}
+    device = open_device(WORMHOLE_N150)
+    f32 = lambda *shape: TensorType(shape, "f32", TILE_F32)  # noqa: E731
+    function = Function("main", "forward_device", [0, 1], [f32(64, 8192), f32(8192, 64)], [op], [2], [f32(64, 64)])
+    a = to_device(np.ones((64, 8192), np.float32), device, TILE_F32)
+    b = to_device(np.ones((8192, 64), np.float32), device, TILE_F32)
+    with pytest.raises(SimulationError, match="out of L1 memory: ttnn.matmul.*in0_block_w need less"):
+        Executor(device, Program({"main": function}, "main", device.spec, "")).run(function, [a, b])
+    device.close()
