@@ -268,9 +268,12 @@ def test_nlp_policy_keeps_pace_with_its_neighbours_on_fewer_cores():
 
 def test_big_blocks_on_few_cores_exceed_l1():
     models = candidates(work_of(matmul(4096, 8192, 4096)), WORMHOLE_N150)
-    single = [m for m in models if m.grid == (1, 1)]
-    assert all(m.reason is not None for m in single)
-    assert "L1UsageOverMaxLimit" in {m.reason.value for m in single}
+    whole = [m for m in models if m.grid == (1, 1) and not m.stream]
+    assert all(m.reason is not None for m in whole)
+    assert "L1UsageOverMaxLimit" in {m.reason.value for m in whole}
+    # tt-metal slices a core's output into blocks until they fit: one core still runs it, slowly
+    sliced = [m for m in models if m.grid == (1, 1) and m.reason is None]
+    assert sliced and all(m.t >= 64 for m in sliced)
 
 
 def test_a_harvested_grid_changes_the_chosen_placement():
@@ -332,3 +335,28 @@ def test_a_compilers_blocks_that_overflow_l1_fail_the_run_naming_what_to_shrink(
     with pytest.raises(SimulationError, match="out of L1 memory: ttnn.matmul.*in0_block_w need less"):
         Executor(device, Program({"main": function}, "main", device.spec, "")).run(function, [a, b])
     device.close()
+
+
+def test_a_prime_count_of_tiles_per_core_slices_into_single_tiles():
+    """1,571 output columns of tiles on one core: no power of two divides them, tt-metal's output
+    blocks (any divisor) still cut them into single tiles that fit."""
+    models = [m for m in candidates(work_of(matmul(32, 1024, 32 * 1571, dtype="bf16")), WORMHOLE_N150)
+              if m.grid == (1, 1)]
+    assert all(m.reason is not None for m in models if m.stream != "C" or m.t != 1571)
+    assert any(m.reason is None and m.block == (1, 1) for m in models if m.stream == "C" and m.t == 1571)
+
+
+def test_a_grid_need_not_divide_a_matmuls_tiles_but_every_core_holds_some():
+    """Five rows of tiles on three rows of cores take 2, 2 and 1 (tt-metal pads the last); a
+    fourth row of cores would hold padding only."""
+    by_grid = {m.grid: m.reason for m in candidates(work_of(matmul(160, 64, 64)), WORMHOLE_N150) if not m.stream}
+    assert by_grid[(3, 1)] is None and by_grid[(5, 1)] is None
+    assert by_grid[(4, 1)] is Reason.PADDING_CONSTRAINTS_NOT_SATISFIED
+
+
+def test_gpt_oss_lm_head_finds_an_op_model_on_a_p150():
+    """128x2880 by 2880x201088 bf16: 6,284 output tiles, 4 x 1,571, divide no grid but 1, 2 and 4
+    columns; with padded grids and output blocks of any divisor it runs."""
+    placed = place(matmul(128, 2880, 201088, dtype="bf16"), BLACKHOLE_P150)
+    assert placed.legal > 0 and placed.grid[0] == 4 and placed.grid[1] > 4
+    assert placed.l1_bytes_per_core <= BLACKHOLE_P150.l1_per_core

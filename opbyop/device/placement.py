@@ -10,8 +10,10 @@ to the neighbouring ops').
 
 A matmul's slices are tt-metal's output blocks (out_block_h x out_block_w of a core's per_core_M x
 per_core_N): its circular buffers hold one output block and one K block of each input at a time
-(matmul_multicore_reuse_mcast_2d_program_factory.cpp). A program config the compiler set fixes the
-grid, the blocks and the K block (in0_block_w).
+(matmul_multicore_reuse_mcast_2d_program_factory.cpp), so a slice may be any divisor of the core's
+tiles, down to single tiles, as tt-metal's get_multi_dim_per_core_factor shrinks blocks until they
+fit L1; and a grid need not divide the tiles: the last row or column of cores takes the remainder.
+A program config the compiler set fixes the grid, the blocks and the K block (in0_block_w).
 
 Cycles are a model, not a measurement. Every constant comes from a published figure, cited:
 - matrix engine (tenstorrent/tt-metal tech_reports/matrix_engine/matrix_engine.md): a matmul of
@@ -221,6 +223,11 @@ def _interm_bytes(config: dict, out_bytes_per_tile: float) -> float:
     return 0.0 if interm == out_bytes_per_tile else interm
 
 
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
 def _per_tile_cycles(work: Work) -> int:
     phases = FIDELITY_PHASES.get(work.fidelity, 4)
     return {"eltwise": ELTWISE_TILE_CYCLES, "multiply": ELTWISE_TILE_CYCLES * phases,
@@ -265,6 +272,11 @@ def _l1(work: Work, block: tuple[int, int], k_block: int, buffer_factor: int) ->
     return inputs, int(inputs + out_block)
 
 
+def _idle(tiles: int, cores: int) -> bool:
+    """Whether the last of `cores` would hold padding only once each takes ceil(tiles / cores)."""
+    return (cores - 1) * math.ceil(tiles / cores) >= tiles
+
+
 def _shape_reason(work: Work, spec: DeviceSpec, grid: tuple[int, int], stream: str, t: int) -> Reason | None:
     """What rules a grid and stream out whatever the blocks and buffers: the stack, the streaming,
     the padding (checked in the balancer's order)."""
@@ -278,7 +290,9 @@ def _shape_reason(work: Work, spec: DeviceSpec, grid: tuple[int, int], stream: s
         per_core = math.ceil(cut / (grid[0] if stream == "R" else grid[1]))
         if t > per_core or per_core % t:
             return Reason.ILLEGAL_STREAMING  # a slice must be a whole number of tiles on every core
-    if work.kind == "matmul" and (work.m_tiles % grid[0] or work.n_tiles % grid[1]):
+    # tt-metal pads the last row and column of cores (last_per_core_M/N): a grid need not divide the
+    # tiles, but one whose last row or column would hold padding only is a smaller grid's model
+    if work.kind == "matmul" and (_idle(work.m_tiles, grid[0]) or _idle(work.n_tiles, grid[1])):
         return Reason.PADDING_CONSTRAINTS_NOT_SATISFIED
     return None
 
@@ -304,6 +318,18 @@ def _block(work: Work, grid: tuple[int, int], stream: str, t: int) -> tuple[int,
     m = math.ceil(work.m_tiles / grid[0])
     n = math.ceil(work.n_tiles / grid[1])
     return (math.ceil(m / t), n) if stream == "R" else (m, math.ceil(n / t)) if stream == "C" else (m, n)
+
+
+def _stream_factors(cut: int) -> tuple[list[int], list[int]]:
+    """Slices of a core's `cut` tiles to try: the balancer's powers of two up to the first the tiles
+    cannot take, and the other divisors (tt-metal's output blocks may be any divisor of a core's
+    tiles: a prime count of tiles slices into single tiles)."""
+    powers = []
+    for t in STREAM_FACTORS[1:]:
+        powers.append(t)
+        if t >= cut:
+            break
+    return powers, [d for d in _divisors(cut) if d > 1 and d not in powers]
 
 
 @dataclass(frozen=True)
@@ -336,8 +362,8 @@ def candidates(work: Work, spec: DeviceSpec, fixed: Fixed | None = None) -> tupl
     """Every candidate op model; `fixed` when the compiler chose the grid and blocks.
 
     A grid and stream that their shape rules out count once (whatever blocks and buffers would go
-    with them); the others once per K block and buffer factor. Stream factors are tried up to
-    the first one the op's tiles cannot take."""
+    with them); the others once per K block and buffer factor. Stream factors are the divisors of
+    a core's tiles and the balancer's powers of two up to the first the op's tiles cannot take."""
     if fixed is not None:
         return (_fixed_candidate(work, spec, fixed),)
     k_blocks = [k for k in (1, 2, 4, 8) if work.k_tiles % k == 0] if work.kind == "matmul" else [1]
@@ -353,13 +379,14 @@ def candidates(work: Work, spec: DeviceSpec, fixed: Fixed | None = None) -> tupl
             out.append(Candidate(grid, stream, t, block, k_blocks[0], 1, l1, 0, reason, slices))
             return False
         legal = True
+        cycles = {factor: _cost(work, spec, block, slices, factor) for factor in (1, 2)}  # the K block costs nothing
         for k_block in k_blocks:
             for buffer_factor in (1, 2):
                 inputs, l1 = _l1(work, block, k_block, buffer_factor)
                 memory = _memory_reason(work, spec, inputs, l1)
                 legal = legal and memory is None
-                out.append(Candidate(grid, stream, t, block, k_block, buffer_factor, l1,
-                                     _cost(work, spec, block, slices, buffer_factor), memory, slices))
+                out.append(Candidate(grid, stream, t, block, k_block, buffer_factor, l1, cycles[buffer_factor],
+                                     memory, slices))
         return legal
 
     for grid in _grids(spec):
@@ -367,9 +394,12 @@ def candidates(work: Work, spec: DeviceSpec, fixed: Fixed | None = None) -> tupl
         if grid[0] > work.m_tiles or grid[1] > work.n_tiles:
             continue  # the stack alone rules it out: no streams to try
         for direction, cut in (("R", math.ceil(work.m_tiles / grid[0])), ("C", math.ceil(work.n_tiles / grid[1]))):
-            for t in STREAM_FACTORS[1:]:
-                add(grid, direction, t)
-                if t >= cut:
+            powers, others = _stream_factors(cut)
+            fitted = [t for t in powers if add(grid, direction, t)]
+            # more slices only add re-reads and handshakes: past a factor whose every model fits,
+            # the other divisors cannot be chosen by any policy
+            for t in others:
+                if any(f < t for f in fitted) or add(grid, direction, t):
                     break
     return tuple(out)
 
