@@ -360,3 +360,16 @@ def test_gpt_oss_lm_head_finds_an_op_model_on_a_p150():
     placed = place(matmul(128, 2880, 201088, dtype="bf16"), BLACKHOLE_P150)
     assert placed.legal > 0 and placed.grid[0] == 4 and placed.grid[1] > 4
     assert placed.l1_bytes_per_core <= BLACKHOLE_P150.l1_per_core
+
+
+def test_a_linears_bias_and_f32_partial_sums_take_buffers_of_their_own():
+    """tt-metal gives a bias one row of tiles per output block, and partial sums under fp32
+    accumulation an f32 buffer beside a bf16 output; an f32 output holds its own partial sums."""
+    config = mcast_2d(1, 1, (2, 2), (2, 2), 2)  # one core, four output tiles, K in two blocks
+    bf16 = lambda *s: TensorType(s, "bf16", Layout(tiled=True, dtype="bf16"))  # noqa: E731
+    attrs = {"compute_config": {"math_fidelity": "hifi4", "fp32_dest_acc_en": True}, "matmul_program_config": config}
+    linear = Op("ttnn.linear", [0, 1, 2], [3], [bf16(64, 128), bf16(128, 64), bf16(64)], [bf16(64, 64)], attrs)
+    inputs = (2 * 2 + 2 * 2) * 2 * 2048  # in0 2x2 and in1 2x2 tiles, double-buffered
+    assert place(matmul(64, 128, 64, config, "bf16"), WORMHOLE_N150).l1_bytes_per_core == inputs + 4 * (2048 + 4096)
+    assert place(linear, WORMHOLE_N150).l1_bytes_per_core == inputs + 4 * (2048 + 4096) + 2 * 2048
+    assert place(matmul(64, 128, 64, config), WORMHOLE_N150).l1_bytes_per_core == 2 * inputs + 4 * 4096
