@@ -313,7 +313,7 @@ class OpPlacement(BaseModel):
     legal: int
     rejected: dict[str, int] = Field(default_factory=dict)  # failure reason -> count
     fixed_by_compiler: bool = False
-    t_stream: str = ""  # the chosen t-streaming: "" none, "R4" four slices of rows, "C2" two of columns
+    t_stream: str = ""  # the chosen t-streaming: "" none, "R4" four slices of rows, "C2" two of columns, "R4C4" both
     policy: str = ""  # the balancer policy that chose it (fewest_cycles | fewest_cores | nlp)
 
 

@@ -196,12 +196,19 @@ def test_stitched_whole_model_matches_torch(worker, settings, model, mlp_graph, 
 
 # -- placement -----------------------------------------------------------------------------
 
-def matmul(m: int, k: int, n: int, config: dict | None = None) -> Op:
+def matmul(m: int, k: int, n: int, config: dict | None = None, dtype: str = "f32") -> Op:
     attrs = {"compute_config": {"math_fidelity": "hifi4", "fp32_dest_acc_en": True}}
     if config:
         attrs["matmul_program_config"] = config
-    f32 = lambda *s: TensorType(s, "f32", TILE_F32)  # noqa: E731
-    return Op("ttnn.matmul", [0, 1], [2], [f32(m, k), f32(k, n)], [f32(m, n)], attrs)
+    tensor = lambda *s: TensorType(s, dtype, Layout(tiled=True, dtype=dtype))  # noqa: E731
+    return Op("ttnn.matmul", [0, 1], [2], [tensor(m, k), tensor(k, n)], [tensor(m, n)], attrs)
+
+
+def mcast_2d(grid_x: int, grid_y: int, per_core: tuple[int, int], out_block: tuple[int, int], in0_block_w: int) -> dict:
+    """A MatmulMultiCoreReuseMultiCastProgramConfig as tt-mlir prints it."""
+    return {"compute_with_storage_grid_size": [grid_x, grid_y], "in0_block_w": in0_block_w,
+            "out_block_h": out_block[0], "out_block_w": out_block[1],
+            "per_core_m": per_core[0], "per_core_n": per_core[1]}
 
 
 def test_placement_enumerates_rejects_with_reasons_and_picks_by_policy():
@@ -261,9 +268,12 @@ def test_nlp_policy_keeps_pace_with_its_neighbours_on_fewer_cores():
 
 def test_big_blocks_on_few_cores_exceed_l1():
     models = candidates(work_of(matmul(4096, 8192, 4096)), WORMHOLE_N150)
-    single = [m for m in models if m.grid == (1, 1)]
-    assert all(m.reason is not None for m in single)
-    assert "L1UsageOverMaxLimit" in {m.reason.value for m in single}
+    whole = [m for m in models if m.grid == (1, 1) and not m.stream]
+    assert all(m.reason is not None for m in whole)
+    assert "L1UsageOverMaxLimit" in {m.reason.value for m in whole}
+    # tt-metal slices a core's output into blocks until they fit: one core still runs it, slowly
+    sliced = [m for m in models if m.grid == (1, 1) and m.reason is None]
+    assert sliced and all(m.t >= 64 for m in sliced)
 
 
 def test_a_harvested_grid_changes_the_chosen_placement():
@@ -291,3 +301,75 @@ def test_the_compilers_matmul_program_config_is_honoured():
     config = {"compute_with_storage_grid_size": [4, 2], "per_core_m": 2, "per_core_n": 4, "in0_block_w": 2}
     placed = place(matmul(128, 256, 512, config), BLACKHOLE_P150)
     assert placed.fixed_by_compiler and placed.grid == (2, 4) and placed.block_tiles == (2, 4)
+
+
+@pytest.mark.parametrize("chip, config, buffers", [
+    # in0 4x32 and in1 32x4 tiles double-buffered, a 4x4 output block in bf16 and its f32 partial sums
+    (WORMHOLE_N150, mcast_2d(8, 8, (16, 16), (4, 4), 32), (4 * 32 * 2 + 32 * 4 * 2 + 16) * 2048 + 16 * 4096),
+    # per_core_m 13 on 10 rows of 128 tiles: the last row of cores holds 11 tiles and 2 of padding
+    (BLACKHOLE_P150, mcast_2d(11, 10, (13, 12), (13, 3), 16), (13 * 16 * 2 + 16 * 3 * 2 + 39) * 2048 + 39 * 4096),
+])
+def test_a_compilers_output_blocks_size_the_circular_buffers_as_tt_metal_does(chip, config, buffers):
+    """tt-mlir's configs for a 4096^3 bf16 matmul: the buffers hold one output block at a time
+    (out_block_h x out_block_w), not a core's whole output, and fit L1 as on silicon."""
+    placed = place(matmul(4096, 4096, 4096, config, "bf16"), chip)
+    assert placed.fixed_by_compiler and placed.legal == 1 and not placed.rejected
+    assert placed.block_tiles == (config["out_block_h"], config["out_block_w"])
+    assert placed.l1_bytes_per_core == buffers <= chip.l1_per_core
+
+
+def test_a_compilers_blocks_that_overflow_l1_fail_the_run_naming_what_to_shrink():
+    """A program config whose K block cannot fit is a real failure: the run stops at the matmul
+    and says which of the config's blocks to make smaller."""
+    from opbyop.device.executor import Executor
+    from opbyop.device.program import Function, Program
+
+    op = matmul(64, 8192, 64, mcast_2d(2, 2, (1, 1), (1, 1), 256))  # 256 f32 K tiles per input, twice over
+    placed = place(op, WORMHOLE_N150)
+    assert placed.legal == 0 and placed.rejected == {"InputBufferAllocationFailure": 1}
+    device = open_device(WORMHOLE_N150)
+    f32 = lambda *shape: TensorType(shape, "f32", TILE_F32)  # noqa: E731
+    function = Function("main", "forward_device", [0, 1], [f32(64, 8192), f32(8192, 64)], [op], [2], [f32(64, 64)])
+    a = to_device(np.ones((64, 8192), np.float32), device, TILE_F32)
+    b = to_device(np.ones((8192, 64), np.float32), device, TILE_F32)
+    with pytest.raises(SimulationError, match="out of L1 memory: ttnn.matmul.*in0_block_w need less"):
+        Executor(device, Program({"main": function}, "main", device.spec, "")).run(function, [a, b])
+    device.close()
+
+
+def test_a_prime_count_of_tiles_per_core_slices_into_single_tiles():
+    """1,571 output columns of tiles on one core: no power of two divides them, tt-metal's output
+    blocks (any divisor) still cut them into single tiles that fit."""
+    models = [m for m in candidates(work_of(matmul(32, 1024, 32 * 1571, dtype="bf16")), WORMHOLE_N150)
+              if m.grid == (1, 1)]
+    assert all(m.reason is not None for m in models if m.stream != "C" or m.t != 1571)
+    assert any(m.reason is None and m.block == (1, 1) for m in models if m.stream == "C" and m.t == 1571)
+
+
+def test_a_grid_need_not_divide_a_matmuls_tiles_but_every_core_holds_some():
+    """Five rows of tiles on three rows of cores take 2, 2 and 1 (tt-metal pads the last); a
+    fourth row of cores would hold padding only."""
+    by_grid = {m.grid: m.reason for m in candidates(work_of(matmul(160, 64, 64)), WORMHOLE_N150) if not m.stream}
+    assert by_grid[(3, 1)] is None and by_grid[(5, 1)] is None
+    assert by_grid[(4, 1)] is Reason.PADDING_CONSTRAINTS_NOT_SATISFIED
+
+
+def test_gpt_oss_lm_head_finds_an_op_model_on_a_p150():
+    """128x2880 by 2880x201088 bf16: 6,284 output tiles, 4 x 1,571, divide no grid but 1, 2 and 4
+    columns; with padded grids and output blocks of any divisor it runs."""
+    placed = place(matmul(128, 2880, 201088, dtype="bf16"), BLACKHOLE_P150)
+    assert placed.legal > 0 and placed.grid[0] == 4 and placed.grid[1] > 4
+    assert placed.l1_bytes_per_core <= BLACKHOLE_P150.l1_per_core
+
+
+def test_a_linears_bias_and_f32_partial_sums_take_buffers_of_their_own():
+    """tt-metal gives a bias one row of tiles per output block, and partial sums under fp32
+    accumulation an f32 buffer beside a bf16 output; an f32 output holds its own partial sums."""
+    config = mcast_2d(1, 1, (2, 2), (2, 2), 2)  # one core, four output tiles, K in two blocks
+    bf16 = lambda *s: TensorType(s, "bf16", Layout(tiled=True, dtype="bf16"))  # noqa: E731
+    attrs = {"compute_config": {"math_fidelity": "hifi4", "fp32_dest_acc_en": True}, "matmul_program_config": config}
+    linear = Op("ttnn.linear", [0, 1, 2], [3], [bf16(64, 128), bf16(128, 64), bf16(64)], [bf16(64, 64)], attrs)
+    inputs = (2 * 2 + 2 * 2) * 2 * 2048  # in0 2x2 and in1 2x2 tiles, double-buffered
+    assert place(matmul(64, 128, 64, config, "bf16"), WORMHOLE_N150).l1_bytes_per_core == inputs + 4 * (2048 + 4096)
+    assert place(linear, WORMHOLE_N150).l1_bytes_per_core == inputs + 4 * (2048 + 4096) + 2 * 2048
+    assert place(matmul(64, 128, 64, config), WORMHOLE_N150).l1_bytes_per_core == 2 * inputs + 4 * 4096

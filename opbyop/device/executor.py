@@ -171,7 +171,7 @@ class Executor:
         """Count the op, its cycles and its circular buffers against this chip's L1."""
         self.stats.ttnn_ops += 1
         if placement is not None:
-            self._check_l1(op, placement.l1_bytes_per_core)
+            self._check_l1(op, placement)
             self.stats.placements.append(placement)
             self.stats.cycles += placement.cycles
 
@@ -192,13 +192,18 @@ class Executor:
         return DeviceTensor(values=tensor.values, dtype=tensor.dtype, layout=tensor.layout, device=self.device,
                             buffer=buffer, name=name)
 
-    def _check_l1(self, op: Op, buffers: int) -> None:
+    def _check_l1(self, op: Op, placement: OpPlacement) -> None:
         """An op's circular buffers must fit beside the L1 tensors resident on its cores."""
+        buffers = placement.l1_bytes_per_core
         resident = self.device.memory.l1.fullest
         limit = self.device.spec.l1_per_core
         if resident + buffers > limit:
+            rows, cols = placement.block_tiles
+            fix = (f": the compiler's program config fixed its blocks ({rows}x{cols} output tiles at a time); "
+                   "smaller out_block_h, out_block_w or in0_block_w need less" if placement.fixed_by_compiler else "")
             raise OutOfMemory(f"out of L1 memory: {op.name} ({_short(op.location)}) needs {buffers:,} B of circular "
-                              f"buffers per core beside {resident:,} B of resident L1 tensors; a core has {limit:,} B")
+                              f"buffers per core beside {resident:,} B of resident L1 tensors; a core has {limit:,} B"
+                              f"{fix}")
         self.stats.peak_l1 = max(self.stats.peak_l1, resident + buffers)
 
     def _materialise(self, value: np.ndarray, t: TensorType | None, name: str) -> DeviceTensor:

@@ -8,6 +8,13 @@ candidate is checked against the chip and rejected with ONE of the balancer's re
 picks one legal model: fewest cycles, fewest cores, or the NLP policy (execution times matched
 to the neighbouring ops').
 
+A matmul's slices are tt-metal's output blocks (out_block_h x out_block_w of a core's per_core_M x
+per_core_N): its circular buffers hold one output block and one K block of each input at a time
+(matmul_multicore_reuse_mcast_2d_program_factory.cpp), so a slice may be any divisor of the core's
+tiles, down to single tiles, as tt-metal's get_multi_dim_per_core_factor shrinks blocks until they
+fit L1; and a grid need not divide the tiles: the last row or column of cores takes the remainder.
+A program config the compiler set fixes the grid, the blocks and the K block (in0_block_w).
+
 Cycles are a model, not a measurement. Every constant comes from a published figure, cited:
 - matrix engine (tenstorrent/tt-metal tech_reports/matrix_engine/matrix_engine.md): a matmul of
   8x16 x 16x16 per cycle (4,096 FLOP/cycle at LoFi, divided by the fidelity's phases), a 16x16
@@ -52,6 +59,7 @@ OP_OVERHEAD_CYCLES = 4_000  # tt-metal issue #12074: ~4k cycles of dispatch per 
 STREAM_SLICE_CYCLES = 200  # per streamed slice: a circular-buffer handshake (an estimate, no published figure)
 STREAM_TILES = 8  # element-wise and data-movement ops move tiles through L1 in chunks of this many
 STREAM_FACTORS = (1, 2, 4, 8, 16, 32)
+F32_TILE_BYTES = TILE_ELEMENTS * 4
 
 
 class Reason(str, Enum):
@@ -75,7 +83,7 @@ class Policy(str, Enum):
 @dataclass(frozen=True)
 class Candidate:
     grid: tuple[int, int]
-    stream: str  # "" (none), "R" (slices of output rows) or "C" (slices of output columns)
+    stream: str  # "" (none), "R" (slices of output rows), "C" (of columns) or "RC" (both: a compiler's blocks)
     t: int  # t-stream factor: slices streamed one after another
     block: tuple[int, int]  # output tiles per core per slice (rows, columns)
     k_block: int
@@ -83,6 +91,7 @@ class Candidate:
     l1_bytes: int
     cycles: int
     reason: Reason | None  # None: legal
+    slices: tuple[int, int] = (1, 1)  # slices along rows and columns (t = their product)
 
     @property
     def cores(self) -> int:
@@ -90,6 +99,8 @@ class Candidate:
 
     @property
     def stream_label(self) -> str:
+        if self.stream == "RC":
+            return f"R{self.slices[0]}C{self.slices[1]}"
         return f"{self.stream}{self.t}" if self.stream else ""
 
 
@@ -108,6 +119,8 @@ class Work:
     fidelity: str
     total_bytes: int  # everything read and written, for the DRAM bound
     streamable: str = "RC"  # directions the op's operand access allows streaming along
+    interm_bytes_per_tile: float = 0.0  # a matmul's partial sums in a buffer of their own; 0: in the output's
+    bias: bool = False  # a linear's bias: one row of tiles per output block
 
 
 MATRIX_OPS = {"ttnn.matmul", "ttnn.linear", "ttnn.conv2d", "ttnn.conv1d", "ttnn.conv_transpose2d"}
@@ -185,7 +198,8 @@ def work_of(op: Op) -> Work | None:
             batch = math.prod(shape[:-2]) if len(shape) > 2 else 1
             m = shape[-2] if len(shape) > 1 else 1
         # K is read in full by every output block: streaming may cut M or N, never K
-        return Work("matmul", _tiles(m), _tiles(shape[-1]), _tiles(k), batch, in_b, out_b, 2, fidelity, total, "RC")
+        return Work("matmul", _tiles(m), _tiles(shape[-1]), _tiles(k), batch, in_b, out_b, 2, fidelity, total, "RC",
+                    _interm_bytes(config, out_b), op.name == "ttnn.linear" and len(tensors) >= 3)
     kind = _kind(op.name)
     source = tensors[0].shape if tensors and tensors[0].shape else shape
     rows = math.prod(source[:-1]) if len(source) > 1 else 1
@@ -196,6 +210,24 @@ def work_of(op: Op) -> Work | None:
                 streamable)
 
 
+def _interm_bytes(config: dict, out_bytes_per_tile: float) -> float:
+    """Bytes per tile of a matmul's partial-sum buffer when it cannot share the output's: tt-metal
+    packs partial sums in f32 with fp32 accumulation, in bf16 with packer L1 accumulation, and
+    shares the output buffer only when that is the output's own format."""
+    if bool(config.get("fp32_dest_acc_en", True)):  # tt-mlir's default, as the kernels read it
+        interm = float(F32_TILE_BYTES)
+    elif bool(config.get("packer_l1_acc", False)):
+        interm = TILE_ELEMENTS * BYTES_PER_ELEMENT["bf16"]
+    else:
+        return 0.0
+    return 0.0 if interm == out_bytes_per_tile else interm
+
+
+def _divisors(n: int) -> list[int]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
 def _per_tile_cycles(work: Work) -> int:
     phases = FIDELITY_PHASES.get(work.fidelity, 4)
     return {"eltwise": ELTWISE_TILE_CYCLES, "multiply": ELTWISE_TILE_CYCLES * phases,
@@ -203,18 +235,17 @@ def _per_tile_cycles(work: Work) -> int:
             "sfpu": SFPU_TRANSCENDENTAL_CYCLES, "sfpu_simple": SFPU_SIMPLE_CYCLES}.get(work.kind, 0)
 
 
-def _cost(work: Work, spec: DeviceSpec, grid: tuple[int, int], block: tuple[int, int], t: int, stream: str,
-          buffer_factor: int) -> int:
+def _cost(work: Work, spec: DeviceSpec, block: tuple[int, int], slices: tuple[int, int], buffer_factor: int) -> int:
     """Cycles of one op model: compute per core against its data movement (overlapped when
     double-buffered), plus dispatch and one handshake per streamed slice."""
+    rows, cols = slices
+    t = rows * cols
     tiles_per_core = block[0] * block[1] * work.batch * t
     if work.kind == "matmul":
         compute = tiles_per_core * work.k_tiles * MATMUL_TILE_CYCLES * FIDELITY_PHASES.get(work.fidelity, 4)
-        m_core = block[0] * (t if stream == "R" else 1)
-        n_core = block[1] * (t if stream == "C" else 1)
-        # every slice re-reads the operand its cut does not divide: in0 once per C slice, in1 per R slice
-        in0 = m_core * work.k_tiles * (t if stream == "C" else 1)
-        in1 = n_core * work.k_tiles * (t if stream == "R" else 1)
+        # every slice re-reads the operand its cut does not divide: in0 once per column slice, in1 per row slice
+        in0 = block[0] * rows * work.k_tiles * cols
+        in1 = block[1] * cols * work.k_tiles * rows
         noc_bytes = (in0 + in1) * work.in_bytes_per_tile * work.batch + tiles_per_core * work.out_bytes_per_tile
     else:
         compute = tiles_per_core * _per_tile_cycles(work) * (work.inputs if work.kind == "eltwise" else 1)
@@ -230,13 +261,20 @@ def _l1(work: Work, block: tuple[int, int], k_block: int, buffer_factor: int) ->
     """(input buffers, total) bytes of L1 per core: a slice's blocks stay resident while K streams."""
     if work.kind == "matmul":
         in_block = (block[0] * k_block + k_block * block[1]) * work.in_bytes_per_tile
-        out_block = block[0] * block[1] * work.out_bytes_per_tile
+        out_block = block[0] * block[1] * (work.out_bytes_per_tile + work.interm_bytes_per_tile)
+        if work.bias:
+            out_block += block[1] * work.out_bytes_per_tile
     else:  # element-wise and data movement move their tiles through small circular buffers
         chunk = min(block[0] * block[1], STREAM_TILES)
         in_block = chunk * work.inputs * work.in_bytes_per_tile
         out_block = chunk * work.out_bytes_per_tile
     inputs = int(buffer_factor * in_block)
     return inputs, int(inputs + out_block)
+
+
+def _idle(tiles: int, cores: int) -> bool:
+    """Whether the last of `cores` would hold padding only once each takes ceil(tiles / cores)."""
+    return (cores - 1) * math.ceil(tiles / cores) >= tiles
 
 
 def _shape_reason(work: Work, spec: DeviceSpec, grid: tuple[int, int], stream: str, t: int) -> Reason | None:
@@ -252,7 +290,9 @@ def _shape_reason(work: Work, spec: DeviceSpec, grid: tuple[int, int], stream: s
         per_core = math.ceil(cut / (grid[0] if stream == "R" else grid[1]))
         if t > per_core or per_core % t:
             return Reason.ILLEGAL_STREAMING  # a slice must be a whole number of tiles on every core
-    if work.kind == "matmul" and (work.m_tiles % grid[0] or work.n_tiles % grid[1]):
+    # tt-metal pads the last row and column of cores (last_per_core_M/N): a grid need not divide the
+    # tiles, but one whose last row or column would hold padding only is a smaller grid's model
+    if work.kind == "matmul" and (_idle(work.m_tiles, grid[0]) or _idle(work.n_tiles, grid[1])):
         return Reason.PADDING_CONSTRAINTS_NOT_SATISFIED
     return None
 
@@ -280,43 +320,87 @@ def _block(work: Work, grid: tuple[int, int], stream: str, t: int) -> tuple[int,
     return (math.ceil(m / t), n) if stream == "R" else (m, math.ceil(n / t)) if stream == "C" else (m, n)
 
 
+def _stream_factors(cut: int) -> tuple[list[int], list[int]]:
+    """Slices of a core's `cut` tiles to try: the balancer's powers of two up to the first the tiles
+    cannot take, and the other divisors (tt-metal's output blocks may be any divisor of a core's
+    tiles: a prime count of tiles slices into single tiles)."""
+    powers = []
+    for t in STREAM_FACTORS[1:]:
+        powers.append(t)
+        if t >= cut:
+            break
+    return powers, [d for d in _divisors(cut) if d > 1 and d not in powers]
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """What a matmul's program config fixed: the grid, each core's output tiles (per_core_M x
+    per_core_N), the output block its buffers hold at a time (out_block_h x out_block_w) and the K
+    block (in0_block_w)."""
+
+    grid: tuple[int, int]
+    per_core: tuple[int, int]
+    block: tuple[int, int]
+    k_block: int
+
+
+def _fixed_candidate(work: Work, spec: DeviceSpec, fixed: Fixed) -> Candidate:
+    """The one op model a program config leaves, with tt-metal's buffers for it."""
+    slices = (math.ceil(fixed.per_core[0] / fixed.block[0]), math.ceil(fixed.per_core[1] / fixed.block[1]))
+    stream = ("R" if slices[0] > 1 else "") + ("C" if slices[1] > 1 else "")
+    # tt-metal double-buffers the inputs when more than one K block (or batch) passes through them
+    buffer_factor = 2 if work.batch * math.ceil(work.k_tiles / fixed.k_block) > 1 else 1
+    inputs, l1 = _l1(work, fixed.block, fixed.k_block, buffer_factor)
+    uneven = fixed.per_core[0] % fixed.block[0] or fixed.per_core[1] % fixed.block[1]
+    reason = Reason.ILLEGAL_STREAMING if uneven else _memory_reason(work, spec, inputs, l1)
+    return Candidate(fixed.grid, stream, slices[0] * slices[1], fixed.block, fixed.k_block, buffer_factor, l1,
+                     _cost(work, spec, fixed.block, slices, buffer_factor), reason, slices)
+
+
 @lru_cache(maxsize=4096)
-def candidates(work: Work, spec: DeviceSpec,
-               fixed: tuple[tuple[int, int], tuple[int, int], int] | None = None) -> tuple[Candidate, ...]:
-    """Every candidate op model; `fixed` = (grid, block, k_block) when the compiler chose them.
+def candidates(work: Work, spec: DeviceSpec, fixed: Fixed | None = None) -> tuple[Candidate, ...]:
+    """Every candidate op model; `fixed` when the compiler chose the grid and blocks.
 
     A grid and stream that their shape rules out count once (whatever blocks and buffers would go
-    with them); the others once per K block and buffer factor. Stream factors are tried up to
-    the first one the op's tiles cannot take."""
-    shapes: list[tuple[tuple[int, int], str, int]] = []
+    with them); the others once per K block and buffer factor. Stream factors are the divisors of
+    a core's tiles and the balancer's powers of two up to the first the op's tiles cannot take."""
     if fixed is not None:
-        shapes = [(fixed[0], "", 1)]
-    else:
-        for grid in _grids(spec):
-            shapes.append((grid, "", 1))
-            if grid[0] > work.m_tiles or grid[1] > work.n_tiles:
-                continue  # the stack alone rules it out: no streams to try
-            for direction, cut in (("R", math.ceil(work.m_tiles / grid[0])), ("C", math.ceil(work.n_tiles / grid[1]))):
-                for t in STREAM_FACTORS[1:]:
-                    shapes.append((grid, direction, t))
-                    if t >= cut:
-                        break
-    k_blocks = [fixed[2]] if fixed is not None else \
-        [k for k in (1, 2, 4, 8) if work.k_tiles % k == 0] if work.kind == "matmul" else [1]
+        return (_fixed_candidate(work, spec, fixed),)
+    k_blocks = [k for k in (1, 2, 4, 8) if work.k_tiles % k == 0] if work.kind == "matmul" else [1]
     out: list[Candidate] = []
-    for grid, stream, t in shapes:
-        block = fixed[1] if fixed is not None else _block(work, grid, stream, t)
+
+    def add(grid: tuple[int, int], stream: str, t: int) -> bool:
+        """Add the shape's candidates; whether every one of them is legal."""
+        block = _block(work, grid, stream, t)
+        slices = (t, 1) if stream == "R" else (1, t) if stream == "C" else (1, 1)
         reason = _shape_reason(work, spec, grid, stream, t)
-        if reason is not None and fixed is None:
+        if reason is not None:
             inputs, l1 = _l1(work, block, k_blocks[0], 1)
-            out.append(Candidate(grid, stream, t, block, k_blocks[0], 1, l1, 0, reason))
-            continue
+            out.append(Candidate(grid, stream, t, block, k_blocks[0], 1, l1, 0, reason, slices))
+            return False
+        legal = True
+        cycles = {factor: _cost(work, spec, block, slices, factor) for factor in (1, 2)}  # the K block costs nothing
         for k_block in k_blocks:
             for buffer_factor in (1, 2):
                 inputs, l1 = _l1(work, block, k_block, buffer_factor)
-                out.append(Candidate(grid, stream, t, block, k_block, buffer_factor, l1,
-                                     _cost(work, spec, grid, block, t, stream, buffer_factor),
-                                     reason or _memory_reason(work, spec, inputs, l1)))
+                memory = _memory_reason(work, spec, inputs, l1)
+                legal = legal and memory is None
+                out.append(Candidate(grid, stream, t, block, k_block, buffer_factor, l1, cycles[buffer_factor],
+                                     memory, slices))
+        return legal
+
+    for grid in _grids(spec):
+        add(grid, "", 1)
+        if grid[0] > work.m_tiles or grid[1] > work.n_tiles:
+            continue  # the stack alone rules it out: no streams to try
+        for direction, cut in (("R", math.ceil(work.m_tiles / grid[0])), ("C", math.ceil(work.n_tiles / grid[1]))):
+            powers, others = _stream_factors(cut)
+            fitted = [t for t in powers if add(grid, direction, t)]
+            # more slices only add re-reads and handshakes: past a factor whose every model fits,
+            # the other divisors cannot be chosen by any policy
+            for t in others:
+                if any(f < t for f in fitted) or add(grid, direction, t):
+                    break
     return tuple(out)
 
 
@@ -333,16 +417,18 @@ def choose(models: Sequence[Candidate], policy: Policy, target_cycles: int | Non
     return min(legal, key=lambda m: (m.cycles, m.cores, -m.buffer_factor))
 
 
-def _compiler_choice(op: Op, work: Work) -> tuple[tuple[int, int], tuple[int, int], int] | None:
+def _compiler_choice(op: Op, work: Work) -> Fixed | None:
     """The grid and blocks a matmul's program config fixed, if the compiler fixed them."""
     config = op.attrs.get("matmul_program_config")
     if not isinstance(config, dict) or "compute_with_storage_grid_size" not in config:
         return None
     x, y = (int(v) for v in config["compute_with_storage_grid_size"])
-    per_m, per_n = int(config.get("per_core_m", 1)), int(config.get("per_core_n", 1))
+    per_m, per_n = max(1, int(config.get("per_core_m", 1))), max(1, int(config.get("per_core_n", 1)))
     rows = min(y, math.ceil(work.m_tiles / per_m))
     cols = min(x, math.ceil(work.n_tiles / per_n))
-    return ((max(1, rows), max(1, cols)), (per_m, per_n), max(1, int(config.get("in0_block_w", 1))))
+    # configs without output blocks hold a core's whole output at once
+    block = (max(1, int(config.get("out_block_h", per_m))), max(1, int(config.get("out_block_w", per_n))))
+    return Fixed((max(1, rows), max(1, cols)), (per_m, per_n), block, max(1, int(config.get("in0_block_w", 1))))
 
 
 class PlacementError(Exception):
@@ -375,10 +461,10 @@ def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
     if work is None:
         return None
     fixed = _compiler_choice(op, work)
-    if fixed is not None and (fixed[0][0] > spec.worker_grid[0] or fixed[0][1] > spec.worker_grid[1]):
+    if fixed is not None and (fixed.grid[0] > spec.worker_grid[0] or fixed.grid[1] > spec.worker_grid[1]):
         # compiled for a larger grid than this device has (rows harvested since): it cannot run here
-        raise PlacementError(f"{op.name}'s program config needs a {fixed[0][0]}x{fixed[0][1]} core grid; the device "
-                             f"has {spec.worker_grid[0]}x{spec.worker_grid[1]} (harvesting mask "
+        raise PlacementError(f"{op.name}'s program config needs a {fixed.grid[0]}x{fixed.grid[1]} core grid; "
+                             f"the device has {spec.worker_grid[0]}x{spec.worker_grid[1]} (harvesting mask "
                              f"{spec.harvesting_mask:#b}): compile with the harvested device's descriptor")
     key = (op.name, work, fixed, spec, policy, target_cycles)
     if memo is not None and key in memo:
@@ -389,7 +475,7 @@ def place(op: Op, spec: DeviceSpec, policy: Policy = Policy.FEWEST_CYCLES,
     return placement
 
 
-def _place_work(name: str, work: Work, fixed: tuple | None, spec: DeviceSpec, policy: Policy,
+def _place_work(name: str, work: Work, fixed: Fixed | None, spec: DeviceSpec, policy: Policy,
                 target_cycles: int | None) -> OpPlacement:
     models = candidates(work, spec, fixed)
     chosen = choose(models, policy, target_cycles)
@@ -397,7 +483,7 @@ def _place_work(name: str, work: Work, fixed: tuple | None, spec: DeviceSpec, po
     if chosen is None and fixed is not None:
         # The compiler's own choice is honoured even where this model calls it illegal; the
         # record says so (legal = 0, with the reasons).
-        chosen = max(models, key=lambda m: m.buffer_factor)
+        chosen = models[0]
     if chosen is None:
         reasons = ", ".join(f"{r} x{n}" for r, n in rejected.most_common())
         raise PlacementError(f"no legal op model for {name} on the {spec.worker_grid[0]}x{spec.worker_grid[1]} "
