@@ -19,7 +19,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
 from prefect.states import Completed, Failed
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from flows.analyze import analyze, claim_flow_run, run_id_for
 from flows.corpus import corpus
@@ -27,7 +27,8 @@ from flows.hosting import handoff as handoffs
 from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
 from flows.engine.summary import summary_of
 from opbyop.compiler.targets import target_for
-from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, Zoo, config_dir, load_config, load_zoo
+from opbyop.config import (AnalysisConfig, ClusterConfig, CompilerOptions, DeviceOptions, Zoo, config_dir, load_config,
+                           load_zoo)
 from opbyop.workspace import Workspace
 from storage.aggregate import model_comparisons_for
 from storage.dataset import Store
@@ -47,6 +48,14 @@ class Target(BaseModel):
                                                        "target runs the sharded models made for it")
     tags: list[str] = Field(default_factory=list, description="run the zoo's models with any of these tags "
                             "(e.g. real-size) instead of the configuration's models")
+    device: DeviceOptions = Field(default_factory=DeviceOptions, description="the device: `ttsim` (or "
+                                  "{backend: ttsim, ...}) runs every op on Tenstorrent's simulator beside the model")
+
+    @field_validator("device", mode="before")
+    @classmethod
+    def _device_by_name(cls, value: object) -> object:
+        """`device: ttsim` is short for `device: {backend: ttsim}`."""
+        return {"backend": value} if isinstance(value, str) else value
 
     def chosen_models(self, default: list[str], zoo: Zoo | None = None) -> list[str]:
         """The models this target runs: its own, else the zoo's models tagged with any of `tags` that
@@ -65,6 +74,7 @@ class Target(BaseModel):
         options = self.compiler.model_dump(exclude_none=True, exclude_defaults=True)
         return f"{self.chip}{f' {self.mesh}' if self.mesh else ''} " \
             + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options") \
+            + (f" on {self.device.backend}" if self.device.backend != "model" else "") \
             + (f" (models tagged {', '.join(self.tags)})" if self.tags else "")
 
 
@@ -132,7 +142,7 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
                 cluster: ClusterConfig, store: Store, expectations: Expectations) -> TargetOutcome:
     run_id = f"{base}-t{index}"
     analysis = AnalysisConfig(models=models or target.chosen_models(config.models), chip=target.chip,
-                              compiler=target.compiler, mesh=target.mesh,
+                              compiler=target.compiler, mesh=target.mesh, device=target.device,
                               op_timeout_s=config.op_timeout_s, reuse_cached=config.reuse_cached,
                               whole_model=config.whole_model, cluster=cluster, pass_timing=config.pass_timing)
     state = analyze(config=analysis, run_id=run_id, return_state=True)

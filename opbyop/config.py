@@ -160,7 +160,7 @@ class DeviceOptions(BaseModel):
     backend: Literal["model", "ttsim"] = Field(
         "model", description="whose device run gives the verdict: opbyop's model of the chip (fast), or "
                              "tt-metal's kernels on Tenstorrent's simulator ttsim, beside the model (`make ttsim`)")
-    ttsim_timeout_s: float = Field(60.0, gt=0, description="an op's time on ttsim; past it the model's verdict "
+    ttsim_timeout_s: float = Field(120.0, gt=0, description="an op's time on ttsim; past it the model's verdict "
                                                           "stands, marked as not confirmed by ttsim")
 
     def key(self) -> str:

@@ -7,10 +7,15 @@ without ttsim would prove nothing about it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import ml_dtypes
 import numpy as np
 import pytest
 
+from flows.nightly import Target
 from opbyop.device.program import load_program
 from opbyop.device.ttsim.agreement import agreement, ulps
 from opbyop.device.ttsim.backend import TtsimBackend
@@ -132,3 +137,20 @@ def test_f32_outputs_are_measured_in_units_in_the_last_place():
     assert ulps(np.array([np.nan], np.float32), np.array([1.0], np.float32)) == np.inf
     assert ulps(np.array([-0.0], np.float32), np.array([0.0], np.float32)) == 0.0
     assert agreement([a], [a[:2]]) == ("differ", None)
+
+
+def test_opbyop_run_with_device_ttsim_prints_how_ops_fared_there(tmp_path, workspace_root, ttsim_ready):
+    path = tmp_path / "add.mlir"
+    path.write_text(ADD_BF16)
+    env = {**os.environ, "OPBYOP_HOME": str(workspace_root), "COLUMNS": "200"}
+    env.pop("JAX_PLATFORMS", None)  # the command decides for itself
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(path), "--device", "ttsim", "--no-whole"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ttsim: 1 ran; the device model against ttsim: 1 " in done.stdout
+
+
+def test_a_nightly_target_names_its_device_by_name():
+    target = Target.model_validate({"chip": "p150", "device": "ttsim"})
+    assert target.device.backend == "ttsim" and target.title.endswith("on ttsim")
+    assert Target.model_validate({"chip": "p150"}).device.backend == "model"
