@@ -6,10 +6,12 @@ import io
 from pathlib import Path
 
 import pytest
+import torch
 
 from core_fixtures import DATA
 from opbyop.errors import ModuleError, UnknownModelError
 from opbyop.frontends.loader import load_model, load_stablehlo_file
+from opbyop.frontends.torch_export import from_numpy, to_numpy
 from opbyop.ir.context import make_context
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.parse import parse_module
@@ -151,3 +153,28 @@ def test_a_users_factory_is_exported(tmp_path, monkeypatch):
     tanh = next(r for r in split.ops if r.op_name == "stablehlo.tanh")
     assert tanh.provenance.source.file == str(Path(tmp_path / "my_models.py"))
     assert tanh.provenance.source.line == 6
+
+
+def test_a_factory_may_hand_example_inputs_of_any_dtype(tmp_path, monkeypatch):
+    (tmp_path / "typed_models.py").write_text(
+        "import torch\n"
+        "class Mixed(torch.nn.Module):\n"
+        "    def forward(self, x, h, m, c):\n"
+        "        y = x.float() + h.float()\n"
+        "        return torch.where(m, y, -y), torch.view_as_real(c * 2)\n"
+        "def make():\n"
+        "    return Mixed(), (torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4, dtype=torch.float16),\n"
+        "                     torch.tensor([[True, False, True, False]] * 2), torch.ones(2, dtype=torch.complex64))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = load_model("typed_models:make")
+    inputs = [a for a in graph.arguments if a.kind.value == "input"]
+    assert [a.tensor.dtype for a in inputs] == ["bf16", "f16", "i1", "complex<f32>"]
+    assert "tensor<2x4xbf16>" in graph.module_text
+
+
+def test_fp8_and_bf16_tensors_reach_numpy_bit_for_bit():
+    for dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
+        t = torch.tensor([0.5, -1.25, 3.0]).to(dtype)
+        back = from_numpy(to_numpy(t))
+        assert back.dtype == dtype and torch.equal(back.view(torch.uint8 if dtype.itemsize == 1 else torch.int16),
+                                                   t.view(torch.uint8 if dtype.itemsize == 1 else torch.int16))

@@ -177,11 +177,19 @@ def _unpack(made: tuple, entry: ZooEntry) -> tuple[Any, list[np.ndarray]]:
         raise ExportError(f"{entry.factory} returned a tuple of {len(made)} that is not (model, [inputs])",
                           "return the model alone, or (model, [example input tensors])")
     try:
-        return made[0], [v if _shape_only(v) else np.asarray(v.detach().numpy() if hasattr(v, "detach") else v)
-                         for v in made[1]]
+        return made[0], [v if _shape_only(v) else _host_array(v) for v in made[1]]
     except Exception as e:
         raise ExportError(f"{entry.factory} returned example inputs that are not arrays: {_describe(e)}",
                           "return (model, [torch tensors or numpy arrays])") from None
+
+
+def _host_array(value: Any) -> np.ndarray:
+    """An example input as a numpy array, whatever its element type (a bf16 or fp8 tensor included)."""
+    if hasattr(value, "detach"):  # a torch tensor: torch is loaded already, torch_export's import is deferred
+        from opbyop.frontends.torch_export import to_numpy
+
+        return to_numpy(value)
+    return np.asarray(value)
 
 
 def _shape_only(value: Any) -> bool:

@@ -23,6 +23,7 @@ import warnings
 from contextlib import contextmanager, redirect_stderr
 from typing import Any, Iterator, Sequence
 
+import ml_dtypes
 import numpy as np
 import torch
 from torch import nn
@@ -134,12 +135,29 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
     return t.numpy().copy()
 
 
+# Element types numpy knows only through ml_dtypes, by name, with the torch dtype of the same bits.
+_ML_DTYPES = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+              "float8_e4m3fnuz": torch.float8_e4m3fnuz, "float8_e5m2fnuz": torch.float8_e5m2fnuz}
+_TORCH_TO_ML = {t: n for n, t in _ML_DTYPES.items()}
+
+
 def from_numpy(array: np.ndarray) -> torch.Tensor:
-    """A tensor of the array's values (bfloat16 arrays, which torch.from_numpy refuses, included)."""
+    """A tensor of the array's values (bfloat16 and fp8 arrays, which torch.from_numpy refuses, included)."""
     array = np.ascontiguousarray(array)
-    if array.dtype.name == "bfloat16":
-        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    if array.dtype.name in _ML_DTYPES:
+        carrier = np.int16 if array.dtype.itemsize == 2 else np.uint8
+        return torch.from_numpy(array.view(carrier)).view(_ML_DTYPES[array.dtype.name])
     return torch.from_numpy(array)
+
+
+def to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """The tensor's values as numpy holds them, for every torch dtype (bf16 and fp8 as ml_dtypes', bit
+    for bit; complex and bool as numpy's own)."""
+    t = tensor.detach().cpu().contiguous()
+    if t.dtype in _TORCH_TO_ML:
+        carrier = torch.int16 if t.element_size() == 2 else torch.uint8
+        return t.view(carrier).numpy().view(getattr(ml_dtypes, _TORCH_TO_ML[t.dtype]))
+    return t.numpy()
 
 
 @contextmanager
