@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from opbyop.cli.app import app, console, fail
+from opbyop.cli.app import DeviceBackend, DeviceOption, app, console, fail
 from opbyop.errors import OpbyopError
 from opbyop.records import Status, legacy_status
 
@@ -54,9 +54,9 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
             timeout: float = typer.Option(120.0, "--timeout", help="seconds per op"),
             math_fidelity: Optional[str] = typer.Option(None, "--math-fidelity", help="lofi | hifi2 | hifi3 | hifi4"),
             fp32_dest_acc: Optional[bool] = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc"),
-            seed: int = typer.Option(0)) -> None:
+            seed: int = typer.Option(0), device_backend: DeviceBackend = DeviceOption) -> None:
     """Analyse corpus files (compile, device, golden) in one warm worker; resumable."""
-    from opbyop.config import CompilerOptions
+    from opbyop.config import CompilerOptions, DeviceOptions
     from opbyop.corpus.generate import load_manifest
     from opbyop.corpus.nightly import run_chunk
     from opbyop.corpus.run import select
@@ -74,7 +74,8 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
         fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
     prepare_jax()
     try:
-        summary = run_chunk(directory, entries, out, chip, options, timeout, seed, Workspace.default())
+        summary = run_chunk(directory, entries, out, chip, options, timeout, seed, Workspace.default(),
+                            DeviceOptions(backend=device_backend.value))
     except OpbyopError as e:
         fail(e)
     console.print(Text(f"{summary.analysed} analysed, {summary.skipped} already in {out}"))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
+from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, load_thresholds
 from opbyop.corpus.case import element_type
 from opbyop.corpus.catalog import ALL_DTYPES
 from opbyop.corpus.config import CorpusConfig
@@ -32,7 +32,7 @@ class ChipCoverage:
 
 
 def run_chunk(directory: Path, entries: list, out: Path, chip: str, options: CompilerOptions, timeout: float,
-              seed: int, workspace: Workspace) -> RunSummary:
+              seed: int, workspace: Workspace, device: DeviceOptions = DeviceOptions()) -> RunSummary:
     """Entries through one warm worker; results appended to `out` (entries already there are skipped)."""
     from opbyop.compiler.system_desc import resolve
     from opbyop.worker.process import OpWorker
@@ -41,7 +41,7 @@ def run_chunk(directory: Path, entries: list, out: Path, chip: str, options: Com
     todo = pending(out, desc.chip, entries)
     if not todo:  # all done: no worker to start
         return RunSummary(skipped=len(entries))
-    settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed)
+    settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, device=device)
     with OpWorker(desc.path, workspace.root, chip=desc.chip, name=f"corpus-{os.getpid()}") as worker:
         return run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
                            workspace.artifacts.read_text)
