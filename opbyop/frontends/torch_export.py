@@ -176,7 +176,7 @@ def _quiet_torch_logs() -> Iterator[None]:
 
 def _first_lines(e: BaseException, lines: int = 3, width: int = 600) -> str:
     """The start of an exception's message: torch's carry whole graphs after their first lines."""
-    text = " ".join(line.strip() for line in str(e).strip().splitlines()[:lines] if line.strip())
+    text = " ".join([line.strip() for line in str(e).strip().splitlines() if line.strip()][:lines])
     return text if len(text) <= width else text[: width - 1] + "…"
 
 

@@ -18,6 +18,7 @@ from opbyop.frontends.graph import FrontendFailure
 from opbyop.records import TensorDesc
 
 _ILLEGAL = re.compile(r"failed to legalize operation '([\w.]+)'")
+_OP_ERROR = re.compile(r"^'(torch\.aten\.[\w.]+)' op ")  # an op's own verifier or canonicalizer refusing it
 _OPERATOR = re.compile(r'"torch\.operator"\(.*?<\{name = "([\w.]+)"')  # an op torch-mlir only knows by name
 
 
@@ -25,6 +26,10 @@ def unlowered_ops(diagnostics: list[str]) -> dict[str, str]:
     """torch-mlir op name (torch.aten.histc) -> torch-mlir's message, from the lowering's diagnostics."""
     out: dict[str, str] = {}
     for line in diagnostics:
+        message = line.split(": ", 1)[-1]
+        refused = _OP_ERROR.search(message)
+        if refused is not None and refused[1] not in out:
+            out[refused[1]] = message
         match = _ILLEGAL.search(line)
         if match is None:
             continue
@@ -49,13 +54,12 @@ def failing_nodes(graph: torch.fx.Graph, ops: dict[str, str]) -> list[torch.fx.N
 
 def nodes_at(graph: torch.fx.Graph, located: list[tuple[str, str]],
              module_path: Callable[[torch.fx.Node], str | None]) -> dict[torch.fx.Node, str]:
-    """Nodes named by the locations of 'failed to legalize' diagnostics (`aten=...;module=...`, which
-    the exporter puts on every op), with the message: for an op whose lowering failed halfway and left
-    a helper op (a `torch.constant.int`) illegal instead of itself."""
+    """Nodes named by the locations of the lowering's diagnostics (`aten=...;module=...`, which the
+    exporter puts on every op), with the message: for an op whose lowering failed halfway and left a
+    helper op (a `torch.constant.int`) illegal instead of itself, or whose StableHLO the lowering
+    itself found invalid (a slice_scatter's scatter bounds)."""
     out: dict[torch.fx.Node, str] = {}
     for location, message in located:
-        if "failed to legalize" not in message:
-            continue
         aten = re.search(r"aten=([\w.]+)", location)
         module = re.search(r"module=([\w.]+)", location)
         if aten is None:
