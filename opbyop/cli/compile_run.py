@@ -19,15 +19,15 @@ from rich.table import Table
 
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
                             input_specs, positive_seconds, print_error, status_text, styled)
+from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.config import DeviceOptions
 from opbyop.errors import OpbyopError
 from opbyop.messages import message_pattern
 from opbyop.op_memory import whole_model_misfit_on
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
-ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, n300, t3k, or a .ttsys path")
-MeshOption = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its board allows several "
-                                                "(p150x4: 1x4|2x2, p150x8: 1x8|2x4, t3k: 2x4|1x8, bh-galaxy: 4x8|8x4|1x32)")
+ChipOption = typer.Option("p150", "--chip", help=chip_help())
+MeshOption = typer.Option(None, "--mesh", help=mesh_help())
 UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
                                                         "shardings removed (noted on the model); otherwise an error")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
@@ -374,9 +374,9 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 
 
 @app.command("system-desc")
-def system_desc(chip: str = typer.Argument("p150", help="p150, p100, n150, a mesh (p300 ... t3k), or a .ttsys path to validate"),
+def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
-    """Produce (Blackhole, from the plugin's mock mode; n300, t3k: derived), provide (n150) or validate a system descriptor."""
+    """Produce (from the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
     from opbyop.compiler.system_desc import resolve
 
     try:
