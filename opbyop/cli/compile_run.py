@@ -17,10 +17,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
+from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, console, cut, fail, full_by_default,
                             input_specs, positive_seconds, print_error, status_text, styled)
 from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.config import DeviceOptions
+from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
 from opbyop.messages import message_pattern
 from opbyop.op_memory import whole_model_misfit_on
@@ -282,7 +283,7 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         full: bool = Full, manifest: Optional[Path] = ManifestOption,
         harvest_mask: int = typer.Option(0, "--harvest-mask", min=0,
                                          help="harvested Tensix rows, a bit per row (rows 1 and 11: 2050)"),
-        policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
+        policy: Policy = typer.Option(Policy.FEWEST_CYCLES, "--policy", help="how op models are chosen"),
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
         mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
