@@ -377,7 +377,7 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 @app.command("system-desc")
 def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
-    """Produce (from the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
+    """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
     from opbyop.compiler.system_desc import resolve
 
     try:

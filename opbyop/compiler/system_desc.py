@@ -116,7 +116,8 @@ def generate_mock(board: str, out: Path) -> Path:
     """Have the plugin describe `board` in tt-metal's mock mode; write the descriptor to `out`."""
     mock = boards_from(DescriptorSource.MOCK)
     if board not in mock:
-        raise SystemDescError(f"no mock cluster descriptor for {board!r}", f"use one of {', '.join(mock)} or pass a .ttsys path")
+        raise SystemDescError(f"no mock cluster descriptor for {board!r}",
+                              f"use one of {', '.join(mock)} or pass a .ttsys path")
     out.parent.mkdir(parents=True, exist_ok=True)
     with startup_lock():
         assets = ensure_assets()
