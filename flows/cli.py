@@ -30,6 +30,7 @@ from rich.table import Table
 
 from flows.hosting.handoff import Handoff
 from opbyop.cli.app import DeviceBackend, DeviceOption, make_console, positive_seconds, styled
+from opbyop.compiler.boards import chip_help, mesh_help
 
 console = make_console()  # prints data literally: stored strings never read as markup
 STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
@@ -204,7 +205,7 @@ class AnalyzeCommand:
 
 def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
                                                           "(default: the zoo's 'default' tag)"),
-            chip: str = typer.Option("p150", "--chip"),
+            chip: str = typer.Option("p150", "--chip", help=chip_help()),
             workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
             address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler "
                                                   "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),
@@ -219,8 +220,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                                                  help="time budget of each failing op's search (above 0)"),
             manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
                                                     "their origin models here (JSON; always beside the report)"),
-            mesh: Optional[str] = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its "
-                                               "board allows several (p150x8: 1x8|2x4, t3k: 2x4|1x8, bh-galaxy: 4x8|8x4|1x32)"),
+            mesh: Optional[str] = typer.Option(None, "--mesh", help=mesh_help()),
             unshard: bool = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip "
                                          "with its shardings removed (noted); otherwise an error"),
             pass_timing: bool = typer.Option(False, "--pass-timing", help="compile every analysed op again with "

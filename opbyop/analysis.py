@@ -17,6 +17,7 @@ import numpy as np
 from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
 from opbyop.artifacts import ArtifactStore
 from opbyop.attribution import judge
+from opbyop.compiler.boards import Topology
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary, as_host_type
@@ -56,6 +57,11 @@ class OpAnalyzer:
         self.artifacts = artifacts
         self.scratch = scratch
         self.ttsim = ttsim  # tt-metal's kernels on ttsim, for runs that ask for that backend
+
+    def configure_device(self, settings: AnalysisSettings) -> None:
+        """The simulator set up as `settings` say: harvested rows, placement policy, the target's topology."""
+        self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy),
+                              Topology(settings.topology))
 
     def analyze(self, op: UniqueOp, settings: AnalysisSettings, request_id: str,
                 progress: ProgressFn = lambda stage: None) -> OpResult:
@@ -99,7 +105,7 @@ class OpAnalyzer:
         if refused is not None:
             return _finish(result, Status.INFRA_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN, refused)
         progress("device_run")
-        self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
+        self.configure_device(settings)
         result.real_inputs, result.synthetic_inputs = input_kinds(op)
         failure: DeviceFailure | None = None
         outputs: list[np.ndarray] | None = None
@@ -195,7 +201,7 @@ class OpAnalyzer:
             return WholeModelResult(status=Status.SKIPPED, depth=Stage.FLATBUFFER, compile=outcome,
                                     message="device run not requested", seconds=time.perf_counter() - started)
         progress("device_run")
-        self.device.configure(settings.device.harvesting_mask, Policy(settings.device.placement_policy))
+        self.configure_device(settings)
         values, references = model.load_values(settings.seed)
         binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
         device = self.device.device_for(binary.program.spec)
@@ -205,7 +211,7 @@ class OpAnalyzer:
                                                                  binary.program.mesh_shape)
         try:
             run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text,
-                               observer=observer)
+                               observer=observer, topology=self.device.topology)
         except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
             message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
             status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.environment import environment
 from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.frontends.sharding_plan import ShardingPlan
@@ -177,7 +178,7 @@ class AnalysisSettings(BaseModel):
     run_golden: bool = True
     device: DeviceOptions = Field(default_factory=lambda: DeviceOptions())
     mesh: str = "1x1"  # the target's mesh of chips (ROWSxCOLS), written into every result
-    topology: str = "single"  # how the target's chips are linked (opbyop.compiler.targets.Topology)
+    topology: str = "single"  # how the target's chips are linked (opbyop.compiler.boards.Topology)
     memory_budget_bytes: int | None = Field(None, ge=1, description="host memory one op's worker may use: an op "
                                             "whose operands and results exceed it is refused (infra_error)")
     # A compile that failed, crashed or hung is compiled again with the compiler's IR printing on
@@ -205,7 +206,7 @@ class AnalysisConfig(BaseModel):
 
     # Plain defaults, not default_factory: Prefect's run form shows only plain defaults.
     models: list[str] = Field(["mlp"], description="zoo names, .mlir/.mlirbc paths or package.module:factory")
-    chip: str = Field("p150", description="p150, n150, or a path to a .ttsys system descriptor")
+    chip: str = Field("p150", description=chip_help())
     compiler: CompilerOptions = Field(CompilerOptions(), description="tt-mlir compile options")
     device: DeviceOptions = Field(DeviceOptions(), description="the simulated device: harvested rows, placement policy")
     thresholds: Thresholds | None = Field(None, description="golden thresholds; None: configs/thresholds.yaml")
@@ -217,8 +218,7 @@ class AnalysisConfig(BaseModel):
     pass_timing: float = Field(0.0, ge=0.0, le=1.0, description="share of ops (chosen by signature) compiled again "
                                                                "with MLIR pass timing: each pass's time; 1: every op")
     cluster: ClusterConfig = Field(ClusterConfig(), description="where the per-op work runs")
-    mesh: str | None = Field(None, description="the target's mesh ROWSxCOLS where its board allows several "
-                                               "(p150x4: 1x4 or 2x2; p150x8: 1x8 or 2x4; t3k: 2x4 or 1x8; bh-galaxy: 4x8, 8x4, 1x32)")
+    mesh: str | None = Field(None, description=mesh_help(" or "))
     unshard: bool = Field(False, description="analyse a sharded model on a single chip with its shardings removed "
                                              "(recorded on the model); without it, that is an error")
 

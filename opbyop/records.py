@@ -12,7 +12,9 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from opbyop.compiler.boards import Topology
 
 
 def utcnow() -> datetime:
@@ -342,13 +344,19 @@ class DeviceRun(BaseModel):
     message: str | None = None
     # a mesh program (several chips): empty / None / 0 for one chip
     mesh_shape: list[int] = Field(default_factory=list)  # rows, columns
-    topology: str | None = None  # linear | ring | mesh2d | torus2d
+    topology: str | None = None  # linear | ring | 2d | torus (opbyop.compiler.boards.Topology)
     chip_peak_l1_bytes: list[int] = Field(default_factory=list)  # per chip (row-major), per core
     chip_peak_dram_bytes: list[int] = Field(default_factory=list)  # per chip
     collectives: list[CollectiveRun] = Field(default_factory=list)
     collective_bytes: int = 0  # payload bytes of every collective
     collective_cycles: int = 0  # summed over collectives (those on disjoint chips overlap in `cycles`)
     collective_seconds: float = 0.0  # of `seconds`, the wall time the simulator spent in collectives
+
+    @field_validator("topology")
+    @classmethod
+    def _current_spelling(cls, value: str | None) -> str | None:
+        """Runs stored before there was one Topology spell a 2D mesh 'mesh2d': read as today's '2d'."""
+        return None if value is None else Topology(value).value
 
 
 class TtsimOutcome(str, Enum):
@@ -452,7 +460,7 @@ class OpResult(BaseModel):
     # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
     narrowing: str | None = None
     mesh: str | None = None  # the target's mesh of chips, ROWSxCOLS ("1x2"); None in older records
-    topology: str | None = None  # single | linear | ring | 2d | unknown (opbyop.compiler.targets.Topology)
+    topology: str | None = None  # single | linear | ring | 2d | unknown (opbyop.compiler.boards.Topology)
     # The single-op module's arguments (arg0 ..) whose values were the model's own (computed from
     # producers that do not depend on weights), and those drawn from the seed instead
     real_inputs: list[str] = Field(default_factory=list)

@@ -90,14 +90,6 @@ def full_by_default() -> bool:
 
 
 # -- option checks: rejected by the CLI itself, naming the allowed values ----------------------
-class Policy(str, Enum):
-    """The placement policies of opbyop.device.placement.Policy, for the command line."""
-
-    fewest_cycles = "fewest_cycles"
-    fewest_cores = "fewest_cores"
-    nlp = "nlp"
-
-
 class DeviceBackend(str, Enum):
     """Whose device run gives the verdict (opbyop.config.DeviceOptions.backend)."""
 

@@ -17,17 +17,18 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
+from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, console, cut, fail, full_by_default,
                             input_specs, positive_seconds, print_error, status_text, styled)
+from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.config import DeviceOptions
+from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
 from opbyop.messages import message_pattern
 from opbyop.op_memory import whole_model_misfit_on
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
-ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, n300, t3k, or a .ttsys path")
-MeshOption = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its board allows several "
-                                                "(p150x4: 1x4|2x2, p150x8: 1x8|2x4, t3k: 2x4|1x8, bh-galaxy: 4x8|8x4|1x32)")
+ChipOption = typer.Option("p150", "--chip", help=chip_help())
+MeshOption = typer.Option(None, "--mesh", help=mesh_help())
 UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
                                                         "shardings removed (noted on the model); otherwise an error")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
@@ -287,7 +288,7 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         full: bool = Full, manifest: Optional[Path] = ManifestOption,
         harvest_mask: int = typer.Option(0, "--harvest-mask", min=0,
                                          help="harvested Tensix rows, a bit per row (rows 1 and 11: 2050)"),
-        policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
+        policy: Policy = typer.Option(Policy.FEWEST_CYCLES, "--policy", help="how op models are chosen"),
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
         mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
@@ -379,9 +380,9 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 
 
 @app.command("system-desc")
-def system_desc(chip: str = typer.Argument("p150", help="p150, p100, n150, a mesh (p300 ... t3k), or a .ttsys path to validate"),
+def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
-    """Produce (Blackhole, from the plugin's mock mode; n300, t3k: derived), provide (n150) or validate a system descriptor."""
+    """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
     from opbyop.compiler.system_desc import resolve
 
     try:

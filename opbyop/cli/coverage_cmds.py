@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from opbyop.cli.app import DeviceBackend, DeviceOption, app, console, fail
+from opbyop.compiler.boards import chip_help
 from opbyop.errors import OpbyopError
 from opbyop.records import Status, legacy_status
 
@@ -47,7 +48,7 @@ def generate_cmd(out: Path = typer.Argument(..., help="directory to write the .m
 @corpus.command("run")
 def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with corpus.json)"),
             out: Path = typer.Option(..., "--out", help="results directory (results.jsonl is appended to)"),
-            chip: str = typer.Option("n150", "--chip", help="p150, p100, n150, or a .ttsys path"),
+            chip: str = typer.Option("n150", "--chip", help=chip_help()),
             op: list[str] = OpFilter, dtype: list[str] = DtypeFilter,
             form: list[str] = typer.Option([], "--form", help="args | const"),
             file: list[str] = typer.Option([], "--file", help="file name glob; repeatable"),

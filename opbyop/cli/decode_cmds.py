@@ -13,8 +13,9 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from opbyop.cli.app import MathFidelity, Policy, app, console, fail, print_error, status_text, styled
+from opbyop.cli.app import MathFidelity, app, console, fail, print_error, status_text, styled
 from opbyop.cli.compile_run import ChipOption, Fidelity, Fp32Acc, OptLevel, analysis_settings, cli_worker
+from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
 
 
@@ -28,7 +29,7 @@ def decode(model: str = typer.Argument(..., help="a causal LM: gpt2, llama, or p
            chip: str = ChipOption, seed: int = typer.Option(0, "--seed", help="the model's weights and the prompt"),
            optimization_level: int = OptLevel, math_fidelity: Optional[MathFidelity] = Fidelity,
            fp32_dest_acc: Optional[bool] = Fp32Acc,
-           policy: Policy = typer.Option(Policy.fewest_cycles, "--policy", help="how op models are chosen"),
+           policy: Policy = typer.Option(Policy.FEWEST_CYCLES, "--policy", help="how op models are chosen"),
            timeout: float = typer.Option(600.0, "--timeout", min=1, help="seconds per program compile"),
            json_out: bool = typer.Option(False, "--json", help="print the report as JSON")) -> None:
     """Prefill, then N decode steps with the key/value cache left on the device, beside a host round trip."""
@@ -39,19 +40,18 @@ def decode(model: str = typer.Argument(..., help="a causal LM: gpt2, llama, or p
 def run_decode_command(models: list[str], steps: int, prompt_length: int = 8, cache_length: int | None = None,
                        chip: str = "p150", seed: int = 0, optimization_level: int = 0,
                        math_fidelity: MathFidelity | None = None, fp32_dest_acc: bool | None = None,
-                       policy: Policy = Policy.fewest_cycles, timeout: float = 600.0, json_out: bool = False) -> None:
+                       policy: Policy = Policy.FEWEST_CYCLES, timeout: float = 600.0, json_out: bool = False) -> None:
     """Decode each model in turn (one worker compiles them all); exit 1 unless every one matched."""
     from opbyop.jaxenv import prepare_jax
 
     prepare_jax()  # this process runs the device (jaxlib's MLIR reads the programs); the worker compiles
     from opbyop.compiler.system_desc import resolve
     from opbyop.decode import DecodeSettings, decode_model, plan_decode
-    from opbyop.device.placement import Policy as DevicePolicy
     from opbyop.workspace import Workspace
 
     compile_only = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, False, seed)
     settings = DecodeSettings(steps=steps, prompt_length=prompt_length, cache_length=cache_length, seed=seed,
-                              options=compile_only.options, policy=DevicePolicy(policy.value))
+                              options=compile_only.options, policy=policy)
     workspace = Workspace.default()
     try:  # every model checked before a compiler starts
         desc = resolve(chip)

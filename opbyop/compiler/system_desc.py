@@ -1,13 +1,14 @@
 """System descriptors (.ttsys): what chip the compiler targets when there is no chip.
 
-- Blackhole p150 / p100: written by the plugin itself, running in tt-metal's mock mode with UMD's
+Where a board's descriptor comes from is its record's `source` (opbyop.compiler.boards):
+- mock (Blackhole boards): written by the plugin itself, running in tt-metal's mock mode with UMD's
   cluster descriptor for that board (a subprocess; the plugin deletes its descriptor file when the
   process exits, so the subprocess copies it while alive). Made once per plugin version, cached.
-- Wormhole n150: the plugin's mock mode cannot make it (it ships no Wormhole firmware toolchain);
-  opbyop carries one made by re-encoding the Blackhole descriptor with n150 values
+- vendored (Wormhole n150): the plugin's mock mode cannot make it (it ships no Wormhole firmware
+  toolchain); opbyop carries one made by re-encoding the Blackhole descriptor with n150 values
   (configs/system_descs/README.md), validated like any other.
-- Wormhole n300 / T3K: derived by opbyop from the plugin's Blackhole mesh descriptor with as many
-  chips, re-encoded with the n150's Wormhole chip and the board's links from UMD's cluster descriptor
+- derived (Wormhole meshes): re-encoded by opbyop from a mock board's mesh descriptor with as many
+  chips, each chip a single-chip board's and the board's links from UMD's cluster descriptor
   (opbyop.compiler.wormhole_descs); cached like the mock ones and checked by compiling.
 - A path: a descriptor a user collected on real hardware.
 Every descriptor is checked up front: FlatBuffers identifier TTSY and the plugin's schema hash. A
@@ -35,18 +36,11 @@ from opbyop.atomic import atomic_path, write_bytes
 from opbyop.environment import environment
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
-from opbyop.compiler.targets import BOARDS
-from opbyop.compiler.wormhole_descs import WORMHOLE_BOARDS, wormhole_mesh
+from opbyop.compiler.boards import BOARDS, DescriptorSource, boards_from
+from opbyop.compiler.wormhole_descs import wormhole_mesh
 from opbyop.config import config_dir
 from opbyop.errors import SystemDescError
 
-# Boards the plugin's mock mode can describe: name -> UMD cluster descriptor file.
-MOCK_BOARDS = {"p150": "blackhole_P150.yaml", "p100": "blackhole_P100.yaml",
-               # meshes of Blackhole chips (opbyop.compiler.targets says their mesh shapes)
-               "p300": "blackhole_P300_both_mmio.yaml", "p150x4": "blackhole_4xP150.yaml",
-               "p150x8": "blackhole_8xP150.yaml", "bh-galaxy": "blackhole_galaxy.yaml"}
-VENDORED = {"n150": "n150.ttsys"}
-DERIVED = WORMHOLE_BOARDS  # Wormhole meshes opbyop re-encodes itself
 CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
 _FIX_SCHEMA = ("use a descriptor made by this plugin version: `opbyop system-desc p150` makes one, or "
                "collect one on hardware with the same tt-mlir runtime (ttrt query --save-artifacts)")
@@ -57,7 +51,7 @@ class SystemDesc(BaseModel):
     path: Path
     schema_hash: str
     sha256: str
-    source: str  # mock | vendored | derived | user
+    source: str  # mock | vendored | derived (opbyop.compiler.boards.DescriptorSource) | user
 
 
 def plugin_version() -> str:
@@ -97,12 +91,21 @@ def _mock_script(cluster_yaml: Path, out: Path) -> str:
     """)
 
 
+def vendored_path(board: str) -> Path:
+    """Where a vendored board's descriptor is carried."""
+    return config_dir() / "system_descs" / f"{board}.ttsys"
+
+
 def generate_wormhole(board: str, out: Path) -> Path:
-    """Derive the Wormhole mesh `board` (n300, t3k) into `out`. Derivation takes milliseconds: it is
-    redone every time, and the file rewritten only when its bytes change (never a stale cache)."""
-    base = resolve(WORMHOLE_BOARDS[board], check=False).path.read_bytes()
-    n150 = (config_dir() / "system_descs" / VENDORED["n150"]).read_bytes()
-    data = wormhole_mesh(base, n150, ensure_assets() / CLUSTER_DIR / BOARDS[board].cluster_yaml)
+    """Derive the mesh `board` (a derived board: n300, t3k) into `out`. Derivation takes milliseconds:
+    it is redone every time, and the file rewritten only when its bytes change (never a stale cache)."""
+    record = BOARDS[board]
+    if record.layout_from is None or record.chip_from is None:
+        raise SystemDescError(f"{board}'s descriptor is not derived from other boards",
+                              f"use one of {', '.join(boards_from(DescriptorSource.DERIVED))}")
+    base = resolve(record.layout_from, check=False).path.read_bytes()
+    chip = resolve(record.chip_from, check=False).path.read_bytes()
+    data = wormhole_mesh(base, chip, ensure_assets() / CLUSTER_DIR / record.cluster_yaml)
     if not out.exists() or out.read_bytes() != data:
         out.parent.mkdir(parents=True, exist_ok=True)
         write_bytes(out, data)
@@ -111,14 +114,15 @@ def generate_wormhole(board: str, out: Path) -> Path:
 
 def generate_mock(board: str, out: Path) -> Path:
     """Have the plugin describe `board` in tt-metal's mock mode; write the descriptor to `out`."""
-    if board not in MOCK_BOARDS:
+    mock = boards_from(DescriptorSource.MOCK)
+    if board not in mock:
         raise SystemDescError(f"no mock cluster descriptor for {board!r}",
-                              f"use one of {', '.join(MOCK_BOARDS)} or pass a .ttsys path")
+                              f"use one of {', '.join(mock)} or pass a .ttsys path")
     out.parent.mkdir(parents=True, exist_ok=True)
     with startup_lock():
         assets = ensure_assets()
         tmp = private_tmpdir(out.parent / f".tmp-{board}-{os.getpid()}", assets)
-        cluster_yaml = assets / CLUSTER_DIR / MOCK_BOARDS[board]
+        cluster_yaml = assets / CLUSTER_DIR / BOARDS[board].cluster_yaml
         env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
         env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
         with atomic_path(out) as partial:  # the plugin's mock process writes the sibling; a failure leaves none
@@ -193,31 +197,32 @@ def check_by_compiling(desc: SystemDesc, timeout: float = 600.0) -> None:
         _FIX_SCHEMA)
 
 
+def _board_descriptor(board: str, source: DescriptorSource) -> Path:
+    if source is DescriptorSource.VENDORED:
+        return vendored_path(board)
+    path = cache_dir() / f"{board}.ttsys"
+    if source is DescriptorSource.DERIVED:
+        return generate_wormhole(board, path)
+    return path if path.exists() else generate_mock(board, path)
+
+
 def plugin_schema_hash() -> str:
     """The schema hash of descriptors this plugin writes (read from its own p150 descriptor)."""
     return resolve("p150", check=False).schema_hash
 
 
 def resolve(chip: str, check: bool = True) -> SystemDesc:
-    """A validated descriptor for `chip` (p150, p100, n150, a mesh: p300 ... bh-galaxy, n300, t3k) or
-    for a .ttsys path."""
-    if chip in MOCK_BOARDS:
-        path = cache_dir() / f"{chip}.ttsys"
-        if not path.exists():
-            generate_mock(chip, path)
-        desc = _describe(path, chip, "mock")
-    elif chip in DERIVED:
-        desc = _describe(generate_wormhole(chip, cache_dir() / f"{chip}.ttsys"), chip, "derived")
-    elif chip in VENDORED:
-        desc = _describe(config_dir() / "system_descs" / VENDORED[chip], chip, "vendored")
-    else:
+    """A validated descriptor for `chip` (a board of opbyop.compiler.boards) or for a .ttsys path."""
+    board = BOARDS.get(chip)
+    if board is None:
         path = Path(chip)
         if path.is_dir():
             raise SystemDescError(f"{path} is a directory, not a system descriptor", _FIX_SCHEMA)
         if not path.is_file():
-            raise SystemDescError(
-                f"unknown chip {chip!r}", f"use one of {', '.join([*MOCK_BOARDS, *VENDORED, *DERIVED])} or a .ttsys path")
+            raise SystemDescError(f"unknown chip {chip!r}", f"use one of {', '.join(BOARDS)} or a .ttsys path")
         desc = _describe(path, path.stem, "user")
+    else:
+        desc = _describe(_board_descriptor(chip, board.source), chip, board.source.value)
     if check and desc.source != "mock":
         expected = plugin_schema_hash()
         if desc.schema_hash != expected:

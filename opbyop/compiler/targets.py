@@ -1,54 +1,24 @@
 """Targets as meshes: which chips a `--chip` name stands for, the mesh shapes it allows, its topology.
 
 A board of several chips is one target: the compiler sees every chip of its system descriptor as a
-device and compiles a sharded module for a mesh of them (num_partitions = chips of the mesh). The
-topology is read from the UMD cluster descriptor the board's system descriptor was made from: which
-chips its ethernet links join (a path: linear; a cycle: ring; anything else: 2d).
+device and compiles a sharded module for a mesh of them (num_partitions = chips of the mesh). Its
+record (opbyop.compiler.boards) states the topology; topology_of reads it from a UMD cluster
+descriptor's ethernet links (a path: linear; a cycle: ring; anything else: 2d), which is how a
+record's topology is checked.
 """
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from opbyop.compiler.boards import BOARDS, Board, Topology, mesh_text
 from opbyop.errors import SystemDescError
 
-
-class Topology(str, Enum):
-    SINGLE = "single"  # one chip, no links
-    LINEAR = "linear"  # chips on a path
-    RING = "ring"  # chips on a cycle
-    MESH_2D = "2d"  # a grid (or torus) of chips
-    UNKNOWN = "unknown"  # a user's descriptor: its links are not known to opbyop
-
-
-class Board(BaseModel):
-    """A board or system opbyop knows by name: its chip count and the mesh shapes it can be used as
-    (the first is the default)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    chips: int
-    meshes: tuple[tuple[int, int], ...]
-    cluster_yaml: str | None = None  # UMD's cluster descriptor (links, hence topology)
-    arch: str = "blackhole"  # the chips' architecture, as the compiler names it (wormhole_b0 | blackhole)
-
-
-BOARDS: dict[str, Board] = {
-    "p150": Board(chips=1, meshes=((1, 1),), cluster_yaml="blackhole_P150.yaml"),
-    "p100": Board(chips=1, meshes=((1, 1),), cluster_yaml="blackhole_P100.yaml"),
-    "n150": Board(chips=1, meshes=((1, 1),), cluster_yaml="wormhole_N150.yaml", arch="wormhole_b0"),
-    "p300": Board(chips=2, meshes=((1, 2),), cluster_yaml="blackhole_P300_both_mmio.yaml"),
-    "p150x4": Board(chips=4, meshes=((1, 4), (2, 2)), cluster_yaml="blackhole_4xP150.yaml"),
-    "p150x8": Board(chips=8, meshes=((1, 8), (2, 4)), cluster_yaml="blackhole_8xP150.yaml"),
-    "bh-galaxy": Board(chips=32, meshes=((4, 8), (8, 4), (1, 32)), cluster_yaml="blackhole_galaxy.yaml"),
-    # Wormhole meshes: descriptors derived by opbyop (opbyop.compiler.wormhole_descs)
-    "n300": Board(chips=2, meshes=((1, 2),), cluster_yaml="wormhole_N300.yaml", arch="wormhole_b0"),
-    "t3k": Board(chips=8, meshes=((2, 4), (1, 8)), cluster_yaml="t3k_cluster_desc.yaml", arch="wormhole_b0"),
-}
+__all__ = ["BOARDS", "Board", "Target", "Topology", "ethernet_connections", "links_of", "parse_mesh",
+           "read_cluster_yaml", "target_for", "topology_of"]
 
 
 class Target(BaseModel):
@@ -66,7 +36,7 @@ class Target(BaseModel):
 
     @property
     def mesh_text(self) -> str:
-        return f"{self.mesh[0]}x{self.mesh[1]}"
+        return mesh_text(self.mesh)
 
 
 def parse_mesh(text: str) -> tuple[int, int]:
@@ -83,7 +53,7 @@ def parse_mesh(text: str) -> tuple[int, int]:
     return dims[0], dims[1]
 
 
-def target_for(chip: str, mesh: str | None = None, assets: Path | None = None) -> Target:
+def target_for(chip: str, mesh: str | None = None) -> Target:
     """The target `chip` stands for, with `mesh` (ROWSxCOLS) when its board allows several shapes.
     A user's descriptor (a path) is one chip unless `mesh` says how many it describes."""
     board = BOARDS.get(chip)
@@ -92,32 +62,10 @@ def target_for(chip: str, mesh: str | None = None, assets: Path | None = None) -
         return Target(chip=chip, mesh=shape, topology=Topology.SINGLE if shape == (1, 1) else Topology.UNKNOWN)
     shape = parse_mesh(mesh) if mesh else board.meshes[0]
     if shape not in board.meshes:
-        allowed = ", ".join(f"{r}x{c}" for r, c in board.meshes)
-        raise SystemDescError(f"{chip} has {board.chips} chip(s): it cannot be used as a {shape[0]}x{shape[1]} mesh",
-                              f"use --mesh {allowed.replace(', ', ' or --mesh ')}, or another --chip")
-    return Target(chip=chip, mesh=shape, topology=_topology(board, assets))
-
-
-def _topology(board: Board, assets: Path | None) -> Topology:
-    if board.chips == 1:
-        return Topology.SINGLE
-    if board.cluster_yaml is None:
-        return Topology.UNKNOWN
-    path = _cluster_yaml(board.cluster_yaml, assets)
-    if path is None:
-        return Topology.UNKNOWN
-    return topology_of(links_of(path), board.chips)
-
-
-def _cluster_yaml(name: str, assets: Path | None) -> Path | None:
-    from opbyop.compiler.assets import find_assets, system_tmpdir
-    from opbyop.compiler.system_desc import CLUSTER_DIR
-
-    root = assets or find_assets(system_tmpdir())
-    if root is None:
-        return None
-    path = root / CLUSTER_DIR / name
-    return path if path.exists() else None
+        allowed = " or ".join(f"--mesh {mesh_text(m)}" for m in board.meshes)
+        raise SystemDescError(f"{chip} has {board.chips} chip(s): it cannot be used as a {mesh_text(shape)} mesh",
+                              f"use {allowed}, or another --chip")
+    return Target(chip=chip, mesh=shape, topology=board.topology)
 
 
 def read_cluster_yaml(cluster_yaml: Path) -> dict:

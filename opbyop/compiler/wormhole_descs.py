@@ -5,7 +5,8 @@ Wormhole firmware toolchain). A Blackhole mesh descriptor with the same number o
 multichip layout the plugin writes (its schema hash, version, CPU and chip coordinates); each chip is
 then described with the Wormhole chip of the vendored n150 descriptor (the chip of an n300 or a T3K
 is the same Wormhole: 8x8 compute grid, 1,499,136 B of L1, 12 GiB of DRAM in 12 channels), and the
-board's MMIO chips and ethernet links are read from UMD's cluster descriptor of that board.
+board's MMIO chips and ethernet links are read from UMD's cluster descriptor of that board. Which
+boards are derived so, and from which, their records say (opbyop.compiler.boards).
 """
 
 from __future__ import annotations
@@ -16,10 +17,6 @@ from opbyop.compiler.targets import ethernet_connections, read_cluster_yaml
 from opbyop.compiler.ttsys import HOST_MMIO, ChipChannel, ChipDesc, SystemDescRoot, decode, encode
 from opbyop.errors import SystemDescError
 
-
-# Wormhole board -> the Blackhole mesh (a mock-mode board) with as many chips; the Wormhole board's
-# UMD cluster descriptor is its target's (opbyop.compiler.targets.BOARDS).
-WORMHOLE_BOARDS: dict[str, str] = {"n300": "p300", "t3k": "p150x8"}
 
 
 def mmio_chips(cluster: dict) -> set[int]:

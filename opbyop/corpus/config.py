@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from opbyop.compiler.boards import mesh_boards
 from opbyop.config import CompilerOptions, config_dir, load_config
 
 
@@ -17,7 +18,7 @@ class CorpusConfig(BaseModel):
     dtypes: list[str] = Field(default_factory=list, description="element types; empty: all")
     forms: list[str] = Field(default_factory=list, description="args | const; empty: both")
     op_timeout_s: float = Field(120.0, gt=0)
-    meshes: list[str] = Field(default_factory=list, description="boards (p300, p150x4, p150x8, bh-galaxy; "
+    meshes: list[str] = Field(default_factory=list, description=f"boards ({', '.join(mesh_boards())}; "
                               "NAME:ROWSxCOLS for one shape) running the multichip cases; empty: none")
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
 

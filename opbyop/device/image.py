@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from opbyop.atomic import atomic_path
 from opbyop import __version__
+from opbyop.compiler.boards import single_chip_board
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.stitch import run_stitched
 from opbyop.errors import ImageError
@@ -108,7 +109,8 @@ def build_image(path: Path, *, model: str, program_text: str, flatbuffer: bytes 
 
 
 def _device_type(spec: DeviceSpec) -> str:
-    return {"wormhole_b0": "n150" if spec.grid_y * spec.grid_x <= 64 else "n300", "blackhole": "p150"}.get(spec.arch, spec.arch)
+    """The board an image's one chip is named as: the single-chip board of its architecture."""
+    return single_chip_board(spec.arch) or spec.arch
 
 
 class DeviceImage:

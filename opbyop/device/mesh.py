@@ -17,10 +17,9 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
-
 import numpy as np
 
+from opbyop.compiler.boards import Topology
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.tensor import Device
 from opbyop.errors import OpbyopError
@@ -28,17 +27,6 @@ from opbyop.errors import OpbyopError
 
 class MeshError(OpbyopError):
     pass
-
-
-class Topology(str, Enum):
-    LINEAR = "linear"  # chips on a line: no link from the last back to the first
-    RING = "ring"  # a line closed by a link from the last chip to the first
-    MESH_2D = "mesh2d"  # rows and columns, no wrap
-    TORUS_2D = "torus2d"  # rows and columns, each closed into a ring
-
-    @property
-    def wraps(self) -> bool:
-        return self in (Topology.RING, Topology.TORUS_2D)
 
 
 @dataclass(frozen=True)
@@ -103,7 +91,9 @@ class Mesh:
             raise MeshError(f"mesh shape {rows}x{cols} has no chip", "use a shape such as 1x2 or 2x4")
         self.spec = spec
         self.shape = (rows, cols)
-        self.topology = topology or default_topology(self.shape)
+        if topology is None or topology in (Topology.SINGLE, Topology.UNKNOWN):  # links not known: the usual cabling
+            topology = default_topology(self.shape)
+        self.topology: Topology = topology
         if self.topology in (Topology.MESH_2D, Topology.TORUS_2D) and 1 in self.shape and rows * cols > 1:
             self.topology = Topology.RING if self.topology.wraps else Topology.LINEAR
         self.link = link or LINKS.get(spec.arch, WORMHOLE_LINK)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from opbyop.compiler.boards import Topology
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError
 from opbyop.device.layout import Layout
@@ -30,7 +31,6 @@ from opbyop.device.mesh import (
     MeshError,
     ModuleShardings,
     Sharding,
-    Topology,
     infer_sharding,
     module_shardings,
 )
@@ -188,7 +188,8 @@ class MeshResult:
 
 
 class MeshSimulator:
-    """Keeps one open mesh per (chip, shape, topology) and runs mesh programs on global inputs."""
+    """Keeps one open mesh per (chip, shape, topology) and runs mesh programs on global inputs.
+    `topology` is the target board's (None: a user's descriptor, whose links the shape suggests)."""
 
     def __init__(self, policy: Policy = Policy.FEWEST_CYCLES, topology: Topology | None = None,
                  link: LinkSpec | None = None, share: bool = True):

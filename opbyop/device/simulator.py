@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from opbyop.compiler.boards import Topology
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
 from opbyop.device.mesh_runtime import MeshSimulator
@@ -21,15 +22,25 @@ __all__ = ["DeviceSimulator", "NotSimulatedError", "SimulationError", "Simulator
 class DeviceSimulator:
     """Keeps one open device per chip description and runs programs through the runtime API."""
 
-    def __init__(self, harvesting_mask: int = 0, policy: Policy = Policy.FEWEST_CYCLES):
+    def __init__(self, harvesting_mask: int = 0, policy: Policy = Policy.FEWEST_CYCLES,
+                 topology: Topology | None = None):
         self.harvesting_mask = harvesting_mask
         self.policy = policy
+        self.topology = topology  # how the target's chips are linked, for mesh programs
         self._devices: dict[DeviceSpec, Device] = {}
         self._mesh: MeshSimulator | None = None  # made when the first mesh program runs
 
-    def configure(self, harvesting_mask: int, policy: Policy) -> None:
-        """The device set-up of the next runs (devices of each set-up stay open, keyed by their spec)."""
-        self.harvesting_mask, self.policy = harvesting_mask, policy
+    def configure(self, harvesting_mask: int, policy: Policy, topology: Topology | None = None) -> None:
+        """The device set-up of the next runs (devices of each set-up stay open, keyed by their spec;
+        meshes by their topology too)."""
+        self.harvesting_mask, self.policy, self.topology = harvesting_mask, policy, topology
+
+    def mesh_simulator(self) -> MeshSimulator:
+        """The mesh runtime, set up as this simulator is."""
+        if self._mesh is None:
+            self._mesh = MeshSimulator(self.policy, self.topology)
+        self._mesh.policy, self._mesh.topology = self.policy, self.topology
+        return self._mesh
 
     def device_for(self, spec: DeviceSpec) -> Device:
         if self.harvesting_mask:
@@ -53,10 +64,8 @@ class DeviceSimulator:
         `chip_numerics=False`: the same kernels with the chip's numerics off; `trace`: filled with
         every op's first result values (runtime.submit), on a mesh keyed (chip, value id)."""
         if binary.program.mesh_shape != (1, 1):
-            if self._mesh is None:
-                self._mesh = MeshSimulator(self.policy)
-            self._mesh.policy = self.policy
-            result = self._mesh.run_binary(binary, inputs, stablehlo, chip_numerics=chip_numerics, trace=trace)
+            result = self.mesh_simulator().run_binary(binary, inputs, stablehlo, chip_numerics=chip_numerics,
+                                                      trace=trace)
             return result.outputs, result.run
         started = time.perf_counter()
         device = self.device_for(binary.program.spec)

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from opbyop.compiler.boards import Topology
 from opbyop.device.executor import SimulationError
 from opbyop.device.runtime import (Binary, Device, deallocate, get_layout, input_shape, run_of, submit, to_device,
                                    to_host)
@@ -32,16 +33,18 @@ class StitchedRun:
 
 
 def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
-                 iterations: int = 2, stablehlo: str | None = None, observer: Callable | None = None) -> StitchedRun:
+                 iterations: int = 2, stablehlo: str | None = None, observer: Callable | None = None,
+                 topology: Topology | None = None) -> StitchedRun:
     """Run program 0 `iterations` times; arguments listed in `parameters` are pushed once. A program
-    compiled for a mesh runs on a mesh of `device`'s chips, split as `stablehlo`'s shardings say.
+    compiled for a mesh runs on a mesh of `device`'s chips linked as `topology` says (the target
+    board's), split as `stablehlo`'s shardings say.
     `observer` sees each op's outputs of the first iteration (opbyop.accuracy_trace); on a mesh each
     chip's, with the chip's index as a third argument."""
     from opbyop.device.mesh import Mesh  # the mesh runtime builds on this module
     from opbyop.device.mesh_runtime import run_stitched_mesh
 
     if (shape := binary.program.mesh_shape) != (1, 1):
-        mesh = Mesh(device.spec, shape)
+        mesh = Mesh(device.spec, shape, topology)
         try:
             return run_stitched_mesh(mesh, binary, values, parameters, iterations, stablehlo, observer=observer)
         finally:

@@ -12,6 +12,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
+from opbyop.compiler.boards import mesh_boards
 from opbyop.errors import OpbyopError
 
 _MESH = re.compile(r'^\s*sdy\.mesh\s+@([\w.$-]+)\s*=\s*<\s*\[([^\]]*)\]', re.M)
@@ -82,7 +83,7 @@ def check_fits(mesh: ModuleMesh | None, target_chips: int, what: str, target: st
         raise MeshMismatchError(
             f"{what} is sharded over a mesh of {mesh.devices} devices ({mesh}), but {target} is a single chip; "
             "compiled for one chip the compiler would be asked for something else than the model",
-            "pick a mesh target (--chip p300, p150x4, p150x8, bh-galaxy, n300, t3k), or pass --unshard to analyse it "
+            f"pick a mesh target (--chip {', '.join(mesh_boards())}), or pass --unshard to analyse it "
             "on one chip with its shardings removed (recorded as such)")
     if mesh.devices > target_chips:
         raise MeshMismatchError(

@@ -14,6 +14,7 @@ import re
 
 from jaxlib.mlir import ir, passmanager
 
+from opbyop.compiler.boards import mesh_boards
 from opbyop.errors import ModuleError
 
 PROPAGATION = "builtin.module(sdy-propagation-pipeline)"
@@ -103,7 +104,8 @@ def strip_shardings(text: str, what: str) -> str:
         module.operation.walk(clean)
         if manual:
             raise ModuleError(f"{what} holds a shard_map body (sdy.manual_computation) with per-device shapes: "
-                              "it cannot be analysed as one chip", "analyse it on a mesh target (--chip p300 ...)")
+                              "it cannot be analysed as one chip",
+                              f"analyse it on a mesh target (--chip {', '.join(mesh_boards())})")
         for op in mesh_ops(module):
             op.erase()
         for name in ("mhlo.num_partitions",):
