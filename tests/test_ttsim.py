@@ -87,6 +87,7 @@ def test_a_feature_ttsim_does_not_model_costs_only_its_op(tmp_path, workspace, w
     assert limited.status is Status.SIMULATOR_LIMIT, limited.message
     assert "UnsupportedFunctionality" in limited.message
     assert not limited.status.is_verdict  # no verdict on the chip: outside pass rates
+    assert limited.ttsim.op is not None  # the op ttsim stopped in, from the runner's log
     after = worker.analyze(only_op(tmp_path, workspace, ADD_BF16), on_ttsim, timeout=600)
     assert after.status is Status.SUCCESS and after.ttsim.outcome is TtsimOutcome.RAN
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ from opbyop.device.ttsim.plan import program_plan
 from opbyop.records import TtsimOutcome, TtsimRun
 
 RUNNER = Path(__file__).with_name("runner.py")
+RUNNING = "opbyop-ttsim running "  # the runner's log line naming the op it starts (runner.RUNNING)
+_CYCLE = re.compile(r"^\[\d+\] ")  # ttsim prefixes its lines with its cycle count
 START_TIMEOUT_S = 300.0  # the first open builds tt-metal's firmware (about 15 s; minutes on a loaded machine)
 
 
@@ -119,22 +122,31 @@ class TtsimRunner:
             self._proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
-        words = self.last_words(offset)
+        words, op = self.last_words(offset), self.last_op(offset)
         code = self._proc.returncode if self._proc is not None else None
         self.close()
         if "UnsupportedFunctionality" in words or words.startswith("ERROR:"):
-            return TtsimRun(outcome=TtsimOutcome.LIMIT, seconds=seconds, message=words)
-        return TtsimRun(outcome=TtsimOutcome.CRASHED, seconds=seconds,
+            return TtsimRun(outcome=TtsimOutcome.LIMIT, seconds=seconds, message=words, op=op)
+        return TtsimRun(outcome=TtsimOutcome.CRASHED, seconds=seconds, op=op,
                         message=f"the ttsim runner exited ({code}): {words or note or 'no output'}")
 
-    def last_words(self, offset: int | None = None) -> str:
-        """ttsim's or tt-metal's last error lines in the runner's log since `offset`."""
+    def _log_lines(self, offset: int | None) -> list[str]:
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(self._offset if offset is None else offset)
-                lines = f.read().decode(errors="replace").splitlines()
+                return f.read().decode(errors="replace").splitlines()
         except OSError:
-            return ""
+            return []
+
+    def last_op(self, offset: int) -> str | None:
+        """The TTNN op the runner last started (it names each in its log before running it)."""
+        started = [line[len(RUNNING):].strip() for line in self._log_lines(offset) if line.startswith(RUNNING)]
+        return started[-1] if started else None
+
+    def last_words(self, offset: int | None = None) -> str:
+        """ttsim's or tt-metal's last error lines in the runner's log since `offset` (without the
+        simulator's `[cycle]` prefix, so that the same limit reads the same in every op)."""
+        lines = [_CYCLE.sub("", line) for line in self._log_lines(offset) if not line.startswith(RUNNING)]
         errors = [line.strip() for line in lines if "ERROR" in line or "TT_FATAL" in line or "TT_THROW" in line
                   or "UnsupportedFunctionality" in line]
         return "\n".join(errors[-3:]) if errors else "\n".join(line.strip() for line in lines[-3:])

@@ -251,6 +251,53 @@ def _matmul(c: Ctx):
     return ttnn.matmul(c.args[0], c.args[1], **kw)
 
 
+def _pair(value) -> list[int]:
+    return _ints(value)
+
+
+CONV_CONFIG_KEYS = {"weights_dtype", "deallocate_activation", "reallocate_halo_output", "config_tensors_in_dram",
+                    "act_block_h_override", "act_block_w_div", "reshard_if_not_optimal", "override_sharding_config",
+                    "transpose_shards", "enable_act_double_buffer", "enable_weights_double_buffer", "full_inner_dim",
+                    "enable_kernel_stride_folding", "enable_activation_reuse", "force_split_reader"}
+
+
+def conv2d_config(attrs: dict):
+    """The compiler's conv2d_config, field by field (the ones tt-metal's Conv2dConfig takes as they are)."""
+    cfg = attrs.get("conv2d_config")
+    if not isinstance(cfg, dict):
+        return None
+    unknown = set(cfg) - CONV_CONFIG_KEYS - {"activation", "shard_layout", "core_grid", "output_layout"}
+    if unknown or cfg.get("activation") or cfg.get("shard_layout") or cfg.get("core_grid"):
+        raise Unmapped(f"conv2d_config fields {sorted(set(cfg) - CONV_CONFIG_KEYS)} are not mapped to ttnn yet")
+    kw = {k: v for k, v in cfg.items() if k in CONV_CONFIG_KEYS and k != "weights_dtype"}
+    if "weights_dtype" in cfg:
+        kw["weights_dtype"] = DTYPES[str(cfg["weights_dtype"])]
+    return ttnn.Conv2dConfig(**kw)
+
+
+def _conv2d(c: Ctx):
+    a = c.attrs
+    return ttnn.conv2d(input_tensor=c.args[0], weight_tensor=c.args[1], device=c.device,
+                       in_channels=int(a["in_channels"]), out_channels=int(a["out_channels"]),
+                       batch_size=int(a["batch_size"]), input_height=int(a["input_height"]),
+                       input_width=int(a["input_width"]), kernel_size=_pair(a["kernel_size"]),
+                       stride=_pair(a["stride"]), padding=_pair(a["padding"]), dilation=_pair(a["dilation"]),
+                       groups=int(a["groups"]), bias_tensor=c.args[2] if len(c.args) > 2 else None,
+                       conv_config=conv2d_config(a), compute_config=c.compute_config(), dtype=c.dtype(),
+                       memory_config=c.mc())
+
+
+def _max_pool2d(c: Ctx):
+    a = c.attrs
+    return ttnn.max_pool2d(c.args[0], int(a["batch_size"]), int(a["input_height"]), int(a["input_width"]),
+                           int(a["channels"]), _pair(a["kernel_size"]), _pair(a["stride"]), _pair(a["padding"]),
+                           _pair(a["dilation"]), ceil_mode=bool(a.get("ceil_mode", False)), memory_config=c.mc(),
+                           reallocate_halo_output=bool(a.get("reallocate_halo_output", True)),
+                           dtype=c.dtype() or ttnn.bfloat16,
+                           output_layout=ttnn.TILE_LAYOUT if (c.out.get("layout") or {}).get("tiled")
+                           else ttnn.ROW_MAJOR_LAYOUT)
+
+
 def _creation(fill):
     def run(c: Ctx):
         layout = c.out.get("layout") or {}
@@ -297,6 +344,7 @@ HANDLERS = {
     "ttnn.permute": lambda c: ttnn.permute(c.args[0], _ints(c.attrs["permutation"]), memory_config=c.mc()),
     "ttnn.transpose": lambda c: ttnn.transpose(c.args[0], int(c.attrs["dim0"]), int(c.attrs["dim1"])),
     "ttnn.matmul": _matmul, "ttnn.linear": _matmul,
+    "ttnn.conv2d": _conv2d, "ttnn.max_pool2d": _max_pool2d,
     "ttnn.full": _creation(lambda c: _scalar_of(c.attrs["fill_value"])),
     "ttnn.ones": _creation(lambda c: 1.0), "ttnn.zeros": _creation(lambda c: 0.0),
     "ttnn.empty": _creation(lambda c: 0.0),
@@ -383,6 +431,8 @@ class Interpreter:
                 if handler is None:
                     raise Unmapped(f"{kind} has no ttnn call in opbyop's ttsim runner")
                 tensors = [x for x, t in zip(operands, op["operand_types"]) if t is not None]
+                # named in the log first: ttsim may end the process inside the op, with no reply
+                print(f"{RUNNING}{kind}", file=sys.stderr, flush=True)
                 out = handler(Ctx(op, tensors, self.device, constants))
                 results = list(out) if isinstance(out, (list, tuple)) else [out]
             for v, r in zip(op["results"], results):
@@ -390,13 +440,18 @@ class Interpreter:
         return [values[v] for v in fn["returns"]]
 
 
+# L1 reserved at device open for the small buffers of halo ops (conv2d, pools), as tt-mlir's runtime
+# opens its devices; 0 (ttnn's default) makes every max_pool2d fail to allocate its config tensors
+L1_SMALL_SIZE = 1 << 15
+RUNNING = "opbyop-ttsim running "  # the log line naming the op about to run
 HOST_HICCUP = "fatal error: cannot execute"  # the kernel JIT's compiler driver could not start a tool
 
 
 def words(e: BaseException) -> str:
-    """tt-metal's message without its C++ backtrace (the frames name only tt-metal's own library)."""
+    """tt-metal's message, its `info:` lines included, without its C++ backtrace (the frames name only
+    tt-metal's own library)."""
     text = str(e).strip() or type(e).__name__
-    return text.split("backtrace:")[0].strip()
+    return " ".join(line.strip() for line in text.split("backtrace:")[0].splitlines() if line.strip())
 
 
 def classify(e: BaseException) -> str:
@@ -455,7 +510,7 @@ def serve(device) -> None:
 
 
 def main() -> None:
-    device = ttnn.open_device(device_id=0)
+    device = ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_SIZE)
     _PROTOCOL.write(json.dumps({"ready": True, "grid": list(device.compute_with_storage_grid_size())
                                 if hasattr(device.compute_with_storage_grid_size(), "__iter__") else
                                 [device.compute_with_storage_grid_size().x,
