@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -31,6 +32,7 @@ log = logging.getLogger("opbyop.storage")
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PART_GLOB = "part-*.parquet"
+DataFile = Union[Path, str]  # a local path, or an object's "bucket/key"
 _STAGING = ".staging-"
 _TRASH = ".trash-"
 

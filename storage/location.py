@@ -21,12 +21,11 @@ import pyarrow as pa
 from filelock import FileLock
 
 from storage import files
-from storage.files import SkippedFile, Vanished
+from storage.files import DataFile, SkippedFile, Vanished
 from storage.schema import TABLES
 
 OBJECT_SCHEMES = ("s3://",)
 StoreRoot = Union[Path, str]  # a directory, or an object-store URL such as s3://bucket/prefix
-DataFile = Union[Path, str]  # a local path, or an object's "bucket/key"
 
 
 def is_object_url(root: StoreRoot | None) -> bool:

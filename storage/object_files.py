@@ -36,8 +36,7 @@ from filelock import FileLock
 from pyarrow import fs as pafs
 
 from opbyop.errors import StoreError
-from storage.files import SkippedFile, Vanished, check_run_id
-from storage.location import DataFile
+from storage.files import DataFile, SkippedFile, Vanished, check_run_id
 from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")

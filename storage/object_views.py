@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from storage.location import DataFile
+from storage.files import DataFile
 from storage.schema import schema_of
 
 HIVE_DATE = pa.schema([pa.field("date", pa.date32())])  # the Hive `date` column, typed as DuckDB's glob types it

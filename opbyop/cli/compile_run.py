@@ -9,95 +9,32 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter, defaultdict
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
-                            input_specs, positive_seconds, print_error, status_text, styled)
+                            input_specs, print_error, status_text, styled)
+from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
+                                       stored_op, worker_errors, worker_name)
 from opbyop.config import DeviceOptions
 from opbyop.errors import OpbyopError
 from opbyop.messages import message_pattern
 from opbyop.op_memory import whole_model_misfit_on
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
 
-ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, n300, t3k, or a .ttsys path")
 MeshOption = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its board allows several "
                                                 "(p150x4: 1x4|2x2, p150x8: 1x8|2x4, t3k: 2x4|1x8, bh-galaxy: 4x8|8x4|1x32)")
 UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
                                                         "shardings removed (noted on the model); otherwise an error")
-OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
-Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
-Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")
-Timeout = typer.Option(120.0, "--timeout", callback=positive_seconds, help="seconds per op (above 0)")
 Full = typer.Option(False, "--full", help="print messages whole (they are whole anyway when stdout is not a terminal)")
-
-
-def worker_name(kind: str) -> str:
-    """A worker name no other process uses: its scratch and $TMPDIR are its own, so any number of
-    commands may share one OPBYOP_HOME (two `cli` workers once deleted each other's descriptor)."""
-    return f"{kind}-{os.getpid()}"
-
-
-@contextmanager
-def worker_errors() -> Iterator[None]:
-    """A compiler worker that cannot start becomes an OpbyopError naming the descriptor to check."""
-    from opbyop.worker.process import WorkerStartError
-
-    try:
-        yield
-    except WorkerStartError as e:
-        first = str(e).strip().splitlines()
-        raise OpbyopError(f"the compiler worker could not start: {' | '.join(first[-3:])}",
-                          "check the chip's descriptor with `opbyop system-desc CHIP` (the worker's log is in "
-                          "OPBYOP_HOME/logs)") from None
-
-
-def stored_op(op: str, chip: str):
-    """(workspace, the stored op, the chip's descriptor) for a command on one stored op; fails with the fix."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.workspace import Workspace
-
-    workspace = Workspace.default()
-    try:
-        return workspace, workspace.ops.get(op), resolve(chip)
-    except (KeyError, ValueError) as e:
-        fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
-    except OpbyopError as e:
-        fail(e)
-
-
-@contextmanager
-def cli_worker(workspace, desc, kind: str) -> Iterator:
-    """One warm OpWorker of this command (its own name and scratch); failures to start fail the command."""
-    from opbyop.worker.process import OpWorker
-
-    name = worker_name(kind)
-    try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
-            yield worker
-    except OpbyopError as e:
-        fail(e)
-
-
-def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
-              seed: int, device: DeviceOptions | None = None):
-    from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
-
-    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
-    options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
-    return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,
-                            run_golden=run_device, device=device or DeviceOptions())
 
 
 def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str],
              mesh: str | None = None, unshard: bool = False):
-    import os
-
     from opbyop.compiler.targets import target_for
     from opbyop.jaxenv import prepare_jax
 

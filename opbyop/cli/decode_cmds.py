@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, Policy, app, console, fail, print_error, status_text, styled
-from opbyop.cli.compile_run import ChipOption, Fidelity, Fp32Acc, OptLevel, analysis_settings, cli_worker
+from opbyop.cli.worker_options import ChipOption, Fidelity, Fp32Acc, OptLevel, analysis_settings, cli_worker
 from opbyop.errors import OpbyopError
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import typer
 
 from opbyop.cli.app import app, console, fail
-from opbyop.cli.compile_run import worker_errors, worker_name
+from opbyop.cli.worker_options import worker_errors, worker_name
 from opbyop.errors import OpbyopError
 
 image = typer.Typer(help="Device images: one zip that runs a compiled model without compiling.",

@@ -15,8 +15,8 @@ import typer
 from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, app, console, positive_seconds, styled
-from opbyop.cli.compile_run import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
-                                    stored_op)
+from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
+                                       stored_op)
 from opbyop.shrink.result import Outcome, ShrinkResult
 from opbyop.shrink.saved import save_shrink
 

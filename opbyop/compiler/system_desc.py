@@ -35,7 +35,7 @@ from opbyop.atomic import atomic_path, write_bytes
 from opbyop.environment import environment
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
-from opbyop.compiler.targets import BOARDS
+from opbyop.compiler.targets import BOARDS, CLUSTER_DIR
 from opbyop.compiler.wormhole_descs import WORMHOLE_BOARDS, wormhole_mesh
 from opbyop.config import config_dir
 from opbyop.errors import SystemDescError
@@ -47,7 +47,6 @@ MOCK_BOARDS = {"p150": "blackhole_P150.yaml", "p100": "blackhole_P100.yaml",
                "p150x8": "blackhole_8xP150.yaml", "bh-galaxy": "blackhole_galaxy.yaml"}
 VENDORED = {"n150": "n150.ttsys"}
 DERIVED = WORMHOLE_BOARDS  # Wormhole meshes opbyop re-encodes itself
-CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
 _FIX_SCHEMA = ("use a descriptor made by this plugin version: `opbyop system-desc p150` makes one, or "
                "collect one on hardware with the same tt-mlir runtime (ttrt query --save-artifacts)")
 

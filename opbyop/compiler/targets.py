@@ -14,7 +14,11 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from opbyop.compiler.assets import find_assets, system_tmpdir
 from opbyop.errors import SystemDescError
+
+
+CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"  # in the plugin's assets
 
 
 class Topology(str, Enum):
@@ -110,9 +114,6 @@ def _topology(board: Board, assets: Path | None) -> Topology:
 
 
 def _cluster_yaml(name: str, assets: Path | None) -> Path | None:
-    from opbyop.compiler.assets import find_assets, system_tmpdir
-    from opbyop.compiler.system_desc import CLUSTER_DIR
-
     root = assets or find_assets(system_tmpdir())
     if root is None:
         return None

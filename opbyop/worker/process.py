@@ -201,12 +201,12 @@ class OpWorker:
 
     def _pass_timer(self) -> PassTimer:
         if self._timer is None:
-            self._timer = PassTimer(self.system_desc, self.workspace, self.chip, self.name, self.env)
+            self._timer = PassTimer(OpWorker, self.system_desc, self.workspace, self.chip, self.name, self.env)
         return self._timer
 
     def _pass_finder(self) -> PassFinder:
         if self._passes is None:
-            self._passes = PassFinder(self.system_desc, self.workspace, self.chip, self.name, self.env)
+            self._passes = PassFinder(OpWorker, self.system_desc, self.workspace, self.chip, self.name, self.env)
         return self._passes
 
     def close_passes(self) -> None:
