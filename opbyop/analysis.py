@@ -18,11 +18,14 @@ from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, ref
 from opbyop.artifacts import ArtifactStore
 from opbyop.attribution import judge
 from opbyop.compiler.plugin import TTCompiler
+from opbyop.config import AnalysisSettings
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary, as_host_type
 from opbyop.device.simulator import DeviceSimulator, SimulationError
+from opbyop.device.stitch import run_stitched
 from opbyop.device.ttsim.agreement import agreement, as_model_dtype
 from opbyop.device.ttsim.backend import TtsimBackend, TtsimResult
+from opbyop.frontends.values import read_values
 from opbyop.golden import upstream
 from opbyop.golden.blocked import golden_outputs
 from opbyop.golden.compare import compare, verdict
@@ -35,7 +38,6 @@ from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
 from opbyop.op_memory import op_memory_message, over_budget
 from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult, utcnow
-from opbyop.config import AnalysisSettings
 
 ProgressFn = Callable[[str], None]
 RANDOM_OPS = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
@@ -180,8 +182,6 @@ class OpAnalyzer:
                       progress: ProgressFn = lambda stage: None) -> WholeModelResult:
         """The whole module compiled at once, then run stitched against the framework's output (or,
         for a StableHLO file, which has none, against XLA:CPU running the same module)."""
-        from opbyop.device.stitch import run_stitched
-
         started = time.perf_counter()
         progress("compile")
         plan, trace_note = trace_plan(model.module_text, model.name, settings.accuracy_trace)
@@ -240,7 +240,6 @@ class OpAnalyzer:
             result.message = f"output differs from the {result.reference}'s: {verdict(comparison)}"
         return result
 
-
     def _trace_observer(self, plan: TaggedModule | None, values: list[np.ndarray], note: str | None,
                         threshold: float, mesh_shape: tuple[int, int] = (1, 1),
                         ) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
@@ -271,8 +270,6 @@ class WholeModel:
 
     def load_values(self, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Arguments without a value (weights known by shape and dtype) are drawn here, in the worker."""
-        from opbyop.frontends.values import read_values
-
         return read_values(self.values_path, self.name, seed)
 
 

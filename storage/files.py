@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from opbyop.atomic import atomic_path
 from opbyop.errors import StoreError
+from opbyop.workspace import Workspace
 from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")
@@ -47,8 +48,6 @@ def check_run_id(run_id: str) -> str:
 
 def default_root() -> Path | str:
     """OPBYOP_STORE, else the store of the workspace (OPBYOP_HOME, default ./.opbyop)."""
-    from opbyop.workspace import Workspace
-
     return Workspace.default().store
 
 

@@ -18,13 +18,22 @@ from rich.table import Table
 
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, Policy, app, console, cut, fail, full_by_default,
                             input_specs, print_error, status_text, styled)
+from opbyop.cli.decode_cmds import run_decode_command
 from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
                                        stored_op, worker_errors, worker_name)
-from opbyop.config import DeviceOptions
+from opbyop.compiler.passes import pass_events
+from opbyop.compiler.system_desc import resolve
+from opbyop.compiler.targets import BOARDS, target_for
+from opbyop.config import DeviceOptions, load_zoo
 from opbyop.errors import OpbyopError
+from opbyop.frontends.loader import factory_entry, factory_name
+from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
 from opbyop.op_memory import whole_model_misfit_on
+from opbyop.pipeline import blocking_ops, depth_histogram, prepare, write_manifest
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
+from opbyop.worker.process import OpWorker
+from opbyop.workspace import Workspace
 
 MeshOption = typer.Option(None, "--mesh", help="the target's mesh ROWSxCOLS where its board allows several "
                                                 "(p150x4: 1x4|2x2, p150x8: 1x8|2x4, t3k: 2x4|1x8, bh-galaxy: 4x8|8x4|1x32)")
@@ -35,25 +44,15 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 
 def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str],
              mesh: str | None = None, unshard: bool = False):
-    from opbyop.compiler.targets import target_for
-    from opbyop.jaxenv import prepare_jax
-
     target = target_for(chip, mesh)
     if target.chips > 1:  # golden of sharded ops on a host mesh: XLA:CPU devices are fixed when JAX starts
         os.environ["OPBYOP_HOST_DEVICES"] = str(max(target.chips, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
     settings = settings.model_copy(update={"mesh": target.mesh_text, "topology": target.topology.value})
     prepare_jax()
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.config import load_zoo
-    from opbyop.pipeline import prepare
-    from opbyop.worker.process import OpWorker
-    from opbyop.workspace import Workspace
 
     desc = resolve(chip)
     zoo = load_zoo()
     if inputs:  # a user factory with explicit input shapes
-        from opbyop.frontends.loader import factory_entry, factory_name
-
         specs = input_specs(inputs)
         zoo = zoo.model_copy(update={"models": zoo.models + [factory_entry(m, specs) for m in models if ":" in m]})
         models = [factory_name(m) if ":" in m else m for m in models]
@@ -87,8 +86,6 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
 
 
 def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModelResult], full: bool) -> None:
-    from opbyop.pipeline import blocking_ops, depth_histogram
-
     full = full or full_by_default()
     occurrences = Counter(r.signature for r in prepared.records if r.ok)
     table = Table("op", "occ.", "inputs", "depth", "status", "failed at", "ms", "pcc", "cycles", "message")
@@ -155,8 +152,6 @@ def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_
     if pass_timing:
         print_slowest_passes(list(results.values()))
     if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
-        from opbyop.pipeline import write_manifest
-
         try:
             console.print(f"manifest: {write_manifest(prepared, manifest)}")
         except OSError as e:
@@ -226,8 +221,6 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         device_backend: DeviceBackend = DeviceOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
-        from opbyop.cli.decode_cmds import run_decode_command
-
         if input or manifest or harvest_mask:
             fail(OpbyopError("--decode takes none of --input, --manifest, --harvest-mask",
                              "drop them, or run without --decode for the op-by-op view"))
@@ -291,8 +284,6 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
 
 def print_passes(result: OpResult, log: Path, workspace) -> None:
     """The compiler's passes in the order they started, the failing one marked, and where to read more."""
-    from opbyop.compiler.passes import pass_events
-
     found = result.failed_pass
     started = [e for e in pass_events(log.read_text().splitlines()) if e.when == "Before"] if log.exists() else []
     table = Table("#", "pass", "class", "on")
@@ -314,13 +305,10 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 def system_desc(chip: str = typer.Argument("p150", help="p150, p100, n150, a mesh (p300 ... t3k), or a .ttsys path to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
     """Produce (Blackhole, from the plugin's mock mode; n300, t3k: derived), provide (n150) or validate a system descriptor."""
-    from opbyop.compiler.system_desc import resolve
-
     try:
         desc = resolve(chip)
     except OpbyopError as e:
         fail(e)
-    from opbyop.compiler.targets import BOARDS, target_for
 
     console.print(f"{desc.chip}: {desc.path} ({desc.source}, schema {desc.schema_hash[:16]}..., "
                   f"sha256 {desc.sha256[:16]}...)")

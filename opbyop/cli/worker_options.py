@@ -10,8 +10,11 @@ from typing import Iterator
 import typer
 
 from opbyop.cli.app import MathFidelity, fail, positive_seconds
+from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, load_thresholds
 from opbyop.errors import OpbyopError
+from opbyop.worker.process import OpWorker, WorkerStartError
+from opbyop.workspace import Workspace
 
 ChipOption = typer.Option("p150", "--chip", help="p150, p100, n150, p300, p150x4, p150x8, bh-galaxy, n300, t3k, or a .ttsys path")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
@@ -29,8 +32,6 @@ def worker_name(kind: str) -> str:
 @contextmanager
 def worker_errors() -> Iterator[None]:
     """A compiler worker that cannot start becomes an OpbyopError naming the descriptor to check."""
-    from opbyop.worker.process import WorkerStartError
-
     try:
         yield
     except WorkerStartError as e:
@@ -42,9 +43,6 @@ def worker_errors() -> Iterator[None]:
 
 def stored_op(op: str, chip: str):
     """(workspace, the stored op, the chip's descriptor) for a command on one stored op; fails with the fix."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.workspace import Workspace
-
     workspace = Workspace.default()
     try:
         return workspace, workspace.ops.get(op), resolve(chip)
@@ -57,8 +55,6 @@ def stored_op(op: str, chip: str):
 @contextmanager
 def cli_worker(workspace, desc, kind: str) -> Iterator:
     """One warm OpWorker of this command (its own name and scratch); failures to start fail the command."""
-    from opbyop.worker.process import OpWorker
-
     name = worker_name(kind)
     try:
         with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
@@ -69,8 +65,6 @@ def cli_worker(workspace, desc, kind: str) -> Iterator:
 
 def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None,
                       run_device: bool, seed: int, device: DeviceOptions | None = None) -> AnalysisSettings:
-    from opbyop.config import AnalysisSettings
-
     fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
     options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
     return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,

@@ -22,6 +22,7 @@ from enum import Enum
 import numpy as np
 
 from opbyop.device.arch import DeviceSpec
+from opbyop.device.program import split_top
 from opbyop.device.tensor import Device
 from opbyop.errors import OpbyopError
 
@@ -352,6 +353,4 @@ def module_shardings(stablehlo: str) -> ModuleShardings:
 
 def _split_signature(text: str) -> list[str]:
     """A signature's tensor arguments (or results), split at its top-level commas."""
-    from opbyop.device.program import split_top
-
     return [p for p in split_top(text) if "tensor<" in p]
