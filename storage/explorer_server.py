@@ -23,7 +23,6 @@ from typing import Any, Callable
 from opbyop.errors import StoreError
 from storage.dataset import Store
 from storage.explorer import PreparedModel, iter_models, prepare_model
-from storage.explorer_adapter.main import ADAPTER_ID
 
 HOST = "127.0.0.1"
 ADAPTER_MODULE = "storage.explorer_adapter"
@@ -51,6 +50,8 @@ def check_port(port: int, host: str = HOST) -> None:
 def explorer_config(spec: dict[str, Any]):  # -> model_explorer.config.ModelExplorerConfig
     """The models (read by the opbyop adapter) and each one's node data, one entry per metric."""
     import model_explorer
+
+    from storage.explorer_adapter.main import ADAPTER_ID  # model_explorer (and torch): loaded only when used
 
     config = model_explorer.config()
     for model in spec["models"]:

@@ -18,8 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from opbyop.compiler.targets import parse_mesh
 from opbyop.errors import ConfigError
-from opbyop.ir.context import make_context
-from opbyop.ir.rewrite import main_func
 
 AxisSpec = Union[str, list[str], None]
 
@@ -61,6 +59,11 @@ def apply_plan(module_text: str, argument_names: list[str], input_count: int, pl
     """`module_text` with the plan's mesh and its shardings on @main's arguments (the first
     `input_count` are inputs, the others parameters named by `argument_names`)."""
     from jaxlib.mlir import ir
+
+    # jaxlib's MLIR loads only when a plan is applied: opbyop.config, which every process imports,
+    # imports this module for ShardingPlan.
+    from opbyop.ir.context import make_context
+    from opbyop.ir.rewrite import main_func
 
     axes = plan.mesh_axes()
     kept = {name for name, _ in axes}
