@@ -95,6 +95,7 @@ def test_a_sharded_dot_compiles_for_the_wormhole_mesh_with_its_all_reduce(board,
     assert result.mesh == mesh
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("board, mesh", [("n300", None), ("t3k", "2x4")])
 def test_a_small_sharded_model_runs_end_to_end_on_the_wormhole_mesh(board, mesh, tmp_path):
     rows, cols = target_for(board, mesh).mesh
