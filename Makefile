@@ -1,6 +1,7 @@
 # The two commands that matter on a fresh machine:
 #   make run    set up, then analyse the default zoo model through the whole pipeline
 #   make test   set up, then run the test suite (what .ci/run runs)
+#   make test-fast   the unit tests of every package, without the slow ones (under 5 minutes)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -14,7 +15,7 @@ TTSIM_LIB := .ttsim/libttsim_bh.so
 PY312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) \
                     $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
 
-.PHONY: setup run test browser ttsim clean
+.PHONY: setup run test test-fast browser ttsim clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -53,6 +54,12 @@ browser:
 # pytest exits 5 when it collects nothing: a suite that ran no test proves nothing, so that fails.
 test: setup browser ttsim
 	@$(PY) -m pytest -q; status=$$?; \
+	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
+
+# The fast lane: every test not marked slow (pyproject.toml says which are), each stopped after 300 s; the
+# slowest ten are listed so that a slow newcomer shows.
+test-fast: setup
+	@$(PY) -m pytest -q -m "not slow" --timeout=300 --durations=10; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 clean:

@@ -1,4 +1,4 @@
-"""Issue 3's figures: compile time per op in a warm worker against a fresh process per op.
+"""Compile time per op in a warm worker against a fresh process per op.
 
     .venv/bin/python benchmarks/bench_compile.py [--models mlp cnn ...] [--fresh-sample 8]
 

@@ -1,4 +1,4 @@
-"""Issue 12's cost-model figures: the placement model's matmul and conv throughput next to
+"""The cost model against the hardware: the placement model's matmul and conv throughput next to
 Tenstorrent's published numbers, and what t-streaming, the policies and harvesting do.
 
     .venv/bin/python benchmarks/bench_cost_model.py

@@ -1,4 +1,4 @@
-"""Issue 12's coverage figures: the simulator before and after on the single-op corpus.
+"""The simulator's coverage on the single-op corpus: this checkout against a baseline revision's simulator.
 
     .venv/bin/python benchmarks/bench_coverage.py --chip n150 --after DIR [--before DIR | --baseline-ref REF]
         [--dtype f32 ...] [--op add ...] [--corpus DIR]
@@ -7,8 +7,8 @@ The corpus (every StableHLO op of opbyop/corpus/catalog.py x dtypes x shapes x f
 into --corpus (default $OPBYOP_HOME/corpus) and run through the real pipeline (tt-mlir, the
 simulated device, XLA:CPU) one dtype at a time, each chunk in a fresh worker; --after holds the
 current simulator's results (resumed if present). The baseline is measured in the same run from
---baseline-ref (a git revision with `opbyop corpus run`, e.g. 5a4f3f6: the simulator before issue
-12's kernels), its results kept in --before; or --before names results measured earlier.
+--baseline-ref (any git revision that has `opbyop corpus run`,
+e.g. one whose simulator lacks kernels this one has), its results kept in --before; or --before names results measured earlier.
 A full corpus takes about 15-20 minutes per chip and simulator on 2 shared cores.
 
 Printed: TTNN ops emitted and how many each simulator ran, per-op pass rates before/after, per-dtype

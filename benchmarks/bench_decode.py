@@ -1,4 +1,4 @@
-"""Issue 13 part 3: LLM decode on the simulated device, key/value cache stitched on the device
+"""LLM decode on the simulated device, key/value cache stitched on the device
 against the host round trip (the baseline, measured in the same run on the same programs).
 
     .venv/bin/python benchmarks/bench_decode.py [--models gpt2 llama] [--steps 16] [--cache-length N]

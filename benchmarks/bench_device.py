@@ -1,4 +1,4 @@
-"""Issue 4's figures: simulating an op against compiling it, and stitched whole-model runs.
+"""Simulating an op against compiling it, and stitched whole-model runs.
 
     .venv/bin/python benchmarks/bench_device.py [--models mlp cnn ...]
 

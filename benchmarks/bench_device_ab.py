@@ -1,6 +1,6 @@
 """The small zoo's device simulation time per op, this checkout against another one, in one run.
 
-    PYTHONPATH=. /work/bin/heavy .venv/bin/python benchmarks/bench_device_ab.py --baseline-path /tmp/base
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_device_ab.py --baseline-path /tmp/base
         [--models mlp cnn ...] [--rounds 2]
 
 Each round runs the same models through each checkout's own code (a process with PYTHONPATH set to

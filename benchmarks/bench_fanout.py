@@ -1,6 +1,6 @@
 """What the fan-out costs as the work grows: N unique ops through one run's one-Prefect-task-per-op fan-out.
 
-    PYTHONPATH=. /work/bin/heavy .venv/bin/python benchmarks/bench_fanout.py --sizes 1000 5000 [20000]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_fanout.py --sizes 1000 5000 [20000]
 
 Per N, in a fresh process with a fresh Prefect server (the CLI's own kind, with the product's
 settings) and a LocalCluster in a child process (the CLI's too):

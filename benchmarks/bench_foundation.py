@@ -1,4 +1,4 @@
-"""Issue 2's figures: export, split, dedupe and golden per zoo model.
+"""Export, split, dedupe and golden per zoo model.
 
     .venv/bin/python benchmarks/bench_foundation.py [--models mlp cnn ...]
 

@@ -1,4 +1,4 @@
-"""Issue 6's figures: what orchestration costs per op, for the chosen design and the obvious one.
+"""What orchestration costs per op, for the chosen design and the obvious one.
 
     .venv/bin/python benchmarks/bench_orchestration.py [--models mlp cnn bert-small] [--dtr-ops 60]
 

@@ -1,14 +1,14 @@
-"""Issue 18's figures: op by op at real LLM sizes, memory and time per model size in one run.
+"""Op by op at real LLM sizes, memory and time per model size in one run.
 
-    PYTHONPATH=. /work/bin/heavy .venv/bin/python benchmarks/bench_real_size.py [--models llama-3.1-8b ...]
-        [--layers N] [--baseline llama-3.2-1b] [--chip p150]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_real_size.py [--models llama-3.1-8b ...]
+        [--layers N] [--baseline llama-3.2-1b --baseline-path CHECKOUT] [--chip p150]
 
 Each model is a llama-style decoder at its published dimensions (benchmarks/real_size_models.py),
 lowered from JAX with jax.ShapeDtypeStruct arguments: no weight exists anywhere. Its module is split
 and deduplicated here, and every unique op goes through compile, the simulated device and XLA:CPU in
 one op worker (the analysis path; a .mlir file through the CLI still draws values for @main's
 arguments). Peak RSS is of this process and all its children (the op worker), sampled with psutil.
-`--baseline` runs the same ops with another checkout's code in the worker (PYTHONPATH), e.g. main's.
+`--baseline` runs the same ops with another checkout's code (`--baseline-path`) in the worker (PYTHONPATH).
 Goals: llama-3.1-8B <= 5 min and <= 6 GB; llama-3.1-70B <= 8 min and <= 10 GB.
 
 `--cli MODEL[:CHIP] ...` measures as a user would instead: `opbyop run MODEL --no-whole` on the zoo's
@@ -217,11 +217,13 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=["llama-3.2-1b", "llama-3.1-8b", "llama-3.1-70b"])
     parser.add_argument("--layers", type=int, default=None, help="decoder layers per model (default: the model's own)")
     parser.add_argument("--baseline", nargs="*", default=[], help="models to run again with --baseline-path's code")
-    parser.add_argument("--baseline-path", default="/work/main")
+    parser.add_argument("--baseline-path", default=None, help="another checkout of opbyop, for --baseline and --cli-baseline")
     parser.add_argument("--chip", default="p150")
     parser.add_argument("--cli", nargs="*", default=None, help="zoo models (MODEL or MODEL:CHIP) to measure through `opbyop run --no-whole`")
     parser.add_argument("--cli-baseline", nargs="*", default=[], help="zoo models to measure again with --baseline-path's code")
     args = parser.parse_args()
+    if (args.baseline or args.cli_baseline) and not args.baseline_path:
+        parser.error("--baseline and --cli-baseline need --baseline-path (another checkout of opbyop)")
     if args.cli is not None:
         cli_main(args.cli, args.cli_baseline, args.baseline_path)
         return

@@ -1,6 +1,6 @@
 """What Dask workers on other hosts cost: the analyze flow's fan-out with nothing shared but the network.
 
-    PYTHONPATH=. /work/bin/heavy .venv/bin/python benchmarks/bench_remote_hosts.py [--models mlp cnn] [--repeat 2]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_remote_hosts.py [--models mlp cnn] [--repeat 2]
 
 The same config (the models' unique ops, no whole model, no reuse), warm op workers, one run each of:
   one host        a LocalCluster of 2 workers on the flow's host (the baseline)

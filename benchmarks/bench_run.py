@@ -1,11 +1,11 @@
-"""What one `opbyop analyze` costs end to end, now and before, in the same run.
+"""What one `opbyop analyze` costs end to end: this checkout against a baseline revision, in the same run.
 
     .venv/bin/python benchmarks/bench_run.py [--scenarios mlp resnet50 bert-base zoo] [--baseline-ref REF]
                                              [--repeat N]
 
 Two implementations of the orchestration side by side, on the same machine, one after the other:
-  baseline  the whole product as of --baseline-ref (default: the commit before the orchestration's fixed-cost work; its
-            op analysis differs too: the library moved on beside the orchestration)
+  baseline  the whole product as of --baseline-ref (default: BASELINE_REF, a revision without the orchestration's
+            fixed-cost savings; its op analysis differs too)
   current   this checkout
 Scenarios (wall time of the whole command, from the shell's point of view):
   mlp, resnet50, bert-base   warm: an untimed run of the three first fills every cache (page cache,
@@ -47,7 +47,7 @@ from common import Figures, console
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-BASELINE_REF = "4770261^"  # the commit before the orchestration's fixed-cost work
+BASELINE_REF = "4770261^"  # the orchestration without its fixed-cost savings
 GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "mlp, opbyop serve": 8.0, "resnet50": 30.0,
          "resnet50, opbyop serve": 30.0, "bert-base": 30.0, "bert-base, opbyop serve": 30.0, "zoo": 300.0}
 

@@ -1,4 +1,4 @@
-"""Issue 13's figures: what a shrink costs per op, beside analysing the op once (same worker, same run).
+"""What a shrink costs per op, beside analysing the op once (same worker, same run).
 
     .venv/bin/python benchmarks/bench_shrink.py [--seconds 60] [--models cnn]
 

@@ -9,7 +9,7 @@ the set (the judgment only runs on failures). The default set holds failures of 
 lost to narrowing (miscompiled), a LoFi matmul judged at tight tolerances (the chip's numerics),
 and passing scatter/gather/fori_loop programs and the mlp model's ops.
 
-    PYTHONPATH=. /work/bin/heavy .venv/bin/python benchmarks/bench_verdicts.py [files or models...]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_verdicts.py [files or models...]
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Each model is prepared (export on the meta device, split, dedupe, upstream replay on XLA:CPU) in a
 fresh process whose peak RSS is its own. Goal: peak memory flat in the model's size (the weights
 are never allocated). Baseline in the same run: one layer of llama-3.1-8B's dimensions built with
-real bf16 weights (today's path for a model with weights; vocabulary 32000 to stay within 6 GB) beside
+real bf16 weights (the path a model with weights takes; vocabulary 32000 to stay within 6 GB) beside
 the same layer on the meta device.
 """
 

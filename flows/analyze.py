@@ -17,6 +17,7 @@ from flows.engine.analyze_run import AnalyzeRun
 from flows.engine.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
 from flows.engine.summary import RunFailed, RunSummary  # noqa: F401  (the results a caller reads)
 from flows.hosting import handoff as handoffs
+from flows.hosting.crashed import label_flow_run, sweep
 from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ShrinkOption
 from opbyop.jaxenv import prepare_jax
@@ -28,8 +29,6 @@ def claim_flow_run(logger) -> None:  # noqa: ANN001
     """Label this flow run with its process (so a later run can tell it was killed), and mark
     this host's runs whose process is gone as Crashed. Best effort: never stops the run."""
     from prefect.client.orchestration import get_client
-
-    from flows.hosting.crashed import label_flow_run, sweep
 
     try:
         with get_client(sync_client=True) as client:

@@ -28,8 +28,20 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from flows.hosting.handoff import Handoff
+from flows.engine.phases import format_phases
+from flows.engine.run_ids import new_run_id
+from flows.engine.summary import summary_of
+from flows.hosting.handoff import Handoff, handing_off
+from flows.hosting.server import PrefectApi, drain_prefect
+from flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
+from flows.hosting.settings import apply_defaults
 from opbyop.cli.app import DeviceBackend, DeviceOption, make_console, positive_seconds, styled
+from opbyop.compiler.targets import target_for
+from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
+from opbyop.environment import environment
+from opbyop.errors import OpbyopError
+from opbyop.pipeline import run_manifest_path
+from opbyop.workspace import Workspace
 from opbyop.compiler.boards import chip_help, mesh_help
 
 console = make_console()  # prints data literally: stored strings never read as markup
@@ -38,8 +50,6 @@ PROGRESS_SECONDS = 0.5  # how often the progress bar reads the store
 
 
 def _defaults_for_laptop() -> None:
-    from flows.hosting.settings import apply_defaults
-
     apply_defaults()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
@@ -66,8 +76,7 @@ class Launch:
     Prefect server and the Dask cluster."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
-        from flows.hosting.cluster import ClusterProcess
-        from flows.hosting.server import PrefectApi
+        from flows.hosting.cluster import ClusterProcess  # dask: loaded only when used
 
         self.handoff = Handoff()
         self.api = PrefectApi(log_dir)
@@ -89,8 +98,6 @@ class Launch:
     def close(self) -> None:
         """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
         if self.api.started_here:
-            from flows.hosting.server import drain_prefect
-
             drain_prefect()
         for child in (self.cluster, self.api):
             if child is not None:
@@ -137,8 +144,6 @@ def _wait_while(condition: Callable[[], bool], step: float, deadline: float | No
 def _stop_and_wait(ticket) -> None:  # noqa: ANN001
     """Ask `opbyop serve` to stop a run it took, and give the run STOP_GRACE_SECONDS to store what it
     has; a second Ctrl-C, or the service gone, ends the wait at once."""
-    from opbyop.errors import OpbyopError
-
     ticket.stop()
     try:
         _wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
@@ -158,8 +163,6 @@ class FlowThread:
     error: BaseException | None = None
 
     def start(self) -> None:
-        from flows.hosting.handoff import handing_off
-
         def target() -> None:
             try:
                 with handing_off(self.handoff):
@@ -231,13 +234,6 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
     _defaults_for_laptop()
-    from flows.engine.run_ids import new_run_id
-    from flows.hosting.service import standing_service
-    from opbyop.compiler.targets import target_for
-    from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
-    from opbyop.environment import environment
-    from opbyop.errors import OpbyopError
-    from opbyop.workspace import Workspace
 
     address = address or environment().dask_address  # an existing cluster: none is started here
     try:
@@ -267,9 +263,6 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
 
 def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None, chip: str) -> None:
     """The flow in this process, on a server and a cluster started (or named) for this run."""
-    from opbyop.errors import OpbyopError
-    from opbyop.workspace import Workspace
-
     launch = Launch(workers, address, chip, command.workspace_root / "logs")
     flow_thread: FlowThread | None = None
     try:
@@ -317,13 +310,9 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     `opbyop serve` of this workspace runs it on its server and cluster."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     _defaults_for_laptop()
-    from opbyop.config import ClusterConfig
-    from opbyop.environment import environment
-    from opbyop.errors import OpbyopError
-    from opbyop.workspace import Workspace
 
     try:
-        from flows.nightly import load_nightly
+        from flows.nightly import load_nightly  # prefect, dask: loaded only when used
 
         chosen = load_nightly(config_file)
     except OpbyopError as e:
@@ -332,7 +321,6 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     address = address or environment().dask_address
     chip = chosen.targets[0].chip if chosen.targets else "p150"  # the cluster's op workers warm up for it
     root = Workspace.default().root
-    from flows.hosting.service import standing_service
 
     service = None if address or workers else standing_service(root)
     if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the nightly
@@ -342,7 +330,7 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     resume = shlex.join(["opbyop", "nightly"] + (["--config", str(config_file)] if config_file else []))
     flow_thread: FlowThread | None = None
     try:
-        from flows.nightly import nightly as nightly_flow
+        from flows.nightly import nightly as nightly_flow  # prefect, dask: loaded only when used
 
         cluster = ClusterConfig(address=launch.wait() or address, workers=workers)
         flow_thread = FlowThread("nightly-flow", lambda: nightly_flow(
@@ -378,9 +366,6 @@ def _nightly_on_service(root: Path, service, config_file: Optional[Path], models
     """Hand the nightly to `opbyop serve` and wait for its outcome; Ctrl-C asks the service to stop it."""
     import uuid
 
-    from flows.hosting.service import NightlyRequest, Ticket
-    from opbyop.errors import OpbyopError
-
     request = NightlyRequest(run_id=f"nightly-{uuid.uuid4().hex[:12]}", client_pid=os.getpid(), models=models or None,
                              config_file=str(config_file.resolve()) if config_file else None,
                              expectations_file=str(expectations.resolve()) if expectations else None)
@@ -415,9 +400,7 @@ def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers f
     analyze and nightly in this workspace then hand their runs to them instead of starting their own. Ctrl-C (or
     SIGTERM) stops them."""
     _defaults_for_laptop()
-    from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports
-    from opbyop.errors import OpbyopError
-    from opbyop.workspace import Workspace
+    from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports  # dask: loaded only when used
 
     terminate_as_interrupt()
     root = Workspace.default().root
@@ -449,7 +432,7 @@ def _progress(running: Callable[[], bool], store_root: Path | str, run_id: str) 
     """A progress bar fed from the store (results land there in batches) while `running()` says so;
     `running()` paces the loop (a short wait: the end shows at once), the store is read every
     PROGRESS_SECONDS (each read costs CPU the run could use)."""
-    from storage.dataset import Store
+    from storage.dataset import Store  # pyarrow: loaded only when used
 
     store = Store(store_root)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -482,10 +465,6 @@ def _done(store, run_id: str) -> int:  # noqa: ANN001
 def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
     """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
     asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
-    from flows.hosting.service import AnalyzeRequest, Ticket
-    from opbyop.errors import OpbyopError
-    from opbyop.workspace import Workspace
-
     _say(f"run {command.run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
     ticket = Ticket(command.workspace_root, service, AnalyzeRequest(
         run_id=command.run_id, config=command.config, shrink=command.shrink, client_pid=os.getpid()))
@@ -521,8 +500,6 @@ def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
 
 def _copy_manifest(root: Path, run_id: str, target: Optional[Path]) -> None:
     """The run's manifest (opbyop.pipeline.write_manifest, beside the report) also at --manifest."""
-    from opbyop.pipeline import run_manifest_path
-
     written = run_manifest_path(root, run_id)
     if target is None or not written.exists():
         return
@@ -534,8 +511,6 @@ def _copy_manifest(root: Path, run_id: str, target: Optional[Path]) -> None:
 
 
 def _finish(flow_thread: FlowThread, resume: str) -> None:
-    from flows.engine.summary import summary_of
-
     if flow_thread.error is not None:
         _say(("the run failed:", "red"), f" {flow_thread.error}")
         _say(f"resume it with: {resume}")
@@ -553,8 +528,6 @@ def _finish(flow_thread: FlowThread, resume: str) -> None:
 
 
 def _print(summary) -> None:  # noqa: ANN001
-    from flows.engine.phases import format_phases
-
     table = Table("status", "unique ops", title=f"run {summary.run_id}")
     for status, n in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
         table.add_row(status, str(n))

@@ -24,6 +24,9 @@ from jaxlib.mlir.dialects import func
 
 from opbyop.device.mesh import MeshError, infer_sharding
 from opbyop.golden.compare import pcc
+from opbyop.ir.context import make_context
+from opbyop.ir.parse import parse_module
+from opbyop.ir.rewrite import body_ops, main_func
 from opbyop.records import AccuracyTrace, TracePoint
 
 _TAG = re.compile(r"opbyop\.(\d+)")
@@ -70,10 +73,6 @@ def _fused_candidates(consumers: dict[int, list[int]], n: int) -> list[int]:
 
 def tag_module(module_text: str, name: str = "<module>") -> TaggedModule:
     """Give each op of @main its own location; build the all-outputs copy for XLA:CPU."""
-    from opbyop.ir.context import make_context
-    from opbyop.ir.parse import parse_module
-    from opbyop.ir.rewrite import body_ops, main_func
-
     ctx = make_context()
     with ctx, ir.Location.unknown(ctx):
         module = parse_module(module_text, ctx, name)

@@ -19,11 +19,14 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.attribution import judge
 from opbyop.compiler.boards import Topology
 from opbyop.compiler.plugin import TTCompiler
+from opbyop.config import AnalysisSettings
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary, as_host_type
 from opbyop.device.simulator import DeviceSimulator, SimulationError
+from opbyop.device.stitch import run_stitched
 from opbyop.device.ttsim.agreement import agreement, as_model_dtype
 from opbyop.device.ttsim.backend import TtsimBackend, TtsimResult
+from opbyop.frontends.values import read_values
 from opbyop.golden import upstream
 from opbyop.golden.blocked import golden_outputs
 from opbyop.golden.compare import compare, verdict
@@ -36,7 +39,6 @@ from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
 from opbyop.op_memory import op_memory_message, over_budget
 from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult, utcnow
-from opbyop.config import AnalysisSettings
 
 ProgressFn = Callable[[str], None]
 RANDOM_OPS = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
@@ -186,8 +188,6 @@ class OpAnalyzer:
                       progress: ProgressFn = lambda stage: None) -> WholeModelResult:
         """The whole module compiled at once, then run stitched against the framework's output (or,
         for a StableHLO file, which has none, against XLA:CPU running the same module)."""
-        from opbyop.device.stitch import run_stitched
-
         started = time.perf_counter()
         progress("compile")
         plan, trace_note = trace_plan(model.module_text, model.name, settings.accuracy_trace)
@@ -291,8 +291,6 @@ class WholeModel:
 
     def load_values(self, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Arguments without a value (weights known by shape and dtype) are drawn here, in the worker."""
-        from opbyop.frontends.values import read_values
-
         return read_values(self.values_path, self.name, seed)
 
 

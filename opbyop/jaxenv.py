@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from opbyop.compiler.assets import startup_lock
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
 
@@ -54,8 +55,6 @@ def prepare_jax(system_desc: Path | None = None) -> None:
             return  # no plugin is loaded, so none unpacks assets: no lock to take
         import jax.extend
 
-        from opbyop.compiler.assets import startup_lock
-
         # Every JAX process loads libtt while discovering plugins, and its loading unpacks the
         # plugin's assets: two processes at once fail ('failed to extract embedded tt-metal
         # runtime archive'), so this one waits its turn like the compiler workers do.
@@ -81,9 +80,7 @@ def _skip_plugin_discovery() -> bool:
 
 def _add_xla_flags() -> None:
     """opbyop's XLA flags (golden.xla_cpu.FAST_FLAGS) beside the user's own XLA_FLAGS."""
-    from opbyop.golden.xla_cpu import opbyop_xla_flags
-
-    extra = opbyop_xla_flags()
+    extra = environment().xla_flags
     devices = environment().host_devices
     if devices > 1:  # a host mesh: a sharded module's golden runs on as many XLA:CPU devices as its mesh
         extra = f"{extra} --xla_force_host_platform_device_count={devices}".strip()

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from opbyop.device.arch import PRESETS, dram_bytes
 from opbyop.golden.dtypes import numpy_dtype
 from opbyop.records import TensorDesc, UniqueOp
 
@@ -106,8 +107,6 @@ def process_out_of_memory(what: str) -> str:
 def whole_model_misfit_on(graph: ModelGraph, chip: str) -> str | None:
     """whole_model_misfit for a model's @main arguments on a named chip (n150, p150; a user's
     descriptor is checked against the host's memory only)."""
-    from opbyop.device.arch import PRESETS, dram_bytes
-
     spec = PRESETS.get(chip)
     dram = dram_bytes(spec) if spec is not None else 1 << 62
     return whole_model_misfit([a.tensor for a in graph.arguments], dram, host_memory_bytes())

@@ -18,12 +18,15 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.targets import Target
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.dumps import spec_name
 from opbyop.frontends.failures import failure_records
+from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.loader import expand_specs, load_model
 from opbyop.golden.upstream import attach
+from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.dedupe import dedupe
+from opbyop.ir.mesh import check_fits, module_mesh
+from opbyop.ir.sharding import strip_shardings
 from opbyop.ir.split import SplitResult, split_module
 from opbyop.op_memory import process_out_of_memory
 from opbyop.records import ModelSummary, Occurrence, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
@@ -98,8 +101,6 @@ def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
         prepared.splits[name] = split
     prepared.unique = dedupe(prepared.records)
     if artifacts is not None:
-        from opbyop.golden.xla_cpu import XlaCpu
-
         prepared.upstream_failures = attach(
             prepared.unique, prepared.splits, XlaCpu, artifacts,
             real_arguments={name: graph.real_values() for name, graph in prepared.graphs.items()},
@@ -110,9 +111,6 @@ def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
 def _fit_target(graph: ModelGraph, split: SplitResult | None, target: Target,
                 unshard: bool) -> tuple[ModelGraph, SplitResult | None, str | None]:
     """(graph, split, error): a sharded model checked against the target's chips (ir.mesh)."""
-    from opbyop.ir.mesh import check_fits, module_mesh
-    from opbyop.ir.sharding import strip_shardings
-
     mesh = module_mesh(graph.module_text)
     if mesh is None:
         return graph, split, None

@@ -14,8 +14,19 @@ from rich.table import Table
 
 from opbyop.cli.app import make_console, positive_seconds, print_error, styled
 from opbyop.errors import OpbyopError
+from storage.aggregate import previous_run_id, run_query
+from storage.catalog import build_catalog
+from storage.dataset import Store
+from storage.expectations import (compare, default_path, from_outcomes, load_expectations, run_outcomes,
+                                  save_expectations)
+from storage.explorer import Metric, export_node_data
 from storage.files import SkippedFile, default_root
 from storage.location import StoreRoot, parse_root
+from storage.optest import export_optest
+from storage.perf_csv import export_perf
+from storage.queries import get_query, load_queries
+from storage.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, StoreConnection, run_sql
+from storage.report import write_report
 
 console = make_console()  # data printed literally; a pipe gets whole lines
 err_console = make_console(stderr=True)
@@ -38,8 +49,6 @@ def _root(store: Optional[Path]) -> StoreRoot:
 def _check_run(store: Optional[Path], run: str) -> None:
     """A clear error for a run id that is not there, or whose files cannot all be read (rather than
     an empty or partial answer that looks like a real one)."""
-    from storage.dataset import Store
-
     Store(_root(store)).check_readable(run)
 
 
@@ -78,8 +87,6 @@ def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title:
 
 
 def _timeout_option() -> Any:
-    from storage.readonly import DEFAULT_TIMEOUT_S
-
     return typer.Option(DEFAULT_TIMEOUT_S, "--timeout", callback=positive_seconds,
                         help="seconds before the query is stopped (Ctrl-C stops it too)")
 
@@ -88,8 +95,6 @@ MEMORY_HELP = "DuckDB's memory limit, e.g. 2GB (default: half the machine's memo
 
 
 def _query_failed(e: OpbyopError) -> None:
-    from storage.readonly import QueryInterrupted
-
     _fail(e, 130 if isinstance(e, QueryInterrupted) else 2)
 
 
@@ -99,8 +104,6 @@ def sql(query: str = typer.Argument(..., help='a read-only query, e.g. "SELECT *
         timeout: float = _timeout_option(),
         memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=MEMORY_HELP)) -> None:
     """Run a read-only SQL query over the store (views: runs, ops, results, models, occurrences, stages, statuses)."""
-    from storage.readonly import run_sql
-
     try:
         result = run_sql(query, _root(store), timeout=timeout, memory_limit=memory_limit)
     except OpbyopError as e:
@@ -121,10 +124,6 @@ def query(name: Optional[str] = typer.Argument(None, help="a named aggregation f
           timeout: float = _timeout_option(),
           memory_limit: Optional[str] = typer.Option(None, "--memory-limit", help=MEMORY_HELP)) -> None:
     """Run one named aggregation query (depth_histogram, blockers, regressions, trend ...)."""
-    from storage.aggregate import previous_run_id, run_query
-    from storage.queries import get_query, load_queries
-    from storage.readonly import StoreConnection
-
     if list_queries or name is None:
         rows = [(q.name, ", ".join(q.params), q.description) for q in load_queries().values()]
         print_rows(["query", "parameters", "description"], rows, fmt, title="named queries (opbyop query NAME)")
@@ -150,9 +149,6 @@ def runs(limit: int = typer.Option(50, "--limit", min=0),
          fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
          store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """List the runs in the store, newest first."""
-    from storage.aggregate import run_query
-    from storage.readonly import StoreConnection
-
     try:
         with StoreConnection(_root(store)) as con:
             result = run_query(con, "runs_overview", limit=limit)
@@ -171,8 +167,6 @@ def report(run: str = typer.Option(..., "--run", help="run id"),
            n: int = typer.Option(30, "--n", min=1, help="runs in the trend"),
            store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Write the self-contained HTML report of a run."""
-    from storage.report import write_report
-
     target = out or Path(f"report-{run}.html")
     try:
         _check_run(store, run)
@@ -185,8 +179,6 @@ def report(run: str = typer.Option(..., "--run", help="run id"),
 def catalog(out: Optional[Path] = typer.Option(None, "--out", help="catalog file (default: <store>/opbyop.duckdb)"),
             store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Write a DuckDB catalog file with views over the store (for the DuckDB CLI, Superset, ...)."""
-    from storage.catalog import build_catalog
-
     try:
         path = build_catalog(_root(store), out)
     except OpbyopError as e:
@@ -202,8 +194,6 @@ def expectations_update(run: str = typer.Option(..., "--run", help="run id to ta
                         file: Optional[Path] = typer.Option(None, "--file", help="default: configs/expectations.yaml"),
                         store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Rewrite the expectations file so that the run meets it exactly (hand-written reasons kept)."""
-    from storage.expectations import default_path, from_outcomes, load_expectations, run_outcomes, save_expectations
-
     path = file or default_path()
     try:
         previous = load_expectations(path) if path.exists() else None
@@ -221,8 +211,6 @@ def expectations_check(run: str = typer.Option(..., "--run", help="run id"),
                        fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
                        store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Compare a run with the expectations; exit 1 on an unexpected failure or pass."""
-    from storage.expectations import compare, load_expectations, run_outcomes
-
     try:
         _check_run(store, run)
         rep = compare(run, run_outcomes(_root(store), run), load_expectations(file))
@@ -249,9 +237,6 @@ def export_optest_cmd(run: str = typer.Option(..., "--run", help="run id"),
                       job_id: int = typer.Option(0, "--github-job-id", help="github_job_id of every record"),
                       store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Write the run as OpTest records (tt-github-actions) in a JSON array."""
-    from storage.dataset import Store
-    from storage.optest import export_optest
-
     try:
         s = Store(_root(store))
         s.check_readable(run)
@@ -267,9 +252,6 @@ def export_perf_cmd(run: str = typer.Option(..., "--run", help="run id"),
                     out: Path = typer.Option(Path("ops_perf.csv"), "--out", help="CSV file to write"),
                     store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Write the run's simulated per-op device time as tt-metal's ops perf CSV (read it with tt-perf-report)."""
-    from storage.dataset import Store
-    from storage.perf_csv import export_perf
-
     try:
         s = Store(_root(store))
         s.check_readable(run)
@@ -290,9 +272,6 @@ def export_model_explorer_cmd(run: str = typer.Option(..., "--run", help="run id
                               metric: str = typer.Option("status", "--metric", help=METRIC_HELP),
                               store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Write a model's node data for Model Explorer, keyed to the graph it draws of the model's .mlir."""
-    from storage.dataset import Store
-    from storage.explorer import export_node_data
-
     try:
         chosen = _metric(metric)
         s = Store(_root(store))
@@ -304,8 +283,6 @@ def export_model_explorer_cmd(run: str = typer.Option(..., "--run", help="run id
 
 
 def _metric(name: str):  # -> storage.explorer.Metric
-    from storage.explorer import Metric
-
     try:
         return Metric(name)
     except ValueError:
@@ -319,8 +296,7 @@ def explore(run: str = typer.Option(..., "--run", help="run id"),
             store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Open a run's models in Model Explorer on 127.0.0.1, coloured by status, depth, PCC, cycles and
     peak L1 (the node data menu); each op's attributes name its signature and repro command. Ctrl-C stops it."""
-    from storage.dataset import Store
-    from storage.explorer_server import serve
+    from storage.explorer_server import serve  # model_explorer (and torch): loaded only when used
 
     def announce(url: str) -> None:
         console.print(f"Model Explorer for run {run}: {url}", soft_wrap=True)

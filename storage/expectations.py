@@ -21,6 +21,8 @@ from opbyop.atomic import write_text
 from opbyop.config import config_dir, load_yaml
 from opbyop.errors import ConfigError
 from opbyop.records import OpRecord, OpResult, Stage, Status
+from storage.aggregate import run_query
+from storage.readonly import StoreConnection
 
 SIGNATURE_PREFIX = 16  # hex digits written by `expectations update`: unique in any realistic zoo
 
@@ -130,9 +132,6 @@ def outcomes(results: list[OpResult], ops: list[OpRecord] = ()) -> list[OpOutcom
 
 def run_outcomes(root: Path | str | None, run_id: str) -> list[OpOutcome]:
     """From the store, through one SQL query (fast on runs with tens of thousands of ops)."""
-    from storage.aggregate import run_query
-    from storage.readonly import StoreConnection
-
     with StoreConnection(root) as con:
         rows = run_query(con, "run_ops", run_id=run_id).records()
     return [OpOutcome(r["signature"], r["op_name"], Status(r["status"]), Stage(r["depth"]),

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 from opbyop.atomic import write_text
 from opbyop.errors import StoreError
 from opbyop.records import OpRecord, OpResult, Stage, Status
+from opbyop.workspace import Workspace
 from storage.colours import DEPTH_COLOURS
 from storage.dataset import Store
 
@@ -103,8 +104,6 @@ def node_ids(graph: dict[str, Any], ops: list[OpRecord]) -> dict[int, str]:
 
 def stored_module(store: Store, run_id: str, model: str) -> str:
     """The model's StableHLO module as the run split it, from the artifact store."""
-    from opbyop.workspace import Workspace
-
     models = {m.summary.model: m.summary for m in store.models(run_id)}
     if model not in models:
         raise StoreError(f"run {run_id!r} has no model {model!r}",

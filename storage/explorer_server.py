@@ -51,7 +51,7 @@ def explorer_config(spec: dict[str, Any]):  # -> model_explorer.config.ModelExpl
     """The models (read by the opbyop adapter) and each one's node data, one entry per metric."""
     import model_explorer
 
-    from storage.explorer_adapter.main import ADAPTER_ID
+    from storage.explorer_adapter.main import ADAPTER_ID  # model_explorer (and torch): loaded only when used
 
     config = model_explorer.config()
     for model in spec["models"]:

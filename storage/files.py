@@ -19,18 +19,21 @@ import uuid
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from opbyop.atomic import atomic_path
 from opbyop.errors import StoreError
+from opbyop.workspace import Workspace
 from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 PART_GLOB = "part-*.parquet"
+DataFile = Union[Path, str]  # a local path, or an object's "bucket/key"
 _STAGING = ".staging-"
 _TRASH = ".trash-"
 
@@ -45,8 +48,6 @@ def check_run_id(run_id: str) -> str:
 
 def default_root() -> Path | str:
     """OPBYOP_STORE, else the store of the workspace (OPBYOP_HOME, default ./.opbyop)."""
-    from opbyop.workspace import Workspace
-
     return Workspace.default().store
 
 

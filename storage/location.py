@@ -21,12 +21,12 @@ import pyarrow as pa
 from filelock import FileLock
 
 from storage import files
-from storage.files import SkippedFile, Vanished
+from storage.files import DataFile, SkippedFile, Vanished
+from storage.object_files import ObjectFiles
 from storage.schema import TABLES
 
 OBJECT_SCHEMES = ("s3://",)
 StoreRoot = Union[Path, str]  # a directory, or an object-store URL such as s3://bucket/prefix
-DataFile = Union[Path, str]  # a local path, or an object's "bucket/key"
 
 
 def is_object_url(root: StoreRoot | None) -> bool:
@@ -158,7 +158,5 @@ def store_files(root: StoreRoot) -> StoreFiles:
     """The StoreFiles for a directory or an object-store URL."""
     parsed = parse_root(root)
     if is_object_url(parsed):
-        from storage.object_files import ObjectFiles  # pyarrow's S3 support loads only when used
-
         return ObjectFiles(parsed)
     return LocalFiles(parsed)

@@ -36,8 +36,8 @@ from filelock import FileLock
 from pyarrow import fs as pafs
 
 from opbyop.errors import StoreError
-from storage.files import SkippedFile, Vanished, check_run_id
-from storage.location import DataFile
+from opbyop.workspace import Workspace
+from storage.files import DataFile, SkippedFile, Vanished, check_run_id
 from storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")
@@ -218,8 +218,6 @@ class ObjectFiles:
     # ------------------------------------------------------------------ writing
     def lock(self, run_id: str) -> FileLock:
         """A lock on the writing host: object storage has no lock of its own that pyarrow reaches."""
-        from opbyop.workspace import Workspace
-
         store = hashlib.sha256(self.root.encode()).hexdigest()[:12]
         path = Workspace.default().root / ".locks" / f"s3-{store}-{check_run_id(run_id)}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from storage.location import DataFile
+from storage.files import DataFile
+from storage.object_files import ObjectFiles
 from storage.schema import schema_of
 
 HIVE_DATE = pa.schema([pa.field("date", pa.date32())])  # the Hive `date` column, typed as DuckDB's glob types it
@@ -33,6 +34,4 @@ def register_objects(con: duckdb.DuckDBPyConnection, table: str, files: list[Dat
 
 def upload_file(store_url: str, local: Path, name: str) -> str:
     """Copy a local file to `<store>/<name>` (one PUT: visible whole or not at all); returns its URL."""
-    from storage.object_files import ObjectFiles
-
     return ObjectFiles(store_url).upload(local, name)

@@ -27,6 +27,7 @@ from opbyop.atomic import write_text
 from opbyop.compiler.targets import BOARDS
 from opbyop.device.arch import BLACKHOLE_P150, WORMHOLE_N150, DeviceSpec
 from opbyop.records import DeviceRun, OpPlacement, OpRecord, TensorDesc
+from opbyop.workspace import Workspace
 from storage.dataset import Store
 
 TILE = 32
@@ -226,8 +227,6 @@ class _Programs:
     """The TTNN program text of a result (for its chip and math fidelity), read once per artifact."""
 
     def __init__(self) -> None:
-        from opbyop.workspace import Workspace
-
         self.artifacts = Workspace.default().artifacts
         self._text: dict[str, str | None] = {}
 

@@ -15,11 +15,15 @@ import jinja2
 
 from opbyop.atomic import write_text
 from opbyop.records import Status
+from opbyop.shrink.saved import load_shrink
+from opbyop.workspace import Workspace
 from storage.aggregate import NightlySummary, nightly, run_query
 from storage.colours import DEPTH_COLOURS, status_colours
+from storage.convert import shrink_rows
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from storage.expectations import default_path as default_expectations_path
+from storage.perf_csv import perf_rows, top_ops
 from storage.readonly import StoreConnection
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "report.html"
@@ -88,18 +92,12 @@ def status_data() -> dict[str, Any]:
 
 def device_time(store: Store, run_id: str, n: int = 30) -> list[dict[str, Any]]:
     """The op occurrences (and whole-model programs) with the most simulated device time."""
-    from storage.perf_csv import perf_rows, top_ops
-
     return top_ops(perf_rows(store, run_id), n)
 
 
 def shrinks_of(store: Store, run_id: str, signatures: list[str]) -> list[dict[str, Any]]:
     """Per shrunk op: its sentences and its boundary variants. From the run's shrinks table; for an op
     of the run shrunk by `opbyop shrink` instead, its latest shrink in the workspace."""
-    from opbyop.shrink.saved import load_shrink
-    from opbyop.workspace import Workspace
-    from storage.convert import shrink_rows
-
     rows = store.shrinks(run_id)
     stored = {r["signature"] for r in rows}
     home = Workspace.default().root

@@ -12,6 +12,8 @@ Nullability conventions that the reader relies on to rebuild the records:
 
 from __future__ import annotations
 
+import hashlib
+
 import pyarrow as pa
 
 from opbyop.records import Status
@@ -25,7 +27,11 @@ SCHEMA_VERSION = 5  # 2: fault, narrowing, golden_method, run phases, a status c
 #                     status columns of miscompiled and simulator_error
 #                     the failed pass, pass timing, the accuracy trace
 #                     collective_s
-#                 5: the device backend and the run on ttsim (results), the simulator_limit status column
+#                 5: the device backend and the run on ttsim (results; whole_ttsim_* on models), the
+#                    simulator_limit status column
+# The tables' columns at SCHEMA_VERSION (schema_fingerprint()): a test fails when the columns change and the
+# version does not; bump the version, then record the new fingerprint here.
+SCHEMA_FINGERPRINT = "7f12c9b3fdbb735a"
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -335,6 +341,12 @@ SHRINKS = pa.schema([
 ])
 
 TABLES: dict[str, pa.Schema] = {"runs": RUNS, "ops": OPS, "results": RESULTS, "models": MODELS, "shrinks": SHRINKS}
+
+
+def schema_fingerprint() -> str:
+    """A short hash of every table's columns and their types (sorted `table:column:type` lines)."""
+    lines = sorted(f"{table}:{field.name}:{field.type}" for table, schema in TABLES.items() for field in schema)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def schema_of(table: str) -> pa.Schema:

@@ -21,6 +21,7 @@ from pathlib import Path
 from opbyop.atomic import atomic_path
 from opbyop.config import Zoo
 from opbyop.environment import environment
+from opbyop.frontends import loader
 from opbyop.frontends.graph import ModelGraph
 
 MAX_BYTES = 4 << 30
@@ -38,8 +39,6 @@ def _versions() -> list[str]:
 
 
 def _frontends_digest() -> str:
-    from opbyop.frontends import loader
-
     digest = hashlib.sha256()
     root = Path(loader.__file__).parent
     for path in sorted(root.rglob("*.py")):

@@ -19,7 +19,7 @@ from storage.dataset import Store
 from storage.location import StoreRoot, is_object_url
 from storage.object_views import upload_file
 from storage.readonly import QueryResult
-from storage.report import write_report
+from storage.report import device_time, write_report
 
 
 def _cell(value: Any) -> str:
@@ -91,8 +91,6 @@ def publish(store_root: StoreRoot, run_id: str, report_path: Path,
 
 def publish_device_time(store_root: StoreRoot, run_id: str, n: int = 20) -> None:
     """The op occurrences with the most simulated device time, as a table artifact."""
-    from storage.report import device_time
-
     rows = device_time(Store(store_root), run_id, n)
     create_table_artifact(table=rows or [{"op": "nothing ran on the simulated device"}], key="device-time",
                           description=f"run {run_id}: the {len(rows)} op occurrences with the most simulated device "

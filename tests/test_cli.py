@@ -12,6 +12,8 @@ import pytest
 
 from core_fixtures import DATA
 
+pytestmark = pytest.mark.slow
+
 OPBYOP = [sys.executable, "-m", "opbyop.cli.main"]
 
 

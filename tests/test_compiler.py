@@ -23,6 +23,7 @@ def test_the_project_makes_its_own_p150_descriptor(p150):
     assert plugin_schema_hash() == p150.schema_hash
 
 
+@pytest.mark.slow
 def test_zoo_ops_compile_through_every_stage(worker, compile_only, mlp_ops, workspace):
     for op in mlp_ops:
         result = worker.analyze(op, compile_only, timeout=60)
@@ -61,6 +62,7 @@ def test_the_same_module_with_arith_constant_is_refused_without_the_rewrite(work
     assert "found unstable op: arith.constant" in result.message
 
 
+@pytest.mark.slow
 def test_a_compiler_abort_is_a_crash_and_the_next_op_is_fine(p150, tmp_path, compile_only, mlp_ops):
     (crasher,) = file_ops("select_and_scatter_arg_init.mlir")
     with OpWorker(p150.path, tmp_path, chip="p150", name="crash") as worker:
@@ -74,6 +76,7 @@ def test_a_compiler_abort_is_a_crash_and_the_next_op_is_fine(p150, tmp_path, com
     assert worker.restarts == 1 and first_pid != worker.pid
 
 
+@pytest.mark.slow
 def test_fault_injection_aborts_and_hangs_only_the_chosen_ops(p150, tmp_path, compile_only, mlp_ops):
     abort, hang, bug, fine = mlp_ops[1], mlp_ops[2], mlp_ops[4], mlp_ops[3]
     env = {"OPBYOP_FAULT_INJECT": f"abort:{abort.signature[:12]};hang:{hang.signature[:12]};raise:{bug.signature[:12]}"}
@@ -87,6 +90,7 @@ def test_fault_injection_aborts_and_hangs_only_the_chosen_ops(p150, tmp_path, co
     assert not list((tmp_path / "scratch").glob("child-*/*"))  # lost requests leave no scratch behind
 
 
+@pytest.mark.slow
 def test_a_stopped_run_s_op_frees_its_worker_and_its_late_ops_are_refused(p150, tmp_path, compile_only, mlp_ops):
     """abort(tag): the op of a stopped run hanging in the worker ends at once (not at its timeout),
     and the run's ops that reach the worker afterwards (a cluster cannot unstart a task) are refused;
@@ -134,6 +138,7 @@ def test_a_descriptor_of_another_schema_is_refused_up_front(p150, tmp_path):
         resolve(str(garbage))
 
 
+@pytest.mark.slow
 def test_n150_targets_a_wormhole_8x8_grid(tmp_path, compile_only, mlp_ops, workspace):
     n150 = resolve("n150")
     with OpWorker(n150.path, workspace.root, chip="n150", name="n150") as worker:

@@ -134,6 +134,7 @@ def test_coverage_from_a_run_in_the_store(tmp_path: Path, monkeypatch):
     assert ops["ttcore.case"]["simulated"] and ops["ttcore.case"]["per_dtype"]["i32"] == {"passes": 1, "verdicts": 1}
 
 
+@pytest.mark.slow
 def test_the_corpus_commands_generate_run_resume_and_run_nightly(tmp_path: Path, monkeypatch):
     """`opbyop corpus generate | run | nightly` through the CLI, each with a fresh real worker (p150)."""
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))

@@ -34,6 +34,7 @@ def harness():
         yield
 
 
+@pytest.mark.slow
 def test_a_compile_only_corpus_run_stores_its_cases_apart_from_full_results(harness, tmp_path, monkeypatch):
     from flows.corpus import corpus
     from opbyop.config import ClusterConfig
@@ -63,6 +64,7 @@ def test_a_mesh_selection_yields_that_shapes_collectives_and_nothing_for_dtypes_
     assert {e.mesh for e, _ in selected(CorpusSelection(mesh="2x2"))} == {"2x2"}
 
 
+@pytest.mark.slow
 def test_the_nightly_runs_a_mesh_boards_collectives_through_the_fan_out_and_reads_their_coverage(
         harness, tmp_path, monkeypatch):
     from flows.nightly import CorpusTarget, NightlyConfig, _run_corpus

@@ -28,6 +28,7 @@ def test_a_board_of_one_chip_or_an_unknown_one_is_refused_with_the_boards_to_use
     assert "p300" in e.value.fix
 
 
+@pytest.mark.slow
 def test_the_corpus_nightly_runs_the_multichip_cases_of_its_boards_and_reports_their_coverage(tmp_path: Path,
                                                                                                monkeypatch):
     """f32 on p300 (1x2): seven collectives through a real worker, compiled for the mesh."""

@@ -74,6 +74,7 @@ def test_a_stitched_whole_model_pushes_its_weights_once_and_only_inputs_per_iter
     assert device.transfers.totals.to_device_tensors == len(parameters) + 3 * inputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_decoded_tokens_match_the_frameworks_greedy_generation(reports, model):
     report = reports[model]
@@ -89,6 +90,7 @@ def test_decoded_tokens_match_the_frameworks_greedy_generation(reports, model):
     assert report.ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["gpt2", "llama"])
 def test_no_weight_crosses_twice_and_the_stitched_cache_never_leaves_the_device(reports, model):
     report = reports[model]
@@ -125,6 +127,7 @@ def test_a_model_that_is_not_a_causal_lm_or_too_long_a_decode_is_refused_before_
         plan_decode("llama", DecodeSettings(steps=4, cache_length=10))
 
 
+@pytest.mark.slow
 def test_run_decode_prints_both_runs_side_by_side(tmp_path):
     env = {**os.environ, "OPBYOP_HOME": str(tmp_path), "COLUMNS": "200"}
     env.pop("JAX_PLATFORMS", None)  # the command decides for itself

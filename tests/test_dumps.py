@@ -187,6 +187,7 @@ def test_the_flow_task_splits_each_module_on_its_own(tree):
     assert set(prepared.graphs) == {"twice.1", "twice.2"} and not prepared.errors
 
 
+@pytest.mark.slow
 def test_compile_takes_a_dump_folder_and_writes_the_manifest(tree, tmp_path):
     from test_cli import opbyop
 

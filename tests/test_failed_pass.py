@@ -51,6 +51,7 @@ def test_cholesky_fails_in_the_device_module_s_convert_stablehlo_to_ttir_with_it
     assert "ttcore.device_module" in ir and "stablehlo.cholesky" in ir  # the second run, inside the device module
 
 
+@pytest.mark.slow
 def test_a_compiler_abort_names_the_pass_it_died_in_and_a_passing_op_gets_no_second_compile(worker, workspace,
                                                                                              compile_only, mlp_ops):
     (op,) = [o for o in file_ops("select_and_scatter_arg_init.mlir") if o.op_name == "stablehlo.select_and_scatter"]
@@ -76,6 +77,7 @@ def _verbose_children() -> list:
     return found
 
 
+@pytest.mark.slow
 def test_the_verbose_compile_child_starts_at_the_first_failed_compile_not_with_the_first_op(p150, tmp_path,
                                                                                               compile_only, mlp_ops):
     from opbyop.worker.process import OpWorker
@@ -126,6 +128,7 @@ def test_pass_timing_reports_sum_each_pass_over_its_runs_and_leave_pipelines_and
     assert pass_timing("no report here\n") is None
 
 
+@pytest.mark.slow
 def test_an_op_asked_for_is_timed_pass_by_pass_by_the_real_compiler(worker, compile_only, mlp_ops):
     from opbyop.worker.passes import timed_by_sample
 

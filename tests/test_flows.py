@@ -43,6 +43,7 @@ def config(*models: str, **changes) -> AnalysisConfig:
     return base.model_copy(update=changes)
 
 
+@pytest.mark.slow
 def test_analyze_fans_out_one_task_per_op_and_stores_every_result(harness, home):
     state, summary = run(config("mlp", whole_model=True))
     store = Store(home / "store")
@@ -72,6 +73,7 @@ def test_analyze_fans_out_one_task_per_op_and_stores_every_result(harness, home)
     assert all(m.summary.module_artifact for m in store.models(summary.run_id))
 
 
+@pytest.mark.slow
 def test_a_dask_worker_dying_fails_only_its_op(harness, home, clean_env):
     from opbyop.frontends.loader import load_model
     from opbyop.ir.dedupe import dedupe
@@ -89,6 +91,7 @@ def test_a_dask_worker_dying_fails_only_its_op(harness, home, clean_env):
     assert state.is_completed() and "1 crashed" in state.message  # never a silent success
 
 
+@pytest.mark.slow
 def test_an_existing_cluster_is_used_by_address_gets_the_settings_and_is_left_running(harness, home):
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster:
@@ -103,6 +106,7 @@ def test_an_existing_cluster_is_used_by_address_gets_the_settings_and_is_left_ru
             assert settings == (0, 1.0)  # applied on the scheduler itself, where they are read
 
 
+@pytest.mark.slow
 def test_results_are_reused_only_for_the_same_compiler_chip_and_options(harness, home):
     _, first = run(config("jax-mlp", "cnn"))  # two exporters in one run: split one after another
     assert not first.model_errors and first.models == ["jax-mlp", "cnn"]
@@ -114,6 +118,7 @@ def test_results_are_reused_only_for_the_same_compiler_chip_and_options(harness,
     assert lofi.reused == 0
 
 
+@pytest.mark.slow
 def test_a_run_interrupted_halfway_is_completed_by_the_next_run_of_its_id(harness, home):
     _, full = run(config("jax-mlp"))
     store = Store(home / "store")
@@ -131,6 +136,7 @@ def test_a_run_interrupted_halfway_is_completed_by_the_next_run_of_its_id(harnes
     assert all(kept[r.signature] == r.started_at for r in done)  # the finished ones were not redone
 
 
+@pytest.mark.slow
 def test_a_run_without_a_run_id_gets_one_from_its_flow_run(harness, home):
     state = analyze(config=config("jax-mlp"), return_state=True)
     summary = state.result()
@@ -138,6 +144,7 @@ def test_a_run_without_a_run_id_gets_one_from_its_flow_run(harness, home):
     assert Store(home / "store").run(summary.run_id).status == "completed"
 
 
+@pytest.mark.slow
 def test_a_run_whose_models_all_fail_to_split_is_stored_as_failed_without_a_cluster(harness, home, tmp_path):
     bad = tmp_path / "broken.mlir"
     bad.write_text("func.func @main( this is not MLIR\n")
@@ -151,6 +158,7 @@ def test_a_run_whose_models_all_fail_to_split_is_stored_as_failed_without_a_clus
     assert run_info.status == "failed" and Store(home / "store").results(summary.run_id) == []
 
 
+@pytest.mark.slow
 def test_a_descriptor_no_worker_can_start_with_stops_the_run_before_the_fan_out(harness, home):
     from opbyop.compiler.system_desc import resolve
 
@@ -166,6 +174,7 @@ def test_a_descriptor_no_worker_can_start_with_stops_the_run_before_the_fan_out(
     assert store.run(summary.run_id).status == "failed" and store.results(summary.run_id) == []
 
 
+@pytest.mark.slow
 def test_the_nightly_compares_each_model_with_its_own_previous_night(harness, home, tmp_path):
     nightly_file = tmp_path / "nightly.yaml"
     nightly_file.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\n")
@@ -183,6 +192,7 @@ def test_the_nightly_compares_each_model_with_its_own_previous_night(harness, ho
     assert "Unexpected failures" in jax_mlp and "| GOLDEN |" in jax_mlp
 
 
+@pytest.mark.slow
 def test_the_nightly_runs_the_corpus_target_and_reports_its_coverage(harness, home, tmp_path):
     (tmp_path / "corpus.yaml").write_text("chips: [p150]\nops: [add, exponential]\ndtypes: [f32]\nforms: [args]\n")
     nightly_file = tmp_path / "nightly.yaml"

@@ -101,6 +101,7 @@ def test_deeply_nested_text_is_refused_before_parsing(opbyop, tmp_path):
     refused(opbyop("split", modules), "200,000 levels deep")
 
 
+@pytest.mark.slow
 def test_deep_bytecode_is_read_in_a_child_and_refused(opbyop, tmp_path):
     from opbyop.ir.context import make_context
 
@@ -206,6 +207,7 @@ def test_random_and_directory_descriptors_are_refused(opbyop, tmp_path):
     refused(opbyop("system-desc", tmp_path / "dir.ttsys"), "is a directory")
 
 
+@pytest.mark.slow
 def test_a_descriptor_with_a_corrupt_body_is_refused_before_any_op(opbyop, p150, tmp_path):
     from opbyop.compiler.flatbuf import read_root
 

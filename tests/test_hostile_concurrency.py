@@ -9,6 +9,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 OPBYOP = [sys.executable, "-m", "opbyop.cli.main"]
 ADD = """module {
   func.func @main(%a: tensor<2x3xf32>, %b: tensor<2x3xf32>) -> tensor<2x3xf32> {

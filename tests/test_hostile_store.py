@@ -144,6 +144,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_partial_file(store_root):
     assert not [p for p in store_root.rglob("*") if ".partial" in p.name or ".tmp-" in p.name], "a partial file was left behind"
 
 
+@pytest.mark.slow
 def test_the_cli_reports_a_full_disk_in_one_line(history_store, tmp_path):
     script = ("import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
               "resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))\n"

@@ -18,6 +18,8 @@ from opbyop.golden.replay import replay
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.split import split_module
 
+pytestmark = pytest.mark.slow
+
 ZOO = [m.name for m in load_zoo().small()]
 # A sharded model's ops run on a host mesh: XLA:CPU's device count is fixed when JAX starts, so in a
 # process of their own

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from opbyop.ir.split import split_module
 
 BODY = Path(__file__).parent / "data" / "mesh" / "shard_map_body.mlir"  # dot, all_reduce, x0.5, tanh on 1x2
@@ -65,6 +67,7 @@ def test_the_body_ops_chained_on_a_host_mesh_give_the_whole_bodys_result():
     assert chained_vs_whole <= 1e-5 and whole_vs_numpy <= 1e-4
 
 
+@pytest.mark.slow
 def test_every_op_of_a_shard_map_body_compiles_runs_on_its_mesh_and_matches_xla(tmp_path: Path):
     """Compile for p300's 1x2 mesh, simulated chips, XLA:CPU on two host devices: one warm worker."""
     from opbyop.compiler.system_desc import resolve

@@ -101,6 +101,7 @@ def test_a_sharded_module_is_refused_on_a_single_chip_unless_unsharded_on_purpos
     assert fits.graphs and not fits.errors
 
 
+@pytest.mark.slow
 def test_a_model_sharded_for_2x4_is_refused_on_the_same_chips_arranged_1x8(zoo):
     from opbyop.pipeline import prepare
 
@@ -330,6 +331,7 @@ def test_a_tensor_parallel_plan_splits_the_llama_projections_over_the_model_axis
     assert len(sharded) >= 6  # q, k, v, o, gate, up, down, lm_head
 
 
+@pytest.mark.slow
 def test_every_op_of_the_tensor_parallel_llama_runs_on_its_p300_mesh_and_the_whole_model_matches_torch(tmp_path):
     """The program of an op the mesh takes whole distributes its arguments itself (ttnn.distribute_tensor,
     replicated or split per mesh axis): simulated, never not_simulated."""

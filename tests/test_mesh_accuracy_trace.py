@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from opbyop.accuracy_trace import TaggedModule, TraceObserver
 from opbyop.device.program import Op
@@ -42,6 +43,7 @@ def test_shards_are_assembled_into_the_global_value_before_they_are_compared():
     assert not point.below_threshold and point.pcc > 0.9999 and point.max_abs_error < 1e-6
 
 
+@pytest.mark.slow
 def test_a_whole_sharded_model_is_accuracy_traced_on_its_mesh(tmp_path: Path):
     from opbyop.compiler.system_desc import resolve
     from opbyop.config import AnalysisSettings, load_thresholds

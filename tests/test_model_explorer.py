@@ -131,6 +131,7 @@ def _colour_pixels(png: Path, hex_colour: str, tolerance: int = 12) -> int:
     return sum(1 for px in image.getdata() if all(abs(a - b) <= tolerance for a, b in zip(px, target)))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not __import__("shutil").which("chromium"), reason="chromium is not on PATH (make browser)")
 def test_explore_shows_the_overlay_in_headless_chromium_offline_and_ctrl_c_leaves_nothing(graph_store: Store,
                                                                                             tmp_path: Path) -> None:

@@ -93,6 +93,7 @@ BIG_ADD = """module {
 }"""
 
 
+@pytest.mark.slow
 def test_an_op_worker_killed_by_sigkill_costs_its_op_an_infra_error_naming_memory_and_its_bytes(
         p150, tmp_path, compile_only, mlp_ops):
     killed, fine = mlp_ops[1], mlp_ops[3]
@@ -106,6 +107,7 @@ def test_an_op_worker_killed_by_sigkill_costs_its_op_an_infra_error_naming_memor
     assert after.compile.reached is Stage.FLATBUFFER and worker.restarts == 1
 
 
+@pytest.mark.slow
 def test_an_op_over_the_worker_memory_budget_is_refused_after_compiling_with_its_bytes(p150, tmp_path, settings):
     (op,) = dedupe(split_module(BIG_ADD, "big").ops)
     budget = settings.model_copy(update={"memory_budget_bytes": 100_000_000})
@@ -116,6 +118,7 @@ def test_an_op_over_the_worker_memory_budget_is_refused_after_compiling_with_its
     assert "operands (268.4 MB) and results (134.2 MB) exceed the worker's memory budget of 100.0 MB" in result.message
 
 
+@pytest.mark.slow
 def test_an_op_beyond_the_worker_memory_limit_is_an_infra_error_and_the_worker_carries_on(
         p150, tmp_path, settings, mlp_ops):
     (op,) = dedupe(split_module(BIG_ADD, "big").ops)
@@ -167,6 +170,7 @@ HUGE_ADD = """module {
 }"""
 
 
+@pytest.mark.slow
 def test_a_cli_run_capped_below_an_op_s_size_stores_it_as_a_memory_infra_error_and_ends_normally(tmp_path):
     """A process capped below what a file's arguments need (12.8 GB here; the cap stops the allocation
     before a page is touched). Uncapped, the kernel's out-of-memory killer ended such a run and left

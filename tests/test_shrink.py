@@ -110,6 +110,7 @@ def test_cholesky_fails_at_every_size_and_dtype_and_each_variant_replays(worker,
                for v in stored)
 
 
+@pytest.mark.slow
 def test_the_boundary_of_a_ui8_contraction_replays_on_both_sides(worker, settings, workspace):
     op = single(DOT_UI8)
     result = Shrinker(lambda v: worker.analyze(v, settings, 120), workspace.artifacts, workspace.ops.put,
@@ -164,6 +165,7 @@ def flow_harness():
         yield
 
 
+@pytest.mark.slow
 def test_the_flow_shrinks_its_failing_ops_when_asked_and_writes_the_manifest(flow_harness, tmp_path, monkeypatch):
     from flows.analyze import RunFailed, analyze, new_run_id
     from opbyop.config import AnalysisConfig, ClusterConfig

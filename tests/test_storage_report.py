@@ -38,6 +38,7 @@ def test_data_cannot_close_the_script_element(history_store: Store) -> None:
     assert "</script><script>alert" not in render_html(data)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
 def test_report_renders_in_headless_chromium(history_store: Store, tmp_path: Path) -> None:
     expectations = from_outcomes(outcomes(history_store.results("n1")))
@@ -88,6 +89,7 @@ def test_the_report_names_the_slowest_compiler_passes_per_op_kind_and_model(hist
     assert {r["model"] for r in rows} >= {"mlp", "cnn", "*"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
 def test_the_report_shows_the_compiler_pass_each_failure_stopped_in(history_store: Store, tmp_path: Path) -> None:
     data = report_data(history_store.root, "n2")

@@ -24,6 +24,8 @@ from storage.object_files import MANIFESTS, ObjectFiles
 from storage.readonly import StoreConnection, run_sql
 from object_store import S3Server
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 VIEWS = ("runs", "ops", "results", "models", "occurrences", "accuracy_trace")
 
@@ -271,7 +273,6 @@ def _opbyop(*args: str, env: dict[str, str]) -> str:
     return done.stdout
 
 
-@pytest.mark.slow
 def test_an_analyze_run_on_an_s3_store_gives_the_same_rows_as_on_a_local_store(s3_url: str, tmp_path: Path) -> None:
     """The flow (its own Prefect server and Dask cluster) writes the run, the catalog and the report to
     the object store; `opbyop sql` reads back what a local store holds for the same run."""
@@ -290,7 +291,6 @@ def test_an_analyze_run_on_an_s3_store_gives_the_same_rows_as_on_a_local_store(s
     assert f"{base_key}/reports/same.html" in objects and f"{base_key}/opbyop.duckdb" in objects
 
 
-@pytest.mark.slow
 def test_opbyop_nightly_on_an_s3_store_stores_its_target_run_there(s3_url: str, tmp_path: Path) -> None:
     config = tmp_path / "nightly.yaml"
     config.write_text("models: [jax-mlp]\ntargets: [{chip: p150}]\nwhole_model: false\n")

@@ -41,6 +41,7 @@ def _write_runs(root: Path, stop: threading.Event, failures: list[BaseException]
         failures.append(e)
 
 
+@pytest.mark.slow
 def test_a_reader_querying_in_a_loop_never_sees_a_run_being_compacted(store_root: Path,
                                                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="opbyop.storage")

@@ -66,6 +66,7 @@ def ttsim_ready(workspace_root):
         pytest.fail(f"ttsim is not set up here: {e}")
 
 
+@pytest.mark.slow
 def test_an_op_runs_on_ttsim_and_its_record_names_the_backend(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
     result = worker.analyze(only_op(tmp_path, workspace, ADD_BF16), on_ttsim, timeout=600)
     assert result.status is Status.SUCCESS, result.message
@@ -75,6 +76,7 @@ def test_an_op_runs_on_ttsim_and_its_record_names_the_backend(tmp_path, workspac
     assert result.ttsim.agreement in ("bit_equal", "differ")  # how the model agrees is measured, not assumed
 
 
+@pytest.mark.slow
 def test_the_compilers_matmul_runs_on_ttsim_with_its_own_program_config(tmp_path, workspace, worker, on_ttsim,
                                                                        ttsim_ready):
     result = worker.analyze(only_op(tmp_path, workspace, MATMUL_BF16), on_ttsim, timeout=600)
@@ -82,6 +84,7 @@ def test_the_compilers_matmul_runs_on_ttsim_with_its_own_program_config(tmp_path
     assert result.ttsim.outcome is TtsimOutcome.RAN and result.golden.pcc > 0.999
 
 
+@pytest.mark.slow
 def test_a_feature_ttsim_does_not_model_costs_only_its_op(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
     limited = worker.analyze(only_op(tmp_path, workspace, RELU_F32, "relu.mlir"), on_ttsim, timeout=600)
     assert limited.status is Status.SIMULATOR_LIMIT, limited.message
@@ -92,6 +95,7 @@ def test_a_feature_ttsim_does_not_model_costs_only_its_op(tmp_path, workspace, w
     assert after.status is Status.SUCCESS and after.ttsim.outcome is TtsimOutcome.RAN
 
 
+@pytest.mark.slow
 def test_tt_metal_refusing_a_program_is_a_device_failure_in_its_own_words(tmp_path, workspace, worker, settings,
                                                                         workspace_root, ttsim_ready):
     compile_only = settings.model_copy(update={"run_device": False, "run_golden": False})

@@ -58,6 +58,7 @@ def test_a_buffer_that_is_not_a_whole_descriptor_is_refused_with_the_reason(p150
         decode(other)
 
 
+@pytest.mark.slow
 def test_p150_re_encoded_with_n150_values_is_read_by_the_compiler_as_the_shipped_n150(
         p150, tmp_path, compile_only, mlp_ops, workspace):
     n150 = resolve("n150")

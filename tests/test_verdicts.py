@@ -208,6 +208,7 @@ def test_every_status_says_whose_fault_it_is():
                                                    Status.FRONTEND_FAILED, Status.MISCOMPILED]
 
 
+@pytest.mark.slow
 def test_a_bug_in_opbyop_is_an_analyzer_error_not_a_crash(clean_env, workspace_root, p150, mlp_ops, settings):
     from opbyop.worker.process import OpWorker
 

@@ -41,6 +41,7 @@ def by_kind(run, op_name: str):
     return [op for op in run.unique if op.op_name == op_name]
 
 
+@pytest.mark.slow
 def test_a_llama_on_the_meta_device_exports_the_ops_it_has_with_real_weights():
     from opbyop.frontends.models.hf import meta_model
     from opbyop.frontends.torch_export import export_torch, from_numpy
@@ -72,6 +73,7 @@ def test_values_that_matter_come_from_inputs_and_buffers_and_never_from_weights(
     assert not rsqrt.input_values and "the weight model.model.embed_tokens.weight" in rsqrt.synthetic_reasons[0]
 
 
+@pytest.mark.slow
 def test_every_op_of_a_meta_model_is_analysed(llama, worker, settings):
     assert not llama.errors and not any(r.split_error for r in llama.records)
     results = {op.signature: worker.analyze(op, settings) for op in llama.unique}
@@ -81,6 +83,7 @@ def test_every_op_of_a_meta_model_is_analysed(llama, worker, settings):
     assert sum(r.status is Status.SUCCESS for r in results.values()) >= 0.9 * len(results)
 
 
+@pytest.mark.slow
 def test_identical_layers_cost_one_layers_unique_ops_and_replays(workspace):
     one, four = (prepare([name], zoo=ZOO) for name in ("tiny-llama", "tiny-llama-4"))
     assert len(four.records) > 2.5 * len(one.records) and len(four.unique) == len(one.unique)
@@ -117,6 +120,7 @@ def test_an_op_torch_mlir_cannot_lower_is_the_only_op_the_model_loses(workspace,
     assert failed.status.is_verdict  # a blocker of its model
 
 
+@pytest.mark.slow
 def test_mixtral_routing_is_recorded_per_op_and_the_rest_of_the_model_splits(worker, settings):
     run = prepare(["tiny-mixtral"], zoo=ZOO)
     assert not run.errors and not any(r.split_error for r in run.records)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import pytest
 from distributed import Client, LocalCluster
 
 from opbyop.artifacts import ArtifactStore
@@ -104,6 +105,7 @@ def test_a_mesh_target_s_op_workers_get_its_host_devices_whatever_the_flow_s_env
     assert OpWorkerPlugin.for_home(tmp_path, descriptors, host_devices=2).name == p300.name  # a warm one is found
 
 
+@pytest.mark.slow
 def test_an_op_s_inputs_are_read_on_the_flow_s_host_only_for_a_worker_without_its_home(
         p150, mlp_ops, settings, tmp_path, monkeypatch):
     flow = Workspace(tmp_path / "flow")

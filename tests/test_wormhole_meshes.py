@@ -42,8 +42,7 @@ def test_a_run_on_a_wormhole_mesh_is_exported_at_the_wormhole_clock():
 
 def _cluster_yaml(board: str):
     from opbyop.compiler.assets import ensure_assets
-    from opbyop.compiler.system_desc import CLUSTER_DIR
-    from opbyop.compiler.targets import BOARDS
+    from opbyop.compiler.targets import BOARDS, CLUSTER_DIR
 
     return ensure_assets() / CLUSTER_DIR / BOARDS[board].cluster_yaml
 
@@ -96,6 +95,7 @@ def test_a_sharded_dot_compiles_for_the_wormhole_mesh_with_its_all_reduce(board,
     assert result.mesh == mesh
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("board, mesh", [("n300", None), ("t3k", "2x4")])
 def test_a_small_sharded_model_runs_end_to_end_on_the_wormhole_mesh(board, mesh, tmp_path):
     rows, cols = target_for(board, mesh).mesh

@@ -27,9 +27,14 @@ import dask
 from distributed import Client, LocalCluster
 
 from flows.hosting.tied import spawn_tied, stop
+from opbyop.compiler.system_desc import resolve
+from opbyop.compiler.targets import target_for
 from opbyop.config import ClusterConfig
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
+from opbyop.jaxenv import prepare_jax
+from opbyop.worker import dask as on_dask
+from opbyop.workspace import Workspace
 
 SCHEDULER_SETTINGS = {"distributed.scheduler.allowed-failures": 0,
                       "distributed.scheduler.worker-saturation": 1.0}
@@ -134,11 +139,6 @@ class ClusterProcess:
 
 def serve(workers: int, chip: str) -> None:
     """Run a LocalCluster until terminated; print its address; warm its op workers for `chip`."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.compiler.targets import target_for
-    from opbyop.worker import dask as on_dask
-    from opbyop.workspace import Workspace
-
     with local_cluster(workers) as cluster, Client(cluster) as client:
         print(json.dumps({"address": cluster.scheduler_address}), flush=True)
         try:
@@ -157,7 +157,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--chip", required=True)
     args = parser.parse_args(argv)
-    from opbyop.jaxenv import prepare_jax
 
     prepare_jax()
     serve(args.workers, args.chip)

@@ -13,6 +13,11 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
+from opbyop.config import load_zoo
+from opbyop.frontends.loader import expand_specs
+
+from opbyop.jaxenv import prepare_jax
+
 
 @dataclass
 class Handoff:
@@ -26,17 +31,12 @@ class Handoff:
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
         outcomes from here. Once the run is asked to stop, the models not yet started are not
         split (an export can take minutes; nothing of it would be used)."""
-        from opbyop.frontends.loader import expand_specs  # a folder of IR dumps: one model per module
-
         futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
         self.splits.update(futures)
 
         def work() -> None:
-            from opbyop.config import load_zoo
-            from opbyop.jaxenv import prepare_jax
-
             prepare_jax()  # before anything in this process imports JAX
-            from tasks.models import SplitOutcome, split_outcome
+            from tasks.models import SplitOutcome, split_outcome  # prefect: loaded only when used
 
             zoo = load_zoo()
             for (spec, _), future in futures.items():

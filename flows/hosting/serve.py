@@ -11,13 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from flows.engine.summary import summary_of
 from flows.hosting.cluster import ClusterProcess
+from flows.hosting.handoff import Handoff, handing_off
 from flows.hosting.server import PrefectApi, drain_prefect
 from flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, NightlyRequest, ServiceRecord, alive,
                            read_request, record_path, service_dir, store_and_configs)
-from flows.engine.summary import summary_of
 from opbyop.atomic import write_text
+from opbyop.config import ClusterConfig
 from opbyop.errors import OpbyopError
+from opbyop.jaxenv import prepare_jax
 
 if TYPE_CHECKING:
     from prefect.states import State
@@ -76,8 +79,6 @@ class Service:
 
     def _run(self, request: AnalyzeRequest | NightlyRequest, folder: Path) -> AnalyzeOutcome:
         """The flow in a thread; this one stops it when the CLI asks or is gone."""
-        from flows.hosting.handoff import Handoff
-
         handoff = Handoff()
         box: dict[str, AnalyzeOutcome] = {}
         runner = run_nightly if isinstance(request, NightlyRequest) else run_flow
@@ -127,7 +128,7 @@ def _answer(folder: Path, outcome: AnalyzeOutcome) -> None:
 
 def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The analyze flow for one request, on the service's cluster; never raises."""
-    from flows.analyze import analyze
+    from flows.analyze import analyze  # prefect, pyarrow: loaded only when used
 
     config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
         update={"address": address})})
@@ -141,8 +142,7 @@ def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome: 
 
 def run_nightly(request: NightlyRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The nightly flow for one request, every target on the service's cluster; never raises."""
-    from flows.nightly import nightly
-    from opbyop.config import ClusterConfig
+    from flows.nightly import nightly  # prefect, pyarrow: loaded only when used
 
     def flow() -> State:
         return nightly(config_file=request.config_file, models=request.models,
@@ -156,8 +156,6 @@ def _outcome(run_id: str, handoff, flow: Callable[[], State], summarised: bool) 
     """`flow()` run with the service's handoff, its end told to the CLI: every exception becomes an
     "Error" outcome (with the run id to resume), never raised. `summarised`: the flow's result is
     an analyze run's summary, carried in the outcome (the nightly's state carries none)."""
-    from flows.hosting.handoff import handing_off
-
     try:
         with handing_off(handoff):
             state = flow()
@@ -170,9 +168,8 @@ def _outcome(run_id: str, handoff, flow: Callable[[], State], summarised: bool) 
 
 def warm_imports() -> None:
     """What every run needs, imported before the first request: the flow (Prefect, Dask), JAX."""
-    from opbyop.jaxenv import prepare_jax
-
     prepare_jax()
+    # imported here, after prepare_jax and not at the top: warming them is this function's whole point
     import flows.analyze  # noqa: F401
     import flows.nightly  # noqa: F401
     import opbyop.frontends.loader  # noqa: F401

@@ -26,11 +26,12 @@ from typing import Literal
 import psutil
 from pydantic import BaseModel
 
-from flows.hosting.server import configured_api_url, healthy
 from flows.engine.summary import RunSummary
+from flows.hosting.server import configured_api_url, healthy
 from opbyop.atomic import write_text
-from opbyop.config import AnalysisConfig, ShrinkOption
+from opbyop.config import AnalysisConfig, ShrinkOption, config_dir
 from opbyop.errors import OpbyopError
+from opbyop.workspace import Workspace
 
 RECORD_NAME = "service.json"
 POLL_SECONDS = 0.1  # how often the service looks for requests, and a run for its stop request
@@ -87,9 +88,7 @@ class AnalyzeOutcome(BaseModel):
 
 
 def store_and_configs() -> tuple[str, str]:
-    from opbyop.config import config_dir
-    from opbyop.workspace import Workspace
-    from storage.location import is_object_url
+    from storage.location import is_object_url  # pyarrow: loaded only when used
 
     store = Workspace.default().store
     return str(store if is_object_url(store) else store.resolve()), str(config_dir().resolve())

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from opbyop.config import InputSpec
 from opbyop.errors import OpbyopError
 from opbyop.records import Status
 
@@ -133,8 +134,6 @@ _SPEC_FIX = "write it like 1x3x224x224xf32, or 1x32xi64:1000 for integers in [0,
 
 def parse_input_spec(text: str):
     """`1x3x224x224xf32` / `1x32xi64:1000` -> InputSpec; anything else raises OpbyopError."""
-    from opbyop.config import InputSpec
-
     match = _SPEC.match(text.strip())
     if match is None or match["dtype"] not in SPEC_DTYPES:
         raise OpbyopError(f"cannot read input spec {text!r}", _SPEC_FIX)

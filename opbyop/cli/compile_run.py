@@ -9,115 +9,51 @@ from __future__ import annotations
 import os
 import shutil
 from collections import Counter, defaultdict
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, console, cut, fail, full_by_default,
-                            input_specs, positive_seconds, print_error, status_text, styled)
+                            input_specs, print_error, status_text, styled)
+from opbyop.cli.decode_cmds import run_decode_command
+from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
+                                       stored_op, worker_errors, worker_name)
 from opbyop.compiler.boards import chip_help, mesh_help
-from opbyop.config import DeviceOptions
+from opbyop.compiler.passes import pass_events
+from opbyop.compiler.system_desc import resolve
+from opbyop.compiler.targets import BOARDS, target_for
+from opbyop.config import DeviceOptions, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
+from opbyop.frontends.loader import factory_entry, factory_name
+from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
 from opbyop.op_memory import whole_model_misfit_on
+from opbyop.pipeline import blocking_ops, depth_histogram, prepare, write_manifest
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
+from opbyop.worker.process import OpWorker
+from opbyop.workspace import Workspace
 
-ChipOption = typer.Option("p150", "--chip", help=chip_help())
 MeshOption = typer.Option(None, "--mesh", help=mesh_help())
 UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
                                                         "shardings removed (noted on the model); otherwise an error")
-OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
-Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
-Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")
-Timeout = typer.Option(120.0, "--timeout", callback=positive_seconds, help="seconds per op (above 0)")
 Full = typer.Option(False, "--full", help="print messages whole (they are whole anyway when stdout is not a terminal)")
-
-
-def worker_name(kind: str) -> str:
-    """A worker name no other process uses: its scratch and $TMPDIR are its own, so any number of
-    commands may share one OPBYOP_HOME (two `cli` workers once deleted each other's descriptor)."""
-    return f"{kind}-{os.getpid()}"
-
-
-@contextmanager
-def worker_errors() -> Iterator[None]:
-    """A compiler worker that cannot start becomes an OpbyopError naming the descriptor to check."""
-    from opbyop.worker.process import WorkerStartError
-
-    try:
-        yield
-    except WorkerStartError as e:
-        first = str(e).strip().splitlines()
-        raise OpbyopError(f"the compiler worker could not start: {' | '.join(first[-3:])}",
-                          "check the chip's descriptor with `opbyop system-desc CHIP` (the worker's log is in "
-                          "OPBYOP_HOME/logs)") from None
-
-
-def stored_op(op: str, chip: str):
-    """(workspace, the stored op, the chip's descriptor) for a command on one stored op; fails with the fix."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.workspace import Workspace
-
-    workspace = Workspace.default()
-    try:
-        return workspace, workspace.ops.get(op), resolve(chip)
-    except (KeyError, ValueError) as e:
-        fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
-    except OpbyopError as e:
-        fail(e)
-
-
-@contextmanager
-def cli_worker(workspace, desc, kind: str) -> Iterator:
-    """One warm OpWorker of this command (its own name and scratch); failures to start fail the command."""
-    from opbyop.worker.process import OpWorker
-
-    name = worker_name(kind)
-    try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
-            yield worker
-    except OpbyopError as e:
-        fail(e)
-
-
-def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None, run_device: bool,
-              seed: int, device: DeviceOptions | None = None):
-    from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
-
-    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
-    options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
-    return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,
-                            run_golden=run_device, device=device or DeviceOptions())
 
 
 def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str],
              mesh: str | None = None, unshard: bool = False):
-    import os
-
-    from opbyop.compiler.targets import target_for
-    from opbyop.jaxenv import prepare_jax
-
     target = target_for(chip, mesh)
     if target.chips > 1:  # golden of sharded ops on a host mesh: XLA:CPU devices are fixed when JAX starts
         os.environ["OPBYOP_HOST_DEVICES"] = str(max(target.chips, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
     settings = settings.model_copy(update={"mesh": target.mesh_text, "topology": target.topology.value})
     prepare_jax()
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.config import load_zoo
-    from opbyop.pipeline import prepare
-    from opbyop.worker.process import OpWorker
-    from opbyop.workspace import Workspace
 
     desc = resolve(chip)
     zoo = load_zoo()
     if inputs:  # a user factory with explicit input shapes
-        from opbyop.frontends.loader import factory_entry, factory_name
-
         specs = input_specs(inputs)
         zoo = zoo.model_copy(update={"models": zoo.models + [factory_entry(m, specs) for m in models if ":" in m]})
         models = [factory_name(m) if ":" in m else m for m in models]
@@ -151,8 +87,6 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
 
 
 def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModelResult], full: bool) -> None:
-    from opbyop.pipeline import blocking_ops, depth_histogram
-
     full = full or full_by_default()
     occurrences = Counter(r.signature for r in prepared.records if r.ok)
     table = Table("op", "occ.", "inputs", "depth", "status", "failed at", "ms", "pcc", "cycles", "message")
@@ -219,8 +153,6 @@ def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_
     if pass_timing:
         print_slowest_passes(list(results.values()))
     if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
-        from opbyop.pipeline import write_manifest
-
         try:
             console.print(f"manifest: {write_manifest(prepared, manifest)}")
         except OSError as e:
@@ -295,8 +227,6 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         device_backend: DeviceBackend = DeviceOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
-        from opbyop.cli.decode_cmds import run_decode_command
-
         if input or manifest or harvest_mask:
             fail(OpbyopError("--decode takes none of --input, --manifest, --harvest-mask",
                              "drop them, or run without --decode for the op-by-op view"))
@@ -360,8 +290,6 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
 
 def print_passes(result: OpResult, log: Path, workspace) -> None:
     """The compiler's passes in the order they started, the failing one marked, and where to read more."""
-    from opbyop.compiler.passes import pass_events
-
     found = result.failed_pass
     started = [e for e in pass_events(log.read_text().splitlines()) if e.when == "Before"] if log.exists() else []
     table = Table("#", "pass", "class", "on")
@@ -383,13 +311,10 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
     """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
-    from opbyop.compiler.system_desc import resolve
-
     try:
         desc = resolve(chip)
     except OpbyopError as e:
         fail(e)
-    from opbyop.compiler.targets import BOARDS, target_for
 
     console.print(f"{desc.chip}: {desc.path} ({desc.source}, schema {desc.schema_hash[:16]}..., "
                   f"sha256 {desc.sha256[:16]}...)")

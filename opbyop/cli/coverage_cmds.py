@@ -16,8 +16,19 @@ from rich.text import Text
 
 from opbyop.cli.app import DeviceBackend, DeviceOption, app, console, fail
 from opbyop.compiler.boards import chip_help
+from opbyop.config import CompilerOptions, DeviceOptions
+from opbyop.corpus.case import element_type
+from opbyop.corpus.catalog import BUILDERS
+from opbyop.corpus.config import load_corpus_config
+from opbyop.corpus.coverage import CoverageRow, coverage
+from opbyop.corpus.generate import generate, load_manifest
+from opbyop.corpus.nightly import run_chunk, run_nightly
+from opbyop.corpus.run import read_results, select
+from opbyop.device.program import emitted_ops
 from opbyop.errors import OpbyopError
+from opbyop.jaxenv import prepare_jax
 from opbyop.records import Status, legacy_status
+from opbyop.workspace import Workspace
 
 corpus = typer.Typer(help="The single-op StableHLO corpus (ops x dtypes x shapes x forms).", no_args_is_help=True)
 app.add_typer(corpus, name="corpus")
@@ -30,10 +41,6 @@ DtypeFilter = typer.Option([], "--dtype", help="f32, bf16, i64, complex64 ...; r
 def generate_cmd(out: Path = typer.Argument(..., help="directory to write the .mlir files and corpus.json into"),
                  op: list[str] = OpFilter, dtype: list[str] = DtypeFilter) -> None:
     """Write the corpus (reproducible: the same files every time)."""
-    from opbyop.corpus.case import element_type
-    from opbyop.corpus.catalog import BUILDERS
-    from opbyop.corpus.generate import generate
-
     dtypes = [element_type(d) for d in dtype]
     unknown = [o for o in op if o not in BUILDERS]
     if unknown:
@@ -57,13 +64,6 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
             fp32_dest_acc: Optional[bool] = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc"),
             seed: int = typer.Option(0), device_backend: DeviceBackend = DeviceOption) -> None:
     """Analyse corpus files (compile, device, golden) in one warm worker; resumable."""
-    from opbyop.config import CompilerOptions, DeviceOptions
-    from opbyop.corpus.generate import load_manifest
-    from opbyop.corpus.nightly import run_chunk
-    from opbyop.corpus.run import select
-    from opbyop.jaxenv import prepare_jax
-    from opbyop.workspace import Workspace
-
     try:
         entries = select(load_manifest(directory).entries, op, dtype, form, file)
         options = CompilerOptions(math_fidelity=math_fidelity, fp32_dest_acc_en=fp32_dest_acc)
@@ -86,11 +86,6 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
 def nightly_cmd(config: Optional[Path] = typer.Option(None, "--config", help="default: configs/corpus.yaml"),
                 seed: int = typer.Option(0)) -> None:
     """The corpus as a nightly target: generate it, run every chip one dtype at a time, print coverage."""
-    from opbyop.corpus.config import load_corpus_config
-    from opbyop.corpus.nightly import run_nightly
-    from opbyop.jaxenv import prepare_jax
-    from opbyop.workspace import Workspace
-
     prepare_jax()
     try:
         chips = run_nightly(load_corpus_config(config), Workspace.default(), seed,
@@ -110,8 +105,6 @@ def coverage_cmd(results: list[Path] = typer.Argument(None, help="results direct
                  failures: bool = typer.Option(False, "--failures", help="also list every op short of a pass"),
                  fmt: str = typer.Option("table", "--format", "-f", help="table | json")) -> None:
     """TTNN ops the compiler emitted: programs using each, simulated or not, golden pass rate per dtype."""
-    from opbyop.corpus.coverage import coverage
-
     try:
         found = _rows(results or [], rows)
     except OpbyopError as e:
@@ -132,9 +125,6 @@ def coverage_cmd(results: list[Path] = typer.Argument(None, help="results direct
 
 
 def _rows(results: list[Path], rows: Optional[Path]) -> list:
-    from opbyop.corpus.coverage import CoverageRow
-    from opbyop.corpus.run import read_results
-
     found = [CoverageRow.from_corpus(r) for d in results for r in read_results(d)]
     if rows is not None:
         found += _store_rows(sys.stdin.read() if str(rows) == "-" else rows.read_text())
@@ -143,10 +133,6 @@ def _rows(results: list[Path], rows: Optional[Path]) -> list:
 
 def _store_rows(text: str) -> list:
     """Rows of storage/sql/ttnn_programs.sql as JSON; each program read from the artifact store."""
-    from opbyop.corpus.coverage import CoverageRow
-    from opbyop.device.program import emitted_ops
-    from opbyop.workspace import Workspace
-
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:

@@ -14,9 +14,12 @@ import typer
 from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, app, console, fail, print_error, status_text, styled
-from opbyop.cli.compile_run import ChipOption, Fidelity, Fp32Acc, OptLevel, analysis_settings, cli_worker
+from opbyop.cli.worker_options import ChipOption, Fidelity, Fp32Acc, OptLevel, analysis_settings, cli_worker
+from opbyop.compiler.system_desc import resolve
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
+from opbyop.jaxenv import prepare_jax
+from opbyop.workspace import Workspace
 
 
 @app.command()
@@ -42,12 +45,8 @@ def run_decode_command(models: list[str], steps: int, prompt_length: int = 8, ca
                        math_fidelity: MathFidelity | None = None, fp32_dest_acc: bool | None = None,
                        policy: Policy = Policy.FEWEST_CYCLES, timeout: float = 600.0, json_out: bool = False) -> None:
     """Decode each model in turn (one worker compiles them all); exit 1 unless every one matched."""
-    from opbyop.jaxenv import prepare_jax
-
     prepare_jax()  # this process runs the device (jaxlib's MLIR reads the programs); the worker compiles
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.decode import DecodeSettings, decode_model, plan_decode
-    from opbyop.workspace import Workspace
+    from opbyop.decode import DecodeSettings, decode_model, plan_decode  # torch: loaded only when used
 
     compile_only = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, False, seed)
     settings = DecodeSettings(steps=steps, prompt_length=prompt_length, cache_length=cache_length, seed=seed,
@@ -78,7 +77,7 @@ def run_decode_command(models: list[str], steps: int, prompt_length: int = 8, ca
 
 
 def render(report) -> None:
-    from opbyop.decode import Mode
+    from opbyop.decode import Mode  # torch: loaded only when used
 
     console.print(styled((report.model, "bold"), f" on {report.chip}: prompt {report.prompt}, {report.steps} decode "
                          f"steps, key/value cache of {report.cache_length} positions"))

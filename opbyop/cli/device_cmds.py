@@ -8,9 +8,21 @@ from typing import Optional
 import numpy as np
 import typer
 
-from opbyop.cli.app import app, console, fail
-from opbyop.cli.compile_run import worker_errors, worker_name
-from opbyop.errors import OpbyopError
+from opbyop.cli.app import app, console, fail, input_specs
+from opbyop.cli.worker_options import worker_errors, worker_name
+from opbyop.compiler.system_desc import plugin_version, resolve
+from opbyop.config import AnalysisSettings, load_thresholds
+from opbyop.device.arch import DeviceSpec
+from opbyop.device.image import DeviceImage, build_image, inputs_of
+from opbyop.errors import ImageError, OpbyopError
+from opbyop.frontends.graph import ArgumentKind
+from opbyop.frontends.loader import load_model
+from opbyop.frontends.values import filled
+from opbyop.golden.dtypes import numpy_dtype
+from opbyop.jaxenv import prepare_jax
+from opbyop.records import TensorDesc
+from opbyop.worker.process import OpWorker
+from opbyop.workspace import Workspace
 
 image = typer.Typer(help="Device images: one zip that runs a compiled model without compiling.",
                     no_args_is_help=True)
@@ -23,21 +35,7 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
           chip: str = typer.Option("p150", "--chip"), seed: int = typer.Option(0),
           input: list[str] = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32")) -> None:
     """Compile MODEL whole and write its device image."""
-    from opbyop.jaxenv import prepare_jax
-
     prepare_jax()
-    from opbyop.compiler.system_desc import plugin_version, resolve
-    from opbyop.config import load_thresholds
-    from opbyop.device.image import build_image, inputs_of
-    from opbyop.device.arch import DeviceSpec
-    from opbyop.frontends.graph import ArgumentKind
-    from opbyop.frontends.loader import load_model
-    from opbyop.records import TensorDesc
-    from opbyop.worker.process import OpWorker
-    from opbyop.config import AnalysisSettings
-    from opbyop.workspace import Workspace
-
-    from opbyop.cli.app import input_specs
 
     try:
         desc = resolve(chip)
@@ -59,7 +57,6 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     artifacts = workspace.artifacts
     program = artifacts.read_text(result.compile.artifacts["ttnn_runtime"])
     flatbuffer = artifacts.read(result.compile.artifacts["flatbuffer"])
-    from opbyop.frontends.values import filled
 
     parameters = {i: v for i, (a, v) in enumerate(zip(graph.arguments, filled(graph, seed)))
                   if a.kind is ArgumentKind.PARAMETER}
@@ -76,8 +73,6 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
 @image.command("info")
 def info(path: Path) -> None:
     """Print what the image holds: versions, device, input and output shapes."""
-    from opbyop.device.image import DeviceImage
-
     try:
         console.print(DeviceImage.load(path).info())
     except OpbyopError as e:
@@ -88,9 +83,6 @@ def info(path: Path) -> None:
 def run_image(path: Path, inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz with one array per input"),
               seed: int = typer.Option(0), iterations: int = typer.Option(1, min=1)) -> None:
     """Run the image on the simulated device (inputs from an .npz, or drawn from a seed)."""
-    from opbyop.device.image import DeviceImage
-    from opbyop.golden.dtypes import numpy_dtype
-
     try:
         loaded = DeviceImage.load(path)
         if inputs is not None:
@@ -112,8 +104,6 @@ def run_image(path: Path, inputs: Optional[Path] = typer.Option(None, "--inputs"
 
 def _read_inputs(path: Path) -> list[np.ndarray]:
     """One array per input from an .npz (never pickles); anything else is refused with its reason."""
-    from opbyop.errors import ImageError
-
     try:
         with np.load(path, allow_pickle=False) as npz:
             if not hasattr(npz, "files"):

@@ -14,8 +14,12 @@ from pathlib import Path
 
 import typer
 
+# Importing the command modules registers their commands on `app`.
+from opbyop.cli import compile_run, coverage_cmds, decode_cmds, device_cmds, shrink_cmds, split_cmds  # noqa: F401
 from opbyop.cli.app import app, err_console, print_error, styled
 from opbyop.errors import OpbyopError
+from opbyop.op_memory import process_out_of_memory
+from opbyop.workspace import Workspace
 
 
 def _register_plugins() -> None:
@@ -30,9 +34,6 @@ def _register_plugins() -> None:
 @cache
 def build_app() -> typer.Typer:
     """The app with every command: opbyop's own and the plugins' (once per process)."""
-    from opbyop.cli import compile_run, coverage_cmds, device_cmds, shrink_cmds, split_cmds  # noqa: F401  (they register their commands)
-    from opbyop.cli import decode_cmds  # noqa: F401  (opbyop decode)
-
     _register_plugins()
     return app
 
@@ -50,16 +51,12 @@ def main() -> None:
         print_error(e)
         sys.exit(2)
     except MemoryError:  # the process's memory limit: say how much it held and what to do
-        from opbyop.op_memory import process_out_of_memory
-
         print_error(process_out_of_memory("opbyop"))
         sys.exit(1)
 
 
 def disk_full(e: OSError) -> OpbyopError:
     """One line for a full disk: which file system, and what to do."""
-    from opbyop.workspace import Workspace
-
     where = Path(e.filename) if e.filename else Workspace.default().root  # where opbyop writes
     mount = _mount_point(where)
     return OpbyopError(f"the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}) on {mount}",

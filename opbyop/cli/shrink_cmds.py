@@ -15,10 +15,12 @@ import typer
 from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, app, console, positive_seconds, styled
-from opbyop.cli.compile_run import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
-                                    stored_op)
+from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
+                                       stored_op)
+from opbyop.jaxenv import prepare_jax
 from opbyop.shrink.result import Outcome, ShrinkResult
 from opbyop.shrink.saved import save_shrink
+from opbyop.shrink.search import Shrinker
 
 DEFAULT_BUDGET_S = 60.0
 
@@ -31,10 +33,7 @@ def shrink(op: str = typer.Argument(..., help="signature prefix, or model:positi
            run_device: bool = typer.Option(True, "--run/--compile-only"), timeout: float = Timeout) -> None:
     """Halve and grow each dimension, try the chip's other dtypes: the smallest failing and the
     largest passing variant per dimension and dtype, each replayable with `opbyop repro`."""
-    from opbyop.jaxenv import prepare_jax
-
     prepare_jax()  # variants are parsed and verified here; compiling happens in the worker
-    from opbyop.shrink.search import Shrinker
 
     workspace, unique, desc = stored_op(op, chip)
     settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)

@@ -13,14 +13,16 @@ from rich.table import Table
 from rich.text import Text
 
 from opbyop.cli.app import app, console, fail, input_specs, styled
+from opbyop.config import load_zoo
 from opbyop.errors import OpbyopError
+from opbyop.frontends.loader import load_model
+from opbyop.jaxenv import prepare_jax
+from opbyop.pipeline import split_graph
 
 
 @app.command()
 def models() -> None:
     """List the model zoo (configs/models.yaml)."""
-    from opbyop.config import load_zoo
-
     try:
         zoo = load_zoo()
     except OpbyopError as e:
@@ -39,11 +41,7 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
           out: Optional[Path] = typer.Option(None, "--out", help="write the op records as JSON lines"),
           seed: int = typer.Option(0)) -> None:
     """Split a model into single-op modules: op table, total and unique counts, ops per kind."""
-    from opbyop.jaxenv import prepare_jax
-
     prepare_jax()
-    from opbyop.frontends.loader import load_model
-    from opbyop.pipeline import split_graph
 
     try:
         graph = load_model(model, inputs=input_specs(input), seed=seed)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import BOARDS, Target, target_for
 from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
 from opbyop.corpus.case import Form
@@ -21,6 +22,7 @@ from opbyop.corpus.mesh_catalog import MESH_SHAPES, generate_mesh
 from opbyop.corpus.ops import MESH_DIR
 from opbyop.corpus.run import RunSummary, pending, run_entries
 from opbyop.errors import OpbyopError
+from opbyop.worker.process import OpWorker
 from opbyop.workspace import Workspace
 
 
@@ -46,9 +48,6 @@ def mesh_entries(directory: Path, target: Target, dtypes: list[str] | None = Non
 def run_board(directory: Path, board: str, out: Path, options: CompilerOptions, timeout: float, seed: int,
               workspace: Workspace, dtypes: list[str] | None = None) -> RunSummary:
     """Every multichip case of `board` through one warm worker; results appended to `out`."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.worker.process import OpWorker
-
     targets = board_targets(board)
     work = [(t, e) for t in targets for e in mesh_entries(directory, t, dtypes)]
     name = board.partition(":")[0]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from opbyop.compiler.system_desc import plugin_version, resolve
 from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, load_thresholds
 from opbyop.corpus.case import element_type
 from opbyop.corpus.catalog import ALL_DTYPES
@@ -16,8 +17,10 @@ from opbyop.corpus.config import CorpusConfig
 from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
 from opbyop.corpus.generate import generate
 from opbyop.corpus.mesh_catalog import DTYPES as MESH_DTYPES
+from opbyop.corpus.mesh_run import run_board
 from opbyop.corpus.run import RunSummary, pending, read_results, run_entries, select
 from opbyop.errors import OpbyopError
+from opbyop.worker.process import OpWorker
 from opbyop.workspace import Workspace
 
 Say = Callable[[str], None]
@@ -34,9 +37,6 @@ class ChipCoverage:
 def run_chunk(directory: Path, entries: list, out: Path, chip: str, options: CompilerOptions, timeout: float,
               seed: int, workspace: Workspace, device: DeviceOptions = DeviceOptions()) -> RunSummary:
     """Entries through one warm worker; results appended to `out` (entries already there are skipped)."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.worker.process import OpWorker
-
     desc = resolve(chip)
     todo = pending(out, desc.chip, entries)
     if not todo:  # all done: no worker to start
@@ -50,8 +50,6 @@ def run_chunk(directory: Path, entries: list, out: Path, chip: str, options: Com
 def results_dir(workspace: Workspace, chip: str, options: CompilerOptions) -> Path:
     """Where a night's results for `chip` go: one directory per compiler version and options, so a
     new compiler (or new options) is run anew while a night interrupted halfway resumes."""
-    from opbyop.compiler.system_desc import plugin_version
-
     return workspace.root / "corpus-results" / Path(chip).stem / f"jax-tt-plugin-{plugin_version()}-{options.key()}"
 
 
@@ -88,8 +86,6 @@ def run_nightly(settings: CorpusConfig, workspace: Workspace, seed: int = 0,
 def run_mesh_board(directory: Path, board: str, settings: CorpusConfig, workspace: Workspace, seed: int,
                    say: Say) -> ChipCoverage:
     """The multichip cases of one board (opbyop.corpus.mesh_run); a board that cannot start is reported."""
-    from opbyop.corpus.mesh_run import run_board
-
     name = board.partition(":")[0]
     out = results_dir(workspace, name, settings.compiler)
     errors = []

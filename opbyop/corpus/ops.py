@@ -15,6 +15,7 @@ from typing import Iterator
 
 from pydantic import BaseModel, Field
 
+from opbyop.compiler.targets import parse_mesh
 from opbyop.corpus.case import Case, Form, TType, element_type
 from opbyop.corpus.catalog import cases
 from opbyop.corpus.generate import CorpusEntry, entries_of
@@ -65,8 +66,6 @@ def mesh_entry(case: MeshCase, mesh: str) -> CorpusEntry:
 
 
 def _mesh_selected(selection: CorpusSelection) -> Iterator[tuple[CorpusEntry, str]]:
-    from opbyop.compiler.targets import parse_mesh
-
     ops = {o.removeprefix("stablehlo.") for o in selection.ops}  # a single-chip builder is not one of its ops
     # the multichip catalog has fewer dtypes than the single-chip one: a nightly's others are not its
     dtypes = [d for d in map(element_type, selection.dtypes) if d in MESH_DTYPES]

@@ -25,7 +25,9 @@ from torch import nn
 
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
+from opbyop.frontends import loader
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
+from opbyop.frontends.torch_export import export_torch
 
 _NOT_AN_LM_FIX = ("decode the zoo's gpt2 or llama, or a package.module:factory that returns a transformers causal LM "
                   "(a ...ForCausalLM / ...LMHeadModel)")
@@ -42,8 +44,6 @@ class CausalLM:
 
 def load_causal_lm(spec: str, seed: int = 0, zoo: Zoo | None = None) -> CausalLM:
     """The transformers causal LM behind a zoo name or a `package.module:factory` (seeded weights)."""
-    from opbyop.frontends import loader
-
     zoo = zoo or load_zoo()
     if spec in zoo.names():
         entry = zoo.get(spec)
@@ -187,8 +187,6 @@ class DecodeGraphs:
 
 def export_programs(lm: CausalLM, prompt: np.ndarray, length: int) -> DecodeGraphs:
     """Prefill and decode step exported to StableHLO (torch-mlir), weights as @main arguments."""
-    from opbyop.frontends.torch_export import export_torch
-
     prefill = Prefill(lm.model, lm.layers, length)
     step = DecodeStep(lm.model, lm.layers, length)
     ids = torch.from_numpy(prompt)

@@ -26,12 +26,16 @@ from typing import Sequence
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from opbyop.atomic import atomic_path
 from opbyop import __version__
+from opbyop.atomic import atomic_path
+from opbyop.compiler.flatbuf import read_root
+from opbyop.compiler.system_desc import plugin_version as installed
 from opbyop.compiler.boards import single_chip_board
 from opbyop.device.arch import DeviceSpec
+from opbyop.device.runtime import Binary, open_device
 from opbyop.device.stitch import run_stitched
-from opbyop.errors import ImageError
+from opbyop.errors import ImageError, ModuleError
+from opbyop.ir.parse import check_nesting
 from opbyop.records import TensorDesc
 
 FORMAT = "opbyop-device-image"
@@ -86,8 +90,6 @@ def build_image(path: Path, *, model: str, program_text: str, flatbuffer: bytes 
                 inputs: Sequence[NamedTensor], parameters: dict[int, np.ndarray], outputs: Sequence[TensorDesc],
                 plugin_version: str) -> Path:
     """Write a device image (atomically: a temporary file renamed into place)."""
-    from opbyop.compiler.flatbuf import read_root
-
     constants = io.BytesIO()
     np.savez(constants, **{f"arg{i}": v for i, v in parameters.items()})
     device = DeviceInfo(arch=spec.arch, chip_ids=[0], device_type=_device_type(spec), grid_size=spec.worker_grid,
@@ -164,8 +166,6 @@ class DeviceImage:
             program = data[PROGRAM].decode()
         except UnicodeDecodeError:
             raise ImageError(f"{path}: {PROGRAM} is not text", _REBUILD) from None
-        from opbyop.errors import ModuleError
-        from opbyop.ir.parse import check_nesting
 
         try:
             check_nesting(program, f"{path}: {PROGRAM}")  # the device's MLIR parser would die of it
@@ -195,8 +195,6 @@ class DeviceImage:
 
     def run(self, inputs: Sequence[np.ndarray], iterations: int = 1) -> list[np.ndarray]:
         """Run on the simulated device described by device.json; parameters pushed once."""
-        from opbyop.device.runtime import Binary, open_device
-
         expected = self.get_input_shapes()
         if len(inputs) != len(expected):
             raise ImageError(f"the image takes {len(expected)} inputs ({expected}), got {len(inputs)}",
@@ -305,8 +303,6 @@ def _check_version(manifest: Manifest, path: Path, plugin_version: str | None) -
         raise ImageError(f"{path} is format {manifest.format} v{manifest.format_version}; this opbyop reads "
                          f"{FORMAT} v{FORMAT_VERSION}", _REBUILD)
     if plugin_version is None:
-        from opbyop.compiler.system_desc import plugin_version as installed
-
         plugin_version = installed()
     if manifest.plugin_version != plugin_version:
         raise ImageError(f"{path} was compiled by jax-tt-plugin {manifest.plugin_version}, this installation has "

@@ -21,6 +21,7 @@ import numpy as np
 
 from opbyop.compiler.boards import Topology
 from opbyop.device.arch import DeviceSpec
+from opbyop.device.program import split_top
 from opbyop.device.tensor import Device
 from opbyop.errors import OpbyopError
 
@@ -342,6 +343,4 @@ def module_shardings(stablehlo: str) -> ModuleShardings:
 
 def _split_signature(text: str) -> list[str]:
     """A signature's tensor arguments (or results), split at its top-level commas."""
-    from opbyop.device.program import split_top
-
     return [p for p in split_top(text) if "tensor<" in p]

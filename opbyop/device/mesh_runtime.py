@@ -48,7 +48,7 @@ from opbyop.device.runtime import (
     to_host,
     to_layout,
 )
-from opbyop.device.stitch import StitchedRun
+from opbyop.device.stitched_run import StitchedRun
 from opbyop.device.tensor import DeviceTensor
 from opbyop.device.transfers import TransferTotals
 from opbyop.records import DeviceRun

@@ -7,29 +7,19 @@ The first iteration pays for pushing the weights and for the compiler's const-ev
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 
 from opbyop.compiler.boards import Topology
 from opbyop.device.executor import SimulationError
+from opbyop.device.mesh import Mesh
+from opbyop.device.mesh_runtime import run_stitched_mesh
 from opbyop.device.runtime import (Binary, Device, deallocate, get_layout, input_shape, run_of, submit, to_device,
                                    to_host)
+from opbyop.device.stitched_run import StitchedRun
 from opbyop.device.transfers import TransferTotals
 from opbyop.records import DeviceRun
-
-
-@dataclass
-class StitchedRun:
-    outputs: list[np.ndarray]
-    first: DeviceRun  # includes const-eval work
-    steady: DeviceRun  # the last iteration: what one more inference costs
-    iterations: int
-    weight_bytes_pushed: int
-    seconds: float
-    weight_transfers: TransferTotals  # the one push of the weights
-    iteration_transfers: list[TransferTotals]  # each iteration's inputs in (and, last, outputs out)
 
 
 def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], parameters: Sequence[int],
@@ -40,9 +30,6 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     board's), split as `stablehlo`'s shardings say.
     `observer` sees each op's outputs of the first iteration (opbyop.accuracy_trace); on a mesh each
     chip's, with the chip's index as a third argument."""
-    from opbyop.device.mesh import Mesh  # the mesh runtime builds on this module
-    from opbyop.device.mesh_runtime import run_stitched_mesh
-
     if (shape := binary.program.mesh_shape) != (1, 1):
         mesh = Mesh(device.spec, shape, topology)
         try:

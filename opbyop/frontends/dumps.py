@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from opbyop.errors import ModuleError, OpbyopError
+from opbyop.ir.context import make_context
+from opbyop.ir.parse import check_nesting
 
 # Dump stages in the order the plugin writes them (file prefixes; longest match wins).
 STAGE_ORDER = ("vhlo", "shlo", "shlo_frontend", "shlo_compiler", "shlo_set_mesh_attr", "shlo_compiler_cleaned",
@@ -181,8 +183,6 @@ def spec_name(spec: str) -> str:
 
 def read_dump(path: Path) -> tuple[str, str]:
     """(stage, StableHLO text) of one dump file; DumpError when it cannot be analysed."""
-    from opbyop.ir.parse import check_nesting
-
     known = stage_of(path)
     stage = known[0] if known is not None else "shlo"
     if stage not in STABLEHLO_STAGES:
@@ -205,8 +205,6 @@ def read_dump(path: Path) -> tuple[str, str]:
 def vhlo_to_stablehlo(text: str, where: str) -> str:
     """A VHLO portable artifact (text) as StableHLO text, locations kept."""
     from jaxlib.mlir.dialects import stablehlo
-
-    from opbyop.ir.context import make_context
 
     with make_context() as ctx:
         try:

@@ -15,6 +15,7 @@ import numpy as np
 from opbyop.errors import ExportError
 from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.golden.dtypes import mlir_dtype
+from opbyop.ir.mesh import module_mesh
 from opbyop.records import TensorDesc
 
 
@@ -71,8 +72,6 @@ def _with_partitions(text: str) -> str:
     module is compiled for as many partitions as its mesh has devices."""
     import re
 
-    from opbyop.ir.mesh import module_mesh
-
     mesh = module_mesh(text)
     if mesh is None or not mesh.axes:
         return text
@@ -85,8 +84,6 @@ def _with_partitions(text: str) -> str:
 def _reference(jax, fn: Callable, inputs: Sequence[np.ndarray], text: str) -> list | None:  # noqa: ANN001
     """The function's own outputs; None for a sharded function this process has too few devices
     for (the whole model is then checked against XLA:CPU running its module on a host mesh)."""
-    from opbyop.ir.mesh import module_mesh
-
     mesh = module_mesh(text)
     if mesh is not None and mesh.devices > len(jax.devices()):
         return None

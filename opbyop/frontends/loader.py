@@ -23,7 +23,12 @@ from opbyop.config import InputSpec, Zoo, ZooEntry, config_dir, load_zoo
 from opbyop.errors import ExportError, ModuleError, OpbyopError, UnknownModelError
 from opbyop.frontends import dumps
 from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
-from opbyop.ir.parse import read_module_source
+from opbyop.frontends.jax_export import export_jax
+from opbyop.frontends.sharding_plan import apply_plan
+from opbyop.ir.context import make_context
+from opbyop.ir.parse import bytecode_to_text, check_nesting, parse_module, read_module_source
+from opbyop.ir.rewrite import rewritten_text
+from opbyop.ir.split import tensor_desc
 
 MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _FORMS = ("a factory returning a torch.nn.Module, (module, example_inputs) or a JAX function; "
@@ -114,9 +119,6 @@ def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> M
     """A zoo entry (with its sharding plan applied, when it has one) -> ModelGraph."""
     graph = _load_entry(entry, seed, infer_frontend)
     if entry.sharding is not None:
-        from opbyop.frontends.graph import ArgumentKind
-        from opbyop.frontends.sharding_plan import apply_plan
-
         inputs = sum(1 for a in graph.arguments if a.kind is ArgumentKind.INPUT)
         graph.module_text = apply_plan(graph.module_text, [a.name for a in graph.arguments], inputs,
                                        entry.sharding, entry.name)
@@ -148,11 +150,10 @@ def _load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> 
         values = example_inputs(entry.inputs, seed)
     names = [s.name or f"input{i}" for i, s in enumerate(entry.inputs)] or [f"input{i}" for i in range(len(values))]
     if isinstance(made, torch.nn.Module):
-        from opbyop.frontends.torch_export import export_torch, from_numpy
+        from opbyop.frontends.torch_export import export_torch, from_numpy  # torch: loaded only when used
 
         tensors = [from_numpy(v) for v in values]
         return export_torch(made, tensors, entry.name, names)
-    from opbyop.frontends.jax_export import export_jax
 
     return export_jax(made, values, entry.name, names)
 
@@ -185,8 +186,8 @@ def _unpack(made: tuple, entry: ZooEntry) -> tuple[Any, list[np.ndarray]]:
 
 def _host_array(value: Any) -> np.ndarray:
     """An example input as a numpy array, whatever its element type (a bf16 or fp8 tensor included)."""
-    if hasattr(value, "detach"):  # a torch tensor: torch is loaded already, torch_export's import is deferred
-        from opbyop.frontends.torch_export import to_numpy
+    if hasattr(value, "detach"):  # a torch tensor
+        from opbyop.frontends.torch_export import to_numpy  # torch: loaded only for torch models
 
         return to_numpy(value)
     return np.asarray(value)
@@ -242,8 +243,6 @@ def load_dumped(path: Path, name: str, seed: int = 0) -> ModelGraph:
 def load_stablehlo_file(path: Path, seed: int = 0) -> ModelGraph:
     """A StableHLO file, with example inputs for @main's arguments drawn from `seed` (no framework
     output: XLA:CPU is not run here, in this process, on a module it may die of)."""
-    from opbyop.ir.parse import bytecode_to_text, check_nesting
-
     start = time.perf_counter()
     path = Path(path)
     source = read_module_source(path)
@@ -260,11 +259,6 @@ def _attach_values(graph: ModelGraph, seed: int, where: str) -> None:
     this process (two 40000x40000 f32 arguments are 12.8 GB). Ops get their inputs in their workers,
     a whole-model run draws them in its worker (frontends.values)."""
     from jaxlib.mlir import ir
-
-    from opbyop.ir.context import make_context
-    from opbyop.ir.rewrite import rewritten_text
-    from opbyop.ir.parse import parse_module
-    from opbyop.ir.split import tensor_desc
 
     try:
         text = rewritten_text(graph.module_text, where)

@@ -16,6 +16,7 @@ from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from opbyop.compiler.targets import parse_mesh
 from opbyop.errors import ConfigError
 
 AxisSpec = Union[str, list[str], None]
@@ -32,8 +33,6 @@ class ShardingPlan(BaseModel):
         default_factory=dict, description="parameter name pattern (fnmatch) -> the axis each dimension is split over")
 
     def shape(self) -> tuple[int, int]:
-        from opbyop.compiler.targets import parse_mesh
-
         return parse_mesh(self.mesh)
 
     def mesh_axes(self) -> list[tuple[str, int]]:
@@ -61,6 +60,8 @@ def apply_plan(module_text: str, argument_names: list[str], input_count: int, pl
     `input_count` are inputs, the others parameters named by `argument_names`)."""
     from jaxlib.mlir import ir
 
+    # jaxlib's MLIR loads only when a plan is applied: opbyop.config, which every process imports,
+    # imports this module for ShardingPlan.
     from opbyop.ir.context import make_context
     from opbyop.ir.rewrite import main_func
 

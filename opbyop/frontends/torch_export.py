@@ -30,6 +30,7 @@ from torch import nn
 
 from opbyop.errors import ExportError
 from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
+from opbyop.frontends.torch_decompositions import decompositions
 from opbyop.frontends.torch_meta import fix_meta_graph, is_meta, to_meta
 from opbyop.frontends.torch_partition import cut, failing_nodes, mlir_name, nodes_at, unlowered_ops
 from opbyop.ir.provenance import encode_name
@@ -257,8 +258,6 @@ def _traced_program(wrapper: nn.Module, args: list[torch.Tensor], name: str) -> 
     """torch.export's program of `wrapper(*args)`, decomposed as torch-mlir expects (and with
     opbyop's decompositions of ops torch-mlir cannot lower)."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
-
-    from opbyop.frontends.torch_decompositions import decompositions
 
     try:
         program = torch.export.export(wrapper, tuple(args), strict=False)

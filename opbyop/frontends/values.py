@@ -13,6 +13,7 @@ import numpy as np
 
 from opbyop.atomic import atomic_path
 from opbyop.frontends.graph import ModelGraph
+from opbyop.golden.inputs import make_inputs
 from opbyop.records import TensorDesc
 
 
@@ -34,8 +35,6 @@ def write_values(graph: ModelGraph, path: Path) -> Path:
 
 def drawn(desc: TensorDesc, model: str, index: int, seed: int) -> np.ndarray:
     """The deterministic stand-in for argument `index` of `model`, known by shape and dtype only."""
-    from opbyop.golden.inputs import make_inputs
-
     return make_inputs("", [desc], [], {}, f"{model}#arg{index}", seed)[0]
 
 

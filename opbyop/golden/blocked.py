@@ -17,6 +17,9 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.golden.xla_cpu import XlaCpu
+from opbyop.ir.context import make_context
+from opbyop.ir.rewrite import body_ops, main_func
+from opbyop.op_memory import tensor_bytes
 from opbyop.records import UniqueOp
 
 # An operand above this many bytes is split: a block's operand, and XLA's f32 copy of it, stay near this size.
@@ -38,8 +41,6 @@ class Blocking:
 def dot_blocking(op: UniqueOp, block_bytes: int = BLOCK_BYTES) -> Blocking | None:
     """The blocking of a single-op dot_general module whose largest operand exceeds `block_bytes`
     (both operands arguments of @main, one result); None when it is run whole."""
-    from opbyop.op_memory import tensor_bytes
-
     if op.op_name != "stablehlo.dot_general" or len(op.outputs) != 1 or len(op.operands) != 2:
         return None
     if any(o.argument is None for o in op.operands) or op.mesh is not None:
@@ -74,9 +75,6 @@ def dot_blocking(op: UniqueOp, block_bytes: int = BLOCK_BYTES) -> Blocking | Non
 def block_module(module_text: str, blocking: Blocking, size: int) -> str:
     """The single-op module with `blocking.argument`'s dimension (and its result dimension) `size` long."""
     from jaxlib.mlir import ir
-
-    from opbyop.ir.context import make_context
-    from opbyop.ir.rewrite import body_ops, main_func
 
     with make_context() as ctx, ir.Location.unknown(ctx):
         module = ir.Module.parse(module_text)

@@ -12,6 +12,8 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+from opbyop.golden.dtypes import mlir_dtype
+
 # What the program's element type is called in the StableHLO the op came from.
 _SAME = {("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("i32", "si32"), ("i1", "i1"), ("ui32", "u32"),
          ("ui16", "u16"), ("ui8", "u8")}
@@ -84,6 +86,4 @@ def narrowed_type(source: str) -> str | None:
 
 
 def _mlir_name(value: np.ndarray) -> str:
-    from opbyop.golden.dtypes import mlir_dtype
-
     return mlir_dtype(np.asarray(value).dtype)

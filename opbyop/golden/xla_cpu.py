@@ -27,11 +27,13 @@ from typing import Sequence
 import numpy as np
 
 from opbyop.atomic import write_bytes
-from opbyop.environment import Environment, environment
+from opbyop.environment import Environment
 from opbyop.errors import OpbyopError
 from opbyop.golden.inputs import aligned_empty
 from opbyop.golden.xla_rewrites import for_xla_cpu
+from opbyop.ir.context import make_context
 from opbyop.ir.mesh import module_mesh
+from opbyop.ir.rewrite import main_func
 
 # The flags opbyop gives XLA in its processes by default (environment variable OPBYOP_XLA_FLAGS
 # overrides them; empty: XLA's defaults).
@@ -54,10 +56,6 @@ COLLECT_ABOVE_BYTES = 1 << 26
 # A host-mesh operand's blocks from this many bytes are handed to XLA:CPU in a form it uses in place
 # (shared by every device holding the block); smaller ones it copies, sooner than opbyop could align them.
 IN_PLACE_ABOVE_BYTES = 1 << 20
-
-
-def opbyop_xla_flags() -> str:
-    return environment().xla_flags
 
 
 class XlaCpu:
@@ -203,8 +201,6 @@ class XlaCpu:
 
     def _result_shapes(self, module_text: str) -> list[tuple[int, ...]]:
         if self._ir_context is None:
-            from opbyop.ir.context import make_context
-
             self._ir_context = make_context()
         return result_shapes(module_text, self._ir_context)
 
@@ -253,9 +249,6 @@ def result_shapes(module_text: str, context: object | None = None) -> list[tuple
     """The global shapes @main returns (a host-mesh run gets only per-device shards back), parsed in
     `context` (an MLIR context that knows StableHLO and Shardy) or a new one."""
     from jaxlib.mlir import ir
-
-    from opbyop.ir.context import make_context
-    from opbyop.ir.rewrite import main_func
 
     with context or make_context():
         module = ir.Module.parse(module_text)

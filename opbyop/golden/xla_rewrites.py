@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from jaxlib.mlir import ir
 
+from opbyop.ir.context import make_context
+
 BROADCAST = "stablehlo.collective_broadcast"
 
 
@@ -17,7 +19,6 @@ def for_xla_cpu(module_text: str) -> str:
     """`module_text` with the ops XLA:CPU lacks rewritten; unchanged when it has none."""
     if "collective_broadcast" not in module_text:
         return module_text
-    from opbyop.ir.context import make_context
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(module_text)

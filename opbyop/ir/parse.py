@@ -18,6 +18,7 @@ import numpy as np
 from jaxlib.mlir import ir
 
 from opbyop.errors import ModuleError
+from opbyop.ir.context import make_context
 
 # Real modules nest a few levels (the zoo's: at most 7); MLIR's parser dies at about 5,000 nested regions.
 MAX_NESTING = 1_000
@@ -138,8 +139,6 @@ def _line_col(loc: ir.Location) -> str:
 
 def _bytecode_child(name: str) -> int:
     """`python -m opbyop.ir.parse NAME`: bytecode on stdin -> text on stdout (exit 2 with the error)."""
-    from opbyop.ir.context import make_context
-
     data = sys.stdin.buffer.read()
     try:
         with make_context() as ctx:

@@ -13,6 +13,9 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func, stablehlo
 
 from opbyop.errors import ModuleError
+from opbyop.ir.context import make_context
+from opbyop.ir.harness import HARNESS_PREFIXES
+from opbyop.ir.parse import parse_module
 
 
 def main_func(module: ir.Module, name: str = "<module>") -> ir.Operation:
@@ -149,8 +152,6 @@ def check_static_shapes(main: ir.Operation, name: str = "<module>") -> None:
 def strip_harness_checks(main: ir.Operation) -> int:
     """Replace test-harness checks (`custom_call @check.*(%actual, %expected)`) by what they check:
     @main returns %actual where it returned the check's verdict; returns how many were removed."""
-    from opbyop.ir.harness import HARNESS_PREFIXES
-
     checks = [op for op in body_ops(main) if op.name == "stablehlo.custom_call"
               and ir.StringAttr(op.attributes["call_target_name"]).value.startswith(HARNESS_PREFIXES)]
     if not checks:
@@ -196,9 +197,6 @@ def _unused(value: ir.Value) -> bool:
 def rewritten_text(source: str | bytes, name: str = "<module>") -> str:
     """The whole module as the compiler should see it: constants rewritten, calls inlined, test-harness
     checks replaced by the values they check."""
-    from opbyop.ir.context import make_context
-    from opbyop.ir.parse import parse_module
-
     ctx = make_context()
     with ctx, ir.Location.unknown(ctx):
         module = parse_module(source, ctx, name)

@@ -16,6 +16,7 @@ from jaxlib.mlir import ir, passmanager
 
 from opbyop.compiler.boards import mesh_boards
 from opbyop.errors import ModuleError
+from opbyop.ir.context import make_context
 
 PROPAGATION = "builtin.module(sdy-propagation-pipeline)"
 SHARDING = "sdy.sharding"
@@ -82,8 +83,6 @@ def text_of(sharding: ir.Attribute | None) -> str:
 def strip_shardings(text: str, what: str) -> str:
     """`text` for one device: no mesh, no shardings, one partition (the explicit --unshard choice).
     A shard_map body (sdy.manual_computation) has per-device shapes and cannot be made global."""
-    from opbyop.ir.context import make_context
-
     with make_context():
         module = ir.Module.parse(text)
         manual: list[str] = []

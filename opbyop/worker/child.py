@@ -13,9 +13,17 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from opbyop.analysis import OpAnalyzer, WholeModel, describe_exception
+from opbyop.compiler.plugin import TTCompiler
+from opbyop.compiler.system_desc import plugin_version
+from opbyop.device.simulator import DeviceSimulator
+from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.environment import environment
+from opbyop.golden.xla_cpu import XlaCpu
+from opbyop.jaxenv import prepare_jax
 from opbyop.worker import faults
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
+from opbyop.workspace import Workspace
 
 
 def _limit_memory(extra: int) -> None:
@@ -32,18 +40,9 @@ def _limit_memory(extra: int) -> None:
 
 
 def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:
-    from opbyop.jaxenv import prepare_jax
-
     prepare_jax(system_desc)
-    from opbyop.analysis import OpAnalyzer, WholeModel, describe_exception
-    from opbyop.compiler.plugin import TTCompiler
-    from opbyop.compiler.system_desc import plugin_version
-    from opbyop.device.simulator import DeviceSimulator
-    from opbyop.device.ttsim.backend import TtsimBackend
-    from opbyop.golden.xla_cpu import XlaCpu
 
     scratch = workspace / "scratch" / f"child-{os.getpid()}"
-    from opbyop.workspace import Workspace
 
     home = Workspace(workspace)
     analyzer = faults.injected(OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(),

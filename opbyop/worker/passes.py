@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from opbyop.artifacts import ArtifactStore
 from opbyop.atomic import write_text
@@ -28,6 +29,8 @@ TIMING_ENV = {"TTXLA_MLIR_PASS_TIMING": "1"}
 # The statuses whose compile stopped in the compiler, with how the original compile ended.
 PASS_STATUSES = {Status.COMPILE_FAILED: PassOutcome.FAILED, Status.CRASHED: PassOutcome.DIED,
                  Status.TIMEOUT: PassOutcome.HUNG}
+# Builds the side child's worker: opbyop.worker.process passes its OpWorker in (it imports this module).
+Spawn = Callable[..., Any]
 _LOG_LIMIT = 64 << 20  # the verbose log is emptied past this size: only the last compile's part is read
 
 
@@ -41,10 +44,8 @@ class SideChild:
     at load), whose log is read compile by compile. Started in the background (warm), replaced in
     the background when an op kills or hangs it."""
 
-    def __init__(self, system_desc: Path, workspace: Path, chip: str, name: str, env: dict[str, str]):
-        from opbyop.worker.process import OpWorker
-
-        self.worker = OpWorker(system_desc, workspace, chip=chip, name=name, env=env)
+    def __init__(self, spawn: Spawn, system_desc: Path, workspace: Path, chip: str, name: str, env: dict[str, str]):
+        self.worker = spawn(system_desc, workspace, chip=chip, name=name, env=env)
         self._lock = threading.Lock()  # the log offset and the request belong together
         self._starting: threading.Thread | None = None  # starts the child while other ops run
 
@@ -98,8 +99,9 @@ class SideChild:
 class PassFinder(SideChild):
     """A worker's verbose compile child."""
 
-    def __init__(self, system_desc: Path, workspace: Path, chip: str, name: str, env: dict[str, str] | None = None):
-        super().__init__(system_desc, workspace, chip, f"{name}-verbose", {**(env or {}), **VERBOSE_ENV})
+    def __init__(self, spawn: Spawn, system_desc: Path, workspace: Path, chip: str, name: str,
+                 env: dict[str, str] | None = None):
+        super().__init__(spawn, system_desc, workspace, chip, f"{name}-verbose", {**(env or {}), **VERBOSE_ENV})
         self.artifacts = ArtifactStore(Path(workspace) / "artifacts")
 
     def find(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str = "",
@@ -127,8 +129,9 @@ class PassFinder(SideChild):
 class PassTimer(SideChild):
     """A worker's pass-timing compile child (TTXLA_MLIR_PASS_TIMING=1: MLIR's timing reports)."""
 
-    def __init__(self, system_desc: Path, workspace: Path, chip: str, name: str, env: dict[str, str] | None = None):
-        super().__init__(system_desc, workspace, chip, f"{name}-timing", {**(env or {}), **TIMING_ENV})
+    def __init__(self, spawn: Spawn, system_desc: Path, workspace: Path, chip: str, name: str,
+                 env: dict[str, str] | None = None):
+        super().__init__(spawn, system_desc, workspace, chip, f"{name}-timing", {**(env or {}), **TIMING_ENV})
 
     def time(self, op: UniqueOp, settings: AnalysisSettings, timeout: float, tag: str = "") -> PassTiming | None:
         """Each pass's time in a compile of `op`; None when the compile printed no report (it

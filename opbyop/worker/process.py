@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
+from opbyop.frontends.values import write_values as write
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.op_memory import op_memory_message
 from opbyop.records import FailedPass, OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
@@ -203,12 +204,12 @@ class OpWorker:
 
     def _pass_timer(self) -> PassTimer:
         if self._timer is None:
-            self._timer = PassTimer(self.system_desc, self.workspace, self.chip, self.name, self.env)
+            self._timer = PassTimer(OpWorker, self.system_desc, self.workspace, self.chip, self.name, self.env)
         return self._timer
 
     def _pass_finder(self) -> PassFinder:
         if self._passes is None:
-            self._passes = PassFinder(self.system_desc, self.workspace, self.chip, self.name, self.env)
+            self._passes = PassFinder(OpWorker, self.system_desc, self.workspace, self.chip, self.name, self.env)
         return self._passes
 
     def close_passes(self) -> None:
@@ -364,8 +365,6 @@ class OpWorker:
 def write_values(graph: ModelGraph, path: Path) -> Path:
     """The arrays a whole-model run needs as one npz (frontends.values: arguments without a value
     travel as their description and are drawn in the worker)."""
-    from opbyop.frontends.values import write_values as write
-
     return write(graph, path)
 
 

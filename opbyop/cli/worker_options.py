@@ -1,0 +1,72 @@
+"""The options and the warm compiler worker that the one-op and one-model commands share (compile, run,
+repro, decode, shrink, image)."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+import typer
+
+from opbyop.cli.app import MathFidelity, fail, positive_seconds
+from opbyop.compiler.boards import chip_help
+from opbyop.compiler.system_desc import resolve
+from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, load_thresholds
+from opbyop.errors import OpbyopError
+from opbyop.worker.process import OpWorker, WorkerStartError
+from opbyop.workspace import Workspace
+
+ChipOption = typer.Option("p150", "--chip", help=chip_help())
+OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
+Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
+Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")
+Timeout = typer.Option(120.0, "--timeout", callback=positive_seconds, help="seconds per op (above 0)")
+
+
+def worker_name(kind: str) -> str:
+    """A worker name no other process uses: its scratch and $TMPDIR are its own, so any number of
+    commands may share one OPBYOP_HOME (two `cli` workers once deleted each other's descriptor)."""
+    return f"{kind}-{os.getpid()}"
+
+
+@contextmanager
+def worker_errors() -> Iterator[None]:
+    """A compiler worker that cannot start becomes an OpbyopError naming the descriptor to check."""
+    try:
+        yield
+    except WorkerStartError as e:
+        first = str(e).strip().splitlines()
+        raise OpbyopError(f"the compiler worker could not start: {' | '.join(first[-3:])}",
+                          "check the chip's descriptor with `opbyop system-desc CHIP` (the worker's log is in "
+                          "OPBYOP_HOME/logs)") from None
+
+
+def stored_op(op: str, chip: str):
+    """(workspace, the stored op, the chip's descriptor) for a command on one stored op; fails with the fix."""
+    workspace = Workspace.default()
+    try:
+        return workspace, workspace.ops.get(op), resolve(chip)
+    except (KeyError, ValueError) as e:
+        fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
+    except OpbyopError as e:
+        fail(e)
+
+
+@contextmanager
+def cli_worker(workspace, desc, kind: str) -> Iterator:
+    """One warm OpWorker of this command (its own name and scratch); failures to start fail the command."""
+    name = worker_name(kind)
+    try:
+        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
+            yield worker
+    except OpbyopError as e:
+        fail(e)
+
+
+def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None,
+                      run_device: bool, seed: int, device: DeviceOptions | None = None) -> AnalysisSettings:
+    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
+    options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
+    return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,
+                            run_golden=run_device, device=device or DeviceOptions())
