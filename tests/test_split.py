@@ -194,6 +194,7 @@ def make():
 """
 
 
+@pytest.mark.slow
 def test_an_op_whose_lowering_torch_mlir_finds_invalid_is_cut_out_by_its_location(tmp_path, monkeypatch):
     """Qwen3.5's rotary embedding writes strided slices (slice_scatter); torch-mlir's StableHLO for it
     fails its own verifier, naming no op but the location the exporter gave it."""

@@ -144,6 +144,7 @@ def test_f32_outputs_are_measured_in_units_in_the_last_place():
     assert agreement([a], [a[:2]]) == ("differ", None)
 
 
+@pytest.mark.slow
 def test_opbyop_run_with_device_ttsim_prints_how_ops_fared_there(tmp_path, workspace_root, ttsim_ready):
     path = tmp_path / "add.mlir"
     path.write_text(ADD_BF16)

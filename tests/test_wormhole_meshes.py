@@ -42,7 +42,7 @@ def test_a_run_on_a_wormhole_mesh_is_exported_at_the_wormhole_clock():
 
 def _cluster_yaml(board: str):
     from opbyop.compiler.assets import ensure_assets
-    from opbyop.compiler.targets import BOARDS, CLUSTER_DIR
+    from opbyop.compiler.system_desc import BOARDS, CLUSTER_DIR
 
     return ensure_assets() / CLUSTER_DIR / BOARDS[board].cluster_yaml
 

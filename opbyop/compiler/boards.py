@@ -113,7 +113,7 @@ def mesh_text(shape: tuple[int, int]) -> str:
 
 def chip_help() -> str:
     """What --chip accepts: every board, or a descriptor."""
-    return f"{', '.join(BOARDS)}, or a .ttsys path"
+    return f"{', '.join(BOARDS)}, or the path of a .ttsys system descriptor"
 
 
 def mesh_help(separator: str = "|") -> str:
