@@ -56,7 +56,8 @@ def test_the_trace_s_pcc_of_finite_values_is_the_golden_check_s_pcc():
     rng = np.random.default_rng(0)
     want = rng.standard_normal(100_000) * 50 + 1000  # a large mean: the centring must come first
     cases = [(want + rng.standard_normal(want.size) * s, want) for s in (1e-3, 1.0, 100.0)]
-    cases += [(-want, want), (np.full(8, 3.0), np.full(8, 3.0)), (np.full(8, 3.0), np.arange(8.0)), (want[:1], want[:1])]
+    cases += [(-want, want), (np.full(8, 3.0), np.full(8, 3.0)), (np.full(8, 3.0), np.arange(8.0)),
+              (want[:1], want[:1])]
     for got, expected in cases:
         assert finite_pcc(got, expected) == pytest.approx(pcc(got, expected), abs=1e-12)
 
