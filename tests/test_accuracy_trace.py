@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
 import numpy as np
 import pytest
 from core_fixtures import DATA
 
-from opbyop.accuracy_trace import TaggedModule, TraceObserver, finite_pcc, tag_module
+from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, finite_pcc, tag_module
+from opbyop.analysis import trace_references
 from opbyop.config import CompilerOptions
 from opbyop.device.program import Op
 from opbyop.golden.compare import pcc
@@ -72,3 +75,20 @@ def test_an_op_whose_device_value_holds_nan_is_compared_as_the_golden_check_comp
                 location='loc("opbyop.0"("x.py":1:1))'), [got])
     (point,) = observer.compare().values()
     assert point.pcc == pcc(got, want) == 0.0 and point.below_threshold and np.isnan(point.max_abs_error)
+
+
+def test_the_whole_model_s_seconds_include_what_its_accuracy_trace_added(worker, settings, mlp_graph):
+    result = worker.analyze_whole(mlp_graph, settings)
+    trace = result.accuracy_trace
+    assert result.status is Status.SUCCESS and trace.message is None and trace.points
+    assert 0 < trace.seconds <= result.seconds
+
+
+def test_an_xla_run_that_failed_leaves_the_model_untraced_and_says_why():
+    tagged = tag_module((DATA / "tanh_matmul_chain.mlir").read_text())
+    failed: Future = Future()
+    failed.set_exception(RuntimeError("out of host memory"))
+    observer, outputs, note = trace_references(failed, TraceObserver(tagged, {}, 0.99), tagged, None)
+    assert observer is None and outputs is None
+    trace = finish_trace(tagged, observer, note, 0.99)
+    assert not trace.points and "every intermediate" in trace.message and "out of host memory" in trace.message
