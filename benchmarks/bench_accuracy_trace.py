@@ -54,7 +54,7 @@ def main() -> None:
     figures.add("ratio (goal <= 1.5)", on / off)
     if trace is not None:
         figures.add("ops compared / traced by XLA:CPU", f"{len(trace.points)} / {trace.traced_ops}")
-        figures.add("trace's own s (XLA:CPU with every intermediate + comparisons)", trace.seconds)
+        figures.add("s the trace added (XLA:CPU's run left after the device's + comparisons)", trace.seconds)
         figures.add("first op below the threshold", f"{trace.first_below} {trace.first_below_op or ''}")
         figures.add("whole-model pcc", last["on"].pcc)
         if trace.message:
