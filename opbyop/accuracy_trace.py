@@ -5,7 +5,8 @@ Every op of @main gets a location of its own, `loc("opbyop.N"(<its own location>
 keeps locations from StableHLO down to TTNN, and the original stays inside). XLA:CPU runs a copy of
 the module whose @main also returns every op's result, beside the device's run. While the device
 runs the program, each TTNN op whose location names op N is kept; once it is done, the last such op
-of N is N's output on the device, compared with op N's value when it has op N's shape. Ops are then listed in model order (its depth).
+of N is N's output on the device, compared with op N's value when it has op N's shape. Ops are then
+listed in model order (its depth).
 On a mesh every chip's output is kept: a chip holding the whole value is compared with it (the worst
 chip counts), shards are assembled into the global value first (each dimension the chips hold
 smaller split over the mesh axis of that ratio).
