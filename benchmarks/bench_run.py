@@ -28,8 +28,8 @@ and the range (slowest - fastest; 0 for a single run) is the noise a verdict all
 missed when the current median exceeds it by more than that.
 Beside each: the machine's busy CPU seconds during the run (psutil.cpu_times, all processes). On 2
 cores a run cannot take less than half of them, whatever overlaps. The current implementation's phases
-(RunInfo.phases) and its whole-model run's seconds, with the accuracy trace's share of them (the
-models table's whole_s and whole_trace_s), are those of the median run.
+(RunInfo.phases) are those of the median run, and so are each implementation's whole-model seconds
+with the accuracy trace's share of them (the models table's whole_s and whole_trace_s).
 Exit status: 1 when a scenario asked for could not run (the table says why) or a goal was missed
 beyond the noise; 0 otherwise.
 """
@@ -416,15 +416,16 @@ def show(results: dict[str, dict[str, Measure]]) -> None:
     from flows.engine.phases import format_phases
 
     figures = Figures("opbyop analyze, wall seconds: median [fastest-slowest] of the repeats (2-core machine; same run)",
-                      ["scenario", "goal", "baseline", "current", "verdict (current)", "current's whole model s",
-                       "current's phases"])
+                      ["scenario", "goal", "baseline", "current", "verdict (current)",
+                       "whole model s, trace's share: baseline / current", "current's phases"])
     for scenario, goal in GOALS.items():
         baseline, current = results.get("baseline", {}).get(scenario), results.get("current", {}).get(scenario)
         if baseline is None and current is None:
             continue
         figures.add(scenario, "-" if goal is None else f"<= {goal:.0f}",
                     *("-" if m is None else m.cell() for m in (baseline, current)), verdict(goal, current)[0],
-                    current.whole_cell() if current else "", format_phases(current.phases) if current else "")
+                    " / ".join((m.whole_cell() if m else "") or "-" for m in (baseline, current)),
+                    format_phases(current.phases) if current else "")
     if NO_TREE in results.get("baseline", {}):
         figures.add(NO_TREE, "-", results["baseline"][NO_TREE].cell(), "", "could not run", "", "")
     figures.show()
