@@ -27,6 +27,10 @@ from opbyop.config import AnalysisSettings, load_thresholds  # noqa: E402
 from opbyop.frontends.loader import load_model  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
 
+# The worker child starts in a temporary directory: a relative PYTHONPATH (".") would let it import
+# whichever opbyop the environment installed instead of this checkout's.
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -39,7 +43,8 @@ def main() -> None:
     desc = resolve(args.chip)
     walls: dict[str, list[float]] = {"off": [], "on": []}
     last = {}
-    with tempfile.TemporaryDirectory() as tmp, OpWorker(desc.path, Path(tmp), chip=desc.chip, name="bench-trace") as w:
+    with tempfile.TemporaryDirectory() as tmp, OpWorker(desc.path, Path(tmp), chip=desc.chip, name="bench-trace",
+                                                       env={"PYTHONPATH": str(ROOT)}) as w:
         for _ in range(args.repeat):
             for mode in ("off", "on"):
                 settings = AnalysisSettings(thresholds=load_thresholds(), accuracy_trace=mode)
@@ -55,7 +60,7 @@ def main() -> None:
     figures.add("ratio (goal <= 1.5)", on / off)
     if trace is not None:
         figures.add("ops compared / traced by XLA:CPU", f"{len(trace.points)} / {trace.traced_ops}")
-        figures.add("trace's own s (XLA:CPU with every intermediate + comparisons)", trace.seconds)
+        figures.add("trace's own s (XLA:CPU with every intermediate, beside the device run, + comparisons)", trace.seconds)
         figures.add("first op below the threshold", f"{trace.first_below} {trace.first_below_op or ''}")
         figures.add("whole-model pcc", last["on"].pcc)
         if trace.message:

@@ -1,7 +1,7 @@
-"""What one `opbyop analyze` costs end to end: this checkout against a baseline revision, in the same run.
+"""What one `opbyop analyze` costs end to end, now and before, in the same run, against its goals.
 
     .venv/bin/python benchmarks/bench_run.py [--scenarios mlp resnet50 bert-base zoo] [--baseline-ref REF]
-                                             [--repeat N]
+                                             [--repeat N] [--no-baseline]
 
 Two implementations of the orchestration side by side, on the same machine, one after the other:
   baseline  the whole product as of --baseline-ref (default: BASELINE_REF, a revision without the orchestration's
@@ -14,17 +14,24 @@ Scenarios (wall time of the whole command, from the shell's point of view):
   mlp, existing server       the same, with a Prefect server already running (PREFECT_API_URL)
   mlp, resident              a Prefect server and a Dask cluster already running (PREFECT_API_URL,
                              OPBYOP_DASK_ADDRESS: a deployment's shape), after one untimed run on them
-  <model>, opbyop serve      the current tree only (the baseline has no such command): `opbyop serve`
-                             running in the workspace, after one untimed mlp run on it; each model
-                             with --no-reuse
+  <model>, opbyop serve      `opbyop serve` running in the workspace, after one untimed mlp run on
+                             it; each model with --no-reuse. The command is looked up in the tree's
+                             CLI (whichever module registers it), not by a file's path; a baseline
+                             older than the command has no such rows (it prints why)
   zoo                        cold: every zoo model in one run, with a fresh OPBYOP_HOME, PREFECT_HOME
                              and OPBYOP_CACHE_DIR (descriptor, exports, executables, database: none)
-Goals: warm mlp <= 8 s, resnet50 <= 30 s, bert-base <= 30 s, zoo cold <= 5 min.
-Every warm scenario runs --repeat times (default 3) in a row: the median is shown with the range.
+Goals, the accuracy trace on (its default): with `opbyop serve` mlp <= 8 s, resnet50 <= 30 s, bert-base
+<= 30 s; zoo cold <= 5 min. The other rows have none: on 2 cores a CLI run that starts its own server
+and cluster cannot reach the mlp goal.
+Every warm scenario runs --repeat times (default 3) in a row: the median is shown with the range,
+and the range (slowest - fastest; 0 for a single run) is the noise a verdict allows: a goal is
+missed when the current median exceeds it by more than that.
 Beside each: the machine's busy CPU seconds during the run (psutil.cpu_times, all processes). On 2
-cores a run cannot take less than half of them, whatever overlaps: that is why a CLI run that starts
-its own server and cluster cannot reach the mlp goal here. The current implementation's phases
-(RunInfo.phases, of the median run) are printed beside its times.
+cores a run cannot take less than half of them, whatever overlaps. The current implementation's phases
+(RunInfo.phases) are those of the median run, and so are each implementation's whole-model seconds
+with the accuracy trace's share of them (the models table's whole_s and whole_trace_s).
+Exit status: 1 when a scenario asked for could not run (the table says why) or a goal was missed
+beyond the noise; 0 otherwise.
 """
 
 from __future__ import annotations
@@ -41,15 +48,20 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import psutil
 from common import Figures, console
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-BASELINE_REF = "4770261^"  # the orchestration without its fixed-cost savings
-GOALS = {"mlp": 8.0, "mlp, existing server": 8.0, "mlp, resident": 8.0, "mlp, opbyop serve": 8.0, "resnet50": 30.0,
-         "resnet50, opbyop serve": 30.0, "bert-base": 30.0, "bert-base, opbyop serve": 30.0, "zoo": 300.0}
+BASELINE_REF = "4770261^"  # the commit before the orchestration's fixed-cost work
+# Every row, in the table's order, with its goal in wall seconds (None: measured, no goal).
+GOALS: dict[str, float | None] = {
+    "mlp": None, "mlp, existing server": None, "mlp, resident": None, "mlp, opbyop serve": 8.0, "resnet50": None,
+    "resnet50, opbyop serve": 30.0, "bert-base": None, "bert-base, opbyop serve": 30.0, "zoo": 300.0}
+SERVED = ("mlp", "resnet50", "bert-base")
+NO_TREE = "the baseline's tree"  # the row of a --baseline-ref that could not be checked out
 
 
 @dataclass
@@ -60,6 +72,18 @@ class Measure:
     load: float = 0.0  # the machine's 1-minute load average at the end (others' work shows here)
     cpu: float = 0.0  # busy CPU seconds of the whole machine during the run
     spread: tuple[float, float] | None = None  # (fastest, slowest) of repeated runs
+    whole_s: float | None = None  # the run's whole-model seconds (models.whole_s, summed over its models)
+    trace_s: float | None = None  # of which the accuracy trace's (models.whole_trace_s)
+
+    @property
+    def noise(self) -> float:
+        return self.spread[1] - self.spread[0] if self.spread else 0.0
+
+    def whole_cell(self) -> str:
+        if self.whole_s is None:
+            return ""
+        share = f" ({self.trace_s / self.whole_s:.0%})" if self.trace_s is not None and self.whole_s > 0 else ""
+        return f"{self.whole_s:.1f}" + ("" if self.trace_s is None else f", trace {self.trace_s:.1f}{share}")
 
     def cell(self) -> str:
         if self.seconds is None:
@@ -118,10 +142,22 @@ def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_i
     try:
         from storage.dataset import Store
 
-        measure.phases = Store(home / "store").run(run_id).phases
+        store = Store(home / "store")
+        measure.phases = store.run(run_id).phases
+        models = store.read_table("models", run_id)
+        measure.whole_s = _total(models, "whole_s")
+        measure.trace_s = _total(models, "whole_trace_s")
     except Exception:  # the baseline records none
         pass
     return measure
+
+
+def _total(table, column: str) -> float | None:  # noqa: ANN001  (a pyarrow Table)
+    """The column's sum over the models that have it; None when none does (or the table has no such column)."""
+    if column not in table.column_names:
+        return None
+    values = [v for v in table.column(column).to_pylist() if v is not None]
+    return sum(values) if values else None
 
 
 LOGS = Path(tempfile.gettempdir()) / "bench-run-logs"
@@ -191,6 +227,26 @@ def start_cluster(tree: Path, work: Path) -> tuple[subprocess.Popen, str]:
     return proc, json.loads(line)["address"]
 
 
+_HAS_COMMAND = """
+import sys
+from opbyop.cli.main import build_app
+names = {c.name or c.callback.__name__.replace("_", "-") for c in build_app().registered_commands}
+sys.exit(0 if sys.argv[1] in names else 3)
+"""
+
+
+def missing_command(tree: Path, command: str) -> str | None:
+    """Why `opbyop <command>` cannot run from `tree` (None: its CLI has it). Asked of the tree's own
+    CLI, as `opbyop` builds it (its commands and its plugins'), so the command is found wherever it lives."""
+    proc = subprocess.run([sys.executable, "-c", _HAS_COMMAND, command], cwd=tree, env=clean_env(PYTHONPATH=str(tree)),
+                          capture_output=True, text=True, timeout=300)
+    if proc.returncode == 0:
+        return None
+    if proc.returncode == 3:
+        return f"`opbyop {command}` is not a command of {tree.name}'s CLI"
+    return f"{tree.name}'s CLI could not be imported: {failure_line(proc.stdout + proc.stderr)}"
+
+
 def start_service(tree: Path, home: Path, prefect_home: Path, work: Path) -> subprocess.Popen:
     """`opbyop serve` of `tree` for the workspace `home`, once it serves."""
     log = work / f"{tree.name}-serve.log"
@@ -206,18 +262,36 @@ def start_service(tree: Path, home: Path, prefect_home: Path, work: Path) -> sub
     return proc
 
 
-def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int, out: dict[str, Measure]) -> None:
-    """Fills `out` scenario by scenario (what was measured survives a scenario that breaks)."""
+def attempt(out: dict[str, Measure], rows: list[str], body: Callable[[], None]) -> None:
+    """`body` fills `rows` of `out`; a row it could not fill says why (a scenario that breaks stops
+    only itself: the next one still runs, and main() fails the benchmark)."""
+    try:
+        body()
+    except Exception as e:
+        why = f"{type(e).__name__}: {e}"
+        for row in rows:
+            if row not in out:
+                out[row] = Measure(error=why)
+    for row in rows:
+        out.setdefault(row, Measure(error="not measured: the scenario ended before it"))
+
+
+def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int, out: dict[str, Measure],
+        need_serve: bool) -> None:
+    """Fills `out` scenario by scenario. A tree without `opbyop serve` fails its serve rows when
+    `need_serve`, else (a baseline older than the command) it has none, and says so."""
     home, prefect_home = work / f"{name}-home", work / f"{name}-prefect"
-    warm = [m for m in ("mlp", "resnet50", "bert-base") if m in scenarios]
-    if warm:
+    warm = [m for m in SERVED if m in scenarios]
+
+    def warm_runs() -> None:
         console.print(f"{name}: filling the caches (untimed run of {' '.join(warm)}) ...")
         analyze(tree, warm, home, prefect_home, "bench-warm")
-    for model in warm:
-        console.print(f"{name}: {model} (warm) ...")
-        out[model] = repeated(times, lambda i: analyze(tree, [model], home, prefect_home, f"bench-{model}-{i}",
-                                                       "--no-reuse"))
-    if "mlp" in scenarios:
+        for model in warm:
+            console.print(f"{name}: {model} (warm) ...")
+            out[model] = repeated(times, lambda i: analyze(tree, [model], home, prefect_home, f"bench-{model}-{i}",
+                                                           "--no-reuse"))
+
+    def existing_server() -> None:
         console.print(f"{name}: mlp with an existing Prefect server ...")
         server, url = start_server(prefect_home)
         try:
@@ -226,42 +300,65 @@ def run(tree: Path, name: str, scenarios: list[str], work: Path, times: int, out
         finally:
             server.terminate()
             server.wait(timeout=60)
-    if "mlp" in scenarios:
+
+    def resident() -> None:
         console.print(f"{name}: mlp with a Prefect server and a Dask cluster already running ...")
         server, url = start_server(prefect_home)
-        cluster, address = start_cluster(tree, work)
         try:
-            resident = {"PREFECT_API_URL": url, "OPBYOP_DASK_ADDRESS": address}
-            analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-resident-warm", "--no-reuse", **resident)
+            cluster, address = start_cluster(tree, work)
+        except Exception:
+            server.terminate()
+            raise
+        try:
+            env = {"PREFECT_API_URL": url, "OPBYOP_DASK_ADDRESS": address}
+            analyze(tree, ["mlp"], home, prefect_home, "bench-mlp-resident-warm", "--no-reuse", **env)
             out["mlp, resident"] = repeated(times, lambda i: analyze(
-                tree, ["mlp"], home, prefect_home, f"bench-mlp-resident-{i}", "--no-reuse", **resident))
+                tree, ["mlp"], home, prefect_home, f"bench-mlp-resident-{i}", "--no-reuse", **env))
         finally:
             for proc in (cluster, server):
                 proc.terminate()
                 proc.wait(timeout=60)
-    served = [m for m in ("mlp", "resnet50", "bert-base") if m in scenarios]
-    if served and (tree / "flows" / "serve.py").exists():
-        console.print(f"{name}: {' '.join(served)} with `opbyop serve` running ...")
+
+    def served_runs() -> None:
+        if missing is not None:
+            raise RuntimeError(missing)
+        console.print(f"{name}: {' '.join(warm)} with `opbyop serve` running ...")
         service = start_service(tree, home, prefect_home, work)
         try:
             analyze(tree, ["mlp"], home, prefect_home, "bench-serve-warm", "--no-reuse")
-            for model in served:
+            for model in warm:
                 out[f"{model}, opbyop serve"] = repeated(times, lambda i: analyze(
                     tree, [model], home, prefect_home, f"bench-{model}-serve-{i}", "--no-reuse"))
         finally:  # SIGTERM, as systemd stops it (SIGINT is ignored when this script runs in the background)
             service.terminate()
             service.wait(timeout=120)
-    if "zoo" in scenarios:
+
+    def zoo() -> None:
         from opbyop.config import load_zoo
 
         console.print(f"{name}: the whole zoo, cold ...")
         out["zoo"] = analyze(tree, [m.name for m in load_zoo().small()], work / f"{name}-zoo",
                              work / f"{name}-zoo-prefect", "bench-zoo", OPBYOP_CACHE_DIR=str(work / f"{name}-zoo-cache"))
 
+    if warm:
+        attempt(out, warm, warm_runs)
+    if "mlp" in scenarios:
+        attempt(out, ["mlp, existing server"], existing_server)
+        attempt(out, ["mlp, resident"], resident)
+    if warm:
+        missing = missing_command(tree, "serve")
+        if missing is None or need_serve:
+            attempt(out, [f"{m}, opbyop serve" for m in warm], served_runs)
+        else:
+            console.print(f"{name}: no `opbyop serve` rows: {missing}")
+    if "zoo" in scenarios:
+        attempt(out, ["zoo"], zoo)
 
-def main() -> None:
+
+def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--scenarios", nargs="*", default=["mlp", "resnet50", "bert-base", "zoo"])
+    parser.add_argument("--scenarios", nargs="*", default=["mlp", "resnet50", "bert-base", "zoo"],
+                        choices=[*SERVED, "zoo"])
     parser.add_argument("--baseline-ref", default=BASELINE_REF)
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each warm scenario (the median is shown)")
@@ -270,31 +367,70 @@ def main() -> None:
     results: dict[str, dict[str, Measure]] = {"baseline": {}, "current": {}}
     try:
         if not args.no_baseline:
-            run(baseline_tree(args.baseline_ref, work), "baseline", args.scenarios, work, args.repeat,
-                results["baseline"])
-        run(ROOT, "current", args.scenarios, work, args.repeat, results["current"])
+            try:
+                tree = baseline_tree(args.baseline_ref, work)
+            except subprocess.CalledProcessError as e:
+                why = e.stderr.decode().strip()[:200] if e.stderr else str(e)
+                results["baseline"][NO_TREE] = Measure(error=f"no tree at {args.baseline_ref}: {why}")
+            else:
+                run(tree, "baseline", args.scenarios, work, args.repeat, results["baseline"], need_serve=False)
+        run(ROOT, "current", args.scenarios, work, args.repeat, results["current"], need_serve=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-        show(results)  # what was measured, also when a scenario broke (its traceback follows)
+        show(results)  # what was measured, also when the benchmark itself broke (its traceback follows)
+    failures = verdicts(results)
+    for line in failures:
+        console.print(f"FAILED: {line}")
+    return 1 if failures else 0
+
+
+def verdict(goal: float | None, m: Measure | None) -> tuple[str, bool]:
+    """(what the row says of its goal, whether the benchmark fails for it)."""
+    if m is None:
+        return "-", False
+    if m.seconds is None:
+        return "could not run", True
+    if goal is None:
+        return "", False
+    over = m.seconds - goal
+    if over <= 0:
+        return f"met ({-over:.1f} s to spare)", False
+    if over <= m.noise:
+        return f"missed by {over:.1f} s, within the noise ({m.noise:.1f} s)", False
+    return f"MISSED by {over:.1f} s (noise {m.noise:.1f} s)", True
+
+
+def verdicts(results: dict[str, dict[str, Measure]]) -> list[str]:
+    """Why the benchmark fails: each scenario that could not run, each goal missed beyond the noise."""
+    failures = []
+    for impl, rows in results.items():
+        for scenario, m in rows.items():
+            says, fails = verdict(GOALS.get(scenario) if impl == "current" else None, m)
+            if fails:
+                failures.append(f"{scenario} ({impl}): " + (m.error if m.seconds is None else f"{says}, goal "
+                                                            f"{GOALS[scenario]:.0f} s, median {m.seconds:.1f} s"))
+    return failures
 
 
 def show(results: dict[str, dict[str, Measure]]) -> None:
     from flows.engine.phases import format_phases
 
     figures = Figures("opbyop analyze, wall seconds: median [fastest-slowest] of the repeats (2-core machine; same run)",
-                      ["scenario", "goal", "baseline", "current", "current's phases"])
-    for scenario in GOALS:
-        cells = []
-        for impl in ("baseline", "current"):
-            m = results.get(impl, {}).get(scenario)
-            cells.append("-" if m is None else m.cell())
-        current = results.get("current", {}).get(scenario)
-        if current is None and all(c == "-" for c in cells):
+                      ["scenario", "goal", "baseline", "current", "verdict (current)",
+                       "whole model s, trace's share: baseline / current", "current's phases"])
+    for scenario, goal in GOALS.items():
+        baseline, current = results.get("baseline", {}).get(scenario), results.get("current", {}).get(scenario)
+        if baseline is None and current is None:
             continue
-        figures.add(scenario, f"<= {GOALS[scenario]:.0f}", *cells, format_phases(current.phases) if current else "")
+        figures.add(scenario, "-" if goal is None else f"<= {goal:.0f}",
+                    *("-" if m is None else m.cell() for m in (baseline, current)), verdict(goal, current)[0],
+                    " / ".join((m.whole_cell() if m else "") or "-" for m in (baseline, current)),
+                    format_phases(current.phases) if current else "")
+    if NO_TREE in results.get("baseline", {}):
+        figures.add(NO_TREE, "-", results["baseline"][NO_TREE].cell(), "", "could not run", "", "")
     figures.show()
 
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
-    main()
+    sys.exit(main())

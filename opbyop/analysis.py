@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -203,29 +204,35 @@ class OpAnalyzer:
         progress("device_run")
         self.configure_device(settings)
         values, references = model.load_values(settings.seed)
-        binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
-        device = self.device.device_for(binary.program.spec)
-        device.memory.reset_peaks()
-        observer, xla_outputs, trace_note = self._trace_observer(plan, values, trace_note,
-                                                                 settings.thresholds.for_dtype("f32").pcc,
-                                                                 binary.program.mesh_shape)
-        try:
-            run = run_stitched(device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text,
-                               observer=observer, topology=self.device.topology)
-        except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
-            message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
-            status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
-            return WholeModelResult(status=status, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
-                                    message=message, compile=outcome, device=getattr(e, "run", None),
-                                    seconds=time.perf_counter() - started)
-        finally:
-            device.release_constants()
+        threshold = settings.thresholds.for_dtype("f32").pcc
+        # XLA:CPU's run with every intermediate, beside the device's (it leaves the GIL): with a core
+        # free the run waits only for what is left of it when the device is done
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-golden") as pool:
+            golden = pool.submit(_timed, self.golden.run, plan.all_outputs_text, values, plan.key) if plan else None
+            binary = Binary.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
+            device = self.device.device_for(binary.program.spec)
+            device.memory.reset_peaks()
+            observer = TraceObserver(plan, {}, threshold, binary.program.mesh_shape) if plan else None
+            try:
+                run = run_stitched(device, binary, values, model.parameters, model.iterations,
+                                   stablehlo=model.module_text, observer=observer,
+                                   topology=self.device.topology)
+            except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
+                message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
+                status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
+                return WholeModelResult(status=status, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
+                                        message=message, compile=outcome, device=getattr(e, "run", None),
+                                        seconds=time.perf_counter() - started)
+            finally:
+                device.release_constants()
+            observer, xla_outputs, trace_note = trace_references(golden, observer, plan, trace_note)
         steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(  # a mesh run has its chips' peaks
             update={"peak_dram_bytes": device.memory.peak_dram, "peak_l1_bytes": device.memory.peak_l1_per_core})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
-                                  iterations=run.iterations, seconds=time.perf_counter() - started)
+                                  iterations=run.iterations)
         progress("golden")
-        result.accuracy_trace = finish_trace(plan, observer, trace_note, settings.thresholds.for_dtype("f32").pcc)
+        result.accuracy_trace = finish_trace(plan, observer, trace_note, threshold)
+        result.seconds = time.perf_counter() - started  # the trace's comparisons included
         if not references and xla_outputs is not None:  # XLA:CPU already ran the module, for the trace
             references, result.reference = xla_outputs, "XLA:CPU"
         if not references:  # a StableHLO file: XLA:CPU runs the same module on the same values
@@ -248,7 +255,6 @@ class OpAnalyzer:
             result.message = f"output differs from the {result.reference}'s: {verdict(comparison)}"
         return result
 
-
     def _whole_on_ttsim(self, binary: Binary, values: list[np.ndarray], references: list[np.ndarray],
                         dtypes: list[str], settings: AnalysisSettings) -> TtsimRun:
         """The whole program run once on ttsim, its outputs held against the model's reference."""
@@ -261,21 +267,26 @@ class OpAnalyzer:
             ttsim.run.pcc = compare(outputs, references, dtypes, settings.thresholds).pcc
         return ttsim.run
 
-    def _trace_observer(self, plan: TaggedModule | None, values: list[np.ndarray], note: str | None,
-                        threshold: float, mesh_shape: tuple[int, int] = (1, 1),
-                        ) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
-        """XLA:CPU's value of every op of the model (for the accuracy trace), as an executor observer;
-        also the module's own outputs from that run."""
-        if plan is None:
-            return None, None, note
-        started = time.perf_counter()
-        try:
-            everything = self.golden.run(plan.all_outputs_text, values, key=plan.key)
-        except Exception as e:  # no trace, the whole-model run goes on
-            return None, None, f"XLA:CPU could not run the model with every intermediate: {type(e).__name__}: {e}"
-        observer = TraceObserver(plan, references_by_op(plan, everything), threshold, mesh_shape)
-        observer.seconds = time.perf_counter() - started
-        return observer, everything[:plan.outputs], None
+def trace_references(golden: Future | None, observer: TraceObserver | None, plan: TaggedModule | None,
+                     note: str | None) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
+    """The observer given XLA:CPU's value of every op of the model (`golden`'s run, waited for), and
+    the module's own outputs from that run; no observer when XLA:CPU failed (the note says why).
+    The run's seconds count as the trace's, overlapped or not: on a busy machine they are CPU the
+    device's run did not get."""
+    if golden is None or observer is None or plan is None:
+        return None, None, note
+    try:
+        everything, seconds = golden.result()
+    except Exception as e:  # no trace, the whole-model run goes on
+        return None, None, f"XLA:CPU could not run the model with every intermediate: {type(e).__name__}: {e}"
+    observer.references = references_by_op(plan, everything)
+    observer.seconds = seconds
+    return observer, everything[:plan.outputs], None
+
+
+def _timed(run: Callable[..., list[np.ndarray]], *args: object) -> tuple[list[np.ndarray], float]:
+    started = time.perf_counter()
+    return run(*args), time.perf_counter() - started
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
 from core_fixtures import DATA
 
-from opbyop.accuracy_trace import tag_module
+from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, finite_pcc, tag_module
+from opbyop.analysis import trace_references
 from opbyop.config import CompilerOptions
+from opbyop.device.program import Op
+from opbyop.golden.compare import pcc
 from opbyop.records import Status
 
 
@@ -46,3 +53,42 @@ def test_a_fused_activation_is_compared_with_the_op_it_computes(worker, settings
 
 def test_the_trace_can_be_turned_off(worker, settings, mlp_graph):
     assert worker.analyze_whole(mlp_graph, settings.model_copy(update={"accuracy_trace": "off"})).accuracy_trace is None
+
+
+def test_the_trace_s_pcc_of_finite_values_is_the_golden_check_s_pcc():
+    rng = np.random.default_rng(0)
+    want = rng.standard_normal(100_000) * 50 + 1000  # a large mean: the centring must come first
+    cases = [(want + rng.standard_normal(want.size) * s, want) for s in (1e-3, 1.0, 100.0)]
+    cases += [(-want, want), (np.full(8, 3.0), np.full(8, 3.0)), (np.full(8, 3.0), np.arange(8.0)),
+              (want[:1], want[:1])]
+    for got, expected in cases:
+        assert finite_pcc(got, expected) == pytest.approx(pcc(got, expected), abs=1e-12)
+
+
+def test_an_op_whose_device_value_holds_nan_is_compared_as_the_golden_check_compares_it():
+    want = np.random.default_rng(1).standard_normal((16, 32)).astype(np.float32)
+    got = want.copy()
+    got[3, 4] = np.nan
+    tagged = TaggedModule(text="", all_outputs_text="", ops={0: ("stablehlo.add", want.shape, "x.py:1")}, traced=[0])
+    observer = TraceObserver(tagged, {0: want}, 0.99)
+    observer(Op(name="ttnn.add", operands=[0], results=[1], operand_types=[None], result_types=[None], attrs={},
+                location='loc("opbyop.0"("x.py":1:1))'), [got])
+    (point,) = observer.compare().values()
+    assert point.pcc == pcc(got, want) == 0.0 and point.below_threshold and np.isnan(point.max_abs_error)
+
+
+def test_the_whole_model_s_seconds_include_what_its_accuracy_trace_added(worker, settings, mlp_graph):
+    result = worker.analyze_whole(mlp_graph, settings)
+    trace = result.accuracy_trace
+    assert result.status is Status.SUCCESS and trace.message is None and trace.points
+    assert 0 < trace.seconds <= result.seconds  # XLA:CPU's run (beside the device's) and the comparisons
+
+
+def test_an_xla_run_that_failed_leaves_the_model_untraced_and_says_why():
+    tagged = tag_module((DATA / "tanh_matmul_chain.mlir").read_text())
+    failed: Future = Future()
+    failed.set_exception(RuntimeError("out of host memory"))
+    observer, outputs, note = trace_references(failed, TraceObserver(tagged, {}, 0.99), tagged, None)
+    assert observer is None and outputs is None
+    trace = finish_trace(tagged, observer, note, 0.99)
+    assert not trace.points and "every intermediate" in trace.message and "out of host memory" in trace.message
