@@ -47,6 +47,7 @@ class TtsimRunner:
         self._buffer = b""
         self._ended = False  # the runner closed its end of the reply pipe
         self.started_s = 0.0  # the last start's time (opening the device, building firmware once)
+        self.refused: str | None = None  # why the device did not open, once it did not
 
     @property
     def alive(self) -> bool:
@@ -79,10 +80,13 @@ class TtsimRunner:
     def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float) -> TtsimResult:
         """The program's outputs on ttsim, or the outcome that stopped it (never raises for the op's sake)."""
         started = time.perf_counter()
+        if self.refused is not None:  # the device did not open before: not tried again for every op
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self.refused))
         try:
             self.start()
         except TtsimUnavailable as e:
-            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=str(e)))
+            self.refused = str(e)
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self.refused))
         folder = self.scratch / f"ttsim-{os.getpid()}-{time.monotonic_ns()}"
         folder.mkdir(parents=True)
         try:

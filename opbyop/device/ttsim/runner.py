@@ -19,6 +19,7 @@ process's stderr. The device stays open between requests: kernels compile once p
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -31,8 +32,6 @@ import numpy as np
 
 def _link_sfpi(sfpi: str) -> None:
     """ttnn's kernel JIT looks for the RISC-V toolchain in its own package (it ships none)."""
-    import importlib.util
-
     spec = importlib.util.find_spec("ttnn")
     if spec is None or spec.origin is None or not sfpi:
         return
@@ -251,10 +250,6 @@ def _matmul(c: Ctx):
     return ttnn.matmul(c.args[0], c.args[1], **kw)
 
 
-def _pair(value) -> list[int]:
-    return _ints(value)
-
-
 CONV_CONFIG_KEYS = {"weights_dtype", "deallocate_activation", "reallocate_halo_output", "config_tensors_in_dram",
                     "act_block_h_override", "act_block_w_div", "reshard_if_not_optimal", "override_sharding_config",
                     "transpose_shards", "enable_act_double_buffer", "enable_weights_double_buffer", "full_inner_dim",
@@ -280,8 +275,8 @@ def _conv2d(c: Ctx):
     return ttnn.conv2d(input_tensor=c.args[0], weight_tensor=c.args[1], device=c.device,
                        in_channels=int(a["in_channels"]), out_channels=int(a["out_channels"]),
                        batch_size=int(a["batch_size"]), input_height=int(a["input_height"]),
-                       input_width=int(a["input_width"]), kernel_size=_pair(a["kernel_size"]),
-                       stride=_pair(a["stride"]), padding=_pair(a["padding"]), dilation=_pair(a["dilation"]),
+                       input_width=int(a["input_width"]), kernel_size=_ints(a["kernel_size"]),
+                       stride=_ints(a["stride"]), padding=_ints(a["padding"]), dilation=_ints(a["dilation"]),
                        groups=int(a["groups"]), bias_tensor=c.args[2] if len(c.args) > 2 else None,
                        conv_config=conv2d_config(a), compute_config=c.compute_config(), dtype=c.dtype(),
                        memory_config=c.mc())
@@ -290,8 +285,8 @@ def _conv2d(c: Ctx):
 def _max_pool2d(c: Ctx):
     a = c.attrs
     return ttnn.max_pool2d(c.args[0], int(a["batch_size"]), int(a["input_height"]), int(a["input_width"]),
-                           int(a["channels"]), _pair(a["kernel_size"]), _pair(a["stride"]), _pair(a["padding"]),
-                           _pair(a["dilation"]), ceil_mode=bool(a.get("ceil_mode", False)), memory_config=c.mc(),
+                           int(a["channels"]), _ints(a["kernel_size"]), _ints(a["stride"]), _ints(a["padding"]),
+                           _ints(a["dilation"]), ceil_mode=bool(a.get("ceil_mode", False)), memory_config=c.mc(),
                            reallocate_halo_output=bool(a.get("reallocate_halo_output", True)),
                            dtype=c.dtype() or ttnn.bfloat16,
                            output_layout=ttnn.TILE_LAYOUT if (c.out.get("layout") or {}).get("tiled")
