@@ -156,7 +156,8 @@ class OpAnalyzer:
         result.golden = comparison
         if not comparison.passed:  # whose fault: the lowering, the simulator, or the chip's numerics
             judgment = judge(binary, inputs, expected, [o.dtype for o in op.outputs], settings.thresholds,
-                             self.device, verdict(comparison), result.narrowing, stablehlo=op.module_text)
+                             self.device, verdict(comparison), result.narrowing, stablehlo=op.module_text,
+                             on_ttsim=result.device_backend == "ttsim")
             comparison.seconds = time.perf_counter() - start
             return _finish(result, judgment.status, Stage.DEVICE_RUN, Stage.GOLDEN, judgment.message)
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)

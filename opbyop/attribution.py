@@ -45,9 +45,11 @@ class Judgment:
 
 def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.ndarray], dtypes: list[str],
           thresholds: Thresholds, simulator: DeviceSimulator, device_verdict: str,
-          narrowing: str | None = None, stablehlo: str | None = None) -> Judgment:
+          narrowing: str | None = None, stablehlo: str | None = None, on_ttsim: bool = False) -> Judgment:
     """The status and message of an output that differs from XLA's (`device_verdict` says how).
-    `stablehlo`, the op's module, says how a mesh program's global inputs split over its chips."""
+    `stablehlo`, the op's module, says how a mesh program's global inputs split over its chips.
+    `on_ttsim`: the outputs are tt-metal's kernels' on ttsim, not opbyop's simulator's, so once the
+    program's exact reading agrees with XLA only the chip's numerics remain."""
     if narrowing and "not representable" in narrowing:
         return Judgment(Status.MISCOMPILED, f"the compiler narrowed a value its dtype cannot hold: {narrowing} "
                                             f"({device_verdict})")
@@ -66,6 +68,9 @@ def judge(binary: Binary, inputs: Sequence[np.ndarray], expected: Sequence[np.nd
         narrowed = f"; the program narrowed {narrowing}" if narrowing else ""
         return Judgment(Status.MISCOMPILED, f"the compiled program computes a different value: its exact reading "
                                             f"differs from XLA ({verdict(against_xla)}){where}{narrowed}")
+    if on_ttsim:
+        return Judgment(Status.GOLDEN_FAILED, f"the chip's numerics ({chip_numerics(program)}), as tt-metal's kernels "
+                                              f"compute them on ttsim, cause: {device_verdict}")
     trace: dict = {}
     try:
         exact, _ = simulator.run_binary(binary, inputs, stablehlo=stablehlo, chip_numerics=False, trace=trace)

@@ -15,7 +15,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from core_fixtures import DATA
 from flows.nightly import Target
+from opbyop.config import CompilerOptions, DtypeThreshold, Thresholds
 from opbyop.device.program import load_program
 from opbyop.device.ttsim.agreement import agreement, ulps
 from opbyop.device.ttsim.backend import TtsimBackend
@@ -160,3 +162,15 @@ def test_a_nightly_target_names_its_device_by_name():
     target = Target.model_validate({"chip": "p150", "device": "ttsim"})
     assert target.device.backend == "ttsim" and target.title.endswith("on ttsim")
     assert Target.model_validate({"chip": "p150"}).device.backend == "model"
+
+
+@pytest.mark.slow
+def test_a_wrong_number_on_ttsim_is_judged_without_opbyops_simulator(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
+    """A LoFi f32 matmul at tight tolerances: the program's exact reading matches XLA, so what remains
+    is the chip's numerics as tt-metal's kernels compute them (never opbyop's simulator's fault)."""
+    tight = Thresholds(default=DtypeThreshold(pcc=0.99, atol=1e-4, rtol=1e-4, require_allclose=True))
+    lofi = on_ttsim.model_copy(update={"thresholds": tight, "options": CompilerOptions(math_fidelity="lofi")})
+    result = worker.analyze(only_op(tmp_path, workspace, (DATA / "dot_f32_lofi.mlir").read_text()), lofi, timeout=600)
+    assert result.device_backend == "ttsim" and result.ttsim.outcome is TtsimOutcome.RAN
+    assert result.status is Status.GOLDEN_FAILED, result.message
+    assert "as tt-metal's kernels compute them on ttsim" in result.message and "lofi" in result.message
