@@ -27,6 +27,10 @@ class Environment(BaseSettings):
                                                  "of sharded modules); set before JAX starts")
     fault_inject: str = Field("", description="tests only: abort:|hang:|raise:<signature prefix>, ';'-separated")
     dask_fault_inject: str = Field("", description="tests only: exit:<signature prefix> kills the Dask worker, slow: delays the op")
+    ttsim: Path | None = Field(None, description="Tenstorrent's simulator for --device ttsim: a libttsim .so or a "
+                               "ttsim source tree (default: .ttsim/ of the checkout, made by `make ttsim`)")
+    ttnn_python: Path | None = Field(None, description="a Python with PyPI's ttnn for --device ttsim (default: "
+                                     ".venv-ttnn/ of the checkout)")
     worker_memory_limit: int = Field(0, ge=0, description="bytes of address space an op worker may add to what it "
                                      "holds once warm (0: no limit); an op needing more is an infra_error "
                                      "naming memory instead of the kernel's out-of-memory killer ending it")

@@ -152,10 +152,24 @@ def test_opbyop_run_with_device_ttsim_prints_how_ops_fared_there(tmp_path, works
     path.write_text(ADD_BF16)
     env = {**os.environ, "OPBYOP_HOME": str(workspace_root), "COLUMNS": "200"}
     env.pop("JAX_PLATFORMS", None)  # the command decides for itself
-    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(path), "--device", "ttsim", "--no-whole"],
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(path), "--device", "ttsim"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ttsim: 1 ran; the device model against ttsim: 1 " in done.stdout
+    assert "whole on ttsim: ran, pcc 1.00000" in done.stdout  # the whole program too, beside the model's
+
+
+@pytest.mark.slow
+def test_opbyop_ttnn_python_points_the_backend_at_another_interpreter(tmp_path, workspace_root):
+    path = tmp_path / "add.mlir"
+    path.write_text(ADD_BF16)
+    env = {**os.environ, "OPBYOP_HOME": str(workspace_root), "COLUMNS": "200",
+           "OPBYOP_TTNN_PYTHON": str(tmp_path / "no-such-python")}
+    env.pop("JAX_PLATFORMS", None)
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(path), "--device", "ttsim", "--no-whole"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ttsim: 1 unavailable" in done.stdout and "success: 1" in done.stdout  # the model's verdict stands
 
 
 def test_a_nightly_target_names_its_device_by_name():

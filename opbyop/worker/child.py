@@ -44,11 +44,11 @@ def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspac
 
     scratch = workspace / "scratch" / f"child-{os.getpid()}"
 
-    home = Workspace(workspace)
+    home, env = Workspace(workspace), environment()
+    ttsim = TtsimBackend(home.root, scratch, env.ttsim, env.ttnn_python)  # set up on first use only
     analyzer = faults.injected(OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(),
-                                          home.artifacts, scratch, TtsimBackend(home.root, scratch)),
-                                environment().fault_inject, "analyze")
-    _limit_memory(environment().worker_memory_limit)
+                                          home.artifacts, scratch, ttsim), env.fault_inject, "analyze")
+    _limit_memory(env.worker_memory_limit)
     conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
     while True:
         try:
