@@ -172,12 +172,7 @@ class OpAnalyzer:
         result.ttsim = run = ttsim.run
         if run.outcome is TtsimOutcome.RAN:
             result.device_backend = "ttsim"
-            main = binary.program.main
-            hosts = main.host_return_types
-            converted = [as_host_type(as_model_dtype(x, outputs[i] if outputs and i < len(outputs) else None,
-                                                     t.dtype if (t := main.return_types[i]) is not None else ""),
-                                      hosts[i] if i < len(hosts) else None)
-                         for i, x in enumerate(ttsim.outputs)]
+            converted = ttsim_host_outputs(binary, ttsim.outputs, outputs)
             run.agreement, run.max_ulps = agreement(outputs, converted) if failure is None and outputs is not None \
                 else ("model_failed", None)
             return converted, None
@@ -263,10 +258,21 @@ class OpAnalyzer:
             return TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message="this analyzer has no ttsim backend")
         ttsim = self.ttsim.run(binary.program, values, settings.device.ttsim_timeout_s * 10)
         if ttsim.run.outcome is TtsimOutcome.RAN:
-            hosts = binary.program.main.host_return_types
-            outputs = [as_host_type(x, hosts[i] if i < len(hosts) else None) for i, x in enumerate(ttsim.outputs)]
+            outputs = ttsim_host_outputs(binary, ttsim.outputs)
             ttsim.run.pcc = compare(outputs, references, dtypes, settings.thresholds).pcc
         return ttsim.run
+
+def ttsim_host_outputs(binary: Binary, outputs: list[np.ndarray], model: list[np.ndarray] | None = None,
+                       ) -> list[np.ndarray]:
+    """ttsim's outputs as the runtime hands them to the framework (as the model's run does): in the
+    model's element type where it ran (ttsim reads bf16 back as f32), else the program's."""
+    main = binary.program.main
+    hosts, types = main.host_return_types, main.return_types
+    return [as_host_type(as_model_dtype(x, model[i] if model and i < len(model) else None,
+                                        types[i].dtype if i < len(types) and types[i] is not None else ""),
+                         hosts[i] if i < len(hosts) else None)
+            for i, x in enumerate(outputs)]
+
 
 def trace_references(golden: Future | None, observer: TraceObserver | None, plan: TaggedModule | None,
                      note: str | None) -> tuple[TraceObserver | None, list[np.ndarray] | None, str | None]:
