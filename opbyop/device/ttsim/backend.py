@@ -45,6 +45,7 @@ class TtsimRunner:
         self._proc: subprocess.Popen | None = None
         self._replies: int | None = None
         self._buffer = b""
+        self._offset = 0  # where this start's part of the log begins
         self._ended = False  # the runner closed its end of the reply pipe
         self.started_s = 0.0  # the last start's time (opening the device, building firmware once)
         self.refused: str | None = None  # why the device did not open, once it did not
@@ -194,6 +195,7 @@ class TtsimBackend:
     def __init__(self, home: Path, scratch: Path, ttsim: Path | None = None, python: Path | None = None):
         self.home, self.scratch, self.ttsim, self.python = home, scratch, ttsim, python
         self._runners: dict[str, TtsimRunner] = {}
+        self._refused: dict[str, str] = {}  # architecture -> why no ttsim can be set up for it
 
     def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float) -> TtsimResult:
         arch = program.spec.arch
@@ -201,10 +203,13 @@ class TtsimBackend:
             return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=(
                 f"a {program.mesh_shape[0]}x{program.mesh_shape[1]} mesh program: ttnn's PyPI build opens one "
                 "simulated chip here (ttsim's multichip configurations are not wired to it)")))
+        if arch in self._refused:
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self._refused[arch]))
         if arch not in self._runners:
             try:
                 setup = locate(arch, self.home, self.ttsim, self.python)
             except TtsimUnavailable as e:
+                self._refused[arch] = str(e)
                 return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=str(e)))
             self._runners[arch] = TtsimRunner(setup, self.scratch, self.home / "logs" / f"ttsim-{os.getpid()}.log")
         return self._runners[arch].run(program, inputs, timeout)

@@ -153,6 +153,10 @@ class Ctx:
     def mc(self):
         return memory_config(self.out.get("layout"))
 
+    def layout(self):
+        """Tile or row-major, as the result's type says."""
+        return ttnn.TILE_LAYOUT if (self.out.get("layout") or {}).get("tiled") else ttnn.ROW_MAJOR_LAYOUT
+
     def dtype(self):
         layout = self.out.get("layout")
         return DTYPES[layout["dtype"]] if layout else None
@@ -288,9 +292,7 @@ def _max_pool2d(c: Ctx):
                            int(a["channels"]), _ints(a["kernel_size"]), _ints(a["stride"]), _ints(a["padding"]),
                            _ints(a["dilation"]), ceil_mode=bool(a.get("ceil_mode", False)), memory_config=c.mc(),
                            reallocate_halo_output=bool(a.get("reallocate_halo_output", True)),
-                           dtype=c.dtype() or ttnn.bfloat16,
-                           output_layout=ttnn.TILE_LAYOUT if (c.out.get("layout") or {}).get("tiled")
-                           else ttnn.ROW_MAJOR_LAYOUT)
+                           dtype=c.dtype() or ttnn.bfloat16, output_layout=c.layout())
 
 
 def _creation(fill):
@@ -299,8 +301,7 @@ def _creation(fill):
         value = fill(c)
         shape = _ints(c.attrs["shape"]) if "shape" in c.attrs else list(c.out["shape"])
         on_device = layout.get("buffer", "dram") != "system_memory"
-        return ttnn.full(ttnn.Shape(shape), fill_value=value, dtype=c.dtype() or ttnn.float32,
-                         layout=ttnn.TILE_LAYOUT if layout.get("tiled") else ttnn.ROW_MAJOR_LAYOUT,
+        return ttnn.full(ttnn.Shape(shape), fill_value=value, dtype=c.dtype() or ttnn.float32, layout=c.layout(),
                          device=c.device if on_device else None, memory_config=c.mc() if on_device else None)
     return run
 
@@ -345,9 +346,8 @@ HANDLERS = {
     "ttnn.empty": _creation(lambda c: 0.0),
     "ttnn.constant": _constant,
     "ttnn.arange": lambda c: ttnn.arange(int(c.attrs.get("start", 0)), int(c.attrs["end"]), int(c.attrs.get("step", 1)),
-                                         dtype=c.dtype() or ttnn.bfloat16, device=c.device,
-                                         layout=ttnn.TILE_LAYOUT if (c.out.get("layout") or {}).get("tiled")
-                                         else ttnn.ROW_MAJOR_LAYOUT, memory_config=c.mc()),
+                                         dtype=c.dtype() or ttnn.bfloat16, device=c.device, layout=c.layout(),
+                                         memory_config=c.mc()),
     "ttnn.concat": lambda c: ttnn.concat(c.args, int(c.attrs["dim"]), memory_config=c.mc()),
     "ttnn.slice_static": lambda c: ttnn.slice(c.args[0], _ints(c.attrs["begins"]), _ints(c.attrs["ends"]),
                                               _ints(c.attrs["step"]), memory_config=c.mc()),
@@ -395,13 +395,13 @@ HANDLERS["ttnn.pow_tensor"] = _binary("pow")
 class Interpreter:
     def __init__(self, device):
         self.device = device
-        self.const_cache: dict[tuple, list] = {}
+        self.const_cache: dict[str, list] = {}
         self.current = ""  # the op running now: a failure names it
 
     def call(self, plan: dict, name: str, args: list, constants: dict) -> list:
         fn = plan["functions"][name]
         values: dict[int, object] = dict(zip(fn["arguments"], args))
-        for index, op in enumerate(fn["ops"]):
+        for op in fn["ops"]:
             kind = self.current = op["name"]
             operands = [values.get(v) for v in op["operands"]]
             if kind == "ttnn.get_device":
@@ -417,10 +417,9 @@ class Interpreter:
                 continue
             if kind == "ttcore.load_cached":
                 callee = op["attrs"]["callee"].lstrip("@")
-                key = (callee,)
-                if key not in self.const_cache:
-                    self.const_cache[key] = self.call(plan, callee, operands, constants)
-                results = self.const_cache[key]
+                if callee not in self.const_cache:  # once per program run, as tt-mlir's runtime caches it
+                    self.const_cache[callee] = self.call(plan, callee, operands, constants)
+                results = self.const_cache[callee]
             else:
                 handler = HANDLERS.get(kind)
                 if handler is None:
@@ -463,7 +462,6 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
     """One program on the device: its outputs written to `folder`, and the reply to send."""
     started = time.perf_counter()
     stage = "writing the inputs"
-    interpreter.const_cache.clear()  # const-eval results belong to one program's run
     try:
         main = plan["functions"][plan["entry"]]
         args = [conform(host_tensor(arrays[f"in{i}"], t), t, interpreter.device)
@@ -481,7 +479,7 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
                 "message": words(e) if kind != "mapping" else
                 "".join(traceback.format_exception_only(type(e), e)).strip()}
     finally:
-        interpreter.const_cache.clear()
+        interpreter.const_cache.clear()  # const-eval results belong to one program's run
 
 
 def serve(device) -> None:
