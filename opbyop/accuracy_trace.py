@@ -24,7 +24,7 @@ from jaxlib.mlir import ir
 from jaxlib.mlir.dialects import func
 
 from opbyop.device.mesh import MeshError, infer_sharding
-from opbyop.golden.compare import pcc
+from opbyop.golden.compare import finite_pcc, pcc
 from opbyop.ir.context import make_context
 from opbyop.ir.parse import parse_module
 from opbyop.ir.rewrite import body_ops, main_func
@@ -212,19 +212,6 @@ def _max_error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
         diff = np.subtract(got, want)
         np.abs(diff, out=diff)
         return float(diff.max()), float(max(want.max(), -want.min()))
-
-
-def finite_pcc(a: np.ndarray, e: np.ndarray) -> float | None:
-    """golden.compare.pcc of two float64 vectors whose every element is finite, in half its CPU time:
-    a whole model's trace compares about a gigabyte of intermediate values. einsum's own loop, not
-    BLAS's dot: BLAS's threads spin against the other workers on a busy machine (5x the CPU)."""
-    if a.size == 0:
-        return None
-    ac, ec = a - a.mean(), e - e.mean()
-    saa, see = float(np.einsum("i,i", ac, ac)), float(np.einsum("i,i", ec, ec))
-    if saa == 0 or see == 0:
-        return 1.0 if np.allclose(a, e, rtol=1e-6, atol=1e-9) else 0.0
-    return float(np.clip(float(np.einsum("i,i", ac, ec)) / (np.sqrt(saa) * np.sqrt(see)), -1.0, 1.0))
 
 
 def _nonfinite_pcc(a: np.ndarray, e: np.ndarray) -> float | None:

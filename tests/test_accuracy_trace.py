@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from core_fixtures import DATA
 
-from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, finite_pcc, tag_module
+from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, tag_module
 from opbyop.analysis import trace_references
 from opbyop.config import CompilerOptions
 from opbyop.device.program import Op
-from opbyop.golden.compare import pcc
+from opbyop.golden.compare import finite_pcc, pcc
 from opbyop.records import Status
 
 

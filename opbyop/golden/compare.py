@@ -44,6 +44,19 @@ def pcc(actual: np.ndarray, expected: np.ndarray) -> float | None:
     return float(np.clip(np.mean((a - a.mean()) * (e - e.mean())) / (sa * se), -1.0, 1.0))
 
 
+def finite_pcc(a: np.ndarray, e: np.ndarray) -> float | None:
+    """`pcc` of two float64 vectors whose every element is finite (the caller knows), in half its CPU
+    time: a whole model's accuracy trace compares about a gigabyte of intermediate values. einsum's
+    own loop, not BLAS's dot: BLAS's threads spin against the other workers on a busy machine."""
+    if a.size == 0:
+        return None
+    ac, ec = a - a.mean(), e - e.mean()
+    saa, see = float(np.einsum("i,i", ac, ac)), float(np.einsum("i,i", ec, ec))
+    if saa == 0 or see == 0:
+        return 1.0 if np.allclose(a, e, rtol=1e-6, atol=1e-9) else 0.0
+    return float(np.clip(float(np.einsum("i,i", ac, ec)) / (np.sqrt(saa) * np.sqrt(see)), -1.0, 1.0))
+
+
 class OutputMismatch(ValueError):
     """The device output cannot be compared with the golden one: a device failure, both shapes named."""
 
