@@ -26,3 +26,11 @@ def test_the_fingerprint_changes_when_a_column_changes_type(monkeypatch) -> None
     changed = pa.binary() if first.type != pa.binary() else pa.string()
     monkeypatch.setitem(schema.TABLES, "runs", schema.RUNS.set(0, pa.field(first.name, changed)))
     assert schema.schema_fingerprint() != before
+
+
+def test_a_new_status_column_leaves_the_fingerprint_alone(monkeypatch) -> None:
+    """A status is its enum entry alone: the models table's count column follows it unversioned."""
+    before = schema.schema_fingerprint()
+    monkeypatch.setitem(schema.TABLES, "models", schema.MODELS.append(pa.field("status_brand_new", pa.int64())))
+    monkeypatch.setattr(schema, "STATUS_COUNT_COLUMNS", (*schema.STATUS_COUNT_COLUMNS, "status_brand_new"))
+    assert schema.schema_fingerprint() == before
