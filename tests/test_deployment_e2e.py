@@ -269,17 +269,20 @@ def _cli_env(tmp_path: Path, **extra: str) -> dict:
 
 def test_the_cli_uses_the_dask_cluster_its_environment_names_and_starts_none(tmp_path):
     """OPBYOP_DASK_ADDRESS (a deployment's standing cluster): the run's ops go there, the cluster is
-    left running, and the CLI starts no LocalCluster of its own."""
+    left running, and the CLI starts no LocalCluster of its own. `--device ttsim` travels with the
+    run's configuration to the cluster's op workers and into the stored results."""
     from distributed import Client, LocalCluster
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
                       dashboard_address=None) as cluster:
         env = _cli_env(tmp_path, OPBYOP_DASK_ADDRESS=cluster.scheduler_address)
-        done = subprocess.run([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--run-id", "by-env"],
+        done = subprocess.run([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--run-id", "by-env",
+                               "--device", "ttsim"],
                               env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         results = Store(tmp_path / "home" / "store").results("by-env")
         assert results and all(r.status.value == "success" for r in results)
+        assert all(r.device_backend == "ttsim" and r.ttsim.outcome.value == "ran" for r in results)
         assert not (tmp_path / "home" / "logs" / "dask-cluster.log").exists()  # no cluster process started
         with Client(cluster.scheduler_address) as client:
             assert len(client.scheduler_info()["workers"]) == 1  # still up, with opbyop's settings
