@@ -28,7 +28,8 @@ def meta_entry(name: str, arch: str = "llama", layers: int = 1, **config) -> Zoo
 HISTOGRAM = ZooEntry(name="histogram", frontend="torch", factory="opbyop.frontends.models.small:histogram",
                      kwargs={"meta": True}, inputs=[InputSpec(shape=[4, 32])])
 ZOO = Zoo(models=[meta_entry("tiny-llama"), meta_entry("tiny-llama-4", layers=4),
-                  meta_entry("tiny-mixtral", arch="mixtral", layers=2, num_local_experts=4, num_experts_per_tok=2),
+                  meta_entry("tiny-mixtral", arch="mixtral", layers=2, num_local_experts=4, num_experts_per_tok=2,
+                             experts="grouped-dense"),
                   HISTOGRAM])
 
 
