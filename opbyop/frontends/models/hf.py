@@ -135,7 +135,8 @@ REAL_SIZE: dict[str, dict[str, Any]] = {
     "qwen3.5-35b-a3b": dict(arch="qwen3_5_moe", vocab_size=248320, hidden_size=2048, num_hidden_layers=40,
                             num_attention_heads=16, num_key_value_heads=2, head_dim=256, moe_intermediate_size=512,
                             shared_expert_intermediate_size=512, num_experts=256, num_experts_per_tok=8,
-                            max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False),
+                            max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                            use_cache=False),  # a cache of linear-attention layers alone cannot say its length
     "whisper-large-v3-encoder": dict(arch="whisper-encoder", d_model=1280, encoder_layers=32,
                                      encoder_attention_heads=20, encoder_ffn_dim=5120, num_mel_bins=128,
                                      max_source_positions=1500, vocab_size=51866),
