@@ -204,7 +204,8 @@ def test_jax_weights_given_by_shape_and_dtype_are_arguments_without_values():
 def test_the_real_size_configurations_are_in_the_zoo_tagged_for_a_nightly(zoo):
     names = {m.name for m in zoo.tagged("real-size")}
     assert names == {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b",
-                     "whisper-large-v3-encoder", "llama-3.1-70b-galaxy"}
+                     "whisper-large-v3-encoder", "llama-3.1-70b-galaxy", "qwen3-30b-a3b", "gpt-oss-20b",
+                     "deepseek-v2-lite", "deepseek-v3", "qwen3.5-35b-a3b", "gemma-2-9b"}
     assert {m.name for m in zoo.tagged("llm")} < names and not names & {m.name for m in zoo.small()}
     assert "mlp" in {m.name for m in zoo.small()}
 
