@@ -9,6 +9,10 @@ is the layer's experts), their occurrences and unique count, and each unique exp
 compile, the simulated device and XLA:CPU in one op worker, with its status and seconds; peak RSS of
 this process and all its children. The dense-routed form (grouped-dense) multiplies every routed row
 (tokens*top_k) by every expert; every-expert runs every expert over each token once, in chunks.
+
+Qwen3-30B-A3B, one layer, p150, two shared cores: grouped-dense 93 unique expert ops in 819 s, its two
+matmuls (128x1024x2048 by 128x2048x1536; 128x1024x768 by 128x768x2048) without a result in 120 s;
+every-expert 40 unique expert ops, all success, in 29 s (largest: 24576x2048 by 2048x128, 4.6 s).
 """
 
 from __future__ import annotations
