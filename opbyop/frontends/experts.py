@@ -13,7 +13,8 @@ no gather and no sort; a token picks an expert at most once, so nothing is dropp
 the model's. Its work is experts*tokens rows: top_k times less than the grouped form's decomposition,
 and the arithmetic of a dense feed-forward layer as wide as all the experts. A form proportional to
 the routed rows alone (tokens*top_k) needs a weight gather per block of rows, whose output is at least
-the whole layer's weights: more bytes moved than the matmul work it saves at these sizes.
+the whole layer's weights (any expert may be hit): an op larger than the layer, where every-expert's
+largest op is one chunk's.
 """
 
 from __future__ import annotations
@@ -151,8 +152,7 @@ def use_expert_form(model: nn.Module, form: str = EVERY_EXPERT, keep_chosen: boo
 def expert_form(model: nn.Module) -> str | None:
     """The form `model`'s experts are exported in (None without experts; transformers' own name for a
     form opbyop does not know)."""
-    names = {m.config._experts_implementation for m in expert_modules(model)}
-    if not names:
-        return None
-    (name,) = names if len(names) == 1 else (", ".join(sorted(map(str, names))),)
-    return next((form for form, key in FORMS.items() if key == name), name)
+    known = {key: form for form, key in FORMS.items()}
+    names = sorted({str(known.get(m.config._experts_implementation, m.config._experts_implementation))
+                    for m in expert_modules(model)})
+    return ", ".join(names) or None
