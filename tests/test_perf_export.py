@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from store_samples import DOT, history
 
 from opbyop.records import OpPlacement
 from storage.dataset import Store
 from storage.perf_csv import COLUMNS, export_perf, op_class, perf_rows
-from storage.samples import DOT, history
 
 TT_PERF_REPORT = shutil.which("tt-perf-report") or str(Path(sys.executable).with_name("tt-perf-report"))
 DOT_NUMBERS = {"lhs_batching_dimensions": [], "lhs_contracting_dimensions": [1], "rhs_batching_dimensions": [],
