@@ -19,14 +19,14 @@ from storage.catalog import build_catalog
 from storage.dataset import Store
 from storage.expectations import (compare, default_path, from_outcomes, load_expectations, run_outcomes,
                                   save_expectations)
-from storage.explorer import Metric, export_node_data
+from storage.exports.explorer import Metric, export_node_data
 from storage.files import SkippedFile, default_root
 from storage.location import StoreRoot, parse_root
-from storage.optest import export_optest
-from storage.perf_csv import export_perf
+from storage.exports.optest import export_optest
+from storage.exports.perf_csv import export_perf
 from storage.queries import get_query, load_queries
 from storage.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, StoreConnection, run_sql
-from storage.report import write_report
+from storage.exports.report import write_report
 
 console = make_console()  # data printed literally; a pipe gets whole lines
 err_console = make_console(stderr=True)
@@ -282,7 +282,7 @@ def export_model_explorer_cmd(run: str = typer.Option(..., "--run", help="run id
     console.print(f"wrote {metric} of {count} nodes to {out}  (load it in Model Explorer beside the model's graph)")
 
 
-def _metric(name: str):  # -> storage.explorer.Metric
+def _metric(name: str):  # -> storage.exports.explorer.Metric
     try:
         return Metric(name)
     except ValueError:
@@ -296,7 +296,7 @@ def explore(run: str = typer.Option(..., "--run", help="run id"),
             store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Open a run's models in Model Explorer on 127.0.0.1, coloured by status, depth, PCC, cycles and
     peak L1 (the node data menu); each op's attributes name its signature and repro command. Ctrl-C stops it."""
-    from storage.explorer_server import serve  # model_explorer (and torch): loaded only when used
+    from storage.exports.explorer_server import serve  # model_explorer (and torch): loaded only when used
 
     def announce(url: str) -> None:
         console.print(f"Model Explorer for run {run}: {url}", soft_wrap=True)
