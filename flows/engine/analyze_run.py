@@ -40,7 +40,7 @@ from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.op_memory import misfits
+from opbyop.analysis.op_memory import misfits
 from opbyop.pipeline import Prepared, prepare, run_manifest_path, store_modules, summarize, write_manifest
 from opbyop.records import OpResult, RunInfo, RunStatus, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.worker import dask as on_dask

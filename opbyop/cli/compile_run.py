@@ -31,7 +31,7 @@ from opbyop.errors import OpbyopError
 from opbyop.frontends.loader import factory_entry, factory_name
 from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
-from opbyop.op_memory import whole_model_misfit_on
+from opbyop.analysis.op_memory import whole_model_misfit_on
 from opbyop.pipeline import blocking_ops, depth_histogram, prepare, write_manifest
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
 from opbyop.worker.process import OpWorker

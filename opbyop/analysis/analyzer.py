@@ -15,9 +15,9 @@ from typing import Callable
 
 import numpy as np
 
-from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
+from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
 from opbyop.artifacts import ArtifactStore
-from opbyop.attribution import judge
+from opbyop.analysis.attribution import judge
 from opbyop.compiler.boards import Topology
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.config import AnalysisSettings
@@ -38,7 +38,7 @@ from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
-from opbyop.op_memory import op_memory_message, over_budget
+from opbyop.analysis.op_memory import op_memory_message, over_budget
 from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult, utcnow
 
 ProgressFn = Callable[[str], None]
