@@ -248,16 +248,16 @@ def conv(n: int, hw: int, cin: int, cout: int, k: int, stride: int, c: Config) -
 def llama_layer(tokens: int, users: int, context: int, c: Config) -> list[Op]:
     """One llama-3.1-8B decoder layer: `tokens` rows through the projections; attention per user
     over `context` positions (decode: one query row per user, padded to a tile by the kernel)."""
-    h, kv, inter, heads, hd = 4096, 1024, 14336, 32, 128
+    h, kv, inter, kv_heads, hd = 4096, 1024, 14336, 8, 128
     act = c.activations
-    q_rows = max(1, tokens // users)
+    q_rows = max(1, tokens // users) * 4  # grouped-query attention: 4 query heads read each K and V head
     return [
         unary("ttnn.rms_norm", (tokens, h), act),
         matmul((tokens, h), (h, h + 2 * kv), act, c.weights, c.fidelity),  # fused q, k, v
         binary("ttnn.multiply", (tokens, h + kv), act), binary("ttnn.add", (tokens, h + kv), act),  # rotary
-        matmul((users * heads, q_rows, hd), (users * heads, hd, context), act, act, c.fidelity),  # q k^T
-        unary("ttnn.softmax", (users * heads, q_rows, context), act),
-        matmul((users * heads, q_rows, context), (users * heads, context, hd), act, act, c.fidelity),  # p v
+        matmul((users * kv_heads, q_rows, hd), (users * kv_heads, hd, context), act, act, c.fidelity),  # q k^T
+        unary("ttnn.softmax", (users * kv_heads, q_rows, context), act),
+        matmul((users * kv_heads, q_rows, context), (users * kv_heads, context, hd), act, act, c.fidelity),  # p v
         matmul((tokens, h), (h, h), act, c.weights, c.fidelity),  # o
         binary("ttnn.add", (tokens, h), act),
         unary("ttnn.rms_norm", (tokens, h), act),
