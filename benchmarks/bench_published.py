@@ -38,11 +38,15 @@ from pathlib import Path
 
 from common import Figures, console
 
+from opbyop.compiler.plugin import TTCompiler
+from opbyop.compiler.system_desc import resolve
+from opbyop.config import CompilerOptions
 from opbyop.device.arch import PRESETS, DeviceSpec
-from opbyop.device.layout import Layout
 from opbyop.device.formats import FIDELITY_PHASES
+from opbyop.device.layout import Layout
 from opbyop.device.placement import MATMUL_TILE_CYCLES, place, work_of
-from opbyop.device.program import Op, TensorType
+from opbyop.device.program import Op, TensorType, load_program
+from opbyop.jaxenv import prepare_jax
 
 GEMM_REPORT = "tt-metal GEMM_FLOPS.md"
 CYCLES_PER_TILE = {"lofi": 16, "hifi2": 32, "hifi3": 48, "hifi4": 64}  # GEMM_FLOPS.md, ideal per 32x32x32
@@ -124,15 +128,7 @@ def _retyped(op: Op, dtype: str) -> Op:
 def compile_cases(chip: str) -> dict[str, dict]:
     """In this process (JAX prepared for `chip`): compile each case of the chip and place its ops.
     Returns case -> {kernel cycles, grid, program config, tilize cycles}."""
-    from opbyop.compiler.system_desc import resolve
-    from opbyop.jaxenv import prepare_jax
-
     prepare_jax(resolve(chip).path)
-    # deferred: the plugin's compiler loads only in the child that compiles
-    from opbyop.compiler.plugin import TTCompiler
-    from opbyop.config import CompilerOptions
-    from opbyop.device.program import load_program
-
     compiler = TTCompiler()
     cases = [(g.name, _matmul_text(g.m, g.k, g.n), g.fidelity, g.dtype) for g in GEMMS if g.chip == chip]
     cases.append((f"add {ADD_SIDE}x{ADD_SIDE} bf16", _add_text(ADD_SIDE), "hifi4", "bf16"))
@@ -438,8 +434,9 @@ def main() -> None:
         model_rows(figures)
     figures.show()
     off = [r for r in figures.rows if r[5].startswith("NO")]
-    console.print(f"{len(figures.rows) - len(off)} of {len(figures.rows)} cases within 2x; the others, explained in their row"
-                  + (": " + "; ".join(f"{r[0]} {r[1]} ({r[4]})" for r in off) if off else ""))
+    console.print(f"{len(figures.rows) - len(off)} of {len(figures.rows)} cases within 2x"
+                  + ("; the others, explained in their row: " + "; ".join(f"{r[0]} {r[1]} ({r[4]})" for r in off)
+                     if off else ""))
 
 
 if __name__ == "__main__":
