@@ -328,8 +328,12 @@ def _one_dimensional(work: Work, spec: DeviceSpec, grid: tuple[int, int]) -> boo
     """A matmul's 1D layout longer than a row or column of the grid: tt-metal's 1D multicast
     program (MatmulMultiCoreReuseMultiCast1DProgramConfig) lays a core's columns (or rows) of the
     output over the cores in row-major order, any number up to the whole grid, which is how a
-    one-tile-high decode matmul spreads its weights over every core."""
-    return work.kind == "matmul" and min(grid) == 1 and max(grid) <= spec.cores
+    one-tile-high decode matmul spreads its weights over every core. Only for outputs too short (or
+    too narrow) to fill the 2D grid's rows (columns): there tt-metal takes the 2D program."""
+    rows, cols = spec.worker_grid
+    if work.kind != "matmul" or max(grid) > spec.cores:
+        return False
+    return grid[0] == 1 and work.m_tiles < rows or grid[1] == 1 and work.n_tiles < cols
 
 
 def _grids(work: Work, spec: DeviceSpec) -> Iterable[tuple[int, int]]:
@@ -337,9 +341,8 @@ def _grids(work: Work, spec: DeviceSpec) -> Iterable[tuple[int, int]]:
     for r in range(1, rows + 1):
         for c in range(1, cols + 1):
             yield (r, c)
-    if work.kind == "matmul":
-        yield from ((1, c) for c in range(cols + 1, spec.cores + 1))
-        yield from ((r, 1) for r in range(rows + 1, spec.cores + 1))
+    longer = [(1, c) for c in range(cols + 1, spec.cores + 1)] + [(r, 1) for r in range(rows + 1, spec.cores + 1)]
+    yield from (g for g in longer if _one_dimensional(work, spec, g))
 
 
 def _block(work: Work, grid: tuple[int, int], stream: str, t: int) -> tuple[int, int]:
