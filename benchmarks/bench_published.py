@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -57,6 +58,7 @@ from opbyop.ir.split import split_module
 from opbyop.jaxenv import prepare_jax
 
 GEMM_REPORT = "tt-metal GEMM_FLOPS.md"
+SCRATCH = Path(tempfile.mkdtemp(prefix="bench-published-"))  # this process's compiles and modules, removed at exit
 CYCLES_PER_TILE = {"lofi": 16, "hifi2": 32, "hifi3": 48, "hifi4": 64}  # GEMM_FLOPS.md, ideal per 32x32x32
 
 
@@ -142,7 +144,7 @@ def compile_cases(chip: str) -> dict[str, dict]:
     cases.append((f"add {ADD_SIDE}x{ADD_SIDE} bf16", _add_text(ADD_SIDE), "hifi4", "bf16"))
     out: dict[str, dict] = {}
     for name, text, fidelity, dtype in cases:
-        export = Path(tempfile.mkdtemp(prefix="bench-published-"))
+        export = SCRATCH / "compile"  # the compiler empties it first
         outcome = compiler.compile(text, CompilerOptions(math_fidelity=fidelity, fp32_dest_acc_en=False), export)
         runtime = sorted(export.glob("irs/ttnn_runtime_*.mlir"))
         if outcome.message or not runtime:
@@ -175,7 +177,7 @@ def compile_llama(chip: str, directory: Path) -> dict[str, dict]:
         unique = dedupe(split_module(path.read_text(), path.stem).ops)
         record: dict = {"compute": 0, "data": 0, "unique": len(unique), "failed": []}
         for u in unique:
-            export = Path(tempfile.mkdtemp(prefix="bench-published-"))
+            export = SCRATCH / "compile"
             outcome = compiler.compile(u.module_text, CompilerOptions(), export)
             runtime = sorted(export.glob("irs/ttnn_runtime_*.mlir"))
             if outcome.message or not runtime:
@@ -462,7 +464,8 @@ def compiled_llama_rows(figures: Figures) -> None:
     """llama-3.1-8B's 128-token prefill as opbyop analyses it: the real-size module (weights known by
     shape only) with 1 and 2 decoder layers, op by op through tt-mlir; 32 layers = one layer's
     module + 31 x (two layers' - one layer's)."""
-    directory = Path(tempfile.mkdtemp(prefix="bench-published-llama-"))
+    directory = SCRATCH / "llama"
+    directory.mkdir()
     for layers in (1, 2):
         (directory / f"layers{layers}.mlir").write_text(stablehlo(CONFIGS["llama-3.1-8b"], layers))
     for chip, ttft in (("n150", 104.0), ("p150", 57.0)):
@@ -506,4 +509,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        shutil.rmtree(SCRATCH, ignore_errors=True)
