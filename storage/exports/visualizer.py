@@ -65,6 +65,12 @@ CREATE TABLE errors (operation_id int, operation_name text, error_type text, err
 CREATE TABLE stack_traces (operation_id int, stack_trace text);
 CREATE TABLE input_tensors (operation_id int, input_index int, tensor_id int);
 CREATE TABLE output_tensors (operation_id int, output_index int, tensor_id int);
+CREATE TABLE buffer_pages (operation_id int, device_id int, address int, core_y int, core_x int, bank_id int,
+    page_index int, page_address int, page_size int, buffer_type int);
+CREATE TABLE local_tensor_comparison_records (tensor_id int UNIQUE, golden_tensor_id int, matches int,
+    desired_pcc float, actual_pcc float);
+CREATE TABLE global_tensor_comparison_records (tensor_id int UNIQUE, golden_tensor_id int, matches int,
+    desired_pcc float, actual_pcc float);
 """
 
 

@@ -1,0 +1,155 @@
+"""A run as a TT-NN Visualizer report, loaded by the real visualizer (PyPI `ttnn-visualizer`, from the
+environment `make visualizer` builds): its API answers with opbyop's operations, buffers, circular
+buffers and verdicts, and its pages show them in headless Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from store_samples import DOT, history
+
+from opbyop.records import OpPlacement
+from opbyop.visualizer import VisualizerUnavailable, locate
+from storage.dataset import Store
+from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, build_report, export_visualizer
+from storage.exports.visualizer_server import running
+
+MATMUL_L1 = 212_992  # the largest circular buffers of the sample run, per core
+
+
+def _placement(ttnn_op: str, grid: tuple[int, int], l1: int, cycles: int) -> OpPlacement:
+    return OpPlacement(ttnn_op=ttnn_op, grid=grid, block_tiles=(2, 2), buffer_factor=2, l1_bytes_per_core=l1,
+                       cycles=cycles, candidates=10, legal=4, policy="fewest_cycles")
+
+
+@pytest.fixture
+def vis_store(store_root: Path) -> Store:
+    """The sample history, with the matmul op's program placed as the simulator does: a tilize on one
+    core, then the matmul on a 2x4 grid with the run's largest circular buffers."""
+    store = Store(store_root)
+    for night in history():
+        for r in night.results:
+            if r.signature == DOT.signature and r.device is not None:
+                r.device.placements = [_placement("ttnn.to_layout", (1, 1), 8192, 4134),
+                                       _placement("ttnn.matmul", (2, 4), MATMUL_L1, 5400)]
+        store.write_run(night.run, night.ops, night.results, night.models)
+    return store
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return json.load(response)
+
+
+def _stored_placements(store: Store, run_id: str) -> list[OpPlacement]:
+    results = {r.signature: r for r in store.results(run_id)}
+    out = []
+    for op in store.ops(run_id):
+        result = results.get(op.signature)
+        if result is not None and result.device is not None:
+            out.extend(result.device.placements)
+    for stored in sorted(store.models(run_id), key=lambda m: m.summary.model):
+        if stored.summary.whole is not None and stored.summary.whole.device is not None:
+            out.extend(stored.summary.whole.device.placements)
+    return out
+
+
+def test_the_visualizer_serves_the_runs_operations_buffers_and_verdicts(vis_store: Store) -> None:
+    placements = _stored_placements(vis_store, "n2")
+    with running(vis_store, "n2") as (served, _):
+        operations = _get(served.api("operations"))
+        buffers = _get(served.api("buffers"))
+        per_op = _get(served.api("operation-buffers"))
+        errors = _get(served.api("errors"))
+        devices = _get(served.api("devices"))
+        perf = _get(served.api("performance/perf-results"))
+        matmul = next(o for o in operations if o["name"] == "ttnn.matmul")
+        detail = _get(served.api(f"operations/{matmul['id']}"))
+
+    placed = [o for o in operations if o["name"].startswith("ttnn.")]
+    assert [o["name"] for o in placed] == [p.ttnn_op for p in placements]
+    assert len(perf) == len(placements)  # the performance report holds the same device ops
+    assert "torch.matmul" in matmul["stack_trace"] and "mlp.py" in matmul["stack_trace"]
+    # every op's operands and results are DRAM buffers of the op, on the one chip
+    assert len(buffers) == sum(len(o["buffers"]) for o in per_op) > 0
+    assert {b["buffer_type"] for b in buffers} == {0} and {d["device_id"] for d in devices} == {0}
+    assert devices[0]["worker_l1_size"] == 1_572_864  # p150
+    # the matmul's circular buffers: the stored bytes per core on each of its 8 cores
+    cbs = [n for n in detail["device_operations"] if n["node_type"] == "circular_buffer_allocate"]
+    assert [int(n["params"]["size"]) for n in cbs] == [MATMUL_L1]
+    assert cbs[0]["params"]["core_range_set"] == "{[(x=0,y=0) - (x=3,y=1)]}"
+    # the verdicts: n2's failures, each with its message, as the errors of their ops
+    messages = {e["error_type"]: e["error_message"] for e in errors}
+    assert messages["golden_failed"].startswith("output mismatch: pcc 0.93")
+    assert messages["compile_failed"] == "error: 'ttir.gather' op unsupported index 4x1xi64"
+    assert messages["split_failed"] == "region captures a value defined in another region"
+
+
+def test_the_reports_peak_circular_buffers_and_counts_equal_the_stored_placements(vis_store: Store,
+                                                                                 tmp_path: Path) -> None:
+    report = export_visualizer(vis_store, "n2", tmp_path / "vis")
+    placements = _stored_placements(vis_store, "n2")
+    db = sqlite3.connect(tmp_path / "vis" / MEMORY_FOLDER / "db.sqlite")
+    graphs = [json.loads(g) for (g,) in db.execute("SELECT captured_graph FROM captured_graph ORDER BY operation_id")]
+    sizes = [int(n["params"]["size"]) for g in graphs for n in g if n["node_type"] == "circular_buffer_allocate"]
+    assert report.peak_l1_bytes == max(sizes) == max(p.l1_bytes_per_core for p in placements) == MATMUL_L1
+    assert len(sizes) == len(placements)
+    perf_rows = (tmp_path / "vis" / PERFORMANCE_FOLDER / "ops_perf_results.csv").read_text().splitlines()
+    assert len(perf_rows) == 1 + len(placements)
+
+
+def test_one_ops_report_holds_its_program_only(vis_store: Store, tmp_path: Path) -> None:
+    report = build_report(vis_store, "n2", signature=DOT.signature)
+    assert [o.name for o in report.operations] == ["ttnn.to_layout", "ttnn.matmul"]
+    assert report.occurrences == [("mlp", 0)] and report.whole_models == []
+    assert [t.desc.shape for t in report.operations[0].inputs] == [(4, 32), (32, 32)]
+    assert [t.desc.shape for t in report.operations[-1].outputs] == [(4, 32)]
+
+
+def test_a_missing_visualizer_names_make_visualizer(tmp_path: Path) -> None:
+    with pytest.raises(VisualizerUnavailable, match="make visualizer"):
+        locate(tmp_path / "no-such-environment")
+
+
+def test_opbyop_visualize_prints_the_url_and_ctrl_c_stops_the_visualizer_and_removes_the_report(
+        vis_store: Store) -> None:
+    command = [sys.executable, "-m", "opbyop.cli.main", "visualize", "--run", "n2", "--model", "mlp",
+               "--store", str(vis_store.root)]
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)
+    try:
+        url, lines = None, []
+        for line in server.stdout:
+            lines.append(line)
+            if m := re.search(r"(http://127\.0\.0\.1:(\d+)/operations\?instanceId=(\w+))", line):
+                url, port, instance = m.group(1), m.group(2), m.group(3)
+                break
+        assert url is not None, "".join(lines)
+        api = f"http://127.0.0.1:{port}/api"
+        names = [o["name"] for o in _get(f"{api}/operations?instanceId={instance}")]
+        assert names == [o.name for o in build_report(vis_store, "n2", model="mlp").operations]
+        assert names[:3] == ["ttnn.to_layout", "ttnn.matmul", "ttnn.add"]  # mlp's dot, then its add
+        instance_info = _get(f"{api}/instance?instanceId={instance}")
+        report_dir = Path(instance_info["profiler_path"]).parent.parent
+        assert report_dir.is_dir()
+        os.killpg(server.pid, signal.SIGINT)
+        tail = server.communicate(timeout=30)[0]
+        assert server.returncode == 0 and "stopped" in tail
+        assert not report_dir.exists()
+        time.sleep(0.5)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{api}/up", timeout=2)
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
