@@ -153,3 +153,28 @@ def test_opbyop_visualize_prints_the_url_and_ctrl_c_stops_the_visualizer_and_rem
         if server.poll() is None:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("shutil").which("chromium"), reason="chromium is not on PATH (make browser)")
+def test_headless_chromium_shows_the_operations_and_the_matmuls_circular_buffers_in_l1(vis_store: Store,
+                                                                                       tmp_path: Path) -> None:
+    from chromium_page import ChromiumPage
+
+    with running(vis_store, "n2", model="mlp") as (served, _):
+        matmul = next(o for o in _get(served.api("operations")) if o["name"] == "ttnn.matmul")
+        page_url = f"http://127.0.0.1:{served.port}/{{}}?instanceId={served.instance_id}"
+        with ChromiumPage(tmp_path / "chromium-profile") as page:
+            page.goto(page_url.format("operations"))
+            listed = page.wait_for("document.body.innerText.includes('ttnn.matmul (mlp.py:10)') && "
+                                   "document.body.innerText", timeout=60)
+            page.screenshot(tmp_path / "visualizer-operations.png")
+            page.goto(page_url.format(f"operations/{matmul['id']}"))
+            detail = page.wait_for("document.body.innerText.includes('Peak L1 memory load per core') && "
+                                   "document.body.innerText", timeout=60)
+            time.sleep(1)  # the memory plot's frame
+            png = page.screenshot(tmp_path / "visualizer-l1.png")
+    print(f"screenshots: {tmp_path / 'visualizer-operations.png'} {png}")
+    assert f"Showing {len(build_report(vis_store, 'n2', model='mlp').operations)} operations" in listed
+    # the L1 view: the circular buffers from the first free address, 208 KiB on each of the grid's 8 cores
+    assert "177280" in detail and "208 KiB" in detail and "x 8 cores" in detail

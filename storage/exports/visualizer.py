@@ -141,7 +141,9 @@ def _stack_trace(op: OpRecord) -> str:
     """The op's origin as a Python traceback reads: its source line, framework op and module path."""
     p = op.provenance
     lines = []
-    for frame in reversed(p.stack or ([p.source] if p.source else [])):
+    # the user's own line first: the visualizer names an operation by the trace's first frame
+    frame = p.source or (p.stack[0] if p.stack else None)
+    if frame is not None:
         lines.append(f'  File "{frame.file}", line {frame.line}')
     what = " ".join(x for x in (p.framework_op, f"({p.module_path})" if p.module_path else None) if x)
     lines.append(f"    {what or op.op_name}")
