@@ -178,3 +178,20 @@ def test_headless_chromium_shows_the_operations_and_the_matmuls_circular_buffers
     assert f"Showing {len(build_report(vis_store, 'n2', model='mlp').operations)} operations" in listed
     # the L1 view: the circular buffers from the first free address, 208 KiB on each of the grid's 8 cores
     assert "177280" in detail and "208 KiB" in detail and "x 8 cores" in detail
+
+
+def test_a_mesh_runs_report_has_a_device_per_chip_and_the_cluster_the_visualizer_reads(store_root: Path) -> None:
+    night = history()[2]
+    night.run = night.run.model_copy(update={"run_id": "m1", "chip": "p300", "mesh": "1x2", "topology": "linear"})
+    store = Store(store_root)
+    store.write_run(night.run, night.ops, night.results, night.models)
+    with running(store, "m1", model="mlp") as (served, _):
+        devices = _get(served.api("devices"))
+        buffers = _get(served.api("buffers"))
+        cluster = _get(served.api("cluster-descriptor"))
+        first = _get(served.api("operations/0"))
+    assert [d["device_id"] for d in devices] == [0, 1]
+    assert sorted({b["device_id"] for b in buffers}) == [0, 1] and len(buffers) % 2 == 0
+    cbs = [n for n in first["device_operations"] if n["node_type"] == "circular_buffer_allocate"]
+    assert sorted(n["params"]["device_id"] for n in cbs) == ["0", "1"]  # the same program on both chips
+    assert set(cluster["arch"].values()) == {"Blackhole"} and len(cluster["ethernet_connections"]) == 1

@@ -100,6 +100,7 @@ class Report(BaseModel):
     """A whole report, before it is written."""
 
     run_id: str
+    chip: str  # the run's target (p150, n300 ...)
     spec: DeviceSpec
     chips: int = 1
     mesh_shape: list[int] = Field(default_factory=list)
@@ -201,7 +202,7 @@ def build_report(store: Store, run_id: str, model: str | None = None, signature:
     elif model is not None and not ops:
         raise StoreError(f"run {run_id} has no ops of model {model}", f"its models: {', '.join(run.models) or 'none'}")
     rows, cols = (int(x) for x in (run.mesh or "1x1").split("x"))
-    report = Report(run_id=run_id, spec=chip_spec(run.chip), chips=rows * cols,
+    report = Report(run_id=run_id, chip=run.chip, spec=chip_spec(run.chip), chips=rows * cols,
                     mesh_shape=[rows, cols] if rows * cols > 1 else [])
     dram = _Dram(report.spec)
     for op in ops:
@@ -321,9 +322,12 @@ def _cluster_descriptor(report: Report) -> str:
         r, k = divmod(c, cols)
         for other in ([c + 1] if k + 1 < cols else []) + ([c + cols] if r + 1 < rows else []):
             links.append(f"  - [{{chip: {c}, chan: 0}}, {{chip: {other}, chan: 0}}]")
-    lines = ["arch:", *[f"  {c}: {report.spec.arch.replace('wormhole_b0', 'Wormhole').capitalize()}" for c in chips],
+    arch = "Wormhole" if report.spec.arch.startswith("wormhole") else "Blackhole"
+    lines = ["arch:", *[f"  {c}: {arch}" for c in chips],
              "chips:", *[f"  {c}: [{c % cols}, {c // cols}, 0, 0]" for c in chips],
-             "ethernet_connections:", *(links or ["  []"])]
+             "ethernet_connections:", *(links or ["  []"]),
+             "chips_with_mmio:", *[f"  - {c}: {c}" for c in chips],
+             "boardtype:", *[f"  {c}: {report.chip}" for c in chips]]
     return "\n".join(lines) + "\n"
 
 
