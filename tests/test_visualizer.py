@@ -73,12 +73,16 @@ def test_the_visualizer_serves_the_runs_operations_buffers_and_verdicts(vis_stor
         errors = _get(served.api("errors"))
         devices = _get(served.api("devices"))
         perf = _get(served.api("performance/perf-results"))
+        analysis = _get(served.api("performance/perf-results/report"))  # tt-perf-report, inside the visualizer
         matmul = next(o for o in operations if o["name"] == "ttnn.matmul")
         detail = _get(served.api(f"operations/{matmul['id']}"))
 
     placed = [o for o in operations if o["name"].startswith("ttnn.")]
     assert [o["name"] for o in placed] == [p.ttnn_op for p in placements]
     assert len(perf) == len(placements)  # the performance report holds the same device ops
+    assert [r["op_code"] for r in analysis["report"]][:2] == ["BinaryDeviceOperation", "BinaryDeviceOperation"]
+    # tt-perf-report read the matmul's M, K, N from the shapes (4x32 by 32x32, tile-padded)
+    assert "MatmulDeviceOperation 32 x 32 x 32" in {r["op_code"] for r in analysis["report"]}
     assert "torch.matmul" in matmul["stack_trace"] and "mlp.py" in matmul["stack_trace"]
     # every op's operands and results are DRAM buffers of the op, on the one chip
     assert len(buffers) == sum(len(o["buffers"]) for o in per_op) > 0
