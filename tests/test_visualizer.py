@@ -199,3 +199,11 @@ def test_a_mesh_runs_report_has_a_device_per_chip_and_the_cluster_the_visualizer
     cbs = [n for n in first["device_operations"] if n["node_type"] == "circular_buffer_allocate"]
     assert sorted(n["params"]["device_id"] for n in cbs) == ["0", "1"]  # the same program on both chips
     assert set(cluster["arch"].values()) == {"Blackhole"} and len(cluster["ethernet_connections"]) == 1
+
+
+def test_an_ops_operand_is_the_tensor_its_producer_gave_so_the_graph_has_the_edge(vis_store: Store) -> None:
+    report = build_report(vis_store, "n2", model="mlp")
+    first_dot = [o for o in report.operations if o.arguments.get("position") == "0"]
+    first_add = next(o for o in report.operations if o.arguments.get("position") == "1")
+    assert first_add.inputs[0].tensor_id == first_dot[-1].outputs[0].tensor_id  # fc1's dot feeds its add
+    assert first_add.inputs[1].tensor_id not in {t.tensor_id for o in first_dot for t in o.outputs}

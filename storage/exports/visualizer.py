@@ -162,7 +162,20 @@ def _arguments(op: OpRecord, placement: OpPlacement | None) -> dict[str, str]:
     return args
 
 
-def _occurrence_ops(report: Report, op: OpRecord, result: OpResult | None, dram: _Dram) -> None:
+def _operands(op: OpRecord, dram: _Dram, produced: dict[tuple[str, int], list[ReportTensor]]) -> list[ReportTensor]:
+    """The op's operands: the result of the op that computed one (so the visualizer draws the edge), else
+    a tensor of its own (an argument of the model, or a producer outside the report)."""
+    out = []
+    for i, desc in enumerate(op.inputs):
+        source = op.input_sources[i] if i < len(op.input_sources) else None
+        results = produced.get((op.model, source.position)) if source is not None and source.position is not None else None
+        same = results is not None and source.result < len(results) and results[source.result].desc == desc
+        out.append(results[source.result] if same else dram.place(desc))
+    return out
+
+
+def _occurrence_ops(report: Report, op: OpRecord, result: OpResult | None, dram: _Dram,
+                    produced: dict[tuple[str, int], list[ReportTensor]]) -> None:
     """The TTNN ops of one occurrence's program: the first takes the op's operands, the last gives its
     results; an occurrence with no program is one operation with its verdict."""
     device = result.device if result is not None else None
@@ -171,8 +184,9 @@ def _occurrence_ops(report: Report, op: OpRecord, result: OpResult | None, dram:
     error = (result.status.value, result.message or result.status.facts.description) if failed else (None, None)
     if op.split_error:
         error = ("split_failed", op.split_error)
-    inputs = [dram.place(t) for t in op.inputs]
+    inputs = _operands(op, dram, produced)
     outputs = [dram.place(t) for t in op.outputs]
+    produced[(op.model, op.position)] = outputs
     stack = _stack_trace(op)
     if not placements:
         report.operations.append(ReportOp(operation_id=len(report.operations), name=op.op_name, duration_s=0.0,
@@ -205,8 +219,9 @@ def build_report(store: Store, run_id: str, model: str | None = None, signature:
     report = Report(run_id=run_id, chip=run.chip, spec=chip_spec(run.chip), chips=rows * cols,
                     mesh_shape=[rows, cols] if rows * cols > 1 else [])
     dram = _Dram(report.spec)
-    for op in ops:
-        _occurrence_ops(report, op, results.get(op.signature) if op.signature else None, dram)
+    produced: dict[tuple[str, int], list[ReportTensor]] = {}
+    for op in ops:  # the store keeps a model's ops in program order: producers first
+        _occurrence_ops(report, op, results.get(op.signature) if op.signature else None, dram, produced)
         report.occurrences.append((op.model, op.position))
     if signature is None:
         for stored in sorted(store.models(run_id), key=lambda m: m.summary.model):
