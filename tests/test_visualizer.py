@@ -207,3 +207,28 @@ def test_an_ops_operand_is_the_tensor_its_producer_gave_so_the_graph_has_the_edg
     first_add = next(o for o in report.operations if o.arguments.get("position") == "1")
     assert first_add.inputs[0].tensor_id == first_dot[-1].outputs[0].tensor_id  # fc1's dot feeds its add
     assert first_add.inputs[1].tensor_id not in {t.tensor_id for o in first_dot for t in o.outputs}
+
+
+@pytest.mark.slow
+def test_a_real_run_of_the_zoos_cnn_loads_with_the_stored_peak_l1_and_buffer_counts(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", "cnn"], capture_output=True, text=True,
+                          env={**os.environ, "OPBYOP_HOME": str(home)}, timeout=1800)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    store = Store(home / "store")
+    run_id = store.runs()[-1].run_id
+    placements = _stored_placements(store, run_id)
+    with running(store, run_id) as (served, _):
+        operations = _get(served.api("operations"))
+        per_op = _get(served.api("operation-buffers"))
+        errors = _get(served.api("errors"))
+        graphs = [_get(served.api(f"operations/{o['id']}"))["device_operations"] for o in operations]
+    cbs = [int(n["params"]["size"]) for g in graphs for n in g if n["node_type"] == "circular_buffer_allocate"]
+    assert [o["name"] for o in operations if o["name"].startswith("ttnn.")] == [p.ttnn_op for p in placements]
+    assert cbs == [p.l1_bytes_per_core for p in placements if p.l1_bytes_per_core]
+    assert max(cbs) == max(p.l1_bytes_per_core for p in placements)
+    stored = {r.signature: r for r in store.results(run_id)}
+    operand_buffers = sum(len(op.inputs) + len(op.outputs) for op in store.ops(run_id))  # one DRAM buffer each
+    assert sum(len(o["buffers"]) for o in per_op) == operand_buffers
+    assert len(errors) == sum(1 for op in store.ops(run_id)
+                              if op.split_error or (op.signature in stored and stored[op.signature].status.value != "success"))
