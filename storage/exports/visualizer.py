@@ -123,19 +123,16 @@ class _Dram:
         self.count = 0
 
     def place(self, desc: TensorDesc) -> ReportTensor:
-        size = tensor_bytes(desc)
-        per_bank = _align(math.ceil(size / self.spec.num_dram_channels), self.spec.noc_dram_address_align_bytes)
-        tensor = ReportTensor(tensor_id=self.count, desc=desc, address=self.next, bytes=size)
+        tensor = ReportTensor(tensor_id=self.count, desc=desc, address=self.next, bytes=tensor_bytes(desc))
         self.count += 1
-        self.next += per_bank
+        self.next += _per_bank(tensor.bytes, self.spec)
         return tensor
 
-    def per_bank(self, tensor: ReportTensor) -> int:
-        return _align(math.ceil(tensor.bytes / self.spec.num_dram_channels), self.spec.noc_dram_address_align_bytes)
 
-
-def _align(n: int, to: int) -> int:
-    return -(-n // to) * to
+def _per_bank(size: int, spec: DeviceSpec) -> int:
+    """An interleaved DRAM buffer's bytes in each bank: spread over every channel, aligned."""
+    per_bank = math.ceil(size / spec.num_dram_channels)
+    return -(-per_bank // spec.noc_dram_address_align_bytes) * spec.noc_dram_address_align_bytes
 
 
 def _stack_trace(op: OpRecord) -> str:
@@ -296,7 +293,6 @@ def write_database(report: Report, path: Path) -> None:
 
 
 def _insert_operations(db: sqlite3.Connection, report: Report) -> None:
-    dram = _Dram(report.spec)
     tensors: dict[int, ReportTensor] = {}
     for op in report.operations:
         db.execute("INSERT INTO operations VALUES (?, ?, ?)", (op.operation_id, op.name, op.duration_s))
@@ -318,7 +314,7 @@ def _insert_operations(db: sqlite3.Connection, report: Report) -> None:
         for t in [*op.inputs, *op.outputs]:
             for chip in range(report.chips):
                 db.execute("INSERT INTO buffers VALUES (?, ?, ?, ?, ?, ?)", (
-                    op.operation_id, chip, t.address, dram.per_bank(t), BUFFER_DRAM, LAYOUT_INTERLEAVED))
+                    op.operation_id, chip, t.address, _per_bank(t.bytes, report.spec), BUFFER_DRAM, LAYOUT_INTERLEAVED))
     for t in tensors.values():
         db.execute("INSERT INTO tensors VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (
             t.tensor_id, _shape(t.desc), f"DataType::{tt_datatype(t.desc.dtype)}", "Layout::TILE",
