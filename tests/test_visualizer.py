@@ -229,6 +229,13 @@ def test_a_real_run_of_the_zoos_cnn_loads_with_the_stored_peak_l1_and_buffer_cou
     assert cbs == [p.l1_bytes_per_core for p in placements if p.l1_bytes_per_core]
     assert max(cbs) == max(p.l1_bytes_per_core for p in placements)
     stored = {r.signature: r for r in store.results(run_id)}
+    # each op's peak L1 per core, as the store holds it, is the largest circular buffer the report shows for it
+    peaks: dict[str, int] = {}
+    for o in build_report(store, run_id).operations:
+        if o.placement is not None and "signature" in o.arguments:
+            peaks[o.arguments["signature"]] = max(peaks.get(o.arguments["signature"], 0), o.placement.l1_bytes_per_core)
+    assert peaks and peaks == {sig: r.device.peak_l1_bytes for sig, r in stored.items()
+                               if r.device is not None and r.device.placements}
     operand_buffers = sum(len(op.inputs) + len(op.outputs) for op in store.ops(run_id))  # one DRAM buffer each
     assert sum(len(o["buffers"]) for o in per_op) == operand_buffers
     assert len(errors) == sum(1 for op in store.ops(run_id)
