@@ -72,6 +72,7 @@ def test_the_visualizer_serves_the_runs_operations_buffers_and_verdicts(vis_stor
         per_op = _get(served.api("operation-buffers"))
         errors = _get(served.api("errors"))
         devices = _get(served.api("devices"))
+        cluster = _get(served.api("cluster-descriptor"))
         perf = _get(served.api("performance/perf-results"))
         analysis = _get(served.api("performance/perf-results/report"))  # tt-perf-report, inside the visualizer
         matmul = next(o for o in operations if o["name"] == "ttnn.matmul")
@@ -88,6 +89,7 @@ def test_the_visualizer_serves_the_runs_operations_buffers_and_verdicts(vis_stor
     assert len(buffers) == sum(len(o["buffers"]) for o in per_op) > 0
     assert {b["buffer_type"] for b in buffers} == {0} and {d["device_id"] for d in devices} == {0}
     assert devices[0]["worker_l1_size"] == 1_572_864  # p150
+    assert cluster["arch"] == {"0": "Blackhole"} and cluster["boardtype"] == {"0": "p150"}
     # the matmul's circular buffers: the stored bytes per core on each of its 8 cores
     cbs = [n for n in detail["device_operations"] if n["node_type"] == "circular_buffer_allocate"]
     assert [int(n["params"]["size"]) for n in cbs] == [MATMUL_L1]

@@ -36,7 +36,7 @@ from opbyop.records import OpPlacement, OpRecord, OpResult, Status, TensorDesc
 from storage.dataset import Store
 from storage.exports.perf_csv import chip_spec, perf_rows, to_csv, tt_datatype
 
-MEMORY_FOLDER = "memory"  # db.sqlite, config.json (cluster_descriptor.yaml on a mesh)
+MEMORY_FOLDER = "memory"  # db.sqlite, config.json, cluster_descriptor.yaml
 PERFORMANCE_FOLDER = "performance"  # ops_perf_results.csv, profile_log_device.csv
 BUFFER_DRAM, BUFFER_L1 = 0, 1  # tt-metal's BufferType
 LAYOUT_INTERLEAVED = 0  # tt-metal's TensorMemoryLayout
@@ -324,9 +324,9 @@ def _insert_operations(db: sqlite3.Connection, report: Report) -> None:
 
 
 def _cluster_descriptor(report: Report) -> str:
-    """The mesh's chips and their Ethernet neighbours as tt-metal's cluster_descriptor.yaml lists them
-    (a grid: each chip linked to the next in its row and in its column)."""
-    rows, cols = report.mesh_shape
+    """The run's chips and their Ethernet neighbours as tt-metal's cluster_descriptor.yaml lists them
+    (on a mesh, a grid: each chip linked to the next in its row and in its column)."""
+    rows, cols = report.mesh_shape or (1, 1)
     chips = list(range(rows * cols))
     links = []
     for c in chips:
@@ -381,8 +381,7 @@ def export_visualizer(store: Store, run_id: str, out: Path, model: str | None = 
     write_text(memory / "config.json", json.dumps({
         "report_name": f"opbyop {run_id}" + (f" {model}" if model else "") + (f" {signature[:12]}" if signature else ""),
         "enable_detailed_buffer_report": True, "enable_graph_report": False, "opbyop_run": run_id}, indent=2))
-    if report.mesh_shape:
-        write_text(memory / "cluster_descriptor.yaml", _cluster_descriptor(report))
+    write_text(memory / "cluster_descriptor.yaml", _cluster_descriptor(report))  # the topology view reads it
     rows = _report_perf_rows(store, report)
     write_text(performance / "ops_perf_results.csv", to_csv(rows))
     write_text(performance / "profile_log_device.csv", _device_log(rows, report.spec))
