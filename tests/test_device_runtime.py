@@ -192,6 +192,7 @@ def test_stitched_whole_model_matches_torch(worker, settings, model, mlp_graph, 
     assert whole.status is Status.SUCCESS and whole.depth is Stage.GOLDEN, whole.message
     assert whole.pcc > 0.99 and whole.max_abs_error < 0.05  # bf16 tolerance
     assert whole.device.peak_dram_bytes > 0 and whole.device.placements
+    assert whole.device.peak_l1_bytes >= max(p.l1_bytes_per_core for p in whole.device.placements) > 0  # its CBs
 
 
 # -- placement -----------------------------------------------------------------------------

@@ -222,8 +222,11 @@ class OpAnalyzer:
             finally:
                 device.release_constants()
             observer, xla_outputs, trace_note = trace_references(golden, observer, plan, trace_note)
-        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(  # a mesh run has its chips' peaks
-            update={"peak_dram_bytes": device.memory.peak_dram, "peak_l1_bytes": device.memory.peak_l1_per_core})
+        # a mesh run has its chips' peaks; on one chip the allocator's peaks cover the whole run (const-eval
+        # included), and L1's peak is the larger of resident tensors and an op's circular buffers beside them
+        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(update={
+            "peak_dram_bytes": device.memory.peak_dram,
+            "peak_l1_bytes": max(device.memory.peak_l1_per_core, run.steady.peak_l1_bytes)})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
                                   iterations=run.iterations)
         progress("golden")
