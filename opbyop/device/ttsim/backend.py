@@ -109,8 +109,10 @@ class TtsimRunner:
                                             op=reply.get("op"), seconds=seconds))
             with np.load(folder / "outputs.npz") as data:
                 outputs = [data[f"out{i}"] for i in range(len(data.files))]
-            return TtsimResult(TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"]),
-                               outputs)
+            memory = {k: reply[k] for k in ("peak_l1_bytes", "peak_cb_bytes", "peak_dram_bytes")
+                      if reply.get("memory_measured")}
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"],
+                                        **memory), outputs)
         except (BrokenPipeError, OSError) as e:
             return TtsimResult(self._lost(0, time.perf_counter() - started, timeout, str(e)))
         finally:

@@ -7,7 +7,8 @@ tt-metal's simulator environment and talks to it over stdin / a private pipe:
 
   request  (one JSON line): {"dir": DIR}  DIR holds plan.json (the program, opbyop.device.ttsim.plan)
                                           and inputs.npz (in0, in1 ...; constants as c<fn>_<op>)
-  reply    (one JSON line): {"ok": true, "seconds": S, "ops": N}   outputs.npz (out0 ...) in DIR
+  reply    (one JSON line): {"ok": true, "seconds": S, "ops": N, "peak_l1_bytes": ...}   outputs.npz (out0 ...)
+                                                                          in DIR
                             {"ok": false, "kind": KIND, "op": OP, "message": TEXT}
 
 KIND says whose the failure is: "rejected" (tt-metal refused the op: TT_FATAL, TT_THROW, a kernel
@@ -390,6 +391,60 @@ for _name in ("sum", "mean", "max", "min", "prod"):
 HANDLERS["ttnn.pow_tensor"] = _binary("pow")
 
 
+# --- what tt-metal allocates ----------------------------------------------------------------------
+
+class Footprint:
+    """What tt-metal itself allocates for a program, as its allocator and graph capture report it:
+    L1 per core (resident tensors plus the running op's own buffers), circular buffers per core
+    (the op's CBs and Metal 2.0 dataflow buffers), and DRAM bytes, each at its peak over the program.
+
+    An op's own buffers are read from a capture in NO_DISPATCH mode (tt-metal builds the op's program
+    without running it): in NORMAL mode the capture misses dataflow buffers (a matmul or softmax
+    reports 0). Resident tensors come from the allocator's statistics, bank by bank."""
+
+    def __init__(self, device):
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        self.l1, self.cb, self.dram = 0, 0, 0
+        self.measured = True  # every op's own buffers were read (else the figures are floors)
+
+    def resident(self) -> tuple[int, int]:
+        """(L1 bytes allocated in the fullest bank, i.e. per core; DRAM bytes allocated in all banks)."""
+        l1 = ttnn._ttnn.device.GetMemoryView(self.device, ttnn.BufferType.L1)
+        dram = ttnn._ttnn.device.GetMemoryView(self.device, ttnn.BufferType.DRAM)
+        return l1.total_bytes_allocated_per_bank, dram.total_bytes_allocated_per_bank * dram.num_banks
+
+    def before(self, call) -> None:
+        """The op's own buffers, from a capture of `call` that tt-metal does not dispatch."""
+        l1, dram = self.resident()
+        graph = ttnn._ttnn.graph
+        graph.begin_graph_capture(graph.RunMode.NO_DISPATCH)
+        try:
+            call()
+        except Exception as e:  # the real run says why; this op's own buffers stay unread
+            print(f"opbyop-ttsim footprint not read: {words(e)}", file=sys.stderr, flush=True)
+            self.measured = False
+            return
+        finally:
+            trace = graph.end_graph_capture()
+        usage = graph.extract_resource_usage_per_core(trace)
+        op_dram = sum(int(n["params"].get("size", 0)) for n in trace
+                      if n["node_type"] == "buffer_allocate" and n["params"].get("type") == "DRAM")
+        self.cb = max(self.cb, usage.peak_cb + usage.peak_dataflow_buffer)
+        self.l1 = max(self.l1, l1 + usage.peak_total)
+        self.dram = max(self.dram, dram + op_dram)
+
+    def after(self) -> None:
+        l1, dram = self.resident()
+        self.l1, self.dram = max(self.l1, l1), max(self.dram, dram)
+
+    def reply(self) -> dict:
+        return {"peak_l1_bytes": self.l1, "peak_cb_bytes": self.cb, "peak_dram_bytes": self.dram,
+                "memory_measured": self.measured}
+
+
 # --- running a program ---------------------------------------------------------------------------
 
 class Interpreter:
@@ -397,6 +452,7 @@ class Interpreter:
         self.device = device
         self.const_cache: dict[str, list] = {}
         self.current = ""  # the op running now: a failure names it
+        self.footprint = Footprint(device)
 
     def call(self, plan: dict, name: str, args: list, constants: dict) -> list:
         fn = plan["functions"][name]
@@ -427,7 +483,10 @@ class Interpreter:
                 tensors = [x for x, t in zip(operands, op["operand_types"]) if t is not None]
                 # named in the log first: ttsim may end the process inside the op, with no reply
                 print(f"{RUNNING}{kind}", file=sys.stderr, flush=True)
-                out = handler(Ctx(op, tensors, self.device, constants))
+                ctx = Ctx(op, tensors, self.device, constants)
+                self.footprint.before(lambda: handler(ctx))
+                out = handler(ctx)
+                self.footprint.after()
                 results = list(out) if isinstance(out, (list, tuple)) else [out]
             for v, r in zip(op["results"], results):
                 values[v] = r
@@ -462,16 +521,19 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
     """One program on the device: its outputs written to `folder`, and the reply to send."""
     started = time.perf_counter()
     stage = "writing the inputs"
+    interpreter.footprint.reset()
     try:
         main = plan["functions"][plan["entry"]]
         args = [conform(host_tensor(arrays[f"in{i}"], t), t, interpreter.device)
                 for i, t in enumerate(main["argument_types"])]
+        interpreter.footprint.after()
         stage, interpreter.current = "running", ""
         outputs = interpreter.call(plan, plan["entry"], args, arrays)
         stage = "reading the outputs"
         host = {f"out{i}": to_numpy(x, t) for i, (x, t) in enumerate(zip(outputs, main["return_types"]))}
         np.savez(folder / "outputs.npz", **host)
-        return {"ok": True, "seconds": time.perf_counter() - started, "ops": len(main["ops"])}
+        return {"ok": True, "seconds": time.perf_counter() - started, "ops": len(main["ops"]),
+                **interpreter.footprint.reply()}
     except Exception as e:
         traceback.print_exc()  # into the runner's log: a mapping error is opbyop's bug to chase
         kind = classify(e)
