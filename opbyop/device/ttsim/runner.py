@@ -497,7 +497,8 @@ class Interpreter:
 # opens its devices; 0 (ttnn's default) makes every max_pool2d fail to allocate its config tensors
 L1_SMALL_SIZE = 1 << 15
 RUNNING = "opbyop-ttsim running "  # the log line naming the op about to run
-HOST_HICCUP = "fatal error: cannot execute"  # the kernel JIT's compiler driver could not start a tool
+# the kernel JIT's compiler driver could not start one of its tools (seen under load): the host's fault
+HOST_HICCUPS = ("fatal error: cannot execute", "could not run lto-wrapper")
 
 
 def words(e: BaseException) -> str:
@@ -544,6 +545,10 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
         interpreter.const_cache.clear()  # const-eval results belong to one program's run
 
 
+def hiccup(reply: dict) -> bool:
+    return not reply["ok"] and any(h in reply["message"] for h in HOST_HICCUPS)
+
+
 def serve(device) -> None:
     interpreter = Interpreter(device)
     for line in sys.stdin:
@@ -555,12 +560,13 @@ def serve(device) -> None:
         with np.load(folder / "inputs.npz") as data:
             arrays = {k: data[k] for k in data.files}
         reply = run_program(interpreter, plan, arrays, folder)
-        if not reply["ok"] and HOST_HICCUP in reply["message"]:
-            # the host could not start the RISC-V compiler (seen under load): the kernel itself is
-            # fine, so the op is tried once more before its failure is reported
+        for pause in (1, 5):  # the host could not start the RISC-V compiler: the kernel itself is
+            if not hiccup(reply):  # fine, so the op is tried again before its failure is reported
+                break
+            time.sleep(pause)
             reply = run_program(interpreter, plan, arrays, folder)
-            if not reply["ok"] and HOST_HICCUP in reply["message"]:
-                reply["kind"] = "host"
+        if hiccup(reply):
+            reply["kind"] = "host"
         _PROTOCOL.write(json.dumps(reply) + "\n")
 
 
