@@ -122,6 +122,25 @@ def test_tt_metal_refusing_a_program_is_a_device_failure_in_its_own_words(tmp_pa
     assert refused.op == "ttnn.matmul" and "backtrace" not in refused.message
 
 
+@pytest.mark.slow
+def test_a_p300_all_gather_keeps_the_models_verdict_with_the_reason_its_mesh_did_not_open(tmp_path, workspace_root,
+                                                                                           ttsim_ready):
+    """ttnn opens ttsim's two-chip build as a 1x2 mesh, but ttsim v1.10 stops in tt-metal's fabric start-up
+    (an unaligned read on an Ethernet core), and collectives need the fabric: the reason is on the record
+    in ttsim's own words, and the device model's verdict stands (the outcome is no verdict)."""
+    program = load_program((DATA / "mesh" / "p300" / "all_gather" / "ttnn_runtime.mlir").read_text())
+    assert program.mesh_shape == (1, 2)
+    backend = TtsimBackend(workspace_root, tmp_path)
+    try:
+        run = backend.run(program, [np.ones((32, 64), np.float32)], timeout=600).run
+        again = backend.run(program, [np.ones((32, 64), np.float32)], timeout=600).run
+    finally:
+        backend.close()
+    assert run.outcome is TtsimOutcome.UNAVAILABLE, run
+    assert run.message.startswith("the ttsim 1x2 mesh (blackhole-bh_x2) did not open: ERROR: NonContractualBehavior")
+    assert again.message == run.message  # asked once per backend, not for every op
+
+
 def test_without_a_ttnn_interpreter_the_backend_says_how_to_get_one(tmp_path):
     with pytest.raises(TtsimUnavailable, match="make ttsim"):
         locate("blackhole", tmp_path, python=tmp_path / "no-such-python")

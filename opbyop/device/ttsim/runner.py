@@ -3,7 +3,8 @@
 This file runs in its OWN interpreter (Python 3.12 with PyPI's `ttnn`, which pins numpy < 2 and
 ships cp310/cp312 wheels only), never inside opbyop: it imports only the standard library, numpy
 and ttnn. opbyop (opbyop.device.ttsim.backend) starts it as `python runner.py SFPI_DIR` with
-tt-metal's simulator environment and talks to it over stdin / a private pipe:
+tt-metal's simulator environment (`python runner.py SFPI_DIR ROWSxCOLS` opens a mesh of a multichip
+ttsim instead of one chip) and talks to it over stdin / a private pipe:
 
   request  (one JSON line): {"dir": DIR}  DIR holds plan.json (the program, opbyop.device.ttsim.plan)
                                           and inputs.npz (in0, in1 ...; constants as c<fn>_<op>)
@@ -570,17 +571,34 @@ def serve(device) -> None:
         _PROTOCOL.write(json.dumps(reply) + "\n")
 
 
-def main() -> None:
-    device = ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_SIZE)
-    _PROTOCOL.write(json.dumps({"ready": True, "grid": list(device.compute_with_storage_grid_size())
-                                if hasattr(device.compute_with_storage_grid_size(), "__iter__") else
-                                [device.compute_with_storage_grid_size().x,
-                                 device.compute_with_storage_grid_size().y]}) + "\n")
+def open_mesh(shape: str):
+    """A mesh of ttsim's chips (a multichip build), with tt-metal's fabric: collectives move data
+    over it (without it they fail: "Trying to get un-initialized fabric context")."""
+    rows, cols = (int(n) for n in shape.split("x"))
+    ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)
+    print(f"{RUNNING}opening a {rows}x{cols} mesh with tt-metal's fabric", file=sys.stderr, flush=True)
+    return ttnn.open_mesh_device(ttnn.MeshShape(rows, cols), l1_small_size=L1_SMALL_SIZE)
+
+
+def serve_mesh() -> None:
+    """A mesh opened: its programs (sharded tensors, collectives) are not mapped to ttnn yet."""
+    for line in sys.stdin:
+        if json.loads(line).get("close"):
+            break
+        _PROTOCOL.write(json.dumps({"ok": False, "kind": "unmapped", "op": "", "message": (
+            "mesh programs (sharded tensors, collectives) have no ttnn calls in opbyop's ttsim runner yet")}) + "\n")
+
+
+def main(mesh: str) -> None:
+    device = open_mesh(mesh) if mesh else ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_SIZE)
+    grid = device.compute_with_storage_grid_size()
+    _PROTOCOL.write(json.dumps({"ready": True, "grid": list(grid) if hasattr(grid, "__iter__") else
+                                [grid.x, grid.y]}) + "\n")
     try:
-        serve(device)
+        serve_mesh() if mesh else serve(device)
     finally:
-        ttnn.close_device(device)
+        ttnn.close_mesh_device(device) if mesh else ttnn.close_device(device)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[2] if len(sys.argv) > 2 else "")
