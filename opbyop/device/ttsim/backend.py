@@ -26,7 +26,8 @@ from opbyop.device.ttsim.plan import program_plan
 from opbyop.records import TtsimOutcome, TtsimRun
 
 RUNNER = Path(__file__).with_name("runner.py")
-RUNNING = "opbyop-ttsim running "  # the runner's log line naming the op it starts (runner.RUNNING)
+NOTE = "opbyop-ttsim "  # the runner's own log lines (runner.NOTE): never tt-metal's or ttsim's words
+RUNNING = NOTE + "running "  # the runner's log line naming the op it starts (runner.RUNNING)
 _CYCLE = re.compile(r"^\[\d+\] ")  # ttsim prefixes its lines with its cycle count
 START_TIMEOUT_S = 300.0  # the first open builds tt-metal's firmware (about 15 s; minutes on a loaded machine)
 
@@ -159,9 +160,10 @@ class TtsimRunner:
     def last_words(self, offset: int | None = None) -> str:
         """ttsim's or tt-metal's last error lines in the runner's log since `offset` (without the
         simulator's `[cycle]` prefix, so that the same limit reads the same in every op)."""
-        lines = [_CYCLE.sub("", line) for line in self._log_lines(offset) if not line.startswith(RUNNING)]
-        errors = [line.strip() for line in lines if "ERROR" in line or "TT_FATAL" in line or "TT_THROW" in line
-                  or "UnsupportedFunctionality" in line]
+        lines = [_CYCLE.sub("", line) for line in self._log_lines(offset) if not line.startswith(NOTE)]
+        ttsim = [line.strip() for line in lines if line.startswith("ERROR: ")]  # ttsim's own, when it stopped
+        errors = ttsim or [line.strip() for line in lines if "ERROR" in line or "TT_FATAL" in line
+                           or "TT_THROW" in line or "UnsupportedFunctionality" in line]
         return "\n".join(errors[-3:]) if errors else "\n".join(line.strip() for line in lines[-3:])
 
     def _reply(self, timeout: float) -> dict | None:

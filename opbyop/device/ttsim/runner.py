@@ -330,6 +330,16 @@ def _ints(value) -> list[int]:
     return [int(v) for v in (value if isinstance(value, list) else [value])]
 
 
+def _prod(c: Ctx):
+    """ttnn.prod reduces one dimension (or all of them) per call."""
+    dims = c.attrs.get("dim_arg")
+    dims = list(dims) if isinstance(dims, list) else ([dims] if dims is not None else [])
+    if len(dims) > 1:
+        raise Unmapped(f"ttnn.prod over {len(dims)} dimensions is not mapped to ttnn yet")
+    return ttnn.prod(c.args[0], dims[0] if dims else None, keepdim=bool(c.attrs.get("keep_dim", False)),
+                     memory_config=c.mc())
+
+
 def _scalar_of(value):
     return value if not isinstance(value, list) else value[0]
 
@@ -371,6 +381,8 @@ HANDLERS = {
                                                  bias=c.args[2] if len(c.args) > 2 else None, memory_config=c.mc(),
                                                  compute_kernel_config=c.compute_config()),
     "ttnn.leaky_relu": lambda c: ttnn.leaky_relu(c.args[0], float(c.attrs["parameter"]), memory_config=c.mc()),
+    "ttnn.atan2": lambda c: ttnn.atan2(c.args[0], c.args[1], memory_config=c.mc()),
+    "ttnn.prod": lambda c: _prod(c),
     "ttnn.pow_scalar": lambda c: ttnn.pow(c.args[0], float(_scalar_of(c.attrs["rhs"])), memory_config=c.mc()),
     "ttnn.cumsum": lambda c: ttnn.cumsum(c.args[0], int(c.attrs["dim"])),
     "ttnn.moreh_cumsum": lambda c: ttnn.cumsum(c.args[0], int(c.attrs["dim"])),
@@ -384,10 +396,10 @@ for _name in ("abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tan", 
               "silu", "bitwise_not", "cbrt", "atan", "asin", "acos", "erfc", "hardsigmoid", "mish", "square"):
     HANDLERS[f"ttnn.{_name}"] = _unary(_name)
 for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "eq", "ne", "gt", "ge", "lt", "le",
-              "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "atan2",
+              "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
               "remainder", "pow", "logical_left_shift", "logical_right_shift"):
     HANDLERS[f"ttnn.{_name}"] = _binary(_name)
-for _name in ("sum", "mean", "max", "min", "prod"):
+for _name in ("sum", "mean", "max", "min"):
     HANDLERS[f"ttnn.{_name}"] = _reduction(_name)
 HANDLERS["ttnn.pow_tensor"] = _binary("pow")
 
@@ -425,7 +437,7 @@ class Footprint:
         try:
             call()
         except Exception as e:  # the real run says why; this op's own buffers stay unread
-            print(f"opbyop-ttsim footprint not read: {words(e)}", file=sys.stderr, flush=True)
+            print(f"{NOTE}footprint not read: {words(e)}", file=sys.stderr, flush=True)
             self.measured = False
             return
         finally:
@@ -497,7 +509,8 @@ class Interpreter:
 # L1 reserved at device open for the small buffers of halo ops (conv2d, pools), as tt-mlir's runtime
 # opens its devices; 0 (ttnn's default) makes every max_pool2d fail to allocate its config tensors
 L1_SMALL_SIZE = 1 << 15
-RUNNING = "opbyop-ttsim running "  # the log line naming the op about to run
+NOTE = "opbyop-ttsim "  # the runner's own log lines begin so (the backend never takes them for tt-metal's)
+RUNNING = NOTE + "running "  # the log line naming the op about to run
 # the kernel JIT's compiler driver could not start one of its tools (seen under load): the host's fault
 HOST_HICCUPS = ("fatal error: cannot execute", "could not run lto-wrapper")
 
