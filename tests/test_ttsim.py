@@ -22,6 +22,7 @@ from core_fixtures import DATA
 from flows.nightly import Target
 from opbyop.cli import coverage_cmds  # noqa: F401  (registers the corpus and coverage commands)
 from opbyop.cli.app import app
+from opbyop.compiler.assets import ensure_assets
 from opbyop.config import CompilerOptions, DtypeThreshold, Thresholds
 from opbyop.corpus.run import read_results
 from opbyop.device.program import load_program
@@ -139,6 +140,14 @@ def test_a_p300_all_gather_keeps_the_models_verdict_with_the_reason_its_mesh_did
     assert run.outcome is TtsimOutcome.UNAVAILABLE, run
     assert run.message.startswith("the ttsim 1x2 mesh (blackhole-bh_x2) did not open: ERROR: NonContractualBehavior")
     assert again.message == run.message  # asked once per backend, not for every op
+
+
+def test_ttsims_toolchain_is_a_snapshot_out_of_reach_of_the_plugins_next_unpacking(ttsim_ready):
+    """Every plugin load unpacks its assets again over the same files: kernel builds use a snapshot."""
+    assets = ensure_assets().resolve()
+    assert not ttsim_ready.sfpi.resolve().is_relative_to(assets)
+    compiler = ttsim_ready.sfpi / "compiler" / "bin" / "riscv-tt-elf-g++"
+    assert compiler.read_bytes()[:4] == b"\x7fELF"
 
 
 def test_without_a_ttnn_interpreter_the_backend_says_how_to_get_one(tmp_path):

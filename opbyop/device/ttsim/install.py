@@ -9,7 +9,8 @@ Two parts, each found from a setting or from where `make ttsim` puts it in this 
   for jax), so it runs in an interpreter of its own, started per worker (opbyop.device.ttsim.backend).
 tt-metal wants the simulator library and the chip's SoC descriptor in one directory, and its
 kernel JIT needs a RISC-V toolchain that ttnn's wheel does not ship: jax-tt-plugin's unpacked
-runtime assets hold tt-metal's `runtime/sfpi`, built for Blackhole only. So Blackhole runs here;
+runtime assets hold tt-metal's `runtime/sfpi`, built for Blackhole only (a snapshot of it is kept in
+ttnn's package, out of reach of the plugin's next unpacking). So Blackhole runs here;
 Wormhole needs a Wormhole toolchain (a tt-metal build's own sfpi), which nothing here provides.
 
 A mesh needs ttsim's multichip build of as many chips (bh_x2 is a p300, bh_x4 two of them, bh_x32 a
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from opbyop.compiler.assets import ensure_assets
+from opbyop.compiler.assets import ensure_assets, startup_lock
 from opbyop.errors import OpbyopError
 
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -94,11 +95,40 @@ def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None
         folder.mkdir(parents=True, exist_ok=True)
         _copy_if_changed(library, folder / "libttsim.so")
         _copy_if_changed(_soc_descriptor(python, arch), folder / "soc_descriptor.yaml")
-    sfpi = ensure_assets() / "runtime" / "sfpi"
-    if not sfpi.is_dir():
-        raise TtsimUnavailable(f"jax-tt-plugin's runtime assets hold no sfpi toolchain ({sfpi})",
+    return TtsimSetup(python=python, simulator_dir=folder, sfpi=_stable_sfpi(python),
+                      cache=home / "ttsim" / f"cache-{arch}")
+
+
+def _stable_sfpi(python: Path) -> Path:
+    """tt-metal's RISC-V toolchain from jax-tt-plugin's assets, as a snapshot inside ttnn's package.
+
+    Every process that loads the plugin unpacks its assets again over the same files (new files in
+    place of the old), so a kernel build running one of the tools then fails ('Text file busy',
+    'could not run lto-wrapper', an assembler refusing its own -march): a false device failure. The
+    snapshot (hard links where the file system allows, taken while no opbyop process loads the
+    plugin) keeps the files it was taken with; every runner of this interpreter shares it."""
+    source = ensure_assets() / "runtime" / "sfpi"
+    if not source.is_dir():
+        raise TtsimUnavailable(f"jax-tt-plugin's runtime assets hold no sfpi toolchain ({source})",
                                "reinstall jax-tt-plugin (its first start unpacks the assets)")
-    return TtsimSetup(python=python, simulator_dir=folder, sfpi=sfpi, cache=home / "ttsim" / f"cache-{arch}")
+    target = _ttnn_package(python) / "runtime" / f"sfpi-{source.parent.parent.name[-16:]}"
+    if target.is_dir():
+        return target
+    with FileLock(f"{target}.lock"):
+        if not target.is_dir():
+            partial = target.with_name(f"{target.name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            with startup_lock():  # no plugin unpacks over the files while they are taken
+                shutil.copytree(source, partial, symlinks=True, copy_function=_link_or_copy)
+            partial.rename(target)
+    return target
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
 
 
 def _library(config: str, ttsim: Path, home: Path) -> Path:
@@ -144,13 +174,21 @@ def build(source: Path, config: str, into: Path) -> Path:
     return target
 
 
+def _ttnn_package(python: Path) -> Path:
+    """The ttnn package of the interpreter's environment."""
+    lib = python.parent.parent / "lib"
+    found = sorted(lib.glob("python3*/site-packages/ttnn/tt_metal"))
+    if not found:
+        raise TtsimUnavailable(f"no ttnn package under {lib}", SETUP_FIX)
+    return found[-1].parent.resolve()  # the environment's own path: a link to it may go away
+
+
 def _soc_descriptor(python: Path, arch: str) -> Path:
     """tt-metal's SoC descriptor of the architecture, from the ttnn package beside the interpreter."""
-    lib = python.parent.parent / "lib"
-    found = sorted(lib.glob(f"python3*/site-packages/ttnn/tt_metal/soc_descriptors/{SOC_DESCRIPTORS[arch]}"))
-    if not found:
-        raise TtsimUnavailable(f"ttnn's {SOC_DESCRIPTORS[arch]} was not found under {lib}", SETUP_FIX)
-    return found[-1]
+    found = _ttnn_package(python) / "tt_metal" / "soc_descriptors" / SOC_DESCRIPTORS[arch]
+    if not found.is_file():
+        raise TtsimUnavailable(f"ttnn's {SOC_DESCRIPTORS[arch]} was not found at {found}", SETUP_FIX)
+    return found
 
 
 def _copy_if_changed(source: Path, target: Path) -> None:

@@ -33,16 +33,20 @@ import numpy as np
 
 
 def _link_sfpi(sfpi: str) -> None:
-    """ttnn's kernel JIT looks for the RISC-V toolchain in its own package (it ships none)."""
+    """ttnn's kernel JIT looks for the RISC-V toolchain in its own package (it ships none). The link
+    is replaced in one step: another runner's kernel build may be using it."""
     spec = importlib.util.find_spec("ttnn")
     if spec is None or spec.origin is None or not sfpi:
         return
     target = Path(spec.origin).parent / "runtime" / "sfpi"
-    if target.resolve() != Path(sfpi).resolve():
-        if target.is_symlink() or target.exists():
-            target.unlink()
+    if target.exists() and not target.is_symlink():
+        return  # a toolchain of ttnn's own
+    if not target.is_symlink() or target.resolve() != Path(sfpi).resolve():
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to(sfpi, target_is_directory=True)
+        new = target.with_name(f"sfpi.{os.getpid()}")
+        new.unlink(missing_ok=True)
+        new.symlink_to(sfpi, target_is_directory=True)
+        os.replace(new, target)
 
 
 # The protocol gets its own pipe: tt-metal and ttsim print to fd 1, which goes to stderr instead.
