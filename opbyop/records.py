@@ -387,6 +387,12 @@ class TtsimRun(BaseModel):
     agreement: str | None = None
     max_ulps: float | None = None
     pcc: float | None = None  # a whole model's outputs on ttsim against its reference
+    # what tt-metal allocated, as its allocator and graph capture report it (None: not run): L1 per
+    # core (resident tensors plus the op's own buffers), circular and dataflow buffers per core, DRAM
+    # bytes over all banks; each the peak over the program's ops, beside the model's DeviceRun figures
+    peak_l1_bytes: int | None = None
+    peak_cb_bytes: int | None = None
+    peak_dram_bytes: int | None = None
 
 
 class GoldenComparison(BaseModel):
