@@ -63,7 +63,7 @@ def on_both(tmp_path, workspace, worker, settings, text: str, options: CompilerO
     device = settings.device.model_copy(update={"backend": "ttsim"})
     on_ttsim = settings.model_copy(update={"device": device, "options": options or CompilerOptions()})
     result = worker.analyze(op, on_ttsim, timeout=600)
-    assert result.ttsim is not None and result.ttsim.outcome is TtsimOutcome.RAN, result.message
+    assert result.ttsim is not None and result.ttsim.outcome is TtsimOutcome.RAN, result.ttsim.message
     return result.ttsim
 
 

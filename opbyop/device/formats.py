@@ -184,8 +184,8 @@ def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray
 
 
 # Matmuls with at most this many products (M x N x K x fidelity phases) are computed bit for bit
-# (opbyop.device.fpu, about 35 ns a product in numpy: 0.15 s at the limit); larger ones by BLAS.
-EXACT_PRODUCTS = 1 << 22
+# (opbyop.device.fpu, about 11 ns a product in numpy: 0.4 s at the limit); larger ones by BLAS.
+EXACT_PRODUCTS = 1 << 25
 
 
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32) -> np.ndarray:

@@ -17,7 +17,7 @@ What the chip does that a float matmul does not:
 
 A matmul's destination takes, per 32-wide K tile, every fidelity phase over the tile's two
 16-wide K faces (phase by phase: the LLK's MOP loops the phases outside the tile's MVMULs).
-Integer arithmetic on int64 numpy arrays, one K face at a time: exact, and work grows with
+Integer arithmetic on numpy arrays (int16 per product), one K face at a time: exact, and work grows with
 M x N x K x phases, so fidelity_matmul uses it only up to EXACT_PRODUCTS (formats.py).
 """
 
@@ -30,26 +30,20 @@ GROUP = 8  # products aligned together
 PHASE_ORDER = {"lofi": (0,), "hifi2": (0, 1), "hifi3": (0, 1, 2), "hifi4": (0, 1, 2, 3)}
 
 
-def _u32(x: np.ndarray) -> np.ndarray:
+def u32(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.int64)
 
 
 def src_register(x: np.ndarray, storage: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(sign, exponent, 11-bit mantissa with the hidden 1; 0 where the value is zero) of values as
     srcA/srcB hold them: TF32 truncated from f32, bf16 as stored (`storage` names which)."""
-    bits = _u32(x) & (0xFFFFE000 if storage in ("f32", "tf32") else 0xFFFF0000)
+    bits = u32(x) & (0xFFFFE000 if storage in ("f32", "tf32") else 0xFFFF0000)
     v = bits >> 13  # the 19-bit register value
     sign = v >> 18
     exp = (v >> 10) & 255
     zero = (v & 0x3FFFF) < 0x400
     man = np.where(zero, 0, (v & 0x3FF) | 0x400)
     return sign, np.where(zero, 0, exp), man
-
-
-def _phase_parts(man_a: np.ndarray, man_b: np.ndarray, phase: int) -> tuple[np.ndarray, np.ndarray]:
-    a = (man_a >> 1) & 31 if phase & 1 else man_a >> 6
-    b = (man_b & 15) << 3 if phase & 2 else man_b >> 4
-    return a, b
 
 
 def _phase_adjust(phase: int) -> int:
@@ -103,35 +97,46 @@ def accumulate(sops: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dst: np.nd
     return np.where((total == 0) | (exp <= 0), 0, out)
 
 
-def _group_sums(sign: np.ndarray, exp: np.ndarray, man: np.ndarray) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Products (..., 16) -> the two groups' (sign, exponent, mantissa << 13)."""
+# A zero operand's lanes: an exponent no product reaches, so they never raise a group's largest
+# exponent (ttsim gives them 0, which only matters for groups it then drops as underflowed). Small
+# enough in magnitude that every per-lane quantity fits int16 (half the memory traffic of int32).
+ZERO_EXP = -8000
+# A product (at most 12 bits) shifted this far right rounds to 0: alignment distances clamp here.
+FAR = 13
+
+
+def _operand(fields: tuple, phase: int, is_src_a: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(signed mantissa slice, exponent) of one operand for one phase, int16; zero lanes as above."""
+    sign, exp, man = fields
+    if is_src_a:
+        part = (man >> 1) & 31 if phase & 1 else man >> 6
+    else:
+        part = (man & 15) << 3 if phase & 2 else man >> 4
+    live = man != 0
+    return (np.where(sign == 1, -part, part) * live).astype(np.int16), np.where(live, exp, ZERO_EXP).astype(np.int16)
+
+
+def _group_sums(part0: np.ndarray, exp0: np.ndarray, part1: np.ndarray, exp1: np.ndarray,
+                adjust: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """One MVMUL's 16 products per output in two groups of 8, each aligned to its largest exponent
+    (every product rounded half up in magnitude), as (sign, exponent, mantissa << 13) per group.
+    part0/exp0: (..., 16, M) from srcB; part1/exp1: (..., 16, N) from srcA (lanes first, so the
+    reductions over a group run across whole (M, N) planes)."""
     out = []
     for g in range(FACE // GROUP):
-        e, m, s = (x[..., g * GROUP:(g + 1) * GROUP] for x in (exp, man, sign))
-        top = e.max(axis=-1, keepdims=True)
-        d = np.minimum(top - e, 30)
-        aligned = ((m << 1) + np.left_shift(1, d)) >> (d + 1)
-        total = np.where(s == 1, -aligned, aligned).sum(axis=-1)
-        live = top[..., 0] > 0
-        out.append((np.where(live & (total < 0), 1, 0), np.where(live, top[..., 0], 0),
+        lanes = slice(g * GROUP, (g + 1) * GROUP)
+        m = part0[..., lanes, :, None] * part1[..., lanes, None, :]  # signed products (..., 8, M, N)
+        e = exp0[..., lanes, :, None] + exp1[..., lanes, None, :]
+        top = e.max(axis=-3)
+        d = np.minimum(top[..., None, :, :] - e, FAR)
+        magnitude = np.abs(m)
+        aligned = ((magnitude << 1) + (np.int16(1) << d)) >> (d + 1)
+        total = np.where(m < 0, -aligned, aligned).sum(axis=-3, dtype=np.int64)
+        top = top.astype(np.int64) + adjust
+        live = top > 0
+        out.append((np.where(live & (total < 0), 1, 0), np.where(live, top, 0),
                     np.where(live, np.abs(total) << 13, 0)))
     return out
-
-
-def mvmul_face(in0: tuple, in1: tuple, dst: np.ndarray, phase: int, fp32_acc: bool) -> np.ndarray:
-    """One MVMUL phase over a 16-wide K face: in0 fields (..., M, 16) in srcB, in1 fields
-    (..., 16, N) in srcA, added into dst (..., M, N) f32 bit patterns."""
-    sign0, exp0, man0 = in0
-    sign1, exp1, man1 = in1
-    part1, part0 = _phase_parts(man1, man0, phase)  # srcA is in1, srcB is in0
-    m = part0[..., :, None, :] * np.swapaxes(part1, -1, -2)[..., None, :, :]
-    e = exp0[..., :, None, :] + np.swapaxes(exp1, -1, -2)[..., None, :, :] + _phase_adjust(phase)
-    zero = (man0[..., :, None, :] == 0) | (np.swapaxes(man1, -1, -2)[..., None, :, :] == 0)
-    s = sign0[..., :, None, :] ^ np.swapaxes(sign1, -1, -2)[..., None, :, :]
-    e = np.where(zero, 0, e)  # a zero lane's exponent: max(adjust, 0)
-    m = np.where(zero, 0, m)
-    s = np.where(zero, 0, s)
-    return accumulate(_group_sums(s, e, m), dst, fp32_acc)
 
 
 def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity: str, fp32_acc: bool,
@@ -142,16 +147,20 @@ def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity
     if pad:
         a = np.concatenate([a, np.zeros(a.shape[:-1] + (pad,), np.float32)], axis=-1)
         b = np.concatenate([b, np.zeros(b.shape[:-2] + (pad,) + b.shape[-1:], np.float32)], axis=-2)
-    f0, f1 = src_register(a, storage[0]), src_register(b, storage[1])
+    f0 = src_register(np.swapaxes(a, -1, -2), storage[0])  # in0 in srcB, as (..., K, M)
+    f1 = src_register(b, storage[1])  # in1 in srcA: (..., K, N)
+    ops0 = {p: _operand(f0, p, False) for p in sorted({p & 2 for p in PHASE_ORDER[fidelity]})}
+    ops1 = {p: _operand(f1, p, True) for p in sorted({p & 1 for p in PHASE_ORDER[fidelity]})}
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     dst = np.zeros(batch + (a.shape[-2], b.shape[-1]), np.int64)
     for start in range(0, a.shape[-1], k_tile):
-        faces = range(start, min(start + k_tile, a.shape[-1]), FACE)
         for phase in PHASE_ORDER[fidelity]:
-            for f in faces:
-                in0 = tuple(x[..., f:f + FACE] for x in f0)
-                in1 = tuple(x[..., f:f + FACE, :] for x in f1)
-                dst = mvmul_face(in0, in1, dst, phase, fp32_acc)
+            (p0, e0), (p1, e1) = ops0[phase & 2], ops1[phase & 1]
+            for f in range(start, min(start + k_tile, a.shape[-1]), FACE):
+                face = slice(f, f + FACE)
+                sops = _group_sums(p0[..., face, :], e0[..., face, :], p1[..., face, :], e1[..., face, :],
+                                   _phase_adjust(phase))
+                dst = accumulate(sops, dst, fp32_acc)
     return dst
 
 
@@ -191,4 +200,4 @@ def pack(x: np.ndarray, storage: str) -> np.ndarray:
     zero (a later nearest-even store leaves them as they are); other formats untouched here."""
     if storage != "bf16":
         return x
-    return pack_bf16(_u32(x))
+    return pack_bf16(u32(x))
