@@ -41,6 +41,7 @@ from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOp
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
 from opbyop.pipeline import run_manifest_path
+from opbyop.run.plan import host_devices
 from opbyop.workspace import Workspace
 from opbyop.compiler.boards import chip_help, mesh_help
 
@@ -242,9 +243,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                                 op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers),
                                 mesh=mesh, unshard=unshard, pass_timing=1.0 if pass_timing else 0.0,
                                 device=DeviceOptions(backend=device_backend.value))
-        chips = target_for(chip, mesh).chips
-        if chips > 1:  # the cluster's workers run sharded ops' golden on a host mesh of that many devices
-            os.environ.setdefault("OPBYOP_HOST_DEVICES", str(chips))
+        target_for(chip, mesh)  # a --chip or --mesh that names no target fails here, before anything starts
     except OpbyopError as e:
         _say(("error:", "red"), f" {e}")
         raise typer.Exit(2)
@@ -266,7 +265,7 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
     launch = Launch(workers, address, chip, command.workspace_root / "logs")
     flow_thread: FlowThread | None = None
     try:
-        launch.handoff.start_splits(command.config.models, command.config.seed)
+        launch.handoff.start_splits(command.config.models, command.config.seed, host_devices(command.config))
         from flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
 
         config = _on_address(command.config, launch.wait())

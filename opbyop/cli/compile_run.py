@@ -8,7 +8,6 @@ installed, queryable with `opbyop sql`.
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections import Counter, defaultdict
 from contextlib import nullcontext
@@ -51,9 +50,7 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> RunOutcome:
     """The run engine with this process's warm worker; stored under `run_id` when a sink was supplied."""
     plan = RunPlan.from_config(config)
-    if plan.host_devices > 1:  # golden of sharded ops on a host mesh: XLA:CPU devices are fixed when JAX starts
-        os.environ["OPBYOP_HOST_DEVICES"] = str(max(plan.host_devices, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
-    prepare_jax()
+    prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
     workspace = Workspace.default()
     prepared = prepare_models(plan, workspace, zoo)
     for name, error in prepared.errors.items():

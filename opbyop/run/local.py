@@ -42,7 +42,8 @@ class LocalExecutor:
 
     def analyze(self, plan: RunPlan, ops: list[UniqueOp], wholes: dict[str, ModelGraph], outcome: RunOutcome) -> None:
         desc, settings, progress = plan.desc, plan.settings, self.progress
-        with OpWorker(desc.path, self.workspace.root, chip=desc.chip, name=self.name) as worker:
+        with OpWorker(desc.path, self.workspace.root, chip=desc.chip, name=self.name,
+                      host_devices=plan.host_devices) as worker:
             progress.begin(len(ops))
             for op in ops:
                 progress.step(op.op_name)

@@ -38,9 +38,7 @@ class RunPlan(BaseModel):
 
     @property
     def host_devices(self) -> int:
-        """XLA:CPU devices the processes that run goldens need: a sharded op's golden runs on a host
-        mesh as large as the target's (fixed when JAX starts in that process)."""
-        return self.target.chips
+        return self.target.chips  # host_devices(config)'s rule, on the target already resolved
 
     @property
     def whole_timeout(self) -> float:
@@ -55,6 +53,13 @@ class RunPlan(BaseModel):
                        opbyop_version=__version__, git_sha=git_sha(), options_key=config.options_key(),
                        config=config.model_dump(mode="json"), mesh=self.target.mesh_text,
                        topology=self.target.topology.value)
+
+
+def host_devices(config: AnalysisConfig) -> int:
+    """XLA:CPU devices a process that runs the config's goldens or upstream values needs: a sharded
+    op runs on a host mesh as large as its target (fixed when JAX starts: give it to prepare_jax or
+    OpWorker, never through the environment)."""
+    return target_for(config.chip, config.mesh).chips
 
 
 def git_sha() -> str:

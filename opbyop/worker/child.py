@@ -39,8 +39,9 @@ def _limit_memory(extra: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
-def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:
-    prepare_jax(system_desc)
+def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str,
+          host_devices: int | None = None) -> None:
+    prepare_jax(system_desc, host_devices)
 
     scratch = workspace / "scratch" / f"child-{os.getpid()}"
 
@@ -86,9 +87,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--system-desc", type=Path, required=True)
     parser.add_argument("--workspace", type=Path, required=True)
     parser.add_argument("--chip", required=True)
+    parser.add_argument("--host-devices", type=int, default=None, help="XLA:CPU devices for golden runs "
+                        "(a sharded op's host mesh); default OPBYOP_HOST_DEVICES")
     args = parser.parse_args(argv)
     serve(Connection(args.in_fd, writable=False), Connection(args.out_fd, readable=False),
-          args.system_desc, args.workspace, args.chip)
+          args.system_desc, args.workspace, args.chip, args.host_devices)
     sys.exit(0)
 
 
