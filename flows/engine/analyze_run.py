@@ -38,6 +38,7 @@ from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
 from opbyop.errors import OpbyopError
 from opbyop.pipeline import Prepared, run_manifest_path, store_modules, write_manifest
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.run.call import StageCall
 from opbyop.run.engine import RunOutcome, prepare_models
 from opbyop.run.engine import execute as run_engine
 from opbyop.run.plan import RunPlan
@@ -297,11 +298,11 @@ def _label(op: UniqueOp) -> str:
 
 def _op_result(future: PrefectFuture, op: UniqueOp) -> OpResult:
     """The task's result; a task that failed for good (the cluster, twice) is that op's infra_error."""
-    try:
-        return future.result()
-    except Exception as e:
-        return OpResult(signature=op.signature, op_name=op.op_name, status=Status.INFRA_ERROR, depth=Stage.SPLIT,
-                        failed_stage=None, message=f"the cluster failed while running this op: {type(e).__name__}: {e}")
+    call = StageCall.of(future.result)
+    if call.ok:
+        return call.value
+    return OpResult.failure(op.signature, op.op_name, Status.INFRA_ERROR,
+                            f"the cluster failed while running this op: {call.brief}")
 
 
 def _whole_result(future: PrefectFuture) -> WholeModelResult:

@@ -13,7 +13,7 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from opbyop.analysis import OpAnalyzer, WholeModel, describe_exception
+from opbyop.analysis import OpAnalyzer, WholeModel
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.compiler.system_desc import plugin_version
 from opbyop.device.simulator import DeviceSimulator
@@ -21,6 +21,7 @@ from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.environment import environment
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.jaxenv import prepare_jax
+from opbyop.run.call import describe_exception
 from opbyop.worker import faults
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 from opbyop.workspace import Workspace

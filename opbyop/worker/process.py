@@ -174,9 +174,8 @@ class OpWorker:
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
             message = op_memory_message(op, answer.message) if answer.killed else answer.message
-            lost = OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
-                            failed_stage=failed, message=message, started_at=started, ended_at=utcnow(),
-                            worker=self.name)
+            lost = OpResult.failure(op.signature, op.op_name, answer.status, message, depth=depth, failed_stage=failed,
+                                    started_at=started, ended_at=utcnow(), worker=self.name)
             return self._with_pass_timing(op, settings, timeout, tag,
                                           self._with_failed_pass(op, settings, timeout, tag, lost))
         assert isinstance(answer, Reply)
