@@ -2,13 +2,12 @@
 
 At once, side by side: a Prefect server (or the one PREFECT_API_URL names), a LocalCluster whose op
 workers warm up (or the scheduler --address names), and this process importing the flow. Then the
-flow, in a thread of this process (the main thread stays free for Ctrl-C), with a progress bar fed
-from the store (results land there in batches); at the end the summary, where the time went, and
-the report's path.
+flow, in a thread of this process, with a progress bar fed from the store (results land there in
+batches); at the end the summary, where the time went, and the report's path. A running `opbyop
+serve` of the workspace takes the run instead when no cluster is asked for.
 
 Ctrl-C asks the flow to stop: what was analysed is stored, the run is marked failed, the server and
-the cluster are stopped, and the command to resume the run is printed. The server and the cluster
-are tied to this process: they die with it even on kill -9 (flows/hosting/tied.py).
+the cluster are stopped, and the command to resume the run is printed.
 """
 
 from __future__ import annotations
@@ -16,48 +15,27 @@ from __future__ import annotations
 import faulthandler
 import os
 import shlex
-import shutil
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from flows.engine.phases import format_phases
+from flows.cli.launching import FlowThread, Launch, defaults_for_laptop, stop_and_wait, wait_while
+from flows.cli.progress import copy_manifest, print_summary, progress_from_store, say
 from flows.engine.run_ids import new_run_id
 from flows.engine.summary import summary_of
-from flows.hosting.handoff import Handoff, handing_off
-from flows.hosting.server import PrefectApi, drain_prefect
 from flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
-from flows.hosting.settings import apply_defaults
-from opbyop.cli.app import DeviceBackend, DeviceOption, make_console, positive_seconds, styled
+from opbyop.cli.app import DeviceBackend, DeviceOption, positive_seconds
+from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
-from opbyop.pipeline import run_manifest_path
 from opbyop.run.plan import host_devices
 from opbyop.workspace import Workspace
-from opbyop.compiler.boards import chip_help, mesh_help
-
-console = make_console()  # prints data literally: stored strings never read as markup
-STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
-PROGRESS_SECONDS = 0.5  # how often the progress bar reads the store
-
-
-def _defaults_for_laptop() -> None:
-    apply_defaults()
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
-
-
-def _say(*parts: str | tuple[str, str]) -> None:
-    console.print(styled(*parts), soft_wrap=True)
 
 
 def resume_command(names: list[str], chip: str, workers: int | None, address: str | None, reuse: bool, whole: bool,
@@ -70,128 +48,6 @@ def resume_command(names: list[str], chip: str, workers: int | None, address: st
     words += ["--timeout", f"{timeout:g}"] if timeout != 120.0 else []
     words += ["--device", device] if device != "model" else []
     return shlex.join(words + ["--run-id", run_id])
-
-
-class Launch:
-    """What one CLI run starts, all at once from this (the main) thread, and stops together: the
-    Prefect server and the Dask cluster."""
-
-    def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
-        from flows.hosting.cluster import ClusterProcess  # dask: loaded only when used
-
-        self.handoff = Handoff()
-        self.api = PrefectApi(log_dir)
-        if self.api.started_here:  # before Prefect is imported, which reads it once
-            os.environ["PREFECT_API_URL"] = self.api.url or ""
-        self.cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
-        self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
-        if self.cluster is not None:
-            self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
-
-    def wait(self) -> str | None:
-        """Wait for the server and the cluster; the cluster's address (None: the one given)."""
-        for name, started in self._waits.items():
-            started.join()
-            if name != "server" or self.api.started_here:
-                self.handoff.phases[name] = started.seconds
-        return self._waits["cluster"].value if "cluster" in self._waits else None
-
-    def close(self) -> None:
-        """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
-        if self.api.started_here:
-            drain_prefect()
-        for child in (self.cluster, self.api):
-            if child is not None:
-                child.close(wait=False)  # their supervisors finish the job, after this process too
-
-
-@dataclass
-class _Started:
-    """A start-up's wait() running in a thread, timed on its own."""
-
-    thread: threading.Thread
-    value: Any = None
-    seconds: float = 0.0
-    error: BaseException | None = None
-
-    @classmethod
-    def watch(cls, wait: Callable[[], Any], since: float) -> _Started:
-        started = cls(thread=threading.Thread(target=lambda: None))
-
-        def run() -> None:
-            try:
-                started.value = wait()
-                started.seconds = time.monotonic() - since
-            except BaseException as e:
-                started.error = e
-
-        started.thread = threading.Thread(target=run, daemon=True)
-        started.thread.start()
-        return started
-
-    def join(self) -> None:
-        _wait_while(self.thread.is_alive, 0.1)
-        if self.error is not None:
-            raise self.error
-
-
-def _wait_while(condition: Callable[[], bool], step: float, deadline: float | None = None) -> None:
-    """Short sleeps, not Thread.join(timeout): a Ctrl-C that lands inside join can leave the thread
-    marked stopped while it runs (CPython 3.11), and the run would not be given its time to stop."""
-    while condition() and (deadline is None or time.monotonic() < deadline):
-        time.sleep(step)
-
-
-def _stop_and_wait(ticket) -> None:  # noqa: ANN001
-    """Ask `opbyop serve` to stop a run it took, and give the run STOP_GRACE_SECONDS to store what it
-    has; a second Ctrl-C, or the service gone, ends the wait at once."""
-    ticket.stop()
-    try:
-        _wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
-    except (KeyboardInterrupt, OpbyopError):
-        pass
-
-
-@dataclass
-class FlowThread:
-    """A flow called in a thread of this process, handed what the CLI started; its state or error."""
-
-    name: str
-    call: Callable[[], Any]  # the flow, called with return_state=True
-    handoff: Handoff
-    thread: threading.Thread | None = None
-    state: Any = None  # prefect State
-    error: BaseException | None = None
-
-    def start(self) -> None:
-        def target() -> None:
-            try:
-                with handing_off(self.handoff):
-                    self.state = self.call()
-            except BaseException as e:  # shown to the user, with the command to resume
-                self.error = e
-
-        self.thread = threading.Thread(target=target, name=self.name, daemon=True)
-        self.thread.start()
-
-    def running(self) -> bool:
-        time.sleep(0.1)
-        return self.thread is not None and self.thread.is_alive()
-
-    def stop(self, launch: Launch, resume: str) -> NoReturn:
-        """Ctrl-C: ask the flow to store what it has and stop, then the cluster and the server."""
-        _say(("interrupted:", "yellow"), " storing what was analysed, stopping the cluster and server")
-        try:
-            self.handoff.stop.set()
-            _wait_while(lambda: self.thread is not None and self.thread.is_alive(), 0.2,
-                        time.monotonic() + STOP_GRACE_SECONDS)
-        except KeyboardInterrupt:  # a second Ctrl-C: leave now
-            pass
-        launch.close()
-        _say(f"resume it with: {resume}")
-        if self.thread is not None and self.thread.is_alive():
-            os._exit(130)  # the flow thread is stuck in Prefect's engine: do not wait for it at exit
-        raise typer.Exit(130)
 
 
 @dataclass
@@ -234,7 +90,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
             ) -> None:
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
-    _defaults_for_laptop()
+    defaults_for_laptop()
 
     address = address or environment().dask_address  # an existing cluster: none is started here
     try:
@@ -245,7 +101,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                                 device=DeviceOptions(backend=device_backend.value))
         target_for(chip, mesh)  # a --chip or --mesh that names no target fails here, before anything starts
     except OpbyopError as e:
-        _say(("error:", "red"), f" {e}")
+        say(("error:", "red"), f" {e}")
         raise typer.Exit(2)
     run_id = run_id or new_run_id()
     command = AnalyzeCommand(names=names, config=config, run_id=run_id,
@@ -272,17 +128,17 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
         flow_thread = FlowThread("analyze-flow", lambda: analyze_flow(
             config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch.handoff)
         flow_thread.start()
-        _progress(flow_thread.running, Workspace(command.workspace_root).store, command.run_id)
+        progress_from_store(flow_thread.running, Workspace(command.workspace_root).store, command.run_id)
     except KeyboardInterrupt:
         if flow_thread is None:
             flow_thread = FlowThread("analyze-flow", lambda: None, launch.handoff)
         flow_thread.stop(launch, command.resume)
     except OpbyopError as e:
         launch.close()
-        _say(("error:", "red"), f" {e}")
+        say(("error:", "red"), f" {e}")
         raise typer.Exit(1)
     try:
-        _copy_manifest(command.workspace_root, command.run_id, command.manifest)
+        copy_manifest(command.workspace_root, command.run_id, command.manifest)
         _finish(flow_thread, command.resume)  # the outcome first, then the clean-up
     finally:
         launch.close()
@@ -293,6 +149,59 @@ def _on_address(config, address: str | None):  # noqa: ANN001, ANN202
     if not address:
         return config
     return config.model_copy(update={"cluster": config.cluster.model_copy(update={"address": address})})
+
+
+def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
+    """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
+    asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
+    say(f"run {command.run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
+    ticket = Ticket(command.workspace_root, service, AnalyzeRequest(
+        run_id=command.run_id, config=command.config, shrink=command.shrink, client_pid=os.getpid()))
+    ticket.submit()
+    outcome = None
+
+    def running() -> bool:
+        nonlocal outcome
+        outcome = ticket.outcome()
+        if outcome is None:
+            time.sleep(0.1)
+        return outcome is None
+
+    try:
+        progress_from_store(running, Workspace(command.workspace_root).store, command.run_id)
+    except KeyboardInterrupt:
+        say(("interrupted:", "yellow"), " the service stores what was analysed and stops the run")
+        stop_and_wait(ticket)
+        say(f"resume it with: {command.resume}")
+        raise typer.Exit(130)
+    except OpbyopError as e:
+        say(("error:", "red"), f" {e}")
+        say(f"resume it with: {command.resume}")
+        raise typer.Exit(1)
+    copy_manifest(command.workspace_root, command.run_id, command.manifest)
+    if outcome.summary is not None:
+        print_summary(outcome.summary)
+    if not outcome.completed:
+        say((f"{outcome.state}:", "red"), f" {outcome.message}")
+        say(f"resume it with: {command.resume}")
+        raise typer.Exit(1)
+
+
+def _finish(flow_thread: FlowThread, resume: str) -> None:
+    if flow_thread.error is not None:
+        say(("the run failed:", "red"), f" {flow_thread.error}")
+        say(f"resume it with: {resume}")
+        raise typer.Exit(1)
+    state = flow_thread.state
+    summary = summary_of(state.result(raise_on_failure=False))
+    if summary is None:
+        say((f"{state.name}:", "red"), f" {state.message or ''}")
+        say(f"resume it with: {resume}")
+        raise typer.Exit(1)
+    print_summary(summary)
+    if not state.is_completed():
+        say((f"{state.name}:", "red"), f" {summary.error or state.message or ''}")
+        raise typer.Exit(1)
 
 
 def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="the nightly configuration "
@@ -308,14 +217,14 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     previous night and checked against the expectations. Without --workers and --address, a running
     `opbyop serve` of this workspace runs it on its server and cluster."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    _defaults_for_laptop()
+    defaults_for_laptop()
 
     try:
         from flows.nightly import load_nightly  # prefect, dask: loaded only when used
 
         chosen = load_nightly(config_file)
     except OpbyopError as e:
-        _say(("error:", "red"), f" {e}")
+        say(("error:", "red"), f" {e}")
         raise typer.Exit(2)
     address = address or environment().dask_address
     chip = chosen.targets[0].chip if chosen.targets else "p150"  # the cluster's op workers warm up for it
@@ -337,23 +246,23 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
             expectations_file=str(expectations) if expectations else None, cluster=cluster, return_state=True),
             launch.handoff)
         flow_thread.start()
-        _wait_while(flow_thread.running, 0.0)
+        wait_while(flow_thread.running, 0.0)
     except KeyboardInterrupt:
         if flow_thread is None:
             flow_thread = FlowThread("nightly-flow", lambda: None, launch.handoff)
         flow_thread.stop(launch, resume)
     except OpbyopError as e:
         launch.close()
-        _say(("error:", "red"), f" {e}")
+        say(("error:", "red"), f" {e}")
         raise typer.Exit(1)
     try:
         if flow_thread.error is not None:
-            _say(("the nightly failed:", "red"), f" {flow_thread.error}")
+            say(("the nightly failed:", "red"), f" {flow_thread.error}")
             raise typer.Exit(1)
         state = flow_thread.state
-        _say(f"nightly: {state.name}")
+        say(f"nightly: {state.name}")
         for line in (state.message or "").split("; "):
-            _say(f"  {line}")
+            say(f"  {line}")
         if not state.is_completed():
             raise typer.Exit(1)
     finally:
@@ -368,22 +277,22 @@ def _nightly_on_service(root: Path, service, config_file: Optional[Path], models
     request = NightlyRequest(run_id=f"nightly-{uuid.uuid4().hex[:12]}", client_pid=os.getpid(), models=models or None,
                              config_file=str(config_file.resolve()) if config_file else None,
                              expectations_file=str(expectations.resolve()) if expectations else None)
-    _say(f"nightly on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
+    say(f"nightly on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
     ticket = Ticket(root, service, request)
     ticket.submit()
     try:
-        _wait_while(lambda: ticket.outcome() is None, 0.2)
+        wait_while(lambda: ticket.outcome() is None, 0.2)
     except KeyboardInterrupt:
-        _say(("interrupted:", "yellow"), " the service stores what was analysed and stops the nightly")
-        _stop_and_wait(ticket)
+        say(("interrupted:", "yellow"), " the service stores what was analysed and stops the nightly")
+        stop_and_wait(ticket)
         raise typer.Exit(130)
     except OpbyopError as e:
-        _say(("error:", "red"), f" {e}")
+        say(("error:", "red"), f" {e}")
         raise typer.Exit(1)
     outcome = ticket.outcome()
-    _say(f"nightly: {outcome.state}")
+    say(f"nightly: {outcome.state}")
     for line in outcome.message.split("; "):
-        _say(f"  {line}")
+        say(f"  {line}")
     if not outcome.completed:
         raise typer.Exit(1)
 
@@ -398,7 +307,7 @@ def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers f
 
     analyze and nightly in this workspace then hand their runs to them instead of starting their own. Ctrl-C (or
     SIGTERM) stops them."""
-    _defaults_for_laptop()
+    defaults_for_laptop()
     from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports  # dask: loaded only when used
 
     terminate_as_interrupt()
@@ -407,14 +316,14 @@ def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers f
     try:
         record = service.start()
         warm_imports()
-        _say(f"serving {root}: Prefect API {record.api_url} (UI {record.api_url.removesuffix('/api')}), Dask "
+        say(f"serving {root}: Prefect API {record.api_url} (UI {record.api_url.removesuffix('/api')}), Dask "
              f"scheduler {record.dask_address}, {record.workers} op workers warming up for {chip}")
-        _say("`opbyop analyze` (and `opbyop nightly`) in this workspace now runs here; Ctrl-C stops the service")
-        service.serve(on_run=lambda request, outcome: _say(f"run {request.run_id}: {outcome.state}"))
+        say("`opbyop analyze` (and `opbyop nightly`) in this workspace now runs here; Ctrl-C stops the service")
+        service.serve(on_run=lambda request, outcome: say(f"run {request.run_id}: {outcome.state}"))
     except KeyboardInterrupt:
-        _say("stopping the cluster and the server")
+        say("stopping the cluster and the server")
     except OpbyopError as e:
-        _say(("error:", "red"), f" {e}")
+        say(("error:", "red"), f" {e}")
         raise typer.Exit(1)
     finally:
         service.stop()
@@ -425,119 +334,3 @@ def register(app: typer.Typer) -> None:
     app.command()(analyze)
     app.command()(nightly)
     app.command()(serve)
-
-
-def _progress(running: Callable[[], bool], store_root: Path | str, run_id: str) -> None:
-    """A progress bar fed from the store (results land there in batches) while `running()` says so;
-    `running()` paces the loop (a short wait: the end shows at once), the store is read every
-    PROGRESS_SECONDS (each read costs CPU the run could use)."""
-    from storage.dataset import Store  # pyarrow: loaded only when used
-
-    store = Store(store_root)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console) as progress:
-        task = progress.add_task(f"run {run_id}: starting", total=None)
-        total, read = 0, time.monotonic()
-        while running():
-            if time.monotonic() - read < PROGRESS_SECONDS:
-                continue
-            read = time.monotonic()
-            total = total or _total(store, run_id)  # the run's ops are stored once, before the fan-out
-            if total:
-                progress.update(task, total=total, completed=_done(store, run_id), description=f"run {run_id}: ops")
-
-
-def _total(store, run_id: str) -> int:  # noqa: ANN001
-    try:
-        return len({r.signature for r in store.ops(run_id) if r.signature})
-    except Exception:  # the run's files may not exist yet
-        return 0
-
-
-def _done(store, run_id: str) -> int:  # noqa: ANN001
-    try:
-        return len(store.completed_signatures(run_id))
-    except Exception:
-        return 0
-
-
-def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
-    """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
-    asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
-    _say(f"run {command.run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
-    ticket = Ticket(command.workspace_root, service, AnalyzeRequest(
-        run_id=command.run_id, config=command.config, shrink=command.shrink, client_pid=os.getpid()))
-    ticket.submit()
-    outcome = None
-
-    def running() -> bool:
-        nonlocal outcome
-        outcome = ticket.outcome()
-        if outcome is None:
-            time.sleep(0.1)
-        return outcome is None
-
-    try:
-        _progress(running, Workspace(command.workspace_root).store, command.run_id)
-    except KeyboardInterrupt:
-        _say(("interrupted:", "yellow"), " the service stores what was analysed and stops the run")
-        _stop_and_wait(ticket)
-        _say(f"resume it with: {command.resume}")
-        raise typer.Exit(130)
-    except OpbyopError as e:
-        _say(("error:", "red"), f" {e}")
-        _say(f"resume it with: {command.resume}")
-        raise typer.Exit(1)
-    _copy_manifest(command.workspace_root, command.run_id, command.manifest)
-    if outcome.summary is not None:
-        _print(outcome.summary)
-    if not outcome.completed:
-        _say((f"{outcome.state}:", "red"), f" {outcome.message}")
-        _say(f"resume it with: {command.resume}")
-        raise typer.Exit(1)
-
-
-def _copy_manifest(root: Path, run_id: str, target: Optional[Path]) -> None:
-    """The run's manifest (opbyop.pipeline.write_manifest, beside the report) also at --manifest."""
-    written = run_manifest_path(root, run_id)
-    if target is None or not written.exists():
-        return
-    try:
-        shutil.copyfile(written, target)
-        _say(f"manifest: {target}")
-    except OSError as e:
-        _say(("error:", "red"), f" cannot write the manifest {target}: {e}")
-
-
-def _finish(flow_thread: FlowThread, resume: str) -> None:
-    if flow_thread.error is not None:
-        _say(("the run failed:", "red"), f" {flow_thread.error}")
-        _say(f"resume it with: {resume}")
-        raise typer.Exit(1)
-    state = flow_thread.state
-    summary = summary_of(state.result(raise_on_failure=False))
-    if summary is None:
-        _say((f"{state.name}:", "red"), f" {state.message or ''}")
-        _say(f"resume it with: {resume}")
-        raise typer.Exit(1)
-    _print(summary)
-    if not state.is_completed():
-        _say((f"{state.name}:", "red"), f" {summary.error or state.message or ''}")
-        raise typer.Exit(1)
-
-
-def _print(summary) -> None:  # noqa: ANN001
-    table = Table("status", "unique ops", title=f"run {summary.run_id}")
-    for status, n in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
-        table.add_row(status, str(n))
-    console.print(table)
-    for model, status in summary.whole.items():
-        _say(f"whole model {model}: {status}")
-    for model, error in summary.model_errors.items():
-        _say((f"{model}: {error}", "red"))
-    _say(summary.line())
-    if summary.phases:
-        _say(f"time: {format_phases(summary.phases)}")
-    if summary.report:
-        _say(f"report: {summary.report}")
-    _say(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' GROUP BY 1\"")
