@@ -187,7 +187,7 @@ class AnalysisSettings(BaseModel):
     # The share of ops (0..1, chosen by signature) compiled again with MLIR's pass timing on.
     pass_timing: float = Field(0.0, ge=0.0, le=1.0)
     # Compare each op of a whole model on the device with XLA:CPU's value of it: "auto" for models
-    # whose intermediate values fit in opbyop.accuracy_trace's budget, "on" for any, "off".
+    # whose intermediate values fit in opbyop.analysis.accuracy_trace's budget, "on" for any, "off".
     accuracy_trace: Literal["auto", "on", "off"] = "auto"
 
 

@@ -28,7 +28,7 @@ from opbyop.ir.dedupe import dedupe
 from opbyop.ir.mesh import check_fits, module_mesh
 from opbyop.ir.sharding import strip_shardings
 from opbyop.ir.split import SplitResult, split_module
-from opbyop.op_memory import process_out_of_memory
+from opbyop.analysis.op_memory import process_out_of_memory
 from opbyop.records import ModelSummary, Occurrence, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
 
 

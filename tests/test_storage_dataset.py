@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import store_samples as samples
 
 from opbyop.errors import StoreError
 from opbyop.records import OpResult, Stage, Status
-from storage import samples, schema
+from storage import schema
 from storage.dataset import Store
 from storage.files import data_files, run_dirs
 from storage.readonly import run_sql
@@ -152,8 +153,8 @@ CRASHING_WRITER = textwrap.dedent("""
     import os, signal, sys
     import pyarrow.parquet as pq
     import storage.files
-    from storage import samples
     from storage.dataset import Store
+    from tests import store_samples as samples
 
     night = samples.night("n1", 2, samples.NIGHT1)
     w = Store(sys.argv[1]).writer()

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from opbyop.frontends.graph import ModelGraph
-from opbyop.op_memory import misfits
+from opbyop.analysis.op_memory import misfits
 from opbyop.pipeline import Prepared, PrepareOne, prepare, prepare_model, summarize
 from opbyop.config import Zoo, load_zoo
 from opbyop.records import ModelSummary, OpResult, RunStatus, Stage, Status, UniqueOp, WholeModelResult

@@ -13,7 +13,7 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from opbyop.analysis import OpAnalyzer, WholeModel
+from opbyop.analysis.analyzer import OpAnalyzer, WholeModel
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.compiler.system_desc import plugin_version
 from opbyop.device.simulator import DeviceSimulator

@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
+from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
 from opbyop.artifacts import ArtifactStore
-from opbyop.attribution import judge
+from opbyop.analysis.attribution import judge
 from opbyop.compiler.boards import Topology
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.config import AnalysisSettings
@@ -37,7 +37,7 @@ from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
-from opbyop.op_memory import op_memory_message, over_budget
+from opbyop.analysis.op_memory import op_memory_message, over_budget
 from opbyop.records import (CompileOutcome, OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult,
                             utcnow)
 from opbyop.run.call import OUT_OF_MEMORY, StageCall, describe_exception
@@ -224,8 +224,11 @@ class OpAnalyzer:
             finally:
                 device.release_constants()
             observer, xla_outputs, trace_note = trace_references(golden, observer, plan, trace_note)
-        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(  # a mesh run has its chips' peaks
-            update={"peak_dram_bytes": device.memory.peak_dram, "peak_l1_bytes": device.memory.peak_l1_per_core})
+        # a mesh run has its chips' peaks; on one chip the allocator's peaks cover the whole run (const-eval
+        # included), and L1's peak is the larger of resident tensors and an op's circular buffers beside them
+        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(update={
+            "peak_dram_bytes": device.memory.peak_dram,
+            "peak_l1_bytes": max(device.memory.peak_l1_per_core, run.steady.peak_l1_bytes)})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
                                   iterations=run.iterations)
         progress("golden")
