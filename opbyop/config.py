@@ -214,6 +214,8 @@ class AnalysisConfig(BaseModel):
     reuse_cached: bool = Field(True, description="reuse results of ops already analysed with the same "
                                                  "signature, compiler version, chip and options")
     whole_model: bool = Field(True, description="also compile and run each model whole")
+    run_device: bool = Field(True, description="run each op on the simulated device and check it against "
+                                               "XLA:CPU; off: compile only")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
     pass_timing: float = Field(0.0, ge=0.0, le=1.0, description="share of ops (chosen by signature) compiled again "
                                                                "with MLIR pass timing: each pass's time; 1: every op")
@@ -226,10 +228,11 @@ class AnalysisConfig(BaseModel):
         """The options a result depends on besides signature, compiler version and chip (cache key).
         The default device keeps the compiler's key, so results of earlier runs stay reusable; a mesh
         chosen with `mesh` is part of it (its results record that mesh)."""
-        if self.device == DeviceOptions() and self.mesh is None:
+        if self.device == DeviceOptions() and self.mesh is None and self.run_device:
             return self.compiler.key()
         mesh = f"|mesh={self.mesh}" if self.mesh is not None else ""
-        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}{mesh}".encode()).hexdigest()[:16]
+        compile_only = "" if self.run_device else "|compile-only"
+        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}{mesh}{compile_only}".encode()).hexdigest()[:16]
 
 
 class ShrinkOption(BaseModel):

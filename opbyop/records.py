@@ -480,6 +480,14 @@ class OpResult(BaseModel):
     def seconds(self) -> float:
         return (self.ended_at - self.started_at).total_seconds()
 
+    @classmethod
+    def failure(cls, signature: str, op_name: str, status: Status, message: str, *, depth: Stage = Stage.SPLIT,
+                failed_stage: Stage | None = None, **fields: Any) -> OpResult:
+        """The one constructor of an op's failure: its status and message, the deepest stage it
+        completed (`depth`) and the one it failed in (None when unknowable, a Dask worker that died)."""
+        return cls(signature=signature, op_name=op_name, status=status, depth=depth, failed_stage=failed_stage,
+                   message=message, **fields)
+
 
 class TracePoint(BaseModel):
     """One StableHLO op of a whole model: its value on the device against XLA:CPU's."""

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from opbyop.cli.app import make_console, positive_seconds, print_error, styled
 from opbyop.errors import OpbyopError
+from opbyop.run.sinks import supply_sink
 from storage.aggregate import previous_run_id, run_query
 from storage.catalog import build_catalog
 from storage.dataset import Store
@@ -29,6 +30,7 @@ from storage.exports.visualizer_server import serve as serve_visualizer
 from storage.queries import get_query, load_queries
 from storage.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, StoreConnection, run_sql
 from storage.exports.report import write_report
+from storage.run_sink import store_sink
 
 console = make_console()  # data printed literally; a pipe gets whole lines
 err_console = make_console(stderr=True)
@@ -359,7 +361,9 @@ def visualize(run: str = typer.Option(..., "--run", help="run id"),
 
 
 def register(app: typer.Typer) -> None:
-    """Called by opbyop's CLI for the `opbyop.cli` entry point `store`."""
+    """Called by opbyop's CLI for the `opbyop.cli` entry point `store`: the store's commands, and the
+    store as the sink of the CLI's runs (opbyop never imports it)."""
+    supply_sink(store_sink)
     app.command("sql")(sql)
     app.command("query")(query)
     app.command("runs")(runs)

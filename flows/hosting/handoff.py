@@ -26,7 +26,7 @@ class Handoff:
     stop: threading.Event = field(default_factory=threading.Event)
     splits: dict[tuple[str, int], Future] = field(default_factory=dict)  # (spec, seed) -> SplitOutcome
 
-    def start_splits(self, specs: Sequence[str], seed: int) -> None:
+    def start_splits(self, specs: Sequence[str], seed: int, host_devices: int | None = None) -> None:
         """Split the models one after another in a thread of their own (torch.export is not
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
         outcomes from here. Once the run is asked to stop, the models not yet started are not
@@ -35,7 +35,7 @@ class Handoff:
         self.splits.update(futures)
 
         def work() -> None:
-            prepare_jax()  # before anything in this process imports JAX
+            prepare_jax(host_devices=host_devices)  # before anything in this process imports JAX
             from tasks.models import SplitOutcome, split_outcome  # prefect: loaded only when used
 
             zoo = load_zoo()

@@ -66,7 +66,12 @@ def cli_worker(workspace, desc, kind: str) -> Iterator:
 
 def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None,
                       run_device: bool, seed: int, device: DeviceOptions | None = None) -> AnalysisSettings:
-    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
-    options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
-    return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,
+    return AnalysisSettings(options=compiler_options(optimization_level, math_fidelity, fp32), thresholds=load_thresholds(), seed=seed, run_device=run_device,
                             run_golden=run_device, device=device or DeviceOptions())
+
+
+def compiler_options(optimization_level: int, math_fidelity: MathFidelity | str | None,
+                     fp32: bool | None) -> CompilerOptions:
+    """The compile options the --optimization-level, --math-fidelity and --fp32-dest-acc options name."""
+    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
+    return CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
