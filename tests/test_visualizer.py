@@ -64,6 +64,7 @@ def _stored_placements(store: Store, run_id: str) -> list[OpPlacement]:
     return out
 
 
+@pytest.mark.slow  # starts the visualizer's server
 def test_the_visualizer_serves_the_runs_operations_buffers_and_verdicts(vis_store: Store) -> None:
     placements = _stored_placements(vis_store, "n2")
     with running(vis_store, "n2") as (served, _):
@@ -127,6 +128,7 @@ def test_a_missing_visualizer_names_make_visualizer(tmp_path: Path) -> None:
         locate(tmp_path / "no-such-environment")
 
 
+@pytest.mark.slow  # starts the visualizer's server
 def test_opbyop_visualize_prints_the_url_and_ctrl_c_stops_the_visualizer_and_removes_the_report(
         vis_store: Store) -> None:
     command = [sys.executable, "-m", "opbyop.cli.main", "visualize", "--run", "n2", "--model", "mlp",
@@ -162,6 +164,7 @@ def test_opbyop_visualize_prints_the_url_and_ctrl_c_stops_the_visualizer_and_rem
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 @pytest.mark.skipif(not __import__("shutil").which("chromium"), reason="chromium is not on PATH (make browser)")
 def test_headless_chromium_shows_the_operations_and_the_matmuls_circular_buffers_in_l1(vis_store: Store,
                                                                                        tmp_path: Path) -> None:
@@ -186,6 +189,7 @@ def test_headless_chromium_shows_the_operations_and_the_matmuls_circular_buffers
     assert "177280" in detail and "208 KiB" in detail and "x 8 cores" in detail
 
 
+@pytest.mark.slow  # starts the visualizer's server
 def test_a_mesh_runs_report_has_a_device_per_chip_and_the_cluster_the_visualizer_reads(store_root: Path) -> None:
     night = history()[2]
     night.run = night.run.model_copy(update={"run_id": "m1", "chip": "p300", "mesh": "1x2", "topology": "linear"})
