@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import psutil
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -19,7 +20,7 @@ from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.frontends.sharding_plan import ShardingPlan
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
-__all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
+__all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ExportBudget", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
            "ZooEntry", "config_dir", "load_config", "load_yaml", "load_zoo", "load_thresholds"]
 
 
@@ -166,6 +167,25 @@ class DeviceOptions(BaseModel):
 
     def key(self) -> str:
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+
+
+def _half_the_machine() -> int:
+    return int(psutil.virtual_memory().total) // 2
+
+
+class ExportBudget(BaseModel):
+    """What exporting one model may cost: its export (the factory, torch.export, torch-mlir or JAX's
+    lowering) runs in a child process killed when it goes past either figure. A model that does is
+    an error naming memory (or time) and the budget, or, when the graph can be bisected, one op's
+    frontend_failed; the run goes on with the other models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_bytes: int = Field(default_factory=_half_the_machine, ge=1,
+                              description="peak memory (PSS, the child and its children) of one model's export; "
+                                          "default: half of the machine's memory")
+    timeout_s: float = Field(900.0, gt=0, description="wall time of one model's export, bisection included")
+    lowering_timeout_s: float = Field(300.0, gt=0, description="wall time of one torch-mlir lowering attempt")
 
 
 class AnalysisSettings(BaseModel):
