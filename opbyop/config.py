@@ -241,6 +241,8 @@ class AnalysisConfig(BaseModel):
     mesh: str | None = Field(None, description=mesh_help(" or "))
     unshard: bool = Field(False, description="analyse a sharded model on a single chip with its shardings removed "
                                              "(recorded on the model); without it, that is an error")
+    export: ExportBudget = Field(default_factory=ExportBudget, description="what one model's export may cost "
+                                 "(memory, time): past it, that model's error or its op's frontend_failed")
 
     def options_key(self) -> str:
         """The options a result depends on besides signature, compiler version and chip (cache key).

@@ -19,13 +19,14 @@ from rich.table import Table
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, console, cut, fail, full_by_default,
                             input_specs, print_error, status_text, styled)
 from opbyop.cli.decode_cmds import run_decode_command
-from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
+from opbyop.cli.worker_options import (ChipOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc, OptLevel, Timeout,
+                                       analysis_settings, cli_worker, export_budget,
                                        stored_op, worker_errors, worker_name)
 from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import BOARDS, target_for
-from opbyop.config import DeviceOptions, load_zoo
+from opbyop.config import DeviceOptions, ExportBudget, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
 from opbyop.frontends.loader import factory_entry, factory_name
@@ -44,7 +45,7 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 
 
 def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str],
-             mesh: str | None = None, unshard: bool = False):
+             mesh: str | None = None, unshard: bool = False, budget: ExportBudget | None = None):
     target = target_for(chip, mesh)
     if target.chips > 1:  # golden of sharded ops on a host mesh: XLA:CPU devices are fixed when JAX starts
         os.environ["OPBYOP_HOST_DEVICES"] = str(max(target.chips, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
@@ -58,7 +59,8 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
         zoo = zoo.model_copy(update={"models": zoo.models + [factory_entry(m, specs) for m in models if ":" in m]})
         models = [factory_name(m) if ":" in m else m for m in models]
     workspace = Workspace.default()
-    prepared = prepare(models, zoo, settings.seed, artifacts=workspace.artifacts, target=target, unshard=unshard)
+    prepared = prepare(models, zoo, settings.seed, artifacts=workspace.artifacts, target=target, unshard=unshard,
+                       budget=budget)
     for name, error in prepared.errors.items():
         print_error(f"{name}: {error}")
     if not prepared.graphs:
@@ -141,11 +143,11 @@ def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_
                     fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
                     run_device: bool, full: bool, manifest: Path | None = None,
                     device: DeviceOptions | None = None, mesh: str | None = None, unshard: bool = False,
-                    pass_timing: bool = False) -> None:
+                    pass_timing: bool = False, budget: ExportBudget | None = None) -> None:
     try:
         settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
         settings = settings.model_copy(update={"pass_timing": 1.0 if pass_timing else 0.0})
-        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs, mesh, unshard)
+        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs, mesh, unshard, budget)
     except OpbyopError as e:
         fail(e)
     _render(prepared, results, wholes, full)
@@ -207,10 +209,12 @@ def compile(models: list[str] = Models, chip: str = ChipOption, optimization_lev
             math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
             full: bool = Full, manifest: Optional[Path] = ManifestOption, mesh: Optional[str] = MeshOption,
-            unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption) -> None:
+            unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
+            export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=False, full=full, manifest=manifest, mesh=mesh, unshard=unshard, pass_timing=pass_timing)
+                    run_device=False, full=full, manifest=manifest, mesh=mesh, unshard=unshard, pass_timing=pass_timing,
+                    budget=export_budget(export_memory, export_timeout))
 
 
 @app.command()
@@ -224,7 +228,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
         mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
-        device_backend: DeviceBackend = DeviceOption) -> None:
+        device_backend: DeviceBackend = DeviceOption,
+        export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         if input or manifest or harvest_mask:
@@ -237,7 +242,7 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
     device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value, backend=device_backend.value)
     _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
                     run_device=True, full=full, manifest=manifest, device=device, mesh=mesh, unshard=unshard,
-                    pass_timing=pass_timing)
+                    pass_timing=pass_timing, budget=export_budget(export_memory, export_timeout))
 
 
 @app.command()
