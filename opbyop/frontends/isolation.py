@@ -3,9 +3,10 @@
 torch.export, torch-mlir and JAX's lowering run in the process that asks for them; one of them
 growing without bound (torch-mlir's StableHLO lowering of some graphs grows to tens of GB before
 `std::bad_alloc`) would take the run and every other model with it. So a model's export runs in a
-child process, and its parent watches the child's memory and wall time: the PSS of the child and
-its own children, read from /proc every `POLL_S`. Past either budget the child and its children are
-killed and the caller gets `BudgetExceeded`, naming which budget, the figure and how to raise it.
+child process, and its parent watches the child's memory and wall time: the memory of the child
+and its own children, looked at every `POLL_S` (RSS, cheap; PSS where RSS passes the budget). Past
+either budget the child and its children are killed and the caller gets `BudgetExceeded`, naming
+which budget, the figure and how to raise it.
 
 Why watching and not a limit set on the child: RLIMIT_AS counts address space, and jax and torch
 reserve far more of it than they touch (a model would fail at import); a memory cgroup would be

@@ -1,6 +1,7 @@
 """Imported by the export forkserver (frontends.isolation.PRELOAD): one tiny torch export and
-torch-mlir lowering, so that every export's child is forked with their first-use costs paid (torch
-imports some 850 modules on its first export: ~2.5 s a child otherwise). Nothing here may fail the
+torch-mlir lowering, and JAX imported, so that every export's child is forked with their first-use
+costs paid (torch imports some 850 modules on its first export, JAX takes 1.5 s to import: ~3 s a
+child otherwise). Nothing here may fail the
 forkserver: a warm-up that raises leaves the children to pay those costs themselves."""
 
 from __future__ import annotations
