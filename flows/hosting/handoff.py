@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from opbyop.config import ExportBudget, load_zoo
+from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends.loader import expand_specs
 
 from opbyop.jaxenv import prepare_jax
@@ -31,6 +32,7 @@ class Handoff:
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
         outcomes from here. Once the run is asked to stop, the models not yet started are not
         split (an export can take minutes; nothing of it would be used)."""
+        start_forkserver()  # exports are made there: it warms up while the server and cluster start
         futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
         self.splits.update(futures)
 

@@ -29,6 +29,7 @@ from opbyop.compiler.targets import BOARDS, target_for
 from opbyop.config import DeviceOptions, ExportBudget, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
+from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends.loader import factory_entry, factory_name
 from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
@@ -50,6 +51,7 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
     if target.chips > 1:  # golden of sharded ops on a host mesh: XLA:CPU devices are fixed when JAX starts
         os.environ["OPBYOP_HOST_DEVICES"] = str(max(target.chips, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
     settings = settings.model_copy(update={"mesh": target.mesh_text, "topology": target.topology.value})
+    start_forkserver()  # exports are made there: it warms up while this process starts JAX
     prepare_jax()
 
     desc = resolve(chip)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import signal
@@ -145,6 +146,13 @@ def forkserver() -> BaseContext:
         context.set_forkserver_preload(PRELOAD)
         _FORKSERVER = context
     return _FORKSERVER
+
+
+def start_forkserver() -> None:
+    """Start the forkserver now: it imports and warms torch, torch-mlir and JAX while the caller
+    does its own start-up, and the first export waits that much less."""
+    forkserver()
+    multiprocessing.forkserver.ensure_running()
 
 
 def run_in_child(target: Callable[..., None], args: tuple, folder: Path, memory_bytes: int, timeout_s: float,
