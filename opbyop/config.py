@@ -169,10 +169,6 @@ class DeviceOptions(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
 
-def _half_the_machine() -> int:
-    return int(psutil.virtual_memory().total) // 2
-
-
 class ExportBudget(BaseModel):
     """What exporting one model may cost: its export (the factory, torch.export, torch-mlir or JAX's
     lowering) runs in a child process killed when it goes past either figure. A model that does is
@@ -181,11 +177,14 @@ class ExportBudget(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    memory_bytes: int = Field(default_factory=_half_the_machine, ge=1,
-                              description="peak memory (PSS, the child and its children) of one model's export; "
-                                          "default: half of the machine's memory")
+    memory_bytes: int | None = Field(None, ge=1, description="peak memory of one model's export (its child "
+                                     "process and theirs); None: half of the exporting machine's memory")
     timeout_s: float = Field(900.0, gt=0, description="wall time of one model's export, bisection included")
     lowering_timeout_s: float = Field(300.0, gt=0, description="wall time of one torch-mlir lowering attempt")
+
+    def memory_limit(self) -> int:
+        """The memory budget in bytes, on this machine."""
+        return self.memory_bytes or int(psutil.virtual_memory().total) // 2
 
 
 class AnalysisSettings(BaseModel):
@@ -241,7 +240,7 @@ class AnalysisConfig(BaseModel):
     mesh: str | None = Field(None, description=mesh_help(" or "))
     unshard: bool = Field(False, description="analyse a sharded model on a single chip with its shardings removed "
                                              "(recorded on the model); without it, that is an error")
-    export: ExportBudget = Field(default_factory=ExportBudget, description="what one model's export may cost "
+    export: ExportBudget = Field(ExportBudget(), description="what one model's export may cost "
                                  "(memory, time): past it, that model's error or its op's frontend_failed")
 
     def options_key(self) -> str:

@@ -141,7 +141,7 @@ def export_isolated(entry: ZooEntry, seed: int, budget: ExportBudget) -> ModelGr
     with tempfile.TemporaryDirectory(prefix="opbyop-export-") as folder:
         try:
             kind, value = run_in_child(_export_child, (entry.model_dump_json(), seed, budget.model_dump_json()),
-                                       Path(folder), budget.memory_bytes, budget.timeout_s, forkserver())
+                                       Path(folder), budget.memory_limit(), budget.timeout_s, forkserver())
         except BudgetExceeded as e:
             raise ExportError(e.words(f"exporting {entry.name} (the factory, torch.export or JAX, torch-mlir)"),
                               _RAISE_BUDGET[e.kind]) from None

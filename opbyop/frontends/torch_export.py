@@ -346,7 +346,7 @@ def _lower_within(program_or_graph: Any, budget: ExportBudget | None, bisecting:
     if budget is None:
         return _lower(program_or_graph)
     what = "torch-mlir's StableHLO lowering"
-    limit, timeout = int(budget.memory_bytes * LOWERING_SHARE), budget.lowering_timeout_s
+    limit, timeout = int(budget.memory_limit() * LOWERING_SHARE), budget.lowering_timeout_s
     if bisecting:
         limit = min(limit, tree_memory(os.getpid()) + BISECT_HEADROOM_BYTES)
         timeout = min(timeout, BISECT_TIMEOUT_S)
