@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import psutil
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -19,7 +20,7 @@ from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.frontends.sharding_plan import ShardingPlan
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
-__all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
+__all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ExportBudget", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
            "ZooEntry", "config_dir", "load_config", "load_yaml", "load_zoo", "load_thresholds"]
 
 
@@ -168,6 +169,24 @@ class DeviceOptions(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
 
+class ExportBudget(BaseModel):
+    """What exporting one model may cost: its export (the factory, torch.export, torch-mlir or JAX's
+    lowering) runs in a child process killed when it goes past either figure. A model that does is
+    an error naming memory (or time) and the budget, or, when the graph can be bisected, one op's
+    frontend_failed; the run goes on with the other models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_bytes: int | None = Field(None, ge=1, description="peak memory of one model's export (its child "
+                                     "process and theirs); None: half of the exporting machine's memory")
+    timeout_s: float = Field(900.0, gt=0, description="wall time of one model's export, bisection included")
+    lowering_timeout_s: float = Field(300.0, gt=0, description="wall time of one torch-mlir lowering attempt")
+
+    def memory_limit(self) -> int:
+        """The memory budget in bytes, on this machine."""
+        return self.memory_bytes or int(psutil.virtual_memory().total) // 2
+
+
 class AnalysisSettings(BaseModel):
     """What one op's analysis needs (derived from a run's AnalysisConfig; sent to the workers)."""
 
@@ -223,6 +242,8 @@ class AnalysisConfig(BaseModel):
     mesh: str | None = Field(None, description=mesh_help(" or "))
     unshard: bool = Field(False, description="analyse a sharded model on a single chip with its shardings removed "
                                              "(recorded on the model); without it, that is an error")
+    export: ExportBudget = Field(ExportBudget(), description="what one model's export may cost "
+                                 "(memory, time): past it, that model's error or its op's frontend_failed")
 
     def options_key(self) -> str:
         """The options a result depends on besides signature, compiler version and chip (cache key).

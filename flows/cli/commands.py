@@ -30,6 +30,7 @@ from flows.engine.summary import summary_of
 from flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
 from opbyop.cli.app import DeviceBackend, DeviceOption, positive_seconds
 from opbyop.compiler.boards import chip_help, mesh_help
+from opbyop.cli.worker_options import ExportMemory, ExportTimeout, export_budget
 from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
 from opbyop.environment import environment
@@ -87,6 +88,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                                              "MLIR pass timing: each pass's time (ops reused from the cache are "
                                              "not timed: add --no-reuse)"),
             device_backend: DeviceBackend = DeviceOption,
+            export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout,
             ) -> None:
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
@@ -98,7 +100,8 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
         config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
                                 op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers),
                                 mesh=mesh, unshard=unshard, pass_timing=1.0 if pass_timing else 0.0,
-                                device=DeviceOptions(backend=device_backend.value))
+                                device=DeviceOptions(backend=device_backend.value),
+                                export=export_budget(export_memory, export_timeout))
         target_for(chip, mesh)  # a --chip or --mesh that names no target fails here, before anything starts
     except OpbyopError as e:
         say(("error:", "red"), f" {e}")
@@ -121,7 +124,8 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
     launch = Launch(workers, address, chip, command.workspace_root / "logs")
     flow_thread: FlowThread | None = None
     try:
-        launch.handoff.start_splits(command.config.models, command.config.seed, host_devices(command.config))
+        launch.handoff.start_splits(command.config.models, command.config.seed, host_devices(command.config),
+                                    command.config.export)
         from flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
 
         config = _on_address(command.config, launch.wait())

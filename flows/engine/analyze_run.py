@@ -113,7 +113,8 @@ class AnalyzeRun:
         def one(spec: str, zoo, seed: int):  # noqa: ANN001, ANN202
             nonlocal exporting
             waited = time.monotonic()
-            outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed))).result()
+            outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed)),
+                                         self.config.export).result()
             exporting += time.monotonic() - waited
             self.clock.add("export", outcome.seconds)
             return outcome.triple

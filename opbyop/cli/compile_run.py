@@ -21,8 +21,9 @@ from rich.table import Table
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, console, cut, fail, full_by_default,
                             input_specs, print_error, status_text, styled)
 from opbyop.cli.decode_cmds import run_decode_command
-from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
-                                       compiler_options, stored_op, worker_errors, worker_name)
+from opbyop.cli.worker_options import (ChipOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc, OptLevel, Timeout,
+                                       analysis_settings, cli_worker, compiler_options, export_budget, stored_op,
+                                       worker_errors, worker_name)
 from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
 from opbyop.compiler.system_desc import resolve
@@ -30,6 +31,7 @@ from opbyop.compiler.targets import BOARDS, target_for
 from opbyop.config import AnalysisConfig, DeviceOptions, Zoo, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
+from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends.loader import factory_entry, factory_name
 from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
@@ -50,6 +52,7 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> RunOutcome:
     """The run engine with this process's warm worker; stored under `run_id` when a sink was supplied."""
     plan = RunPlan.from_config(config)
+    start_forkserver()  # exports are made there: it warms up while this process starts JAX
     prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
     workspace = Workspace.default()
     prepared = prepare_models(plan, workspace, zoo)
@@ -216,13 +219,15 @@ def compile(models: list[str] = Models, chip: str = ChipOption, optimization_lev
             math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
             full: bool = Full, manifest: Optional[Path] = ManifestOption, mesh: Optional[str] = MeshOption,
-            unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption) -> None:
+            unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
+            export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     names, zoo = _with_factories(models, input)
     config = AnalysisConfig(models=names, chip=chip, compiler=compiler_options(optimization_level, math_fidelity,
                                                                                fp32_dest_acc),
                             seed=seed, whole_model=whole, run_device=False, op_timeout_s=timeout, mesh=mesh,
-                            unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False)
+                            unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False,
+                            export=export_budget(export_memory, export_timeout))
     _analyze_and_show(config, zoo, full, manifest)
 
 
@@ -237,7 +242,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
         mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
-        device_backend: DeviceBackend = DeviceOption) -> None:
+        device_backend: DeviceBackend = DeviceOption,
+        export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         if input or manifest or harvest_mask:
@@ -252,7 +258,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
     config = AnalysisConfig(models=names, chip=chip, compiler=compiler_options(optimization_level, math_fidelity,
                                                                                fp32_dest_acc),
                             device=device, seed=seed, whole_model=whole, op_timeout_s=timeout, mesh=mesh,
-                            unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False)
+                            unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False,
+                            export=export_budget(export_memory, export_timeout))
     _analyze_and_show(config, zoo, full, manifest, store=True)
 
 

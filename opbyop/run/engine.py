@@ -99,7 +99,8 @@ def prepare_models(plan: RunPlan, workspace: Workspace, zoo: Zoo | None = None,
     workspace for `opbyop repro`."""
     config = plan.config
     prepared = prepare(config.models, zoo or load_zoo(), config.seed, prepare_one=prepare_one,
-                       artifacts=workspace.artifacts, target=plan.target, unshard=config.unshard)
+                       artifacts=workspace.artifacts, target=plan.target, unshard=config.unshard,
+                       budget=config.export)
     keep_ops(prepared, workspace)
     return prepared
 
