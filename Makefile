@@ -11,11 +11,15 @@ MODELS ?=
 TTNN_VENV ?= .venv-ttnn
 TTSIM_SRC ?= ../shared/third_party/ttsim
 TTSIM_LIB := .ttsim/libttsim_bh.so
+# TT-NN Visualizer (`opbyop visualize`) in its own environment: it pins pydantic and tt-perf-report
+# versions the project's environment cannot share.
+VISUALIZER_VENV ?= .venv-visualizer
+VISUALIZER_VERSION ?= 0.108.0
 # pyenv's own 3.12 before any `python3.12` on PATH (a pyenv shim there fails when 3.12 is not selected)
 PY312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) \
                     $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) $(shell command -v python3.12))
 
-.PHONY: setup run test test-fast browser ttsim clean
+.PHONY: setup run test test-fast browser ttsim visualizer clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -46,13 +50,20 @@ $(TTSIM_LIB):
 
 ttsim: $(TTNN_VENV)/.installed $(TTSIM_LIB)
 
+$(VISUALIZER_VENV)/.installed:
+	python3 -m venv $(VISUALIZER_VENV)
+	$(VISUALIZER_VENV)/bin/python -m pip install --quiet "ttnn-visualizer==$(VISUALIZER_VERSION)"
+	touch $@
+
+visualizer: $(VISUALIZER_VENV)/.installed
+
 # Headless Chromium renders the HTML report in the tests (Debian's package; no browser download).
 browser:
 	@command -v chromium >/dev/null || apt-get install -y --no-install-recommends chromium \
 		|| (apt-get update && apt-get install -y --no-install-recommends chromium)
 
 # pytest exits 5 when it collects nothing: a suite that ran no test proves nothing, so that fails.
-test: setup browser ttsim
+test: setup browser ttsim visualizer
 	@$(PY) -m pytest -q; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
@@ -63,4 +74,4 @@ test-fast: setup
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 clean:
-	rm -rf $(VENV) $(TTNN_VENV) .ttsim .opbyop .pytest_cache
+	rm -rf $(VENV) $(TTNN_VENV) $(VISUALIZER_VENV) .ttsim .opbyop .pytest_cache

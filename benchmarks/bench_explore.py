@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from storage.dataset import Store
-from storage.explorer import prepare_model, run_models
+from storage.exports.explorer import prepare_model, run_models
 
 
 def _free_port() -> int:
@@ -67,7 +67,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t = time.monotonic()
             prepared = prepare_model(store, args.run, model, Path(tmp))
-            from storage.explorer_adapter.main import OpbyopMlirAdapter
+            from storage.exports.explorer_adapter.main import OpbyopMlirAdapter
 
             graphs = OpbyopMlirAdapter().convert(str(prepared.module), {})["graphCollections"][0].graphs
             convert_s = time.monotonic() - t

@@ -36,7 +36,7 @@ def main(targets: list[str]) -> None:
     from common import Figures, console
 
     from opbyop.artifacts import ArtifactStore
-    from opbyop.attribution import judge
+    from opbyop.analysis.attribution import judge
     from opbyop.compiler.plugin import TTCompiler
     from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
     from opbyop.device.simulator import DeviceSimulator

@@ -7,8 +7,6 @@ Retry of that flow run resumes it.
 
 from __future__ import annotations
 
-import os
-
 from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -18,9 +16,9 @@ from flows.engine.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_
 from flows.engine.summary import RunFailed, RunSummary  # noqa: F401  (the results a caller reads)
 from flows.hosting import handoff as handoffs
 from flows.hosting.crashed import label_flow_run, sweep
-from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ShrinkOption
 from opbyop.jaxenv import prepare_jax
+from opbyop.run.plan import host_devices
 
 TASK_THREADS = 16  # Prefect task threads: each mostly waits on Dask, a few keep the workers fed
 
@@ -42,10 +40,9 @@ def claim_flow_run(logger) -> None:  # noqa: ANN001
 @flow(name="analyze", task_runner=ThreadPoolTaskRunner(max_workers=TASK_THREADS), persist_result=False)
 def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None, shrink: ShrinkOption = ShrinkOption()):
     """Analyse models op by op on a Dask cluster and store every op's result."""
-    chips = target_for(config.chip, config.mesh).chips
-    if chips > 1:  # sharded ops' upstream values and golden run on a host mesh of that many devices
-        os.environ.setdefault("OPBYOP_HOST_DEVICES", str(chips))
-    prepare_jax()  # this process exports JAX models on the CPU; compilers live in the workers
+    # this process exports JAX models on the CPU and computes sharded ops' upstream values on a host
+    # mesh; compilers live in the workers
+    prepare_jax(host_devices=host_devices(config))
     logger = get_run_logger()
     run_id = run_id or run_id_for(get_run_context().flow_run)
     claim_flow_run(logger)

@@ -10,6 +10,7 @@ import hashlib
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import psutil
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -19,7 +20,7 @@ from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.frontends.sharding_plan import ShardingPlan
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
-__all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
+__all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ExportBudget", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
            "ZooEntry", "config_dir", "load_config", "load_yaml", "load_zoo", "load_thresholds"]
 
 
@@ -168,6 +169,24 @@ class DeviceOptions(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
 
 
+class ExportBudget(BaseModel):
+    """What exporting one model may cost: its export (the factory, torch.export, torch-mlir or JAX's
+    lowering) runs in a child process killed when it goes past either figure. A model that does is
+    an error naming memory (or time) and the budget, or, when the graph can be bisected, one op's
+    frontend_failed; the run goes on with the other models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_bytes: int | None = Field(None, ge=1, description="peak memory of one model's export (its child "
+                                     "process and theirs); None: half of the exporting machine's memory")
+    timeout_s: float = Field(900.0, gt=0, description="wall time of one model's export, bisection included")
+    lowering_timeout_s: float = Field(300.0, gt=0, description="wall time of one torch-mlir lowering attempt")
+
+    def memory_limit(self) -> int:
+        """The memory budget in bytes, on this machine."""
+        return self.memory_bytes or int(psutil.virtual_memory().total) // 2
+
+
 class AnalysisSettings(BaseModel):
     """What one op's analysis needs (derived from a run's AnalysisConfig; sent to the workers)."""
 
@@ -187,7 +206,7 @@ class AnalysisSettings(BaseModel):
     # The share of ops (0..1, chosen by signature) compiled again with MLIR's pass timing on.
     pass_timing: float = Field(0.0, ge=0.0, le=1.0)
     # Compare each op of a whole model on the device with XLA:CPU's value of it: "auto" for models
-    # whose intermediate values fit in opbyop.accuracy_trace's budget, "on" for any, "off".
+    # whose intermediate values fit in opbyop.analysis.accuracy_trace's budget, "on" for any, "off".
     accuracy_trace: Literal["auto", "on", "off"] = "auto"
 
 
@@ -214,6 +233,8 @@ class AnalysisConfig(BaseModel):
     reuse_cached: bool = Field(True, description="reuse results of ops already analysed with the same "
                                                  "signature, compiler version, chip and options")
     whole_model: bool = Field(True, description="also compile and run each model whole")
+    run_device: bool = Field(True, description="run each op on the simulated device and check it against "
+                                               "XLA:CPU; off: compile only")
     op_timeout_s: float = Field(120.0, gt=0, description="per-op time limit")
     pass_timing: float = Field(0.0, ge=0.0, le=1.0, description="share of ops (chosen by signature) compiled again "
                                                                "with MLIR pass timing: each pass's time; 1: every op")
@@ -221,15 +242,18 @@ class AnalysisConfig(BaseModel):
     mesh: str | None = Field(None, description=mesh_help(" or "))
     unshard: bool = Field(False, description="analyse a sharded model on a single chip with its shardings removed "
                                              "(recorded on the model); without it, that is an error")
+    export: ExportBudget = Field(ExportBudget(), description="what one model's export may cost "
+                                 "(memory, time): past it, that model's error or its op's frontend_failed")
 
     def options_key(self) -> str:
         """The options a result depends on besides signature, compiler version and chip (cache key).
         The default device keeps the compiler's key, so results of earlier runs stay reusable; a mesh
         chosen with `mesh` is part of it (its results record that mesh)."""
-        if self.device == DeviceOptions() and self.mesh is None:
+        if self.device == DeviceOptions() and self.mesh is None and self.run_device:
             return self.compiler.key()
         mesh = f"|mesh={self.mesh}" if self.mesh is not None else ""
-        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}{mesh}".encode()).hexdigest()[:16]
+        compile_only = "" if self.run_device else "|compile-only"
+        return hashlib.sha256(f"{self.compiler.key()}|{self.device.key()}{mesh}{compile_only}".encode()).hexdigest()[:16]
 
 
 class ShrinkOption(BaseModel):

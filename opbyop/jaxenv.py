@@ -25,8 +25,11 @@ def _backends_initialised() -> bool:
     return bool(bridge is not None and getattr(bridge, "_backends", None))
 
 
-def prepare_jax(system_desc: Path | None = None) -> None:
+def prepare_jax(system_desc: Path | None = None, host_devices: int | None = None) -> None:
     """Make this process's JAX see the CPU, plus the TT compiler when a descriptor is given.
+
+    `host_devices`: the XLA:CPU devices of this process (a sharded op's golden runs on a host mesh
+    as large as its target's); fixed when JAX starts, so given here. None: OPBYOP_HOST_DEVICES (1).
 
     Idempotent; refuses to switch platforms once JAX has initialised its backends, since JAX would
     silently keep the old ones.
@@ -45,7 +48,7 @@ def prepare_jax(system_desc: Path | None = None) -> None:
     if system_desc is None:
         os.environ.pop(_DESC_VAR, None)
     if not _backends_initialised():
-        _add_xla_flags()
+        _add_xla_flags(environment().host_devices if host_devices is None else host_devices)
     import jax
 
     # f64/i64 operands must reach XLA unchanged (else they are downcast and XLA refuses the inputs).
@@ -78,10 +81,10 @@ def _skip_plugin_discovery() -> bool:
     return True
 
 
-def _add_xla_flags() -> None:
-    """opbyop's XLA flags (golden.xla_cpu.FAST_FLAGS) beside the user's own XLA_FLAGS."""
+def _add_xla_flags(devices: int) -> None:
+    """opbyop's XLA flags (golden.xla_cpu.FAST_FLAGS) beside the user's own XLA_FLAGS, with `devices`
+    XLA:CPU devices."""
     extra = environment().xla_flags
-    devices = environment().host_devices
     if devices > 1:  # a host mesh: a sharded module's golden runs on as many XLA:CPU devices as its mesh
         extra = f"{extra} --xla_force_host_platform_device_count={devices}".strip()
     current = os.environ.get("XLA_FLAGS", "")

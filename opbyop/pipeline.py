@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from opbyop import atomic
 from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.targets import Target
-from opbyop.config import Zoo, load_zoo
+from opbyop.config import ExportBudget, Zoo, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.frontends.dumps import spec_name
 from opbyop.frontends.failures import failure_records
@@ -28,7 +28,7 @@ from opbyop.ir.dedupe import dedupe
 from opbyop.ir.mesh import check_fits, module_mesh
 from opbyop.ir.sharding import strip_shardings
 from opbyop.ir.split import SplitResult, split_module
-from opbyop.op_memory import process_out_of_memory
+from opbyop.analysis.op_memory import process_out_of_memory
 from opbyop.records import ModelSummary, Occurrence, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
 
 
@@ -50,10 +50,12 @@ class Prepared:
         return [r for s in self.splits.values() for r in s.ops]
 
 
-def prepare_model(spec: str, zoo: Zoo, seed: int = 0) -> tuple[ModelGraph | None, SplitResult | None, str | None]:
-    """(graph, split, error): never raises for the model's own faults."""
+def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None
+                  ) -> tuple[ModelGraph | None, SplitResult | None, str | None]:
+    """(graph, split, error): never raises for the model's own faults. A factory's export runs in a
+    child process within `budget` (frontends.isolation): past it, it is this model's error."""
     try:
-        graph = load_model(spec, zoo=zoo, seed=seed)
+        graph = load_model(spec, zoo=zoo, seed=seed, budget=budget)
         return graph, split_graph(graph), None
     except OpbyopError as e:
         return None, None, str(e)
@@ -75,16 +77,17 @@ PrepareOne = Callable[[str, Zoo, int], tuple[ModelGraph | None, SplitResult | No
 
 
 def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
-            prepare_one: PrepareOne = prepare_model, artifacts: ArtifactStore | None = None,
-            target: Target | None = None, unshard: bool = False) -> Prepared:
+            prepare_one: PrepareOne | None = None, artifacts: ArtifactStore | None = None,
+            target: Target | None = None, unshard: bool = False, budget: ExportBudget | None = None) -> Prepared:
     """Every model split, one after another (torch.export keeps global state: two exports at once
     fail with 'CURRENT_PATCHER is None'), then deduplicated. With `target`, a sharded model must fit its
     mesh (never silently one chip: an error for that model, or with `unshard` its shardings removed,
     noted on the model). `prepare_one` lets the flow run each
     model as its own task. With `artifacts`, arguments whose values the model's constants fix get
     those values (golden.upstream, on XLA:CPU in this process), stored there for the workers.
-    A folder of IR dumps is one model per dumped module (frontends.dumps)."""
+    A folder of IR dumps is one model per dumped module (frontends.dumps). Each export within `budget`."""
     zoo = zoo or load_zoo()
+    prepare_one = prepare_one or (lambda spec, zoo, seed: prepare_model(spec, zoo, seed, budget))
     prepared = Prepared()
     for spec in expand_specs(specs):
         graph, split, error = prepare_one(spec, zoo, seed)

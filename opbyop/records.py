@@ -387,6 +387,12 @@ class TtsimRun(BaseModel):
     agreement: str | None = None
     max_ulps: float | None = None
     pcc: float | None = None  # a whole model's outputs on ttsim against its reference
+    # what tt-metal allocated, as its allocator and graph capture report it (None: not run): L1 per
+    # core (resident tensors plus the op's own buffers), circular and dataflow buffers per core, DRAM
+    # bytes over all banks; each the peak over the program's ops, beside the model's DeviceRun figures
+    peak_l1_bytes: int | None = None
+    peak_cb_bytes: int | None = None
+    peak_dram_bytes: int | None = None
 
 
 class GoldenComparison(BaseModel):
@@ -473,6 +479,14 @@ class OpResult(BaseModel):
     @property
     def seconds(self) -> float:
         return (self.ended_at - self.started_at).total_seconds()
+
+    @classmethod
+    def failure(cls, signature: str, op_name: str, status: Status, message: str, *, depth: Stage = Stage.SPLIT,
+                failed_stage: Stage | None = None, **fields: Any) -> OpResult:
+        """The one constructor of an op's failure: its status and message, the deepest stage it
+        completed (`depth`) and the one it failed in (None when unknowable, a Dask worker that died)."""
+        return cls(signature=signature, op_name=op_name, status=status, depth=depth, failed_stage=failed_stage,
+                   message=message, **fields)
 
 
 class TracePoint(BaseModel):

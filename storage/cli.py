@@ -14,19 +14,23 @@ from rich.table import Table
 
 from opbyop.cli.app import make_console, positive_seconds, print_error, styled
 from opbyop.errors import OpbyopError
+from opbyop.run.sinks import supply_sink
 from storage.aggregate import previous_run_id, run_query
 from storage.catalog import build_catalog
 from storage.dataset import Store
 from storage.expectations import (compare, default_path, from_outcomes, load_expectations, run_outcomes,
                                   save_expectations)
-from storage.explorer import Metric, export_node_data
+from storage.exports.explorer import Metric, export_node_data
 from storage.files import SkippedFile, default_root
 from storage.location import StoreRoot, parse_root
-from storage.optest import export_optest
-from storage.perf_csv import export_perf
+from storage.exports.optest import export_optest
+from storage.exports.perf_csv import export_perf
+from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, export_visualizer
+from storage.exports.visualizer_server import serve as serve_visualizer
 from storage.queries import get_query, load_queries
 from storage.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, StoreConnection, run_sql
-from storage.report import write_report
+from storage.exports.report import write_report
+from storage.run_sink import store_sink
 
 console = make_console()  # data printed literally; a pipe gets whole lines
 err_console = make_console(stderr=True)
@@ -262,6 +266,26 @@ def export_perf_cmd(run: str = typer.Option(..., "--run", help="run id"),
     console.print(f"wrote {count} device op rows to {out}  (read it with: tt-perf-report {out})")
 
 
+@export_app.command("visualizer")
+def export_visualizer_cmd(run: str = typer.Option(..., "--run", help="run id"),
+                          out: Path = typer.Option(..., "--out", help="folder to write the report into"),
+                          model: Optional[str] = typer.Option(None, "--model", help="one model of the run"),
+                          op: Optional[str] = typer.Option(None, "--op", help="one op's program, by signature"),
+                          store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Write the run (or one model, or one op's program) as a TT-NN Visualizer report: a memory report
+    (db.sqlite, config.json) and the matching performance report (the ops perf CSV and a device log)."""
+    try:
+        s = Store(_root(store))
+        s.check_readable(run)
+        report = export_visualizer(s, run, out, model, op)
+    except OpbyopError as e:
+        _fail(e)
+    _warn_skipped(s.skipped)
+    console.print(f"wrote {len(report.operations)} operations (peak circular buffers {report.peak_l1_bytes:,} B per "
+                  f"core) to {out / MEMORY_FOLDER} and their performance report to {out / PERFORMANCE_FOLDER}  "
+                  "(load them in TT-NN Visualizer, or run `opbyop visualize`)", soft_wrap=True)
+
+
 METRIC_HELP = "status | depth | pcc | cycles | peak_l1"
 
 
@@ -282,7 +306,7 @@ def export_model_explorer_cmd(run: str = typer.Option(..., "--run", help="run id
     console.print(f"wrote {metric} of {count} nodes to {out}  (load it in Model Explorer beside the model's graph)")
 
 
-def _metric(name: str):  # -> storage.explorer.Metric
+def _metric(name: str):  # -> storage.exports.explorer.Metric
     try:
         return Metric(name)
     except ValueError:
@@ -296,7 +320,7 @@ def explore(run: str = typer.Option(..., "--run", help="run id"),
             store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Open a run's models in Model Explorer on 127.0.0.1, coloured by status, depth, PCC, cycles and
     peak L1 (the node data menu); each op's attributes name its signature and repro command. Ctrl-C stops it."""
-    from storage.explorer_server import serve  # model_explorer (and torch): loaded only when used
+    from storage.exports.explorer_server import serve  # model_explorer (and torch): loaded only when used
 
     def announce(url: str) -> None:
         console.print(f"Model Explorer for run {run}: {url}", soft_wrap=True)
@@ -312,13 +336,40 @@ def explore(run: str = typer.Option(..., "--run", help="run id"),
     console.print("stopped")
 
 
+def visualize(run: str = typer.Option(..., "--run", help="run id"),
+              model: Optional[str] = typer.Option(None, "--model", help="one model of the run"),
+              op: Optional[str] = typer.Option(None, "--op", help="one op's program, by signature"),
+              port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="default: a free port"),
+              visualizer: Optional[Path] = typer.Option(
+                  None, "--visualizer", help="a ttnn-visualizer executable or its environment (default: the "
+                                             "checkout's .venv-visualizer, from `make visualizer`)"),
+              store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Open a run's report in TT-NN Visualizer on 127.0.0.1: each TTNN op's circular buffers per core, its
+    DRAM tensors, source line and verdict, and the simulated ops perf report. Ctrl-C stops it."""
+    def announce(url: str) -> None:
+        console.print(f"TT-NN Visualizer for run {run}: {url}", soft_wrap=True)
+
+    try:
+        s = Store(_root(store))
+        s.check_readable(run)
+        serve_visualizer(s, run, model, op, port, visualizer, announce)
+    except OpbyopError as e:
+        _fail(e)
+    except KeyboardInterrupt:
+        pass
+    console.print("stopped")
+
+
 def register(app: typer.Typer) -> None:
-    """Called by opbyop's CLI for the `opbyop.cli` entry point `store`."""
+    """Called by opbyop's CLI for the `opbyop.cli` entry point `store`: the store's commands, and the
+    store as the sink of the CLI's runs (opbyop never imports it)."""
+    supply_sink(store_sink)
     app.command("sql")(sql)
     app.command("query")(query)
     app.command("runs")(runs)
     app.command("report")(report)
     app.command("catalog")(catalog)
     app.command("explore")(explore)
+    app.command("visualize")(visualize)
     app.add_typer(expectations_app, name="expectations")
     app.add_typer(export_app, name="export")

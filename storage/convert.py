@@ -149,7 +149,8 @@ def _ttsim_columns(t: TtsimRun | None, prefix: str = "") -> dict[str, Any]:
     return {f"{prefix}ttsim_outcome": t.outcome.value, f"{prefix}ttsim_message": t.message,
             f"{prefix}ttsim_op": t.op, f"{prefix}ttsim_s": t.seconds, f"{prefix}ttsim_runner_s": t.runner_seconds,
             f"{prefix}ttsim_agreement": t.agreement, f"{prefix}ttsim_max_ulps": t.max_ulps,
-            f"{prefix}ttsim_pcc": t.pcc}
+            f"{prefix}ttsim_pcc": t.pcc, f"{prefix}ttsim_peak_l1_bytes": t.peak_l1_bytes,
+            f"{prefix}ttsim_peak_cb_bytes": t.peak_cb_bytes, f"{prefix}ttsim_peak_dram_bytes": t.peak_dram_bytes}
 
 
 def _ttsim_from(row: dict[str, Any], prefix: str = "") -> TtsimRun | None:
@@ -158,7 +159,10 @@ def _ttsim_from(row: dict[str, Any], prefix: str = "") -> TtsimRun | None:
     return TtsimRun(outcome=TtsimOutcome(row[f"{prefix}ttsim_outcome"]), message=row[f"{prefix}ttsim_message"],
                     op=row[f"{prefix}ttsim_op"], seconds=row[f"{prefix}ttsim_s"] or 0.0,
                     runner_seconds=row[f"{prefix}ttsim_runner_s"] or 0.0, agreement=row[f"{prefix}ttsim_agreement"],
-                    max_ulps=row[f"{prefix}ttsim_max_ulps"], pcc=row.get(f"{prefix}ttsim_pcc"))
+                    max_ulps=row[f"{prefix}ttsim_max_ulps"], pcc=row.get(f"{prefix}ttsim_pcc"),
+                    peak_l1_bytes=row.get(f"{prefix}ttsim_peak_l1_bytes"),
+                    peak_cb_bytes=row.get(f"{prefix}ttsim_peak_cb_bytes"),
+                    peak_dram_bytes=row.get(f"{prefix}ttsim_peak_dram_bytes"))
 
 
 def _pass_timing_columns(t: PassTiming | None) -> dict[str, Any]:

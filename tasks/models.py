@@ -10,7 +10,7 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NONE
 
-from opbyop.config import Zoo
+from opbyop.config import ExportBudget, Zoo
 from opbyop.frontends.graph import ModelGraph
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.ir.split import SplitResult
@@ -33,7 +33,7 @@ class SplitOutcome:
         return self.graph, self.split, self.error
 
 
-def split_outcome(spec: str, zoo: Zoo, seed: int) -> SplitOutcome:
+def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = None) -> SplitOutcome:
     """pipeline.prepare_model, with a zoo model's export taken from the cache when it is there."""
     start = time.monotonic()
     path = graph_cache.cache_path(spec, zoo, seed)
@@ -43,17 +43,18 @@ def split_outcome(spec: str, zoo: Zoo, seed: int) -> SplitOutcome:
             return SplitOutcome(graph, split_graph(graph), None, time.monotonic() - start)
         except Exception:  # prepare_model reports it in its own words
             pass
-    graph, split, error = prepare_model(spec, zoo, seed)
+    graph, split, error = prepare_model(spec, zoo, seed, budget)
     if path is not None and graph is not None and error is None:
         graph_cache.write(path, graph)
     return SplitOutcome(graph, split, error, time.monotonic() - start)
 
 
 @task(name="split-model", task_run_name="split-{spec}", cache_policy=NONE, persist_result=False)
-def split_model(spec: str, zoo: Zoo, seed: int, ready: Future | None = None) -> SplitOutcome:
+def split_model(spec: str, zoo: Zoo, seed: int, ready: Future | None = None,
+                budget: ExportBudget | None = None) -> SplitOutcome:
     """A model that cannot be exported or split is an error, not an exception. `ready`: the same
     work started earlier by the caller (the CLI splits while the server starts)."""
-    return ready.result() if ready is not None else split_outcome(spec, zoo, seed)
+    return ready.result() if ready is not None else split_outcome(spec, zoo, seed, budget)
 
 
 @task(name="stage-whole-model", task_run_name="stage-{graph.name}", cache_policy=NONE, persist_result=False)

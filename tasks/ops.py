@@ -28,8 +28,9 @@ from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 
 from opbyop.artifacts import ArtifactStore
-from opbyop.op_memory import op_size
+from opbyop.analysis.op_memory import op_size
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
+from opbyop.run.call import StageCall
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import RunStopped
 from opbyop.worker.wire import Parcel, pack
@@ -98,7 +99,6 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
                gate: ClusterGate, artifacts: ArtifactStore | None = None) -> OpResult:
     """Compile, simulate and check one unique op on a Dask worker. `artifacts`: the flow's store (default:
     OPBYOP_HOME's), where the op's inputs are read and its result's artifacts are put."""
-    started = utcnow()
     artifacts = artifacts or Workspace.default().artifacts
 
     def submitting(inputs: Parcel | None):  # noqa: ANN202
@@ -107,15 +107,16 @@ def analyze_op(op: UniqueOp, label: str, chip: str, settings: AnalysisSettings, 
                                  inputs=inputs, pure=False, key=f"op-{op.signature[:16]}-{uuid.uuid4().hex[:8]}")
         return submit
 
-    try:
-        return run_shipping(gate, submitting, lambda: pack(artifacts, op.input_values.values())).landed(artifacts)
-    except GateClosed as e:
-        return Cancelled(message=str(e))
-    except KilledTwice:
-        return OpResult(signature=op.signature, op_name=op.op_name, status=Status.CRASHED, depth=Stage.SPLIT,
-                        failed_stage=None, started_at=started, ended_at=utcnow(),
-                        message="killed the Dask worker running it, twice: the second time it ran alone on the "
-                                f"cluster (the stage it was in is unknown; {op_size(op)})")
+    call = StageCall.of(lambda: run_shipping(gate, submitting, lambda: pack(artifacts, op.input_values.values())
+                                             ).landed(artifacts), catch=(GateClosed, KilledTwice))
+    if call.ok:
+        return call.value
+    if isinstance(call.error, GateClosed):
+        return Cancelled(message=str(call.error))
+    return OpResult.failure(op.signature, op.op_name, Status.CRASHED,
+                            "killed the Dask worker running it, twice: the second time it ran alone on the "
+                            f"cluster (the stage it was in is unknown; {op_size(op)})",
+                            started_at=call.started_at, ended_at=utcnow())
 
 
 @task(name="whole-model", task_run_name="whole-{model}", retries=1, retry_delay_seconds=2,

@@ -13,7 +13,8 @@ from distributed import Client, default_client
 from prefect import task
 from prefect.cache_policies import NONE
 
-from opbyop.records import OpResult, Stage, Status, UniqueOp, utcnow
+from opbyop.records import OpResult, Status, UniqueOp, utcnow
+from opbyop.run.call import StageCall
 from opbyop.shrink.result import Outcome, ShrinkResult, outcome_of
 from opbyop.shrink.search import Shrinker
 from opbyop.worker import dask as on_dask
@@ -37,14 +38,13 @@ def shrink_op(op: UniqueOp, baseline: OpResult, label: str, chip: str, settings:
                                      key=f"shrink-{variant.signature[:16]}-{uuid.uuid4().hex[:8]}")
             return submit
 
-        started = utcnow()
-        try:
-            return run_shipping(gate, submitting, lambda: pack(workspace.artifacts, variant.input_values.values())
-                                ).landed(workspace.artifacts)
-        except KilledTwice:
-            return OpResult(signature=variant.signature, op_name=variant.op_name, status=Status.CRASHED,
-                            depth=Stage.SPLIT, started_at=started, ended_at=utcnow(),
-                            message="killed the Dask worker running it, twice")
+        call = StageCall.of(lambda: run_shipping(gate, submitting, lambda: pack(
+            workspace.artifacts, variant.input_values.values())).landed(workspace.artifacts), catch=(KilledTwice,))
+        if call.ok:
+            return call.value
+        return OpResult.failure(variant.signature, variant.op_name, Status.CRASHED,
+                                "killed the Dask worker running it, twice", started_at=call.started_at,
+                                ended_at=utcnow())
 
     return Shrinker(analyse, workspace.artifacts, workspace.ops.put, budget_s).shrink(op, baseline)
 

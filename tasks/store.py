@@ -19,7 +19,7 @@ from storage.dataset import Store
 from storage.location import StoreRoot, is_object_url
 from storage.object_views import upload_file
 from storage.readonly import QueryResult
-from storage.report import device_time, write_report
+from storage.exports.report import device_time, write_report
 
 
 def _cell(value: Any) -> str:

@@ -26,9 +26,10 @@ def store_root(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def history_store(store_root: Path):
-    """A store holding storage.samples.history(): nights n0 (n150), n1 and n2 (p150)."""
+    """A store holding store_samples.history(): nights n0 (n150), n1 and n2 (p150)."""
+    from store_samples import history
+
     from storage.dataset import Store
-    from storage.samples import history
 
     store = Store(store_root)
     for night in history():

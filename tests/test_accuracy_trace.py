@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from core_fixtures import DATA
 
-from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, tag_module
-from opbyop.analysis import trace_references
+from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, tag_module
+from opbyop.analysis.analyzer import trace_references
 from opbyop.config import CompilerOptions
 from opbyop.device.program import Op
 from opbyop.golden.compare import finite_pcc, pcc

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from core_fixtures import DATA
 
-from opbyop.attribution import first_divergence, judge
+from opbyop.analysis.attribution import first_divergence, judge
 from opbyop.config import CompilerOptions
 from opbyop.device.reference import read_program
 from opbyop.device.runtime import Binary

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from opbyop.analysis import OpAnalyzer
+from opbyop.analysis.analyzer import OpAnalyzer
 from opbyop.compiler import system_desc
 from opbyop.compiler.assets import ensure_assets
 from opbyop.compiler.boards import BOARDS, Board, DescriptorSource, Topology

@@ -83,6 +83,19 @@ def test_run_reports_both_views(home):
     assert "GOLDEN" in out and "success" in out and "whole model beside op by op" in out
 
 
+def test_run_stores_what_it_shows_under_a_run_id_that_sql_queries(home):
+    out = opbyop(home, "run", "mlp")
+    run_id = out.split("stored as run ")[1].split(";")[0]
+    assert f"opbyop sql \"select * from results where run_id = '{run_id}'\"" in out
+    rows = json.loads(opbyop(home, "sql", f"select status, op_name from results where run_id = '{run_id}'", "-f", "json"))
+    shown = [line for line in out.splitlines() if "│ GOLDEN │ success" in line]
+    assert len(rows) == len(shown) > 50 and {r["status"] for r in rows} == {"success"}
+    (run,) = json.loads(opbyop(home, "sql", f"select status, models from runs where run_id = '{run_id}'", "-f", "json"))
+    assert run["status"] == "completed" and "mlp" in str(run["models"])
+    (model,) = json.loads(opbyop(home, "sql", f"select model from models where run_id = '{run_id}'", "-f", "json"))
+    assert model["model"] == "mlp"
+
+
 def test_image_build_info_run(home, tmp_path):
     image = tmp_path / "mlp.zip"
     opbyop(home, "image", "build", "mlp", "-o", str(image))

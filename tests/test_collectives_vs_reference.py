@@ -268,7 +268,7 @@ def simulator():
 
 @pytest.mark.parametrize("case", PROGRAMS, ids=[f"{c.parent.name}-{c.name}" for c in PROGRAMS])
 def test_every_compiled_mesh_program_reads_in_the_reference_as_the_numerics_off_mesh_runs_it(case, simulator):
-    from opbyop.attribution import _read, agree
+    from opbyop.analysis.attribution import _read, agree
 
     program, module = (case / "ttnn_runtime.mlir").read_text(), (case / "stablehlo.mlir").read_text()
     corpus = {c.name: c for c in mesh_cases([(2, 4), (4, 8)])}.get(case.name)  # cases of the multichip corpus

@@ -15,7 +15,7 @@ from opbyop.corpus.coverage import CoverageRow, coverage
 from opbyop.corpus.generate import generate, load_manifest
 from opbyop.corpus.run import read_results, run_entries, select
 from opbyop.errors import OpbyopError
-from opbyop.records import Status
+from opbyop.records import Status, TtsimOutcome
 
 DATA = Path(__file__).parent / "data"
 
@@ -101,6 +101,24 @@ def test_coverage_counts_not_simulated_runs_by_the_op_they_name():
     assert ops["ttnn.to_layout"].programs == 3 and ops["ttnn.to_layout"].pass_rate == 0.5
     assert report.ops[0].ttnn_op == "ttnn.frobnicate"  # what is missing comes first
     assert [r.label for r in report.failures()] == ["b.mlir", "a.mlir"]
+
+
+def test_coverage_on_ttsim_counts_ran_programs_per_op_and_stops_against_the_op_named():
+    limit = "ERROR: UnsupportedFunctionality: tensix_sfpgt: lreg_dest=9"
+    rows = [CoverageRow("a.mlir", "stablehlo.add", "bf16", Status.SUCCESS, None, ("ttnn.to_layout", "ttnn.add"),
+                        ttsim=TtsimOutcome.RAN),
+            CoverageRow("b.mlir", "stablehlo.max", "f32", Status.SIMULATOR_LIMIT, limit,
+                        ("ttnn.to_layout", "ttnn.maximum"), ttsim=TtsimOutcome.LIMIT, ttsim_op="ttnn.maximum",
+                        ttsim_message=limit),
+            CoverageRow("c.mlir", "stablehlo.max", "bf16", Status.SIMULATOR_LIMIT, limit, ("ttnn.maximum",),
+                        ttsim=TtsimOutcome.LIMIT, ttsim_op="ttnn.maximum", ttsim_message=limit),
+            CoverageRow("d.mlir", "stablehlo.y", "bf16", Status.SUCCESS, None, ("ttnn.to_layout",))]
+    report = coverage(rows)
+    ops = {o.ttnn_op: o for o in report.ops}
+    assert ops["ttnn.to_layout"].ttsim == {TtsimOutcome.RAN: 1}  # the model-only row counts nowhere here
+    assert ops["ttnn.maximum"].ttsim == {TtsimOutcome.LIMIT: 2} and not ops["ttnn.add"].ttsim[TtsimOutcome.LIMIT]
+    assert len(report.on_ttsim) == 3
+    assert report.ttsim_stops() == [(TtsimOutcome.LIMIT, "ttnn.maximum", limit, 2)]
 
 
 def test_coverage_from_a_run_in_the_store(tmp_path: Path, monkeypatch):

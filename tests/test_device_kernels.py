@@ -16,9 +16,9 @@ RNG = np.random.default_rng(0)
 
 
 def src_a(x: np.ndarray) -> np.ndarray:
-    """What a multiplication sees of a value held in srcA: TF32 less its 2 last mantissa bits
-    (hidden bit + 4 bits in each of two fidelity phases, tt-metal's matrix engine report)."""
-    return truncate_mantissa(to_tf32(x), 8)
+    """What a multiplication sees of a value held in srcA: TF32 less its last mantissa bit
+    (hidden bit + 4 bits, then 5 more, in two fidelity phases: ttsim's mvmul)."""
+    return truncate_mantissa(to_tf32(x), 9)
 
 
 def run(name: str, inputs: list, out_shape: tuple, **attrs) -> np.ndarray:
@@ -83,16 +83,15 @@ def test_scalar_and_ternary_ops():
 @pytest.mark.parametrize("name, fn, keep", [("ttnn.sum", torch.sum, False), ("ttnn.mean", torch.mean, True),
                                              ("ttnn.max", torch.amax, False), ("ttnn.min", torch.amin, True)])
 def test_reductions(name, fn, keep):
-    """f32 data reaches the FPU's srcA as TF32 (a product uses 8 of its mantissa bits, a max all
-    10); the mean's 1/N scaler is packed as bf16."""
-    tf32 = t(src_a(A)) if name in ("ttnn.sum", "ttnn.mean") else t(to_tf32(A))
-    want = fn(tf32, dim=(1, 3), keepdim=keep).numpy()
+    """f32 data is reduced in f32 (ttsim: not through TF32 srcA registers); the mean's 1/N scaler
+    is packed as bf16."""
+    want = fn(t(A), dim=(1, 3), keepdim=keep).numpy()
     if name == "ttnn.mean":
-        want = torch.sum(tf32, dim=(1, 3), keepdim=keep).numpy() * round_bf16(np.float32(1 / (3 * 48)))
+        want = torch.sum(t(A), dim=(1, 3), keepdim=keep).numpy() * round_bf16(np.float32(1 / (3 * 48)))
     got = run(name, [A], want.shape, dim_arg=[1, 3], keep_dim=keep)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    exact = fn(t(A), dim=(1, 3), keepdim=keep).numpy()
-    assert 0 < np.abs(got - exact).max() < 0.05  # close to f32, never equal to it
+    if name in ("ttnn.max", "ttnn.min"):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_softmax_and_norms():
@@ -138,8 +137,9 @@ def test_matmul_with_transposes_matches_torch_within_tf32():
     got = run("ttnn.matmul", [a, b], (3, 64, 80), transpose_b=True)
     want = torch.matmul(t(a), t(b).transpose(-1, -2)).numpy()
     assert 1e-6 < np.max(np.abs(got - want)) < 0.2  # srcA/srcB operands: close, but not f32-exact
-    # in0 (a) sits in srcB (all of TF32), in1 (b) in srcA (8 mantissa bits)
-    np.testing.assert_allclose(got, to_tf32(a) @ np.swapaxes(src_a(b), -1, -2), rtol=1e-4, atol=1e-4)
+    # in0 (a) sits in srcB (all of TF32), in1 (b) in srcA (9 mantissa bits); each group of 8 products
+    # is rounded to its largest one's grid
+    assert np.abs(got - to_tf32(a) @ np.swapaxes(src_a(b), -1, -2)).max() < 0.05
 
 
 def test_conv2d_matches_torch():
@@ -246,7 +246,8 @@ def test_math_fidelity_and_accumulation():
     exact = a.astype(np.float64) @ b.astype(np.float64)
     errors = {f: np.abs(fidelity_matmul(a, b, f, True) - exact).mean() for f in ("lofi", "hifi2", "hifi3", "hifi4")}
     assert errors["lofi"] > errors["hifi2"] > errors["hifi4"]
-    np.testing.assert_allclose(fidelity_matmul(a, b, "hifi4", True), to_tf32(a) @ src_a(b), rtol=1e-5, atol=1e-4)
+    # the matrix engine rounds each group of 8 products to the largest one's grid: near TF32 products, not at them
+    assert np.abs(fidelity_matmul(a, b, "hifi4", True) - to_tf32(a) @ src_a(b)).max() < 0.2
     bf16_sum = fidelity_matmul(a, b, "hifi4", False)  # without fp32_dest_acc_en the running sum is bf16
     np.testing.assert_array_equal(bf16_sum, round_bf16(bf16_sum))
     assert np.abs(bf16_sum - exact).mean() > 1.5 * errors["hifi4"]  # bf16 partial sums add their own error

@@ -467,7 +467,7 @@ def test_chips_holding_equal_operands_run_the_kernel_once_and_each_allocate_thei
 
 
 def _judged(case: str, expected_of, thresholds=None):
-    from opbyop.attribution import judge
+    from opbyop.analysis.attribution import judge
     from opbyop.device.simulator import DeviceSimulator
     from opbyop.golden.compare import Thresholds, compare, verdict
 

@@ -192,6 +192,7 @@ def test_stitched_whole_model_matches_torch(worker, settings, model, mlp_graph, 
     assert whole.status is Status.SUCCESS and whole.depth is Stage.GOLDEN, whole.message
     assert whole.pcc > 0.99 and whole.max_abs_error < 0.05  # bf16 tolerance
     assert whole.device.peak_dram_bytes > 0 and whole.device.placements
+    assert whole.device.peak_l1_bytes >= max(p.l1_bytes_per_core for p in whole.device.placements) > 0  # its CBs
 
 
 # -- placement -----------------------------------------------------------------------------
@@ -357,8 +358,10 @@ def test_a_grid_need_not_divide_a_matmuls_tiles_but_every_core_holds_some():
 def test_gpt_oss_lm_head_finds_an_op_model_on_a_p150():
     """128x2880 by 2880x201088 bf16: 6,284 output tiles, 4 x 1,571, divide no grid but 1, 2 and 4
     columns; with padded grids and output blocks of any divisor it runs."""
-    placed = place(matmul(128, 2880, 201088, dtype="bf16"), BLACKHOLE_P150)
-    assert placed.legal > 0 and placed.grid[0] == 4 and placed.grid[1] > 4
+    op = matmul(128, 2880, 201088, dtype="bf16")
+    placed = place(op, BLACKHOLE_P150)
+    assert placed.legal > 0 and placed.grid[0] * placed.grid[1] <= BLACKHOLE_P150.cores
+    assert any(m.reason is None and m.grid[0] == 4 and m.grid[1] > 4 for m in candidates(work_of(op), BLACKHOLE_P150))
     assert placed.l1_bytes_per_core <= BLACKHOLE_P150.l1_per_core
 
 
@@ -373,3 +376,54 @@ def test_a_linears_bias_and_f32_partial_sums_take_buffers_of_their_own():
     assert place(matmul(64, 128, 64, config, "bf16"), WORMHOLE_N150).l1_bytes_per_core == inputs + 4 * (2048 + 4096)
     assert place(linear, WORMHOLE_N150).l1_bytes_per_core == inputs + 4 * (2048 + 4096) + 2 * 2048
     assert place(matmul(64, 128, 64, config), WORMHOLE_N150).l1_bytes_per_core == 2 * inputs + 4 * 4096
+
+
+def _mixed_matmul(a: tuple[int, ...], b: tuple[int, ...], weights: str = "bf16") -> Op:
+    bf16 = lambda *s: TensorType(s, "bf16", Layout(tiled=True, dtype="bf16"))  # noqa: E731
+    weight = TensorType(b, weights, Layout(tiled=True, dtype=weights))
+    attrs = {"compute_config": {"math_fidelity": "hifi2", "fp32_dest_acc_en": False}}
+    return Op("ttnn.matmul", [0, 1], [2], [bf16(*a), weight], [bf16(*a[:-1], b[-1])], attrs)
+
+
+def test_a_one_tile_high_matmul_spreads_its_weights_over_more_cores_than_a_row():
+    """A decode step's projection (32 x 4096 by 4096 x 14336): tt-metal's 1D multicast program lays
+    its output columns over the whole grid, so the weights stream from DRAM at the chip's bandwidth
+    instead of through one row of cores."""
+    op = _mixed_matmul((32, 4096), (4096, 14336))
+    placed = place(op, WORMHOLE_N150)
+    assert placed.grid[0] == 1 and placed.grid[1] > WORMHOLE_N150.worker_grid[1]
+    dram_floor = work_of(op).total_bytes / WORMHOLE_N150.dram_bytes_per_cycle
+    assert placed.cycles <= 1.1 * dram_floor + 4_000  # the weights' DRAM read, plus dispatch
+
+
+def test_a_batched_matmul_spreads_its_batch_over_the_cores():
+    """Attention scores, 256 heads of 32 x 128 by 128 x 128: each batch is one row of tiles, the
+    batch spreads over the cores (tt-metal's bmm), and each core reads its own batches' in1."""
+    op = _mixed_matmul((256, 32, 128), (256, 128, 128))
+    work = work_of(op)
+    assert (work.m_tiles, work.batch, work.rows_per_batch) == (256, 1, 1)
+    placed = place(op, WORMHOLE_N150)
+    one = place(_mixed_matmul((32, 128), (128, 128)), WORMHOLE_N150)
+    assert placed.grid[0] * placed.grid[1] > 4  # more cores than one batch's 4 output tiles could use
+    assert placed.cycles < 256 * (one.cycles - 4_000) / 3  # not the batches one after another
+    assert placed.cycles <= 1.1 * work.total_bytes / WORMHOLE_N150.dram_bytes_per_cycle + 4_000  # DRAM-bound
+
+
+def test_weights_in_block_floating_point_stream_faster_and_take_less_l1_than_bf16():
+    """A decode projection is bound by reading its weights: bfp4 (0.5625 B per element) reads
+    3.5x fewer bytes than bf16, and its K blocks of in1 take less L1."""
+    bf16 = place(_mixed_matmul((32, 4096), (4096, 14336)), WORMHOLE_N150)
+    bfp4 = place(_mixed_matmul((32, 4096), (4096, 14336), "bfp_bf4"), WORMHOLE_N150)
+    assert bf16.cycles > 2.5 * bfp4.cycles
+    work = work_of(_mixed_matmul((32, 4096), (4096, 14336), "bfp_bf4"))
+    assert work.in1_bytes == 1024 * (0.5 + 1 / 16) < work.in_bytes_per_tile
+
+
+def test_a_dram_bound_add_takes_the_time_tt_metals_dram_microbenchmark_gives():
+    """8192^2 bf16 + 8192^2 bf16: 384 MiB through DRAM, which tt-metal's read microbenchmark moves
+    at 267 GB/s on Wormhole and 500 GB/s on Blackhole (not the spec's 288 and 512)."""
+    bf16 = lambda *s: TensorType(s, "bf16", Layout(tiled=True, dtype="bf16"))  # noqa: E731
+    add = Op("ttnn.add", [0, 1], [2], [bf16(8192, 8192)] * 2, [bf16(8192, 8192)], {})
+    for spec, gb_per_s in ((WORMHOLE_N150, 267), (BLACKHOLE_P150, 500)):
+        seconds = place(add, spec).cycles / (spec.clock_mhz * 1e6)
+        assert seconds == pytest.approx(3 * 8192 ** 2 * 2 / (gb_per_s * 1e9), rel=0.01)

@@ -89,3 +89,19 @@ def test_a_cpu_only_process_runs_golden_without_loading_the_tt_plugin():
             "print(any('libtt' in line for line in open('/proc/self/maps')))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     assert out.stdout.split() == ["int64", "1.0", "False"]
+
+
+SIGNED_BOOL_COMPARE = """module {
+  func.func @main(%a: tensor<4xi1>, %b: tensor<4xi1>) -> tensor<4xi1> {
+    %0 = stablehlo.compare  LT, %a, %b,  SIGNED : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
+    return %0 : tensor<4xi1>
+  }
+}"""
+
+
+def test_a_signed_compare_of_booleans_gets_the_golden_of_false_before_true():
+    # XLA's HLO verifier refuses SIGNED on PRED; booleans have one order, which StableHLO spells UNSIGNED
+    a = np.array([False, False, True, True])
+    b = np.array([False, True, False, True])
+    (out,) = XlaCpu().run(SIGNED_BOOL_COMPARE, [a, b])
+    assert out.tolist() == [False, True, False, False]

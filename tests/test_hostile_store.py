@@ -100,7 +100,7 @@ def test_unreadable_results_are_named_never_counted_as_zero(opbyop, history_stor
 
 
 def test_a_run_whose_runs_file_is_corrupt_says_so_and_can_be_resumed(opbyop, history_store):
-    from storage.samples import history
+    from store_samples import history
 
     corrupt(run_file(history_store, "runs", "n1"))
     code, out = opbyop("query", "blockers", "--run", "n1", "--store", history_store.root)
@@ -123,7 +123,7 @@ import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writing past the limit fails with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
 from storage.dataset import Store
-from storage.samples import history
+from tests.store_samples import history
 from opbyop.errors import StoreError
 night = history()[1]
 store = Store(sys.argv[1])

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opbyop.attribution import agree
+from opbyop.analysis.attribution import agree
 from opbyop.device.formats import store
 from opbyop.device.kernels import KERNELS, Call
 from opbyop.device.layout import Layout

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opbyop.accuracy_trace import TaggedModule, TraceObserver
+from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver
 from opbyop.device.program import Op
 
 DATA = Path(__file__).parent / "data" / "mesh"

@@ -14,12 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
+from store_samples import MLP, history
 
 from opbyop.records import Status
 from opbyop.workspace import Workspace
 from storage.dataset import Store
-from storage.explorer import GRAPH_ID, Metric, adapter_graphs, export_node_data, node_ids, prepare_model
-from storage.samples import MLP, history
+from storage.exports.explorer import (
+    GRAPH_ID,
+    Metric,
+    adapter_graphs,
+    export_node_data,
+    node_ids,
+    prepare_model,
+)
 
 # The sample mlp's six ops (dot add tanh dot add add) as the frontend would export them, with locations.
 MLP_MODULE = """module {
@@ -78,7 +85,7 @@ def test_gradients_carry_pcc_cycles_and_peak_l1(graph_store: Store, tmp_path: Pa
 
 
 def test_the_opbyop_adapter_adds_signature_and_repro_to_the_builtin_adapters_nodes(graph_store: Store, tmp_path: Path) -> None:
-    from storage.explorer_adapter.main import OpbyopMlirAdapter
+    from storage.exports.explorer_adapter.main import OpbyopMlirAdapter
 
     prepared = prepare_model(graph_store, "n2", "mlp", tmp_path / "me")
     builtin = next(g for g in adapter_graphs(prepared.module) if g["id"] == GRAPH_ID)
@@ -93,7 +100,7 @@ def test_the_opbyop_adapter_adds_signature_and_repro_to_the_builtin_adapters_nod
 
 
 def test_top_level_ops_are_matched_past_ops_inside_regions() -> None:
-    from storage.samples import record, ADD, TANH
+    from store_samples import ADD, TANH, record
 
     graph = {"nodes": [
         {"id": "arg0", "label": "input_0", "namespace": "Inputs"},

@@ -135,7 +135,7 @@ def test_an_op_beyond_the_worker_memory_limit_is_an_infra_error_and_the_worker_c
 
 def test_a_whole_model_beyond_the_chip_s_dram_is_left_out_with_its_figures_and_a_small_one_is_run():
     from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
-    from opbyop.op_memory import whole_model_misfit_on
+    from opbyop.analysis.op_memory import whole_model_misfit_on
 
     def graph(rows: int) -> ModelGraph:
         weight = Argument("w", ArgumentKind.PARAMETER, TensorDesc(shape=(rows, 8192), dtype="bf16"))
@@ -150,7 +150,7 @@ def test_a_whole_model_beyond_the_chip_s_dram_is_left_out_with_its_figures_and_a
 def test_which_inputs_were_real_and_which_synthetic_survive_the_store(mlp_ops):
     from storage.convert import result_from_row, result_row
 
-    from opbyop.analysis import input_kinds
+    from opbyop.analysis.analyzer import input_kinds
     from opbyop.records import OpResult
 
     op = next(o for o in mlp_ops if len(o.inputs) >= 2).model_copy(update={"input_values": {1: "digest"}})

@@ -133,7 +133,7 @@ def test_the_boundary_of_a_ui8_contraction_replays_on_both_sides(worker, setting
 def test_shrinks_are_stored_per_op_under_their_run_and_shown_in_the_report(history_store, tmp_path):
     from opbyop.records import Status, TensorDesc
     from opbyop.shrink.result import ShrinkBoundary, ShrinkResult, ShrinkVariant
-    from storage.report import report_data
+    from storage.exports.report import report_data
 
     run_id = history_store.runs()[-1].run_id
     signature = history_store.results(run_id)[0].signature

@@ -14,9 +14,9 @@ from opbyop.cli.app import status_text
 from opbyop.records import LEGACY_RECLASSIFICATION, Fault, Status, StatusFacts, legacy_status
 from storage.catalog import create_status_views, legacy_status_sql
 from storage.colours import status_colours
-from storage.explorer import GRAPH_ID, Metric, node_data
+from storage.exports.explorer import GRAPH_ID, Metric, node_data
 from storage.queries import SQL_DIR, get_query
-from storage.report import TEMPLATE, status_data
+from storage.exports.report import TEMPLATE, status_data
 from storage.schema import schema_of
 
 # Two statuses no file of opbyop knows: one the compiler's (a verdict), one opbyop's own gap (not).

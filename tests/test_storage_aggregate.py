@@ -1,10 +1,10 @@
-"""The nightly aggregation SQL on the three-night history of storage.samples (see its comments)."""
+"""The nightly aggregation SQL on the three-night history of store_samples (see its comments)."""
 
 from __future__ import annotations
 
 import pytest
+import store_samples as samples
 
-from storage import samples
 from storage.aggregate import nightly, previous_run_id, run_query
 from storage.dataset import Store
 from storage.queries import load_queries

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+import store_samples as samples
 
 from opbyop.errors import StoreError
-from opbyop.records import OpResult, Stage, Status
-from storage import samples, schema
+from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun
+from storage import schema
 from storage.dataset import Store
 from storage.files import data_files, run_dirs
 from storage.readonly import run_sql
@@ -62,6 +63,19 @@ def test_edge_values_round_trip(store_root: Path) -> None:
     assert back[crashed.signature].started_at == t.replace(tzinfo=timezone.utc)
     assert back[odd.signature] == odd
     assert back[skipped.signature] == skipped and back[skipped.signature].device is None
+
+
+def test_a_run_on_ttsim_round_trips_with_what_tt_metal_allocated(store_root: Path) -> None:
+    on_ttsim = samples.result(samples.DOT, Status.SUCCESS).model_copy(deep=True)
+    on_ttsim.device_backend = "ttsim"
+    on_ttsim.ttsim = TtsimRun(outcome=TtsimOutcome.RAN, seconds=1.5, runner_seconds=0.2, agreement="bit_equal",
+                              peak_l1_bytes=16384, peak_cb_bytes=14336, peak_dram_bytes=49152)
+    store = Store(store_root)
+    store.write_run(samples.run_info("on-ttsim", datetime(2026, 11, 5, tzinfo=timezone.utc), ["mlp"]), [], [on_ttsim], [])
+    (back,) = store.results("on-ttsim")
+    assert back == on_ttsim and back.ttsim.peak_cb_bytes == 14336
+    stored = run_sql("SELECT ttsim_peak_l1_bytes, ttsim_peak_cb_bytes, ttsim_peak_dram_bytes FROM results", store_root)
+    assert stored.rows == [(16384, 14336, 49152)]  # queryable beside the model's figures
 
 
 def test_files_carry_the_explicit_schema_and_version(history_store: Store) -> None:
@@ -152,8 +166,8 @@ CRASHING_WRITER = textwrap.dedent("""
     import os, signal, sys
     import pyarrow.parquet as pq
     import storage.files
-    from storage import samples
     from storage.dataset import Store
+    from tests import store_samples as samples
 
     night = samples.night("n1", 2, samples.NIGHT1)
     w = Store(sys.argv[1]).writer()

@@ -5,14 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import store_samples as samples
 import yaml
 
 from opbyop.errors import ConfigError
 from opbyop.records import Stage
-from storage import samples
 from storage.dataset import Store
 from storage.expectations import (
-    Expectation, Expectations, compare, default_path, from_outcomes, load_expectations, outcomes, run_outcomes,
+    Expectation,
+    Expectations,
+    compare,
+    default_path,
+    from_outcomes,
+    load_expectations,
+    outcomes,
+    run_outcomes,
     save_expectations,
 )
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import store_samples as samples
 from opbyop.records import CollectiveRun, Status
-from storage import Store, samples
+from storage import Store
 
 
 def _mesh_result():
@@ -51,8 +52,8 @@ def test_the_mesh_collectives_query_lists_only_ops_that_ran_on_a_mesh(store_root
 
 
 def test_report_and_optest_show_a_mesh_runs_collectives(store_root: Path) -> None:
-    from storage import optest
-    from storage.report import report_data
+    from storage.exports import optest
+    from storage.exports.report import report_data
 
     store, _ = _store_with_mesh_run(store_root)
     data = report_data(store.root, "mesh")

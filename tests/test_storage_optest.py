@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import store_samples as samples
 from opbyop.records import Stage, Status
-from storage import optest, samples
 from storage.dataset import Store
+from storage.exports import optest
 
 
 def test_export_fills_status_stage_and_per_op_times(history_store: Store, tmp_path: Path) -> None:

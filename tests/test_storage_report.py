@@ -11,7 +11,7 @@ import pytest
 
 from storage.dataset import Store
 from storage.expectations import from_outcomes, outcomes
-from storage.report import render_html, report_data, write_report
+from storage.exports.report import render_html, report_data, write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

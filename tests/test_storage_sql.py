@@ -6,11 +6,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import store_samples as samples
 
 from opbyop.errors import StoreError
 from opbyop.records import Stage, Status
 from storage.cache import lookup_cached
-from storage import samples
 from storage.catalog import build_catalog
 from storage.dataset import Store
 from storage.message_pattern import macro_sql, message_pattern

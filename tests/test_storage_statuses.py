@@ -7,14 +7,14 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import store_samples as samples
 
-from storage import samples
+from opbyop.records import Stage, Status
 from storage.aggregate import run_query
 from storage.dataset import Store
 from storage.files import data_files
 from storage.readonly import StoreConnection
 from storage.schema import VERSION_KEY
-from opbyop.records import Stage, Status
 
 NOT_SIMULATED = "not simulated: ttnn.sort"
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import store_samples as samples
+from object_store import S3Server
 from pyarrow import fs as pafs
 
 from opbyop.errors import StoreError
-from storage import samples
 from storage.catalog import build_catalog
 from storage.dataset import Store
 from storage.object_files import MANIFESTS, ObjectFiles
 from storage.readonly import StoreConnection, run_sql
-from object_store import S3Server
 
 pytestmark = pytest.mark.slow
 
@@ -116,7 +116,7 @@ def test_a_run_s_writer_on_s3_reads_its_manifest_once_per_start_and_keeps_what_i
 
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
-    from storage import samples
+    import store_samples as samples
     from storage.dataset import Store
     from storage.object_files import ObjectFiles
 

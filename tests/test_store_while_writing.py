@@ -11,11 +11,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from store_samples import SAMPLE_OPS, result, run_info, summary
 
 from opbyop.records import Status
 from storage.dataset import Store
 from storage.readonly import StoreConnection
-from storage.samples import SAMPLE_OPS, result, run_info, summary
 
 BATCHES = 10
 RUNS = 10

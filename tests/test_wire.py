@@ -100,7 +100,7 @@ def test_a_mesh_target_s_op_workers_get_its_host_devices_whatever_the_flow_s_env
     monkeypatch.setenv("OPBYOP_HOST_DEVICES", "32")  # left by an earlier, larger target of a long-lived process
     descriptors = {"p300": b"desc"}
     p300, p150 = (OpWorkerPlugin.for_home(tmp_path, descriptors, host_devices=n) for n in (2, 1))
-    assert p300.env["OPBYOP_HOST_DEVICES"] == "2" and p150.env["OPBYOP_HOST_DEVICES"] == "1"
+    assert (p300.host_devices, p150.host_devices) == (2, 1) and "OPBYOP_HOST_DEVICES" not in p300.env
     assert p300.name != p150.name  # op workers of another device count are other op workers
     assert OpWorkerPlugin.for_home(tmp_path, descriptors, host_devices=2).name == p300.name  # a warm one is found
 

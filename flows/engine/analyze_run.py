@@ -1,6 +1,7 @@
 """How one analyze run is carried out: its state in one object, its steps as methods.
 
-The flow (flows/analyze.py) declares the run and its parameters; AnalyzeRun does the work:
+The flow (flows/analyze.py) declares the run and its parameters; AnalyzeRun does the work, with
+the run engine's steps (opbyop.run.engine, the same as the CLI's local run) and the store as its sink:
 1. split every model (a model that fails is recorded, the others go on); none left: the run is
    stored as failed, no cluster is started;
 2. dedupe across models; reuse results of ops already analysed with the same signature, compiler
@@ -18,13 +19,10 @@ from __future__ import annotations
 
 import logging
 import queue
-import subprocess
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 
 from distributed import Client
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
@@ -35,20 +33,20 @@ from flows.engine.phases import PhaseClock, format_phases
 from flows.engine.summary import RunFailed, RunSummary
 from flows.hosting.cluster import dask_client
 from flows.hosting.handoff import Handoff
-from opbyop import __version__
-from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
-from opbyop.compiler.targets import Target, target_for
-from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
+from opbyop.compiler.system_desc import SystemDesc
+from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
 from opbyop.errors import OpbyopError
-from opbyop.op_memory import misfits
-from opbyop.pipeline import Prepared, prepare, run_manifest_path, store_modules, summarize, write_manifest
-from opbyop.records import OpResult, RunInfo, RunStatus, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.pipeline import Prepared, run_manifest_path, store_modules, write_manifest
+from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.run.call import StageCall
+from opbyop.run.engine import RunOutcome, prepare_models
+from opbyop.run.engine import execute as run_engine
+from opbyop.run.plan import RunPlan
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import WorkerStartError, parameter_indices
 from opbyop.workspace import Workspace
-from storage.batches import ResultBatches
-from storage.dataset import RunWriter, Store
-from storage.known import known_results
+from storage.dataset import Store
+from storage.run_sink import StoreSink
 from tasks.gate import ClusterGate
 from tasks.models import split_model, stage_whole_model
 from tasks.ops import analyze_op, whole_model
@@ -59,18 +57,9 @@ POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between res
 
 
 @dataclass
-class FanOut:
-    """What the cluster produced, and why it stopped early (if it did)."""
-
-    results: dict[str, OpResult] = field(default_factory=dict)
-    wholes: dict[str, WholeModelResult] = field(default_factory=dict)
-    error: str | None = None  # the run could not go on (no op worker could start ...)
-    interrupted: bool = False  # the caller asked the run to stop
-
-
-@dataclass
 class AnalyzeRun:
-    """One analyze run: what it was asked, what it runs on, and what it has produced so far."""
+    """One analyze run: what it was asked, what it runs on, and what it has produced so far. It is the
+    run engine's executor (opbyop.run.engine) for the cluster: the engine's steps, its fan-out."""
 
     config: AnalysisConfig
     run_id: str
@@ -79,76 +68,58 @@ class AnalyzeRun:
     logger: logging.Logger | logging.LoggerAdapter
     workspace: Workspace = field(default_factory=Workspace.default)
     clock: PhaseClock = field(init=False)
-    desc: SystemDesc = field(init=False)
-    settings: AnalysisSettings = field(init=False)
-    target: Target = field(init=False)
-    out: FanOut = field(default_factory=FanOut)
+    plan: RunPlan = field(init=False)
+    out: RunOutcome | None = None
+    sink: StoreSink | None = None
     prepared: Prepared | None = None
     modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
 
     def __post_init__(self) -> None:
         self.clock = PhaseClock(self.handoff.phases, self.handoff.started)
-        self.desc = resolve(self.config.chip)
-        self.target = target_for(self.config.chip, self.config.mesh)
-        self.settings = AnalysisSettings(options=self.config.compiler,
-                                         thresholds=self.config.thresholds or load_thresholds(),
-                                         seed=self.config.seed, device=self.config.device,
-                                         pass_timing=self.config.pass_timing,
-                                         mesh=self.target.mesh_text, topology=self.target.topology.value)
+        self.plan = RunPlan.from_config(self.config)
+
+    @property
+    def desc(self) -> SystemDesc:
+        return self.plan.desc
+
+    @property
+    def settings(self) -> AnalysisSettings:
+        return self.plan.settings
 
     @property
     def store(self) -> Store:
         return Store(self.workspace.store)
 
     def info(self) -> RunInfo:
-        config = self.config
-        return RunInfo(run_id=self.run_id, models=config.models, chip=self.desc.chip,
-                       system_desc_sha256=self.desc.sha256, plugin_version=plugin_version(),
-                       opbyop_version=__version__, git_sha=_git_sha(), options_key=config.options_key(),
-                       config=config.model_dump(mode="json"), mesh=self.target.mesh_text,
-                       topology=self.target.topology.value)
+        return self.plan.run_info(self.run_id)
 
     def execute(self) -> State:
         """The whole run, from the split to the report; the flow's final state."""
         prepared = self.prepare()
-        store = self.store
-        with store.writer() as writer:
-            with self.clock.phase("store"):
-                run = writer.start(self.info())
-                writer.add_ops(prepared.records)
-                known = known_results(writer, store, prepared.unique, run, self.config.reuse_cached)
-            self.logger.info(known.line(len(prepared.unique)))
-            self.out.results.update(known.results)
-            wholes = self.fitting_wholes(prepared.graphs) if self.config.whole_model else {}
-            if self.config.models and not prepared.graphs:
-                self.out.error = "no model could be split"
-            elif self.handoff.stop.is_set():
-                self.out.interrupted = True
-            elif known.todo or wholes:  # no cluster for zero ops
-                self.on_cluster(known.todo, wholes, writer)
-            with self.clock.phase("store"):
-                run = writer.finish(run.model_copy(update={"ended_at": datetime.now(timezone.utc),
-                                                           "phases": self.clock.as_dict()}),
-                                    self.model_summaries(), status=self.run_status())
-        return self.conclude(run)
+        with self.store.writer() as writer:
+            self.sink = StoreSink(writer, self.run_id, reuse=self.config.reuse_cached, phases=self.clock.as_dict,
+                                  run=self.info(), logger=self.logger)
+            self.out = run_engine(self.plan, prepared, self, self.sink, modules=self.modules,
+                                  stop=self.handoff.stop.is_set, phase=self.clock.phase, logger=self.logger)
+        return self.conclude(self.sink.run)
 
     def prepare(self) -> Prepared:
         """Each model split in its own task (one at a time: torch.export is not thread-safe), or taken
         from the caller that split it ahead; then deduplicated, with the values of constant-fed
-        arguments computed upstream (opbyop.pipeline.prepare). The unique ops and the manifest are
+        arguments computed upstream (opbyop.run.engine.prepare_models). The unique ops and the manifest are
         kept in the workspace."""
         start, exporting = time.monotonic(), 0.0
 
         def one(spec: str, zoo, seed: int):  # noqa: ANN001, ANN202
             nonlocal exporting
             waited = time.monotonic()
-            outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed))).result()
+            outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed)),
+                                         self.config.export).result()
             exporting += time.monotonic() - waited
             self.clock.add("export", outcome.seconds)
             return outcome.triple
 
-        prepared = prepare(self.config.models, load_zoo(), self.config.seed, prepare_one=one,
-                           artifacts=self.workspace.artifacts, target=self.target, unshard=self.config.unshard)
+        prepared = prepare_models(self.plan, self.workspace, prepare_one=one)
         self.clock.add("split", time.monotonic() - start - exporting)
         for spec, error in prepared.errors.items():
             self.logger.error("model %s produced no ops: %s", spec, error)
@@ -157,13 +128,16 @@ class AnalyzeRun:
         return prepared
 
     def keep(self, prepared: Prepared) -> None:
-        """The split's unique ops and manifest kept in the workspace; `prepared` is the run's from now on."""
-        for op in prepared.unique:
-            self.workspace.ops.put(op)
+        """The split's manifest kept in the workspace; `prepared` is the run's from now on."""
         write_manifest(prepared, run_manifest_path(self.workspace.root, self.run_id))
         self.prepared = prepared
 
-    def on_cluster(self, todo: list[UniqueOp], wholes: dict, writer: RunWriter) -> None:
+    def analyze(self, plan: RunPlan, todo: list[UniqueOp], wholes: dict, outcome: RunOutcome) -> None:
+        """The engine's executor step: the ops and whole models on the cluster."""
+        self.out = outcome
+        self.on_cluster(todo, wholes)
+
+    def on_cluster(self, todo: list[UniqueOp], wholes: dict) -> None:
         """Warm the cluster's op workers, then the fan-out, then (if asked) the shrink of failing ops."""
         try:
             with self.clock.phase("cluster"):
@@ -174,7 +148,7 @@ class AnalyzeRun:
             return
         try:
             plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
-                                                     host_devices=self.target.chips)
+                                                     host_devices=self.plan.host_devices)
             with self.clock.phase("warm-up"):
                 error = warm_up(client, plugin, self.desc)
             if error:
@@ -183,15 +157,15 @@ class AnalyzeRun:
             if self.handoff.stop.is_set():
                 self.out.interrupted = True
                 return
-            self.fan_out(client, plugin.name, todo, wholes, writer)
+            self.fan_out(client, plugin.name, todo, wholes)
             if self.shrink is not None and self.shrink.failing and not self.out.interrupted:
                 with self.clock.phase("shrink"):
                     shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.desc.chip,
-                                       self.settings, self.config.op_timeout_s, plugin.name, writer, self.logger)
+                                       self.settings, self.config.op_timeout_s, plugin.name, self.sink.writer, self.logger)
         finally:
             cluster.__exit__(None, None, None)
 
-    def fan_out(self, client: Client, plugin: str, todo: list[UniqueOp], wholes: dict, writer: RunWriter) -> None:
+    def fan_out(self, client: Client, plugin: str, todo: list[UniqueOp], wholes: dict) -> None:
         """One Prefect task per op (the whole models first: the longest jobs), results stored in
         batches as they arrive; a stop request stops the work in flight on the cluster."""
         gate = ClusterGate(client, plugin)
@@ -210,7 +184,7 @@ class AnalyzeRun:
         for future in list(futures) + list(whole_futures.values()):
             future.add_done_callback(done.put)
         whole_of = {f: name for name, f in whole_futures.items()}
-        batches = ResultBatches(writer)
+        batches = self.sink.batches
         total = len(futures)  # each op's future is dropped once its result is taken: 20k states are not held
         finished, remaining = 0, total + len(whole_futures)
         try:
@@ -225,15 +199,14 @@ class AnalyzeRun:
                     continue
                 remaining -= 1
                 if future in whole_of:
-                    self.out.wholes[whole_of[future]] = _whole_result(future)
+                    self.out.add_whole(whole_of[future], _whole_result(future))
                     self.clock.add("whole model", time.monotonic() - started)
                     continue
-                result = _op_result(future, futures.pop(future))
-                self.out.results[result.signature] = result
+                written = self.out.add(_op_result(future, futures.pop(future)))
                 finished += 1
                 if finished == total:
                     self.clock.add("fan-out", time.monotonic() - started)
-                if batches.add(result):
+                if written:
                     update_progress_artifact(progress, progress=100.0 * finished / max(1, total))
         finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
             if remaining:  # the run is stopping: the work in flight is cancelled and stopped
@@ -242,23 +215,6 @@ class AnalyzeRun:
             self.clock.add("store", batches.writing_seconds)
         if not self.out.interrupted:
             update_progress_artifact(progress, progress=100.0)
-
-    def fitting_wholes(self, graphs: dict) -> dict:
-        """The models whose whole-model run fits the chip and the host; the others are skipped here,
-        with their figures (weights' bytes against DRAM and host memory), never run out of memory."""
-        for name, misfit in misfits(graphs, self.desc.chip).items():
-            self.out.wholes[name] = WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit)
-            self.logger.info("%s: %s", name, misfit)
-        return {name: graph for name, graph in graphs.items() if name not in self.out.wholes}
-
-    def run_status(self) -> RunStatus:
-        return RunStatus.FAILED if self.out.error or self.out.interrupted else RunStatus.COMPLETED
-
-    def model_summaries(self) -> list:
-        prepared = self.prepared
-        models = [summarize(name, prepared, self.out.wholes.get(name)).model_copy(
-            update={"module_artifact": self.modules.get(name)}) for name in prepared.graphs]
-        return models + [summarize(spec, prepared) for spec in prepared.errors]
 
     def summary(self) -> RunSummary:
         results, prepared = self.out.results, self.prepared
@@ -337,25 +293,17 @@ def warm_up(client: Client, plugin: on_dask.OpWorkerPlugin, desc: SystemDesc) ->
             f"fix: check the descriptor with `opbyop system-desc {desc.path}`, or choose another --chip")
 
 
-def _git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def _label(op: UniqueOp) -> str:
     return f"{op.op_name.removeprefix('stablehlo.')}-{op.signature[:10]}"
 
 
 def _op_result(future: PrefectFuture, op: UniqueOp) -> OpResult:
     """The task's result; a task that failed for good (the cluster, twice) is that op's infra_error."""
-    try:
-        return future.result()
-    except Exception as e:
-        return OpResult(signature=op.signature, op_name=op.op_name, status=Status.INFRA_ERROR, depth=Stage.SPLIT,
-                        failed_stage=None, message=f"the cluster failed while running this op: {type(e).__name__}: {e}")
+    call = StageCall.of(future.result)
+    if call.ok:
+        return call.value
+    return OpResult.failure(op.signature, op.op_name, Status.INFRA_ERROR,
+                            f"the cluster failed while running this op: {call.brief}")
 
 
 def _whole_result(future: PrefectFuture) -> WholeModelResult:

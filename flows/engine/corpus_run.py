@@ -16,8 +16,9 @@ from opbyop.corpus.generate import CorpusEntry
 from opbyop.corpus.ops import MODEL, CorpusSelection, corpus_records
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import SplitResult
-from opbyop.pipeline import Prepared, summarize
+from opbyop.pipeline import Prepared
 from opbyop.records import RunInfo
+from opbyop.run.engine import keep_ops
 
 COMPILE_ONLY_KEY = "compile-only"
 
@@ -31,8 +32,9 @@ class CorpusRun(AnalyzeRun):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.compile_only:
-            self.settings = self.settings.model_copy(update={"run_device": False, "run_golden": False,
+            settings = self.plan.settings.model_copy(update={"run_device": False, "run_golden": False,
                                                              "failed_pass": False})
+            self.plan = self.plan.model_copy(update={"settings": settings})
 
     def info(self) -> RunInfo:
         info = super().info()
@@ -47,8 +49,6 @@ class CorpusRun(AnalyzeRun):
         split = SplitResult(model=MODEL, arguments=[], outputs=[], ops=records)
         prepared = Prepared(splits={MODEL: split}, unique=dedupe(records), sources={MODEL: MODEL})
         self.clock.add("split", time.monotonic() - start)
+        keep_ops(prepared, self.workspace)
         self.keep(prepared)
         return prepared
-
-    def model_summaries(self) -> list:
-        return [summarize(MODEL, self.prepared)]

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timezone
 
-
-def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]
+from opbyop.run.plan import new_run_id  # noqa: F401  (one home: a CLI run's ids are the same kind)
 
 
 def run_id_for(flow_run) -> str:  # noqa: ANN001  (prefect's FlowRun)

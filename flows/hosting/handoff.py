@@ -13,7 +13,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from opbyop.config import load_zoo
+from opbyop.config import ExportBudget, load_zoo
+from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends.loader import expand_specs
 
 from opbyop.jaxenv import prepare_jax
@@ -26,16 +27,18 @@ class Handoff:
     stop: threading.Event = field(default_factory=threading.Event)
     splits: dict[tuple[str, int], Future] = field(default_factory=dict)  # (spec, seed) -> SplitOutcome
 
-    def start_splits(self, specs: Sequence[str], seed: int) -> None:
+    def start_splits(self, specs: Sequence[str], seed: int, host_devices: int | None = None,
+                     budget: ExportBudget | None = None) -> None:
         """Split the models one after another in a thread of their own (torch.export is not
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
         outcomes from here. Once the run is asked to stop, the models not yet started are not
         split (an export can take minutes; nothing of it would be used)."""
+        start_forkserver()  # exports are made there: it warms up while the server and cluster start
         futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
         self.splits.update(futures)
 
         def work() -> None:
-            prepare_jax()  # before anything in this process imports JAX
+            prepare_jax(host_devices=host_devices)  # before anything in this process imports JAX
             from tasks.models import SplitOutcome, split_outcome  # prefect: loaded only when used
 
             zoo = load_zoo()
@@ -46,7 +49,7 @@ class Handoff:
                     future.set_result(SplitOutcome(None, None, "not split: the run was stopped before this model"))
                     continue
                 try:
-                    future.set_result(split_outcome(spec, zoo, seed))
+                    future.set_result(split_outcome(spec, zoo, seed, budget))
                 except BaseException as e:  # the flow's task reports it
                     future.set_exception(e)
 

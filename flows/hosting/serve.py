@@ -21,6 +21,7 @@ from opbyop.atomic import write_text
 from opbyop.config import ClusterConfig
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
+from opbyop.run.plan import host_devices
 
 if TYPE_CHECKING:
     from prefect.states import State
@@ -134,7 +135,7 @@ def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome: 
         update={"address": address})})
 
     def flow() -> State:
-        handoff.start_splits(config.models, config.seed)
+        handoff.start_splits(config.models, config.seed, host_devices(config))
         return analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
 
     return _outcome(request.run_id, handoff, flow, summarised=True)

@@ -1,14 +1,16 @@
 """`opbyop compile`, `opbyop run`, `opbyop repro`, `opbyop system-desc`: the library on a laptop.
 
-One warm worker process analyses the unique ops one after another (the Prefect flow in flows/ is
-the parallel path); a failing op never stops the others.
+Each command builds one AnalysisConfig and hands it to the run engine (opbyop.run) with this
+process's warm worker as executor (the Prefect flow in flows/ is the parallel path); a failing op
+never stops the others. `run` stores what it shows under a run id when the store's package is
+installed, queryable with `opbyop sql`.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections import Counter, defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -19,22 +21,26 @@ from rich.table import Table
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, console, cut, fail, full_by_default,
                             input_specs, print_error, status_text, styled)
 from opbyop.cli.decode_cmds import run_decode_command
-from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
-                                       stored_op, worker_errors, worker_name)
+from opbyop.cli.worker_options import (ChipOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc, OptLevel, Timeout,
+                                       analysis_settings, cli_worker, compiler_options, export_budget, stored_op,
+                                       worker_errors, worker_name)
 from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import BOARDS, target_for
-from opbyop.config import DeviceOptions, load_zoo
+from opbyop.config import AnalysisConfig, DeviceOptions, Zoo, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
+from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends.loader import factory_entry, factory_name
 from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
-from opbyop.op_memory import whole_model_misfit_on
-from opbyop.pipeline import blocking_ops, depth_histogram, prepare, write_manifest
+from opbyop.pipeline import blocking_ops, depth_histogram, store_modules, write_manifest
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
-from opbyop.worker.process import OpWorker
+from opbyop.run.engine import NoSink, RunOutcome, execute, prepare_models
+from opbyop.run.local import LocalExecutor
+from opbyop.run.plan import RunPlan, new_run_id
+from opbyop.run.sinks import open_sink, storing
 from opbyop.workspace import Workspace
 
 MeshOption = typer.Option(None, "--mesh", help=mesh_help())
@@ -43,47 +49,52 @@ UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model o
 Full = typer.Option(False, "--full", help="print messages whole (they are whole anyway when stdout is not a terminal)")
 
 
-def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float, inputs: list[str],
-             mesh: str | None = None, unshard: bool = False):
-    target = target_for(chip, mesh)
-    if target.chips > 1:  # golden of sharded ops on a host mesh: XLA:CPU devices are fixed when JAX starts
-        os.environ["OPBYOP_HOST_DEVICES"] = str(max(target.chips, int(os.environ.get("OPBYOP_HOST_DEVICES", "1"))))
-    settings = settings.model_copy(update={"mesh": target.mesh_text, "topology": target.topology.value})
-    prepare_jax()
-
-    desc = resolve(chip)
-    zoo = load_zoo()
-    if inputs:  # a user factory with explicit input shapes
-        specs = input_specs(inputs)
-        zoo = zoo.model_copy(update={"models": zoo.models + [factory_entry(m, specs) for m in models if ":" in m]})
-        models = [factory_name(m) if ":" in m else m for m in models]
+def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> RunOutcome:
+    """The run engine with this process's warm worker; stored under `run_id` when a sink was supplied."""
+    plan = RunPlan.from_config(config)
+    start_forkserver()  # exports are made there: it warms up while this process starts JAX
+    prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
     workspace = Workspace.default()
-    prepared = prepare(models, zoo, settings.seed, artifacts=workspace.artifacts, target=target, unshard=unshard)
+    prepared = prepare_models(plan, workspace, zoo)
     for name, error in prepared.errors.items():
         print_error(f"{name}: {error}")
     if not prepared.graphs:
         raise OpbyopError(f"no model could be loaded ({len(prepared.errors)} failed, errors above)",
                           "fix the models named above; `opbyop split MODEL` shows one model's problem alone")
-    for op in prepared.unique:
-        workspace.ops.put(op)
-    results: dict[str, OpResult] = {}
-    wholes: dict[str, WholeModelResult] = {}
-    name = worker_name("cli")
-    with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker, Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=console, transient=True) as progress:
-        task = progress.add_task("ops", total=len(prepared.unique))
-        for op in prepared.unique:
-            progress.update(task, description=op.op_name)
-            results[op.signature] = worker.analyze(op, settings, timeout)
-            progress.advance(task)
-        if whole:
-            for model, graph in prepared.graphs.items():
-                progress.update(task, description=f"{model} (whole model)")
-                misfit = whole_model_misfit_on(graph, desc.chip)
-                wholes[model] = (WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit)
-                                 if misfit else worker.analyze_whole(graph, settings, timeout=max(timeout, 600.0)))
-    return prepared, results, wholes, desc
+    sink = open_sink(run_id) if run_id else nullcontext(NoSink())
+    modules = store_modules(prepared, workspace.artifacts) if run_id else None  # each model's graph, for the store
+    with worker_errors(), sink as into, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                                 TimeElapsedColumn(), console=console, transient=True) as bar:
+        executor = LocalExecutor(workspace, worker_name("cli"), _Bar(bar))
+        return execute(plan, prepared, executor, into, modules=modules)
+
+
+class _Bar:
+    """The executor's progress on a rich progress bar."""
+
+    def __init__(self, progress: Progress):
+        self.progress, self.task = progress, None
+
+    def begin(self, total: int) -> None:
+        self.task = self.progress.add_task("ops", total=total)
+
+    def step(self, description: str) -> None:
+        self.progress.update(self.task, description=description)
+
+    def advance(self) -> None:
+        self.progress.advance(self.task)
+
+
+def _with_factories(models: list[str], inputs: list[str]) -> tuple[list[str], Zoo]:
+    """The model names and the zoo, with each package.module:factory given explicit input shapes added."""
+    try:
+        zoo, specs = load_zoo(), input_specs(inputs)
+    except OpbyopError as e:
+        fail(e)
+    if not inputs:
+        return models, zoo
+    zoo = zoo.model_copy(update={"models": zoo.models + [factory_entry(m, specs) for m in models if ":" in m]})
+    return [factory_name(m) if ":" in m else m for m in models], zoo
 
 
 def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModelResult], full: bool) -> None:
@@ -137,26 +148,27 @@ def _render(prepared, results: dict[str, OpResult], wholes: dict[str, WholeModel
         console.print("messages are cut to fit: --full prints them whole", style="dim")
 
 
-def _compile_or_run(models: list[str], chip: str, optimization_level: int, math_fidelity: MathFidelity | None,
-                    fp32_dest_acc: bool | None, whole: bool, timeout: float, inputs: list[str], seed: int,
-                    run_device: bool, full: bool, manifest: Path | None = None,
-                    device: DeviceOptions | None = None, mesh: str | None = None, unshard: bool = False,
-                    pass_timing: bool = False) -> None:
+def _analyze_and_show(config: AnalysisConfig, zoo: Zoo, full: bool, manifest: Path | None = None,
+                      store: bool = False) -> None:
+    """Analyse, print the tables (and the run id to query when stored); exit 1 when a model failed to load."""
+    run_id = new_run_id() if store and storing() else None
     try:
-        settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, seed, device)
-        settings = settings.model_copy(update={"pass_timing": 1.0 if pass_timing else 0.0})
-        prepared, results, wholes, _ = _analyze(models, chip, settings, whole, timeout, inputs, mesh, unshard)
+        outcome = _analyze(config, zoo, run_id)
     except OpbyopError as e:
         fail(e)
-    _render(prepared, results, wholes, full)
-    print_ttsim_summary(list(results.values()), wholes)
-    if pass_timing:
+    prepared, results = outcome.prepared, outcome.results
+    _render(prepared, results, outcome.wholes, full)
+    print_ttsim_summary(list(results.values()), outcome.wholes)
+    if config.pass_timing:
         print_slowest_passes(list(results.values()))
     if manifest is not None:  # unique ops with every model they came from (frontends.dumps, pipeline.manifest)
         try:
             console.print(f"manifest: {write_manifest(prepared, manifest)}")
         except OSError as e:
             fail(OpbyopError(f"cannot write the manifest {manifest}: {e.strerror or e}", "choose a writable --manifest path"))
+    if run_id is not None:
+        console.print(f"stored as run {run_id}; query it with: opbyop sql \"select * from results "
+                      f"where run_id = '{run_id}'\"", soft_wrap=True)
     if prepared.errors:  # the others were analysed and printed; the exit code still tells
         raise typer.Exit(1)
 
@@ -207,10 +219,16 @@ def compile(models: list[str] = Models, chip: str = ChipOption, optimization_lev
             math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
             full: bool = Full, manifest: Optional[Path] = ManifestOption, mesh: Optional[str] = MeshOption,
-            unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption) -> None:
+            unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
+            export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
-    _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=False, full=full, manifest=manifest, mesh=mesh, unshard=unshard, pass_timing=pass_timing)
+    names, zoo = _with_factories(models, input)
+    config = AnalysisConfig(models=names, chip=chip, compiler=compiler_options(optimization_level, math_fidelity,
+                                                                               fp32_dest_acc),
+                            seed=seed, whole_model=whole, run_device=False, op_timeout_s=timeout, mesh=mesh,
+                            unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False,
+                            export=export_budget(export_memory, export_timeout))
+    _analyze_and_show(config, zoo, full, manifest)
 
 
 @app.command()
@@ -224,7 +242,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         decode: Optional[int] = typer.Option(None, "--decode", min=1, help="instead: prefill, then N decode steps with "
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
         mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
-        device_backend: DeviceBackend = DeviceOption) -> None:
+        device_backend: DeviceBackend = DeviceOption,
+        export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         if input or manifest or harvest_mask:
@@ -234,10 +253,14 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
                            math_fidelity=math_fidelity, fp32_dest_acc=fp32_dest_acc, policy=policy,
                            timeout=max(timeout, 600.0))
         return
+    names, zoo = _with_factories(models, input)
     device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value, backend=device_backend.value)
-    _compile_or_run(models, chip, optimization_level, math_fidelity, fp32_dest_acc, whole, timeout, input, seed,
-                    run_device=True, full=full, manifest=manifest, device=device, mesh=mesh, unshard=unshard,
-                    pass_timing=pass_timing)
+    config = AnalysisConfig(models=names, chip=chip, compiler=compiler_options(optimization_level, math_fidelity,
+                                                                               fp32_dest_acc),
+                            device=device, seed=seed, whole_model=whole, op_timeout_s=timeout, mesh=mesh,
+                            unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False,
+                            export=export_budget(export_memory, export_timeout))
+    _analyze_and_show(config, zoo, full, manifest, store=True)
 
 
 @app.command()

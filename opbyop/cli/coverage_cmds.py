@@ -27,7 +27,7 @@ from opbyop.corpus.run import read_results, select
 from opbyop.device.program import emitted_ops
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
-from opbyop.records import Status, legacy_status
+from opbyop.records import Status, TtsimOutcome, legacy_status
 from opbyop.workspace import Workspace
 
 corpus = typer.Typer(help="The single-op StableHLO corpus (ops x dtypes x shapes x forms).", no_args_is_help=True)
@@ -95,6 +95,7 @@ def nightly_cmd(config: Optional[Path] = typer.Option(None, "--config", help="de
     for chip in chips:
         _console().print(_ops_table(chip.coverage))
         _console().print(_dtype_table(chip.coverage))
+        _print_ttsim(_console(), chip.coverage)
 
 
 @app.command("coverage")
@@ -120,6 +121,7 @@ def coverage_cmd(results: list[Path] = typer.Argument(None, help="results direct
     out = _console()
     out.print(_ops_table(report))
     out.print(_dtype_table(report))
+    _print_ttsim(out, report)
     if failures:
         out.print(_failures_table(report))
 
@@ -144,9 +146,12 @@ def _store_rows(text: str) -> list:
             ttnn = emitted_ops(artifacts.read_text(row["ttnn_runtime"])) if row.get("ttnn_runtime") else []
         except FileNotFoundError:
             ttnn = []
+        ttsim = row.get("ttsim_outcome")
         out.append(CoverageRow(label=row["signature"], op=row["op_name"], dtype=row.get("dtype") or "",
                                status=legacy_status(row["status"], row.get("message")), message=row.get("message"), ttnn_ops=tuple(ttnn),
-                               chip=row.get("chip") or "", narrowing=row.get("narrowing")))
+                               chip=row.get("chip") or "", narrowing=row.get("narrowing"),
+                               ttsim=TtsimOutcome(ttsim) if ttsim else None, ttsim_op=row.get("ttsim_op"),
+                               ttsim_message=row.get("ttsim_message")))
     return out
 
 
@@ -186,6 +191,35 @@ def _dtype_table(report) -> Table:
     return table
 
 
+TTSIM_STOPS = [o for o in TtsimOutcome if o is not TtsimOutcome.RAN]
+
+
+def _print_ttsim(out: Console, report) -> None:
+    """How the programs fared on ttsim, per TTNN op, and every way they stopped there (only for
+    results run with `--device ttsim`)."""
+    if report.on_ttsim:
+        out.print(_ttsim_table(report))
+        out.print(_ttsim_stops_table(report))
+
+
+def _ttsim_table(report) -> Table:
+    rows = report.on_ttsim
+    ran = sum(r.ttsim is TtsimOutcome.RAN for r in rows)
+    title = (f"on ttsim: {ran} of {len(rows)} programs ran; per TTNN op, the programs using it that ran "
+             "and those stopped at it")
+    table = Table("TTNN op", "ran", *[o.value for o in TTSIM_STOPS], title=title)
+    for o in sorted((o for o in report.ops if o.ttsim), key=lambda o: (-sum(o.ttsim.values()), o.ttnn_op)):
+        table.add_row(Text(o.ttnn_op), str(o.ttsim[TtsimOutcome.RAN] or ""), *[str(o.ttsim[s] or "") for s in TTSIM_STOPS])
+    return table
+
+
+def _ttsim_stops_table(report) -> Table:
+    table = Table("outcome", "TTNN op", "programs", "message", title="ttsim's limits and tt-metal's rejections met")
+    for outcome, op, message, n in report.ttsim_stops():
+        table.add_row(outcome.value, Text(op), str(n), Text(" ".join(message.split())[:300]))
+    return table
+
+
 def _failures_table(report) -> Table:
     table = Table("status", "op", "variant", "dtype", "form", "chip", "file / signature", "message",
                   title="ops short of a pass after compiling")
@@ -199,8 +233,11 @@ def _as_json(report) -> dict:
     return {
         "ops": [{"ttnn_op": o.ttnn_op, "programs": o.programs, "simulated": o.simulated,
                  "not_simulated_runs": o.not_simulated_runs, "pass_rate": o.pass_rate,
-                 "per_dtype": {d: {"passes": o.passes[d], "verdicts": o.verdicts[d]} for d in o.verdicts}}
+                 "per_dtype": {d: {"passes": o.passes[d], "verdicts": o.verdicts[d]} for d in o.verdicts},
+                 "ttsim": {k.value: n for k, n in o.ttsim.items()}}
                 for o in report.ops],
+        "ttsim_stops": [{"outcome": o.value, "ttnn_op": op, "message": m, "programs": n}
+                        for o, op, m, n in report.ttsim_stops()],
         "dtypes": [{"dtype": d.dtype, "ops": sum(d.statuses.values()), "compiled": d.compiled, "verdicts": d.verdicts,
                     "pass_rate": d.pass_rate, "statuses": {s.value: n for s, n in d.statuses.items()}}
                    for d in report.dtypes],

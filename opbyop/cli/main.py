@@ -18,7 +18,7 @@ import typer
 from opbyop.cli import compile_run, coverage_cmds, decode_cmds, device_cmds, shrink_cmds, split_cmds  # noqa: F401
 from opbyop.cli.app import app, err_console, print_error, styled
 from opbyop.errors import OpbyopError
-from opbyop.op_memory import process_out_of_memory
+from opbyop.analysis.op_memory import process_out_of_memory
 from opbyop.workspace import Workspace
 
 

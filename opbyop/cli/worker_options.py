@@ -12,7 +12,7 @@ import typer
 from opbyop.cli.app import MathFidelity, fail, positive_seconds
 from opbyop.compiler.boards import chip_help
 from opbyop.compiler.system_desc import resolve
-from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, load_thresholds
+from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, ExportBudget, load_thresholds
 from opbyop.errors import OpbyopError
 from opbyop.worker.process import OpWorker, WorkerStartError
 from opbyop.workspace import Workspace
@@ -22,6 +22,17 @@ OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
 Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
 Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")
 Timeout = typer.Option(120.0, "--timeout", callback=positive_seconds, help="seconds per op (above 0)")
+ExportMemory = typer.Option(None, "--export-memory", min=0.1, help="GB one model's export may hold (its child "
+                            "process and theirs); past it, that model's error or its op's frontend_failed "
+                            "(default: half of the machine's memory)")
+ExportTimeout = typer.Option(900.0, "--export-timeout", callback=positive_seconds,
+                             help="seconds one model's export may take, bisection included (above 0)")
+
+
+def export_budget(memory_gb: float | None, timeout_s: float) -> ExportBudget:
+    """The export budget of --export-memory and --export-timeout."""
+    budget = ExportBudget(timeout_s=timeout_s)
+    return budget if memory_gb is None else budget.model_copy(update={"memory_bytes": int(memory_gb * 1e9)})
 
 
 def worker_name(kind: str) -> str:
@@ -66,7 +77,12 @@ def cli_worker(workspace, desc, kind: str) -> Iterator:
 
 def analysis_settings(optimization_level: int, math_fidelity: MathFidelity | str | None, fp32: bool | None,
                       run_device: bool, seed: int, device: DeviceOptions | None = None) -> AnalysisSettings:
-    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
-    options = CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)
-    return AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, run_device=run_device,
+    return AnalysisSettings(options=compiler_options(optimization_level, math_fidelity, fp32), thresholds=load_thresholds(), seed=seed, run_device=run_device,
                             run_golden=run_device, device=device or DeviceOptions())
+
+
+def compiler_options(optimization_level: int, math_fidelity: MathFidelity | str | None,
+                     fp32: bool | None) -> CompilerOptions:
+    """The compile options the --optimization-level, --math-fidelity and --fp32-dest-acc options name."""
+    fidelity = math_fidelity.value if isinstance(math_fidelity, MathFidelity) else math_fidelity
+    return CompilerOptions(optimization_level=optimization_level, math_fidelity=fidelity, fp32_dest_acc_en=fp32)

@@ -4,6 +4,10 @@ Input: one CoverageRow per analysed op (from a corpus results directory, or from
 results with their `ttnn_runtime` artifacts). A TTNN op counts as simulated when the executor has
 a kernel for it (or handles it itself); its golden pass rate is taken over the programs that use
 it, counting only the device's verdicts (Status.is_verdict, of a status with a program).
+
+Runs on ttsim (`--device ttsim`) are counted per TTNN op too: a program that ran there counts for
+every op it uses; one that stopped counts against the op ttsim or tt-metal stopped at, with its
+words (ttsim's limits and tt-metal's rejections, grouped by message).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from opbyop.corpus.run import CorpusResult
 from opbyop.device.executor import CONTROL_OPS
 from opbyop.device.kernels import KERNELS
 from opbyop.device.kernels.ccl import KERNELS as COLLECTIVES
-from opbyop.records import Fault, Status, legacy_status
+from opbyop.records import Fault, Status, TtsimOutcome, legacy_status
 
 # Statuses that say something about the device run (compile failures never reach the simulator).
 DEVICE_VERDICTS = frozenset(s for s in Status if s.is_verdict and not s.facts.no_program)
@@ -37,13 +41,18 @@ class CoverageRow:
     variant: str = ""
     form: str = ""
     narrowing: str | None = None
+    ttsim: TtsimOutcome | None = None  # how the program fared on ttsim, where it was run there
+    ttsim_op: str | None = None  # the TTNN op it stopped at
+    ttsim_message: str | None = None
 
     @classmethod
     def from_corpus(cls, r: CorpusResult) -> CoverageRow:
+        run = r.result.ttsim
         return cls(label=r.entry.file, op=r.entry.op, dtype=DTYPE_NAMES.get(r.entry.dtype, r.entry.dtype),
                    status=legacy_status(r.result.status, r.result.message), message=r.result.message,
                    ttnn_ops=tuple(r.ttnn_ops), chip=r.chip, variant=r.entry.variant, form=r.entry.form.value,
-                   narrowing=r.result.narrowing)
+                   narrowing=r.result.narrowing, ttsim=run.outcome if run else None,
+                   ttsim_op=run.op if run else None, ttsim_message=run.message if run else None)
 
 
 def simulated(ttnn_op: str) -> bool:
@@ -58,6 +67,7 @@ class OpCoverage:
     not_simulated_runs: int = 0  # runs that stopped as not_simulated naming this op
     passes: Counter = field(default_factory=Counter)  # dtype -> device verdicts that passed
     verdicts: Counter = field(default_factory=Counter)  # dtype -> device verdicts
+    ttsim: Counter = field(default_factory=Counter)  # TtsimOutcome -> programs (ran: using it; else: stopped at it)
 
     @property
     def simulated(self) -> bool:
@@ -124,6 +134,17 @@ class Coverage:
     def dtype_names(self) -> list[str]:
         return [d.dtype for d in self.dtypes]
 
+    @property
+    def on_ttsim(self) -> list[CoverageRow]:
+        return [r for r in self.rows if r.ttsim is not None]
+
+    def ttsim_stops(self) -> list[tuple[TtsimOutcome, str, str, int]]:
+        """(outcome, TTNN op, message, programs) for every way ttsim or tt-metal stopped a program,
+        most frequent first (ttsim's limits and tt-metal's rejections in their own words)."""
+        found = Counter((r.ttsim, r.ttsim_op or "", r.ttsim_message or "") for r in self.on_ttsim
+                        if r.ttsim is not TtsimOutcome.RAN)
+        return [(o, op, m, n) for (o, op, m), n in sorted(found.items(), key=lambda kv: (-kv[1], kv[0][0].value))]
+
     def failures(self, statuses: Iterable[Status] = SHORT_OF_A_PASS) -> list[CoverageRow]:
         wanted = set(statuses)
         return sorted((r for r in self.rows if r.status in wanted), key=lambda r: (r.status.value, r.op, r.dtype, r.label))
@@ -148,6 +169,10 @@ def coverage(rows: Iterable[CoverageRow]) -> Coverage:
                 op.passes[row.dtype] += row.status is Status.SUCCESS
             if row.status is Status.NOT_SIMULATED and row.message and name in row.message:
                 op.not_simulated_runs += 1
+            if row.ttsim is TtsimOutcome.RAN:
+                op.ttsim[row.ttsim] += 1
+        if row.ttsim not in (None, TtsimOutcome.RAN) and (row.ttsim_op or "").startswith(("ttnn.", "ttcore.")):
+            ops.setdefault(row.ttsim_op, OpCoverage(row.ttsim_op)).ttsim[row.ttsim] += 1
     order = {d: i for i, d in enumerate(DTYPE_ORDER)}
     return Coverage(ops=sorted(ops.values(), key=lambda o: (o.simulated, -o.programs, o.ttnn_op)),
                     dtypes=sorted(dtypes.values(), key=lambda d: (order.get(d.dtype, 99), d.dtype)), rows=rows)

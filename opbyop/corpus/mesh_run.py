@@ -62,7 +62,7 @@ def run_board(directory: Path, board: str, out: Path, options: CompilerOptions, 
     summary = RunSummary()
     # golden runs the sharded module on XLA:CPU with one host device per chip: JAX must be told at start
     with OpWorker(desc.path, workspace.root, chip=name, name=f"corpus-mesh-{os.getpid()}",
-                  env={"OPBYOP_HOST_DEVICES": str(chips)}) as worker:
+                  host_devices=chips) as worker:
         for target in targets:
             entries = [e for t, e in work if t is target]
             done = run_entries(directory, entries, out, name,

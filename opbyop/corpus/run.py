@@ -20,6 +20,7 @@ from opbyop.errors import OpbyopError
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import split_module
 from opbyop.records import OpResult, Stage, Status, UniqueOp
+from opbyop.run.call import StageCall
 
 RESULTS = "results.jsonl"
 
@@ -97,13 +98,9 @@ def run_entries(directory: Path, entries: Iterable[CorpusEntry], out: Path, chip
             if (entry.file, chip) in done:
                 summary.skipped += 1
                 continue
-            try:
-                op = unique_op(directory, entry)
-            except OpbyopError as e:
-                result = OpResult(signature="", op_name=entry.op, status=Status.ANALYZER_ERROR, depth=Stage.SPLIT,
-                                  failed_stage=Stage.SPLIT, message=str(e))
-            else:
-                result = analyse(op)
+            read = StageCall.of(lambda: unique_op(directory, entry), Stage.SPLIT, catch=(OpbyopError,))
+            result = (analyse(read.value) if read.ok else
+                      OpResult.failure("", entry.op, Status.ANALYZER_ERROR, str(read.error), failed_stage=Stage.SPLIT))
             ttnn = ttnn_ops_of(result, read_program)
             line = CorpusResult(entry=entry, chip=chip, result=result, ttnn_ops=ttnn)
             sink.write(line.model_dump_json() + "\n")

@@ -95,15 +95,18 @@ class DeviceSpec(BaseModel):
 
 
 # Not in the descriptor: clock and bandwidths, used by the cost model only. Sources:
-# - clock and DRAM bandwidth: Tenstorrent's board specifications, docs.tenstorrent.com/aibs/wormhole/
-#   specifications.html (n150: AI clock 1 GHz, 288 GB/s) and docs.tenstorrent.com/aibs/blackhole/
-#   specifications (p150: up to 1.35 GHz, 512 GB/s); bytes per cycle = bandwidth / clock;
+# - clock: Tenstorrent's board specifications, docs.tenstorrent.com/aibs/wormhole/specifications.html
+#   (n150: AI clock 1 GHz) and docs.tenstorrent.com/aibs/blackhole/specifications (p150: 1.35 GHz);
+# - DRAM bandwidth: what tt-metal's DRAM read microbenchmark measures with one well-placed reader
+#   per bank, the most an op can draw (tenstorrent/tt-metal tech_reports/Saturating_DRAM_bandwidth:
+#   Wormhole 267 GB/s of the 288 its spec gives at 12 GBps; its _Blackhole.md: 500 of 512 GB/s);
+#   bytes per cycle = bandwidth / clock;
 # - NoC: what one worker core injects or absorbs per cycle in Tenstorrent's NoC performance
 #   estimator, tenstorrent/tt-npe tt_npe/cpp/include/device_models/wormhole_b0.hpp (28.1 B/cycle)
 #   and blackhole.hpp (60.9 B/cycle).
 _PERFORMANCE: dict[str, dict[str, float]] = {
-    "wormhole_b0": {"clock_mhz": 1000, "dram_bytes_per_cycle": 288e9 / 1.0e9, "noc_bytes_per_cycle": 28.1},
-    "blackhole": {"clock_mhz": 1350, "dram_bytes_per_cycle": 512e9 / 1.35e9, "noc_bytes_per_cycle": 60.9},
+    "wormhole_b0": {"clock_mhz": 1000, "dram_bytes_per_cycle": 267e9 / 1.0e9, "noc_bytes_per_cycle": 28.1},
+    "blackhole": {"clock_mhz": 1350, "dram_bytes_per_cycle": 500e9 / 1.35e9, "noc_bytes_per_cycle": 60.9},
 }
 
 # Presets from the chips' SoC descriptors (tt-metal's wormhole_b0_80_arch.yaml, blackhole_140_arch.yaml), for use without a compiled program.

@@ -73,7 +73,7 @@ class Executor:
     """Runs a program's functions on a device. `chip_numerics=False` runs the same kernels with the
     chip's numerics off (exact arithmetic: see kernels.base.Call); `record` keeps every op's first
     result values in `trace`, in execution order (to find where two readings of a program part);
-    `observer` sees each compute op's outputs as they are made (opbyop.accuracy_trace)."""
+    `observer` sees each compute op's outputs as they are made (opbyop.analysis.accuracy_trace)."""
 
     def __init__(self, device: Device, program: Program, policy: Policy = Policy.FEWEST_CYCLES,
                  chip_numerics: bool = True, record: bool = False,
@@ -85,7 +85,7 @@ class Executor:
         self.record = record
         self.trace: dict[int, tuple[Op, np.ndarray]] = {}  # result value id -> (op, first value)
         self.stats = RunStats()
-        self.observer = observer  # sees each compute op's outputs (opbyop.accuracy_trace)
+        self.observer = observer  # sees each compute op's outputs (opbyop.analysis.accuracy_trace)
 
     def run(self, function: Function, args: list[DeviceTensor]) -> list[DeviceTensor]:
         """Run `function`; every output comes back as a tensor the caller alone holds (refs 1).

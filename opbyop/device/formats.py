@@ -12,15 +12,20 @@
   saturate to the largest value, below 0 become 2**-15 (the packer keeps the hidden 1). Small
   values beside a large one lose their low bits or flush to zero.
 - Math fidelity: the multiplier consumes operand mantissas in phases (srcA: hidden bit + 4 bits,
-  twice; srcB: hidden bit + 6 bits, twice); LoFi multiplies only the high parts, HiFi2 adds
-  srcA's low part, HiFi3 srcB's low part, HiFi4 all four partial products (tt-metal
-  tech_reports/matrix_engine/matrix_engine.md). srcA's last 2 TF32 mantissa bits never take part.
+  then the next 5; srcB: hidden bit + 6 bits, then the last 4); LoFi multiplies only the high
+  parts, HiFi2 adds srcA's low part, HiFi3 srcB's low part, HiFi4 all four partial products
+  (ttsim's mvmul). srcA's last TF32 mantissa bit never takes part.
+- A matmul small enough is computed bit for bit as the matrix engine sums (opbyop.device.fpu:
+  products aligned in groups of 8, the destination rounded after every MVMUL); above
+  EXACT_PRODUCTS the phases' products are summed by BLAS in f32, which differs in the last bits.
 """
 
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+
+from opbyop.device import fpu
 
 BFP_MANTISSA_BITS = {"bfp_bf8": 7, "bfp_bf4": 3, "bfp_bf2": 1, "bfp_f8": 7, "bfp_f4": 3, "bfp_f2": 1}
 BFP_BLOCK = 16
@@ -145,13 +150,12 @@ def store(x: np.ndarray, fmt: str, chip_numerics: bool = True) -> np.ndarray:
     raise ValueError(f"no data format {fmt!r} on Tensix")
 
 
-# The multiplier's operand phases (tenstorrent/tt-metal tech_reports/matrix_engine/matrix_engine.md,
-# "Math Fidelity": Wormhole multipliers are 5b x 7b): srcA gives its hidden bit and 4 mantissa bits
-# per phase (the 4 MSBs, then the next 4), srcB its hidden bit and 6 (the 6 MSBs, then the next 6,
-# all of TF32's 10). LoFi multiplies the high parts, HiFi2 adds srcA's low part, HiFi3 srcB's low
-# part, HiFi4 both.
-SRCA_PHASE_BITS = (4, 4)
-SRCB_PHASE_BITS = (6, 6)
+# The multiplier's operand phases (5b x 7b multipliers; ttsim src/tensix.cpp, mvmul): srcA gives its
+# hidden bit and 4 mantissa bits, then its next 5 (bits 5..1 of TF32's 10); srcB its hidden bit
+# and 6, then its last 4. LoFi multiplies the high parts, HiFi2 adds srcA's low part, HiFi3 srcB's
+# low part, HiFi4 both.
+SRCA_PHASE_BITS = (4, 5)
+SRCB_PHASE_BITS = (6, 4)
 
 
 def split_operand(x: np.ndarray, bits: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -179,10 +183,16 @@ def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray
         return np.where(np.isfinite(a) & np.isfinite(b), product, np.multiply(a, b, dtype=np.float32))
 
 
+# Matmuls with at most this many products (M x N x K x fidelity phases) are computed bit for bit
+# (opbyop.device.fpu, about 11 ns a product in numpy: 0.4 s at the limit); larger ones by BLAS.
+EXACT_PRODUCTS = 1 << 25
+
+
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32) -> np.ndarray:
     """a @ b as the FPU computes it (MVMUL): in0 `a` sits in srcB and in1 `b` in srcA (the
     unpacker's matmul mapping), partial products per fidelity phase, and the running sum kept in
-    f32 (fp32_dest_acc_en) or rounded to bf16 after every K tile.
+    f32 (fp32_dest_acc_en) or in bf16. Without fp32_dest_acc_en the unpacker holds f32 operands
+    as bf16 (truncated). Up to EXACT_PRODUCTS the result is the matrix engine's, bit for bit.
 
     Operands may be held in any storage format (a bf16 weight stays bf16). A large operand is
     taken in blocks of rows of `a` and columns of `b`, each converted to f32 and split into its
@@ -191,6 +201,11 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     if fidelity == "exact":  # the chip's numerics off (kernels.base.EXACT): f64 products, f32 result
         return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)).astype(np.float32)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), dtype=np.int64))
+    if batch * m * n * k * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS:
+        storage = "f32" if fp32_acc else "bf16"
+        return fpu.as_f32(fpu.matmul_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), (storage, storage),
+                                          fidelity, fp32_acc, k_tile))
     rows = max(_block(m, k, a.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * n)))
     cols = max(_block(n, k, b.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * min(rows, m))))
     if rows >= a.shape[-2] and cols >= b.shape[-1]:
@@ -232,6 +247,8 @@ def _block(extent: int, inner: int, size: int) -> int:
 
 
 def _fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int) -> np.ndarray:
+    if not fp32_acc:  # the unpacker holds f32 operands as bf16 (truncated) without fp32 accumulation
+        a, b = truncate_mantissa(a, 7), truncate_mantissa(b, 7)
     terms = [(a_part, b_part) for b_part, a_part in _phase_terms(b, a, fidelity)]
     k = a.shape[-1]
     if fp32_acc:

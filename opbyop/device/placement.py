@@ -121,6 +121,12 @@ class Work:
     streamable: str = "RC"  # directions the op's operand access allows streaming along
     interm_bytes_per_tile: float = 0.0  # a matmul's partial sums in a buffer of their own; 0: in the output's
     bias: bool = False  # a linear's bias: one row of tiles per output block
+    in1_bytes_per_tile: float = 0.0  # a matmul's second operand (its weights) when stored otherwise; 0: as in0
+    rows_per_batch: int = 0  # a batched matmul's row tiles per batch when each batch has its own in1; 0: shared
+
+    @property
+    def in1_bytes(self) -> float:
+        return self.in1_bytes_per_tile or self.in_bytes_per_tile
 
 
 MATRIX_OPS = {"ttnn.matmul", "ttnn.linear", "ttnn.conv2d", "ttnn.conv1d", "ttnn.conv_transpose2d"}
@@ -197,9 +203,16 @@ def work_of(op: Op) -> Work | None:
             k = a[-2] if op.attrs.get("transpose_a") else a[-1]
             batch = math.prod(shape[:-2]) if len(shape) > 2 else 1
             m = shape[-2] if len(shape) > 1 else 1
+        # tt-metal spreads a batched matmul's output over the cores batch by batch (fuse_batch, and
+        # the bmm factories' B x Mt x Nt output tiles): the batch is more rows of tiles, each batch
+        # padded to whole tiles; when every batch has its own in1, a core reads each batch's in1.
+        b = tensors[1].shape if len(tensors) > 1 and tensors[1].shape else ()
+        own_in1 = batch > 1 and len(b) > 2 and math.prod(b[:-2]) > 1
+        in1_b = TILE_ELEMENTS * _bytes(tensors[1]) if len(tensors) > 1 else in_b
         # K is read in full by every output block: streaming may cut M or N, never K
-        return Work("matmul", _tiles(m), _tiles(shape[-1]), _tiles(k), batch, in_b, out_b, 2, fidelity, total, "RC",
-                    _interm_bytes(config, out_b), op.name == "ttnn.linear" and len(tensors) >= 3)
+        return Work("matmul", _tiles(m) * batch, _tiles(shape[-1]), _tiles(k), 1, in_b, out_b, 2, fidelity, total,
+                    "RC", _interm_bytes(config, out_b), op.name == "ttnn.linear" and len(tensors) >= 3,
+                    0.0 if in1_b == in_b else in1_b, _tiles(m) if own_in1 else 0)
     kind = _kind(op.name)
     source = tensors[0].shape if tensors and tensors[0].shape else shape
     rows = math.prod(source[:-1]) if len(source) > 1 else 1
@@ -245,8 +258,11 @@ def _cost(work: Work, spec: DeviceSpec, block: tuple[int, int], slices: tuple[in
         compute = tiles_per_core * work.k_tiles * MATMUL_TILE_CYCLES * FIDELITY_PHASES.get(work.fidelity, 4)
         # every slice re-reads the operand its cut does not divide: in0 once per column slice, in1 per row slice
         in0 = block[0] * rows * work.k_tiles * cols
-        in1 = block[1] * cols * work.k_tiles * rows
-        noc_bytes = (in0 + in1) * work.in_bytes_per_tile * work.batch + tiles_per_core * work.out_bytes_per_tile
+        # a batched in1 is read once per batch the core's rows span
+        batches = math.ceil(block[0] * rows / work.rows_per_batch) if work.rows_per_batch else 1
+        in1 = block[1] * cols * work.k_tiles * max(rows, batches)
+        noc_bytes = ((in0 * work.in_bytes_per_tile + in1 * work.in1_bytes) * work.batch
+                     + tiles_per_core * work.out_bytes_per_tile)
     else:
         compute = tiles_per_core * _per_tile_cycles(work) * (work.inputs if work.kind == "eltwise" else 1)
         noc_bytes = tiles_per_core * (work.inputs * work.in_bytes_per_tile + work.out_bytes_per_tile)
@@ -260,7 +276,7 @@ def _cost(work: Work, spec: DeviceSpec, block: tuple[int, int], slices: tuple[in
 def _l1(work: Work, block: tuple[int, int], k_block: int, buffer_factor: int) -> tuple[int, int]:
     """(input buffers, total) bytes of L1 per core: a slice's blocks stay resident while K streams."""
     if work.kind == "matmul":
-        in_block = (block[0] * k_block + k_block * block[1]) * work.in_bytes_per_tile
+        in_block = block[0] * k_block * work.in_bytes_per_tile + k_block * block[1] * work.in1_bytes
         out_block = block[0] * block[1] * (work.out_bytes_per_tile + work.interm_bytes_per_tile)
         if work.bias:
             out_block += block[1] * work.out_bytes_per_tile
@@ -281,7 +297,8 @@ def _shape_reason(work: Work, spec: DeviceSpec, grid: tuple[int, int], stream: s
     """What rules a grid and stream out whatever the blocks and buffers: the stack, the streaming,
     the padding (checked in the balancer's order)."""
     rows, cols = spec.worker_grid
-    if grid[0] > rows or grid[1] > cols or grid[0] > work.m_tiles or grid[1] > work.n_tiles:
+    within = grid[0] <= rows and grid[1] <= cols or _one_dimensional(work, spec, grid)
+    if not within or grid[0] > work.m_tiles or grid[1] > work.n_tiles:
         return Reason.ILLEGAL_STACK_FOR_GRID
     if stream and stream not in work.streamable:
         return Reason.OPERAND_ACCESS_PREVENTS_STREAMING
@@ -307,11 +324,25 @@ def _memory_reason(work: Work, spec: DeviceSpec, inputs: int, l1: int) -> Reason
     return None
 
 
-def _grids(spec: DeviceSpec) -> Iterable[tuple[int, int]]:
+def _one_dimensional(work: Work, spec: DeviceSpec, grid: tuple[int, int]) -> bool:
+    """A matmul's 1D layout longer than a row or column of the grid: tt-metal's 1D multicast
+    program (MatmulMultiCoreReuseMultiCast1DProgramConfig) lays a core's columns (or rows) of the
+    output over the cores in row-major order, any number up to the whole grid, which is how a
+    one-tile-high decode matmul spreads its weights over every core. Only for outputs too short (or
+    too narrow) to fill the 2D grid's rows (columns): there tt-metal takes the 2D program."""
+    rows, cols = spec.worker_grid
+    if work.kind != "matmul" or max(grid) > spec.cores:
+        return False
+    return grid[0] == 1 and work.m_tiles < rows or grid[1] == 1 and work.n_tiles < cols
+
+
+def _grids(work: Work, spec: DeviceSpec) -> Iterable[tuple[int, int]]:
     rows, cols = spec.worker_grid
     for r in range(1, rows + 1):
         for c in range(1, cols + 1):
             yield (r, c)
+    longer = [(1, c) for c in range(cols + 1, spec.cores + 1)] + [(r, 1) for r in range(rows + 1, spec.cores + 1)]
+    yield from (g for g in longer if _one_dimensional(work, spec, g))
 
 
 def _block(work: Work, grid: tuple[int, int], stream: str, t: int) -> tuple[int, int]:
@@ -389,7 +420,7 @@ def candidates(work: Work, spec: DeviceSpec, fixed: Fixed | None = None) -> tupl
                                      memory, slices))
         return legal
 
-    for grid in _grids(spec):
+    for grid in _grids(work, spec):
         add(grid, "", 1)
         if grid[0] > work.m_tiles or grid[1] > work.n_tiles:
             continue  # the stack alone rules it out: no streams to try

@@ -28,7 +28,7 @@ def run_stitched(device: Device, binary: Binary, values: Sequence[np.ndarray], p
     """Run program 0 `iterations` times; arguments listed in `parameters` are pushed once. A program
     compiled for a mesh runs on a mesh of `device`'s chips linked as `topology` says (the target
     board's), split as `stablehlo`'s shardings say.
-    `observer` sees each op's outputs of the first iteration (opbyop.accuracy_trace); on a mesh each
+    `observer` sees each op's outputs of the first iteration (opbyop.analysis.accuracy_trace); on a mesh each
     chip's, with the chip's index as a third argument."""
     if (shape := binary.program.mesh_shape) != (1, 1):
         mesh = Mesh(device.spec, shape, topology)

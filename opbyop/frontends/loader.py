@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -19,13 +20,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from opbyop.config import InputSpec, Zoo, ZooEntry, config_dir, load_zoo
+from opbyop.config import ExportBudget, InputSpec, Zoo, ZooEntry, config_dir, load_zoo
 from opbyop.errors import ExportError, ModuleError, OpbyopError, UnknownModelError
 from opbyop.frontends import dumps
+from opbyop.frontends.isolation import BudgetExceeded, ChildDied, forkserver, run_in_child, write_result
 from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.frontends.jax_export import export_jax
 from opbyop.frontends.sharding_plan import apply_plan
 from opbyop.ir.context import make_context
+from opbyop.jaxenv import prepare_jax
 from opbyop.ir.parse import bytecode_to_text, check_nesting, parse_module, read_module_source
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.ir.split import tensor_desc
@@ -76,13 +79,14 @@ def _describe(e: BaseException) -> str:
 
 
 def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | None = None,
-               seed: int = 0) -> ModelGraph:
+               seed: int = 0, budget: ExportBudget | None = None) -> ModelGraph:
     """Resolve `spec` in order: zoo name, one dumped module (`<dump file>#<name>`, what a folder of IR
     dumps expands into: expand_specs), a folder holding one dumped module, a plugin dump file, a
-    StableHLO file, package.module:factory."""
+    StableHLO file, package.module:factory. A model made by a factory is exported in a child
+    process within `budget` (default: ExportBudget())."""
     zoo = zoo or load_zoo()
     if spec in zoo.names():
-        return load_entry(zoo.get(spec), seed=seed)
+        return load_entry(zoo.get(spec), seed=seed, budget=budget)
     dumped = dumps.split_spec(spec)
     if dumped is not None:
         return load_dumped(*dumped, seed=seed)
@@ -99,7 +103,7 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     if path.suffix in MLIR_SUFFIXES or path.is_file() or path.is_dir():
         return load_stablehlo_file(path, seed=seed)
     if ":" in spec:
-        return load_entry(factory_entry(spec, inputs or []), seed=seed)
+        return load_entry(factory_entry(spec, inputs or []), seed=seed, budget=budget)
     zoo.get(spec)  # raises UnknownModelError listing the zoo
     raise AssertionError("unreachable")
 
@@ -115,9 +119,14 @@ def factory_name(spec: str) -> str:
     return name or "model"
 
 
-def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> ModelGraph:
-    """A zoo entry (with its sharding plan applied, when it has one) -> ModelGraph."""
-    graph = _load_entry(entry, seed, infer_frontend)
+def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
+               budget: ExportBudget | None = None) -> ModelGraph:
+    """A zoo entry (with its sharding plan applied, when it has one) -> ModelGraph. A factory's model
+    is made and exported in a child process within `budget` (frontends.isolation)."""
+    if entry.frontend == "stablehlo":
+        graph = _load_entry(entry, seed, infer_frontend)
+    else:
+        graph = export_isolated(entry, seed, budget or ExportBudget())
     if entry.sharding is not None:
         inputs = sum(1 for a in graph.arguments if a.kind is ArgumentKind.INPUT)
         graph.module_text = apply_plan(graph.module_text, [a.name for a in graph.arguments], inputs,
@@ -126,7 +135,54 @@ def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> M
     return graph
 
 
-def _load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> ModelGraph:
+def export_isolated(entry: ZooEntry, seed: int, budget: ExportBudget) -> ModelGraph:
+    """The entry's model made and exported in a child process watched against `budget`: one past
+    it, or dead, is this model's ExportError; the calling process never holds the export."""
+    with tempfile.TemporaryDirectory(prefix="opbyop-export-") as folder:
+        try:
+            kind, value = run_in_child(_export_child, (entry.model_dump_json(), seed, budget.model_dump_json()),
+                                       Path(folder), budget.memory_limit(), budget.timeout_s, forkserver())
+        except BudgetExceeded as e:
+            raise ExportError(e.words(f"exporting {entry.name} (the factory, torch.export or JAX, torch-mlir)"),
+                              _RAISE_BUDGET[e.kind]) from None
+        except ChildDied as e:
+            raise ExportError(f"exporting {entry.name} died: the export's child process {e}",
+                              "run the factory and its export alone (opbyop split MODEL) to see the failure; "
+                              "if it ran out of memory, raise the export's memory budget (--export-memory)") from None
+    if kind == "graph":
+        return value
+    if kind == "opbyop":
+        error_type, problem, fix = value
+        raise error_type(problem, fix)
+    raise ExportError(f"exporting {entry.name} raised {value}", "fix the factory or the model's forward")
+
+
+_RAISE_BUDGET = {
+    "memory": "raise the export's memory budget (--export-memory GB on the command line, export.memory_bytes "
+              "in the flow's configuration) on a machine that has it, or export the model to StableHLO another "
+              "way and pass the .mlir file",
+    "time": "raise the export's time budget (--export-timeout SECONDS, export.timeout_s in the flow's "
+            "configuration), or export the model to StableHLO another way and pass the .mlir file",
+}
+
+
+def _export_child(entry_json: str, seed: int, budget_json: str, folder: Path) -> None:
+    """In the export's child: make and export the model, and leave ("graph", ModelGraph), ("opbyop",
+    (error type, problem, fix)) or ("error", words) for the parent."""
+    prepare_jax()  # this child's JAX on the CPU (a forkserver child does not see its parent's settings)
+    entry, budget = ZooEntry.model_validate_json(entry_json), ExportBudget.model_validate_json(budget_json)
+    try:
+        write_result(folder, ("graph", _load_entry(entry, seed, lowering=budget)))
+    except OpbyopError as e:
+        write_result(folder, ("opbyop", (type(e), e.problem, e.fix)))
+    except MemoryError:
+        write_result(folder, ("error", "MemoryError: the export ran out of memory in its child process"))
+    except Exception as e:
+        write_result(folder, ("error", _describe(e)))
+
+
+def _load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
+                lowering: ExportBudget | None = None) -> ModelGraph:
     """A zoo entry (or a user's factory) -> ModelGraph. The frontend follows from what the factory
     returns (an nn.Module is torch, any other callable JAX); `infer_frontend` is kept for callers."""
     if entry.frontend == "stablehlo":
@@ -153,7 +209,7 @@ def _load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True) -> 
         from opbyop.frontends.torch_export import export_torch, from_numpy  # torch: loaded only when used
 
         tensors = [from_numpy(v) for v in values]
-        return export_torch(made, tensors, entry.name, names)
+        return export_torch(made, tensors, entry.name, names, budget=lowering)
 
     return export_jax(made, values, entry.name, names)
 

@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import io
 import logging
+import multiprocessing
+import os
+import tempfile
 import threading
 import time
 import warnings
 from contextlib import contextmanager, redirect_stderr
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import ml_dtypes
@@ -28,7 +33,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from opbyop.config import ExportBudget
 from opbyop.errors import ExportError
+from opbyop.frontends.isolation import BudgetExceeded, ChildDied, run_in_child, tree_memory, write_result
+from opbyop.frontends.torch_bisect import Attempt, Unit, bisect, subgraph, units
 from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
 from opbyop.frontends.torch_decompositions import decompositions
 from opbyop.frontends.torch_meta import fix_meta_graph, is_meta, to_meta
@@ -199,13 +207,15 @@ def _flatten_outputs(out: Any) -> list[torch.Tensor]:
 
 
 def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
-                 input_names: Sequence[str] | None = None) -> ModelGraph:
+                 input_names: Sequence[str] | None = None, budget: ExportBudget | None = None) -> ModelGraph:
     """Export `model(*inputs)` to StableHLO text with weights as @main arguments.
 
     A model whose weights are on the meta device exports with them known by shape and dtype only:
     nothing runs eagerly (no framework reference), the export traces meta tensors, and the inputs
     keep their real values beside the graph. Framework ops torch-mlir cannot lower are cut out of the
-    graph (frontends.torch_partition) and listed in `frontend_failures`."""
+    graph (frontends.torch_partition) and listed in `frontend_failures`. With `budget`, each
+    torch-mlir lowering runs in a forked child watched against it, and a failure whose words name no
+    op (or a lowering past the budget) is bisected to its ops (frontends.torch_bisect)."""
     start = time.perf_counter()
     model = model.eval()
     for sub in model.modules():  # trap 4: non-persistent buffers are missed by the exporter
@@ -223,7 +233,7 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
         program = _traced_program(_Functional(model, names, len(inputs)), traced, name)
         if meta:
             fix_meta_graph(program)
-        text, failures, unlowered = _lowered(program, name)
+        text, failures, unlowered = _lowered(program, name, budget)
     input_names = list(input_names or [f"input{i}" for i in range(len(inputs))])
     arguments = [Argument(n, ArgumentKind.INPUT, _tensor_desc(t)) for n, t in zip(input_names, inputs)]
     arguments += [Argument(n, ArgumentKind.PARAMETER, _tensor_desc(w), buffer=n in buffers)
@@ -270,44 +280,126 @@ def _traced_program(wrapper: nn.Module, args: list[torch.Tensor], name: str) -> 
 
 
 MAX_CUTS = 8  # rounds of cutting unlowerable ops out before giving the model up
+# A lowering attempt (a child of the export's child) is stopped at this share of the export's memory
+# budget, so that the export's child sees it first and can bisect, before its own parent stops it
+# (both look every 0.1 s; a lowering that blows up grows up to ~1 GB/s on a busy machine).
+LOWERING_SHARE = 0.8
+# While bisecting, a part of the graph lowered alone may grow this much past what the export's
+# child holds, for this long: the blow-ups found so far grow without end whatever the op's size, and
+# a part is blamed only when it fails alone as one op, so a healthy part that needs more is never
+# blamed, only split further.
+BISECT_HEADROOM_BYTES = 2 * 10**9
+BISECT_TIMEOUT_S = 120.0
 
 
-def _lowered(program: Any, name: str) -> tuple[str, list[FrontendFailure], list[TensorDesc]]:
-    """The program as StableHLO text; ops torch-mlir cannot lower are cut out, round by round
-    (one op's failure can hide the next one's), and described."""
+@dataclass
+class _Lowering:
+    """One torch-mlir lowering attempt: its StableHLO text, or its diagnostics and words."""
+
+    text: str | None
+    diagnostics: list[str] = field(default_factory=list)  # `file:line (fw op): message`
+    located: list[tuple[str, str]] = field(default_factory=list)  # (the whole location, the message)
+    error: str = ""  # the start of the exception, or why the attempt was stopped
+
+    @property
+    def message(self) -> str:
+        return "; ".join(self.diagnostics[:5]) or self.error
+
+
+def _lower(program_or_graph: Any) -> _Lowering:
+    """StableHLO of an ExportedProgram (weights as arguments) or of a bare GraphModule (a part of one,
+    when bisecting), in this process; torch-mlir's diagnostics kept, not printed."""
     from torch_mlir import fx, ir
     from torch_mlir.dialects import torch as torch_d
 
+    context = ir.Context()
+    torch_d.register_dialect(context)
+    out = _Lowering(None)
+
+    def collect(d: Any) -> bool:
+        out.diagnostics.append(f"{_short_location(d.location)}: {d.message}")  # torch-mlir's words, else only on stderr
+        out.located.append((str(d.location), str(d.message)))
+        return True
+
+    context.attach_diagnostic_handler(collect)
+    try:
+        if isinstance(program_or_graph, torch.fx.GraphModule):
+            module = fx.stateless_fx_import(program_or_graph, output_type="stablehlo", fx_importer=_importer(context),
+                                            model_name="main")
+        else:
+            module = fx.export_and_import(program_or_graph, output_type="stablehlo", fx_importer=_importer(context),
+                                          func_name="main", decomposition_table={})
+        out.text = module.operation.get_asm(enable_debug_info=True)
+    except Exception as e:
+        out.error = _first_lines(e)
+    return out
+
+
+def _lowering_child(program_or_graph: Any, folder: Path) -> None:
+    write_result(folder, _lower(program_or_graph))
+
+
+def _lower_within(program_or_graph: Any, budget: ExportBudget | None, bisecting: bool = False) -> _Lowering:
+    """_lower, in a forked child watched against the budget when there is one: a lowering that grows
+    past it, hangs or dies is an attempt that failed, with the budget's (or the death's) words.
+    The memory watched is this process's and the child's together (the export's child's share)."""
+    if budget is None:
+        return _lower(program_or_graph)
+    what = "torch-mlir's StableHLO lowering"
+    limit, timeout = int(budget.memory_limit() * LOWERING_SHARE), budget.lowering_timeout_s
+    if bisecting:
+        limit = min(limit, tree_memory(os.getpid()) + BISECT_HEADROOM_BYTES)
+        timeout = min(timeout, BISECT_TIMEOUT_S)
+    with tempfile.TemporaryDirectory(prefix="opbyop-lowering-") as folder:
+        try:
+            return run_in_child(_lowering_child, (program_or_graph,), Path(folder), limit, timeout,
+                                multiprocessing.get_context("fork"), measured=lambda _: tree_memory(os.getpid(), limit))
+        except BudgetExceeded as e:
+            fix = ("raise the export's memory budget (--export-memory)" if e.kind == "memory"
+                   else "raise the lowering's time budget (export.lowering_timeout_s)")
+            return _Lowering(None, error=f"{e.words(what)}; {fix}")
+        except ChildDied as e:
+            return _Lowering(None, error=f"{what} died: it {e}")
+
+
+def _named_nodes(graph: torch.fx.Graph, lowering: _Lowering) -> dict[Any, str]:
+    """Nodes the lowering's diagnostics name, by op name or by location, with their words."""
+    ops = unlowered_ops(lowering.diagnostics)
+    failing = {node: ops[mlir_name(node.target) or ""] for node in failing_nodes(graph, ops)}
+    return failing or nodes_at(graph, lowering.located, _module_path)  # an op lowered halfway: by its location
+
+
+def _attempt(part: list[Unit], budget: ExportBudget | None) -> Attempt:
+    """A part of the graph lowered alone (torch_bisect)."""
+    module, originals = subgraph(part)
+    lowering = _lower_within(module, budget, bisecting=True)
+    if lowering.text is not None:
+        return Attempt(True)
+    named = {originals[n]: m for n, m in _named_nodes(module.graph, lowering).items() if n in originals}
+    return Attempt(False, lowering.message, named)
+
+
+def _lowered(program: Any, name: str, budget: ExportBudget | None = None
+             ) -> tuple[str, list[FrontendFailure], list[TensorDesc]]:
+    """The program as StableHLO text; ops torch-mlir cannot lower are cut out, round by round
+    (one op's failure can hide the next one's), and described. Ops are found by torch-mlir's words,
+    else (with a budget: each attempt in a watched child) by bisecting the graph."""
     failures: list[FrontendFailure] = []
     unlowered: list[TensorDesc] = []
     for _ in range(MAX_CUTS + 1):
-        context = ir.Context()
-        torch_d.register_dialect(context)
-        diagnostics: list[str] = []
-        located: list[tuple[str, str]] = []  # (the whole location, the message) of each diagnostic
-
-        def collect(d: Any, diagnostics: list[str] = diagnostics, located: list = located) -> bool:
-            diagnostics.append(f"{_short_location(d.location)}: {d.message}")  # torch-mlir's words, else only on stderr
-            located.append((str(d.location), str(d.message)))
-            return True
-
-        context.attach_diagnostic_handler(collect)
-        try:
-            module = fx.export_and_import(program, output_type="stablehlo", fx_importer=_importer(context),
-                                          func_name="main", decomposition_table={})
-            return module.operation.get_asm(enable_debug_info=True), failures, unlowered
-        except Exception as e:
-            graph = program.graph_module.graph
-            ops = unlowered_ops(diagnostics)
-            failing = {node: ops[mlir_name(node.target) or ""] for node in failing_nodes(graph, ops)}
-            failing = failing or nodes_at(graph, located, _module_path)  # an op lowered halfway: by its location
-            if not failing:
-                raise ExportError(
-                    f"torch-mlir could not lower {name} to StableHLO (torch.export traced it): "
-                    + ("; ".join(diagnostics[:5]) or _first_lines(e)),
-                    "torch-mlir has no StableHLO lowering for the op named there: rewrite that part of the "
-                    "model with ops it lowers, or export the model to StableHLO another way and pass the .mlir "
-                    "file") from None
+        lowering = _lower_within(program, budget)
+        if lowering.text is not None:
+            return lowering.text, failures, unlowered
+        graph = program.graph_module.graph
+        failing = _named_nodes(graph, lowering)
+        if not failing and budget is not None:
+            failing = bisect(units(graph), lambda part: _attempt(part, budget), known=Attempt(False, lowering.message))
+        if not failing:
+            raise ExportError(
+                f"torch-mlir could not lower {name} to StableHLO (torch.export traced it): {lowering.message}",
+                "torch-mlir has no StableHLO lowering for the op named there: rewrite that part of the "
+                "model with ops it lowers, or export the model to StableHLO another way and pass the .mlir "
+                "file") from None
         for node, message in failing.items():
             failure, created = cut(graph, node, message, len(failures), _tensor_desc, _module_path(node),
                                    _framework_op(node))

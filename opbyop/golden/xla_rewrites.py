@@ -4,6 +4,9 @@
   every device of a replica group receives the operand of the group's first device. The same is an
   all_gather of the operand (with a leading dimension of 1) over the same groups, sliced at index 0
   (the group's first device), reshaped back.
+- `stablehlo.compare` of booleans (i1) typed SIGNED (what a frontend writes for a model's own compare
+  of bool tensors; XLA's HLO verifier: "Invalid comparison type SIGNED for PRED"): booleans have one
+  order, false < true, which StableHLO spells UNSIGNED; the same compare typed UNSIGNED.
 """
 
 from __future__ import annotations
@@ -13,26 +16,44 @@ from jaxlib.mlir import ir
 from opbyop.ir.context import make_context
 
 BROADCAST = "stablehlo.collective_broadcast"
+COMPARE = "stablehlo.compare"
+_SIGNED = "#stablehlo<comparison_type SIGNED>"
+_UNSIGNED = "#stablehlo<comparison_type UNSIGNED>"
 
 
 def for_xla_cpu(module_text: str) -> str:
     """`module_text` with the ops XLA:CPU lacks rewritten; unchanged when it has none."""
-    if "collective_broadcast" not in module_text:
+    if "collective_broadcast" not in module_text and "SIGNED" not in module_text:
         return module_text
 
     with make_context(), ir.Location.unknown():
         module = ir.Module.parse(module_text)
-        found: list[ir.Operation] = []
+        broadcasts: list[ir.Operation] = []
+        compares: list[ir.Operation] = []
 
         def collect(op: ir.Operation) -> ir.WalkResult:
             if op.name == BROADCAST:
-                found.append(op)
+                broadcasts.append(op)
+            elif op.name == COMPARE and _signed_booleans(op):
+                compares.append(op)
             return ir.WalkResult.ADVANCE
 
         module.operation.walk(collect)
-        for op in found:
+        if not broadcasts and not compares:
+            return module_text
+        for op in broadcasts:
             _as_all_gather(op)
+        for op in compares:
+            op.attributes["compare_type"] = ir.Attribute.parse(_UNSIGNED)
         return module.operation.get_asm(enable_debug_info=True)
+
+
+def _signed_booleans(op: ir.Operation) -> bool:
+    """A compare of i1 operands typed SIGNED."""
+    kind = op.attributes["compare_type"] if "compare_type" in op.attributes else None
+    if kind is None or str(kind) != _SIGNED:
+        return False
+    return str(ir.RankedTensorType(op.operands[0].type).element_type) == "i1"
 
 
 def _as_all_gather(op: ir.Operation) -> None:

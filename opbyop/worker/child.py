@@ -13,7 +13,7 @@ import sys
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from opbyop.analysis import OpAnalyzer, WholeModel, describe_exception
+from opbyop.analysis.analyzer import OpAnalyzer, WholeModel
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.compiler.system_desc import plugin_version
 from opbyop.device.simulator import DeviceSimulator
@@ -21,6 +21,7 @@ from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.environment import environment
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.jaxenv import prepare_jax
+from opbyop.run.call import describe_exception
 from opbyop.worker import faults
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 from opbyop.workspace import Workspace
@@ -39,8 +40,9 @@ def _limit_memory(extra: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
 
 
-def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str) -> None:
-    prepare_jax(system_desc)
+def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str,
+          host_devices: int | None = None) -> None:
+    prepare_jax(system_desc, host_devices)
 
     scratch = workspace / "scratch" / f"child-{os.getpid()}"
 
@@ -86,9 +88,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--system-desc", type=Path, required=True)
     parser.add_argument("--workspace", type=Path, required=True)
     parser.add_argument("--chip", required=True)
+    parser.add_argument("--host-devices", type=int, default=None, help="XLA:CPU devices for golden runs "
+                        "(a sharded op's host mesh); default OPBYOP_HOST_DEVICES")
     args = parser.parse_args(argv)
     serve(Connection(args.in_fd, writable=False), Connection(args.out_fd, readable=False),
-          args.system_desc, args.workspace, args.chip)
+          args.system_desc, args.workspace, args.chip, args.host_devices)
     sys.exit(0)
 
 

@@ -40,12 +40,13 @@ class OpWorkerPlugin(WorkerPlugin):
     idempotent = True
 
     def __init__(self, workspace: str, descriptors: dict[str, bytes], env: dict[str, str] | None = None,
-                 home_id: str = ""):
+                 home_id: str = "", host_devices: int | None = None):
         self.workspace = workspace  # the flow's home: used only where it is this host's too (home_id)
         self.descriptors = descriptors  # chip -> .ttsys bytes: remote workers need no local copy
         self.env = env or {}
         self.home_id = home_id  # the flow's home's identity (wire.home_id); "" = the home is shared
-        digest = hashlib.sha256(json.dumps([workspace, sorted(self.env.items()), home_id]).encode())
+        self.host_devices = host_devices  # each op worker's XLA:CPU devices (None: the Dask worker's environment)
+        digest = hashlib.sha256(json.dumps([workspace, sorted(self.env.items()), home_id, host_devices]).encode())
         for chip, data in sorted(descriptors.items()):
             digest.update(chip.encode() + hashlib.sha256(data).digest())
         self.name = f"{PLUGIN_PREFIX}-{digest.hexdigest()[:12]}"
@@ -62,13 +63,13 @@ class OpWorkerPlugin(WorkerPlugin):
         target's op workers get a host mesh of `host_devices` XLA:CPU devices for their golden runs
         (fixed when a process starts JAX, so set here per target, never inherited from whichever
         target started the cluster)."""
-        env = {"OPBYOP_XLA_FLAGS": environment().xla_flags, "OPBYOP_HOST_DEVICES": str(host_devices)}
-        return cls(str(root), descriptors, env=env, home_id=home_id(root))
+        env = {"OPBYOP_XLA_FLAGS": environment().xla_flags}
+        return cls(str(root), descriptors, env=env, home_id=home_id(root), host_devices=host_devices)
 
     def __getstate__(self) -> dict:
         # sent to every Dask worker: the configuration only, never locks or live child processes
         return {"workspace": self.workspace, "descriptors": self.descriptors, "env": self.env,
-                "home_id": self.home_id}
+                "home_id": self.home_id, "host_devices": self.host_devices}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
@@ -119,7 +120,7 @@ class OpWorkerPlugin(WorkerPlugin):
             if not path.exists():
                 atomic.write_bytes(path, data)
             worker = OpWorker(path, self.home, chip=chip, name=f"{self._name}-{chip}-{os.getpid()}",
-                              env=self.env)
+                              env=self.env, host_devices=self.host_devices)
             self._workers[chip] = faults.injected(worker, environment().dask_fault_inject, "analyze")
         return self._workers[chip]
 

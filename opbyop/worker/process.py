@@ -22,7 +22,7 @@ from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.values import write_values as write
 from opbyop.ir.rewrite import rewritten_text
-from opbyop.op_memory import op_memory_message
+from opbyop.analysis.op_memory import op_memory_message
 from opbyop.records import FailedPass, OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.passes import PassFinder, PassTimer, timed_by_sample, wants_failed_pass
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,
@@ -61,16 +61,19 @@ class OpWorker:
 
     `analyze` always returns an OpResult: a child that dies becomes `crashed`, one that exceeds the
     time limit becomes `timeout`, both at the stage the child was in; the child is then replaced.
+    `host_devices`: the child's XLA:CPU devices (a sharded op's golden runs on a host mesh as large
+    as its target's); None: the child's OPBYOP_HOST_DEVICES.
     """
 
     def __init__(self, system_desc: Path, workspace: Path, chip: str = "", name: str = "worker",
-                 env: dict[str, str] | None = None, start_timeout: float = 600.0):
+                 env: dict[str, str] | None = None, start_timeout: float = 600.0, host_devices: int | None = None):
         self.system_desc = Path(system_desc)
         self.workspace = Path(workspace)
         self.chip = chip or self.system_desc.stem
         self.name = name
         self.env = env
         self.start_timeout = start_timeout
+        self.host_devices = host_devices
         self.log_path = self.workspace / "logs" / f"{name}.log"
         self._proc: subprocess.Popen | None = None
         self._to_child: Connection | None = None
@@ -102,6 +105,8 @@ class OpWorker:
             log = open(self.log_path, "ab")
             cmd = [sys.executable, "-m", "opbyop.worker.child", "--in-fd", str(req_r), "--out-fd", str(rep_w),
                    "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip]
+            if self.host_devices is not None:
+                cmd += ["--host-devices", str(self.host_devices)]
             env = {**os.environ, **(self.env or {}), "TMPDIR": str(tmp)}
             # cwd: tt-metal writes generated/ files into the working directory
             self._proc = subprocess.Popen(cmd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
@@ -169,9 +174,8 @@ class OpWorker:
         if isinstance(answer, _Lost):
             depth, failed = self._lost_stage(request.id, answer)
             message = op_memory_message(op, answer.message) if answer.killed else answer.message
-            lost = OpResult(signature=op.signature, op_name=op.op_name, status=answer.status, depth=depth,
-                            failed_stage=failed, message=message, started_at=started, ended_at=utcnow(),
-                            worker=self.name)
+            lost = OpResult.failure(op.signature, op.op_name, answer.status, message, depth=depth, failed_stage=failed,
+                                    started_at=started, ended_at=utcnow(), worker=self.name)
             return self._with_pass_timing(op, settings, timeout, tag,
                                           self._with_failed_pass(op, settings, timeout, tag, lost))
         assert isinstance(answer, Reply)

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from opbyop.device import fpu
 from opbyop.device.program import Op, TensorType
 
 
@@ -53,6 +54,12 @@ class Call:
         if not isinstance(config, dict):
             config = {}
         return str(config.get("math_fidelity", "hifi4")), bool(config.get("fp32_dest_acc_en", True))
+
+
+def packed(call: Call, out: np.ndarray) -> np.ndarray:
+    """An FPU op's destination values as the packer writes its result (to bf16: half away from zero)."""
+    t = call.out_types[0]
+    return fpu.pack(np.asarray(out, np.float32), t.storage) if call.chip_numerics and t is not None else out
 
 
 def shape_attr(value: Any) -> tuple[int, ...]:

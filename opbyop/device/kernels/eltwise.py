@@ -7,9 +7,10 @@ from typing import Callable
 import numpy as np
 from scipy import special
 
+from opbyop.device import fpu
 from opbyop.device.formats import fidelity_multiply
 from opbyop.device.kernels import sfpu
-from opbyop.device.kernels.base import Call, NotSimulated
+from opbyop.device.kernels.base import Call, NotSimulated, packed
 
 _Binary = Callable[[np.ndarray, np.ndarray], np.ndarray]
 _Unary = Callable[[np.ndarray], np.ndarray]
@@ -65,6 +66,26 @@ def _multiply(call: Call) -> list:
         b = fused(b, call.attr("input_tensor_b_activations"))
         a, b = np.broadcast_arrays(a, b)
         return [fused(fidelity_multiply(a, b, call.fidelity[0]), call.attr("activations"))]
+
+
+def _fpu_add(negate: bool) -> Callable[[Call], list]:
+    """add / subtract: bf16 and block-float operands go through the FPU's ELWADD / ELWSUB (the
+    smaller operand aligned at 11 bits, the sum rounded half away from zero: opbyop.device.fpu);
+    the rest as other binary ops."""
+    fallback = _scalar_binary(np.subtract if negate else np.add)
+
+    def kernel(call: Call) -> list:
+        if len(call.tensors) < 2 or not call.chip_numerics or not on_fpu(call) or \
+                any(np.asarray(x).dtype.kind in "iub" for x in call.tensors[:2]):
+            return fallback(call)
+        a, b = (np.asarray(x, np.float32) for x in call.tensors[:2])
+        with np.errstate(all="ignore"):
+            a = fused(a, call.attr("input_tensor_a_activations"))
+            b = fused(b, call.attr("input_tensor_b_activations"))
+            a, b = np.broadcast_arrays(a, -b if negate else b)
+            out = fpu.as_f32(fpu.add_bits(a, b, ("bf16", "bf16"), call.fidelity[1]))
+            return [packed(call, fused(out, call.attr("activations")))]
+    return kernel
 
 
 # Unary ops that work on integers as integers (the SFPU's int32 paths); the rest compute in f32.
@@ -237,5 +258,6 @@ KERNELS: dict[str, Callable[[Call], list]] = {
     **{f"ttnn.{name}": _unary(name, fn) for name, fn in _UNARY.items()},
     "ttnn.clamp_scalar": _clamp_scalar, "ttnn.clamp_tensor": _clamp_tensor, "ttnn.pow_scalar": _pow_scalar,
     "ttnn.where": _where, "ttnn.leaky_relu": _leaky_relu, "ttnn.reduce_precision": _reduce_precision,
-    "ttnn.multiply": _multiply, "ttnn.exp": _exp, "ttnn.gelu": _gelu_op,
+    "ttnn.multiply": _multiply, "ttnn.add": _fpu_add(False), "ttnn.subtract": _fpu_add(True),
+    "ttnn.exp": _exp, "ttnn.gelu": _gelu_op,
 }

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from opbyop.device.formats import fidelity_matmul
-from opbyop.device.kernels.base import Call, NotSimulated
+from opbyop.device.kernels.base import Call, NotSimulated, packed
 from opbyop.device.kernels.eltwise import fused
 
 
@@ -28,7 +28,7 @@ def _matmul(call: Call) -> list:
         out = out + np.asarray(call.tensors[2], dtype=np.float32)
     if call.attr("activation"):
         out = fused(out, [call.attr("activation")])
-    return [out.reshape(call.out_shape)]
+    return [packed(call, out).reshape(call.out_shape)]
 
 
 def _pairs(values: list[int], n: int) -> list[int]:
@@ -85,7 +85,7 @@ def _conv2d(call: Call) -> list:
                     tuple(_pairs(call.attr("dilation", [1, 1]), 2)), _four(call.attr("padding", [0, 0])), groups,
                     *call.fidelity)
     bias = _bias(call)
-    return [(out if bias is None else out + bias).reshape(call.out_shape)]
+    return [packed(call, out if bias is None else out + bias).reshape(call.out_shape)]
 
 
 def _conv1d(call: Call) -> list:

@@ -6,8 +6,9 @@ from typing import Callable
 
 import numpy as np
 
-from opbyop.device.formats import fidelity_multiply, round_bf16, to_tf32
-from opbyop.device.kernels.base import EXACT, Call
+from opbyop.device import fpu
+from opbyop.device.formats import EXACT_PRODUCTS, FIDELITY_PHASES, fidelity_multiply, round_bf16
+from opbyop.device.kernels.base import EXACT, Call, packed
 
 
 def _dims(call: Call, ndim: int) -> tuple[int, ...] | None:
@@ -37,11 +38,15 @@ def tile_reduce(x: np.ndarray, axes: tuple[int, ...] | None, kind: str, fidelity
                 storage: str = "f32") -> np.ndarray:
     """A float reduction as the FPU does it, on tile-padded data, keeping the reduced dimensions.
 
-    sum / mean: each value times a scaler (1, or 1/N for the mean with N the logical count) on the
-    matrix engine: the input in srcA, the scaler in srcB packed as bf16 (ttnn reduce program
-    factories pack it with pack_two_bfloat16_into_uint32), TF32 operands, the fidelity's phases;
-    partial sums kept in f32 (fp32_dest_acc_en) or rounded to bf16 tile by tile.
-    max / min: compared in srcA, which holds f32 data as TF32."""
+    sum / mean of bf16 data: a matmul with a scaler (1, or 1/N for the mean with N the logical
+    count, packed as bf16 by ttnn's reduce program factories) on the matrix engine: over rows the
+    data sits in srcA (scaler row @ data), over columns in srcB (data @ scaler column); bit for
+    bit as the engine sums (opbyop.device.fpu) for one axis up to EXACT_PRODUCTS, else each
+    product through the fidelity's phases and the partial sums kept in f32 (fp32_dest_acc_en) or
+    rounded to bf16 tile by tile.
+    sum / mean of f32 data: ttnn does not take the matrix engine's TF32 path for these (ttsim's
+    sums sit within tens of ulps of an f32 sum): the f32 sum of the exact products.
+    max / min: exact (ttsim's f32 and bf16 maxima are the inputs' own values)."""
     ndim = max(1, x.ndim)
     axes = tuple(range(ndim)) if axes is None else axes
     logical = int(np.prod([np.shape(x.reshape(-1) if x.ndim == 0 else x)[a] for a in axes])) if axes else 1
@@ -51,13 +56,33 @@ def tile_reduce(x: np.ndarray, axes: tuple[int, ...] | None, kind: str, fidelity
         return out.astype(np.float32)
     padded = pad_tiles(np.asarray(x, np.float32), NEUTRAL[kind])
     if kind in ("max", "min"):
-        values = to_tf32(padded) if storage in ("f32", "tf32") else padded
-        out = (values.max if kind == "max" else values.min)(axis=axes, keepdims=True)
+        out = (padded.max if kind == "max" else padded.min)(axis=axes, keepdims=True)
+        return _unpad(out, np.shape(x), axes)
+    scaler = np.float32(1.0) if kind == "sum" else round_bf16(np.float32(1.0 / max(1, logical)))
+    if storage in ("f32", "tf32"):
+        out = (padded * scaler).sum(axis=axes, keepdims=True, dtype=np.float32)
+    elif _on_matrix_engine(padded, axes, fidelity):
+        out = _engine_reduce(padded, axes[0], scaler, fidelity, fp32_acc)
     else:
-        scaler = np.float32(1.0) if kind == "sum" else round_bf16(np.float32(1.0 / max(1, logical)))
         products = fidelity_multiply(padded, np.full(padded.shape, scaler, np.float32), fidelity)
         out = products.sum(axis=axes, keepdims=True, dtype=np.float32) if fp32_acc else _bf16_sum(products, axes)
     return _unpad(out, np.shape(x), axes)
+
+
+def _on_matrix_engine(padded: np.ndarray, axes: tuple[int, ...], fidelity: str) -> bool:
+    """Whether a sum is computed bit for bit: one axis among the tile's two, small enough."""
+    return (len(axes) == 1 and padded.ndim >= 2 and axes[0] >= padded.ndim - 2
+            and padded.size * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS)
+
+
+def _engine_reduce(padded: np.ndarray, axis: int, scaler: np.float32, fidelity: str, fp32_acc: bool) -> np.ndarray:
+    """The sum over one of the last two axes as a matmul with the scaler, keeping the axis (size 1)."""
+    k = padded.shape[axis]
+    if axis == padded.ndim - 2:  # over rows: scaler row @ data (data in srcA)
+        bits = fpu.matmul_bits(np.full((1, k), scaler, np.float32), padded, ("bf16", "bf16"), fidelity, fp32_acc)
+    else:  # over columns: data @ scaler column (data in srcB)
+        bits = fpu.matmul_bits(padded, np.full((k, 1), scaler, np.float32), ("bf16", "bf16"), fidelity, fp32_acc)
+    return fpu.as_f32(bits)
 
 
 def _bf16_sum(products: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -78,7 +103,7 @@ def _reduce(kind: str, fn: Callable) -> Callable[[Call], list]:
             out = fn(x if x.dtype.kind in "iu" else x.astype(np.float32), axis=dims, keepdims=True)
         else:
             storage = call.op.operand_types[0].storage if call.op.operand_types and call.op.operand_types[0] else "f32"
-            out = tile_reduce(x, dims, kind, *call.fidelity, storage=storage)
+            out = packed(call, tile_reduce(x, dims, kind, *call.fidelity, storage=storage))
         return [np.asarray(out).reshape(call.out_shape)]
     return kernel
 

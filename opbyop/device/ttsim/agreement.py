@@ -2,6 +2,12 @@
 
 Integers, booleans and bf16 are compared bitwise (bf16 is what both store: a differing bit is a
 different value); f32 by units in the last place, since the two may sum in different orders.
+
+A program is compared on its outputs only, so a disagreement is put down to one op of it: its
+principal op (principal_op), the op most likely to have produced the first differing value. A
+conv2d program that also permutes and reshapes counts under ttnn.conv2d, never under the data
+movement around it: the matrix engine first, then reductions, other math, data movement,
+creation, and layout changes last; among ops of one rank, the first in program order.
 """
 
 from __future__ import annotations
@@ -13,6 +19,32 @@ import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ULPS_TOLERATED = 4.0  # f32 outputs this close are "within_ulps": a different summation order, not a bug
+
+# TTNN op kinds by how likely they are to produce a differing value (rank 0 first): what rounds the
+# most, then what only moves or makes values. Ops not listed are other math (rank 2).
+MATRIX_ENGINE = {"ttnn.matmul", "ttnn.linear", "ttnn.conv2d", "ttnn.conv1d", "ttnn.conv_transpose2d"}
+REDUCTIONS = {"ttnn.sum", "ttnn.mean", "ttnn.max", "ttnn.min", "ttnn.prod", "ttnn.argmax", "ttnn.softmax",
+              "ttnn.layer_norm", "ttnn.rms_norm", "ttnn.batch_norm", "ttnn.group_norm", "ttnn.cumsum"}
+DATA_MOVEMENT = {"ttnn.reshape", "ttnn.permute", "ttnn.transpose", "ttnn.concat", "ttnn.repeat",
+                 "ttnn.repeat_interleave", "ttnn.slice_static", "ttnn.slice_dynamic", "ttnn.pad", "ttnn.typecast",
+                 "ttnn.embedding", "ttnn.rows_gather", "ttnn.gather", "ttnn.squeeze", "ttnn.unsqueeze"}
+CREATION = {"ttnn.full", "ttnn.ones", "ttnn.zeros", "ttnn.empty", "ttnn.arange", "ttnn.constant"}
+LAYOUT = {"ttnn.to_layout", "ttnn.to_device", "ttnn.from_device", "ttnn.to_memory_config", "ttnn.to_dtype"}
+PLUMBING = {"ttnn.deallocate", "ttnn.get_device", "ttcore.load_cached"}
+
+
+def _rank(kind: str) -> int:
+    for rank, kinds in enumerate((MATRIX_ENGINE, REDUCTIONS)):
+        if kind in kinds:
+            return rank
+    return {**dict.fromkeys(DATA_MOVEMENT, 3), **dict.fromkeys(CREATION, 4), **dict.fromkeys(LAYOUT, 5)}.get(kind, 2)
+
+
+def principal_op(kinds: Sequence[str]) -> str | None:
+    """The op kind a program's agreement with ttsim is put down to, from its op kinds in program
+    order (opbyop.device.program.emitted_ops); None for a program of plumbing only."""
+    ops = [k for k in kinds if k not in PLUMBING]
+    return min(ops, key=lambda k: (_rank(k), ops.index(k))) if ops else None
 
 
 def as_model_dtype(ttsim: np.ndarray, model: np.ndarray | None, program_dtype: str) -> np.ndarray:

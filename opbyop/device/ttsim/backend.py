@@ -26,7 +26,8 @@ from opbyop.device.ttsim.plan import program_plan
 from opbyop.records import TtsimOutcome, TtsimRun
 
 RUNNER = Path(__file__).with_name("runner.py")
-RUNNING = "opbyop-ttsim running "  # the runner's log line naming the op it starts (runner.RUNNING)
+NOTE = "opbyop-ttsim "  # the runner's own log lines (runner.NOTE): never tt-metal's or ttsim's words
+RUNNING = NOTE + "running "  # the runner's log line naming the op it starts (runner.RUNNING)
 _CYCLE = re.compile(r"^\[\d+\] ")  # ttsim prefixes its lines with its cycle count
 START_TIMEOUT_S = 300.0  # the first open builds tt-metal's firmware (about 15 s; minutes on a loaded machine)
 
@@ -40,8 +41,8 @@ class TtsimResult:
 class TtsimRunner:
     """A ttnn interpreter with a ttsim device open, fed one program at a time."""
 
-    def __init__(self, setup: TtsimSetup, scratch: Path, log: Path):
-        self.setup, self.scratch, self.log_path = setup, scratch, log
+    def __init__(self, setup: TtsimSetup, scratch: Path, log: Path, mesh: tuple[int, int] | None = None):
+        self.setup, self.scratch, self.log_path, self.mesh = setup, scratch, log, mesh
         self._proc: subprocess.Popen | None = None
         self._replies: int | None = None
         self._buffer = b""
@@ -63,7 +64,8 @@ class TtsimRunner:
         read_fd, write_fd = os.pipe()
         log = open(self.log_path, "ab")
         # the runner writes replies on its fd 1; its chatter is sent to stderr, which is the log
-        self._proc = subprocess.Popen([str(self.setup.python), str(RUNNER), str(self.setup.sfpi)],
+        mesh = [f"{self.mesh[0]}x{self.mesh[1]}"] if self.mesh else []
+        self._proc = subprocess.Popen([str(self.setup.python), str(RUNNER), str(self.setup.sfpi), *mesh],
                                       stdin=subprocess.PIPE, stdout=write_fd, stderr=log,
                                       env={**_base_environment(), **self.setup.environment()}, close_fds=True)
         os.close(write_fd)
@@ -74,6 +76,11 @@ class TtsimRunner:
         if ready is None or not ready.get("ready"):
             detail = self.last_words() or "no output"
             self.close()
+            if self.mesh:  # a mesh program keeps the device model's verdict, with this reason
+                raise TtsimUnavailable(
+                    f"the ttsim {self.mesh[0]}x{self.mesh[1]} mesh ({self.setup.library.parent.name}) did not open: "
+                    f"{detail}", f"see {self.log_path}; the device model's verdict stands (a ttsim of the version "
+                    "tt-metal names in its ttsim-version may open the mesh)")
             raise TtsimUnavailable(f"the ttsim device did not open: {detail}",
                                    f"see {self.log_path}; check the set-up with `make ttsim`")
         self.started_s = time.perf_counter() - started
@@ -109,8 +116,10 @@ class TtsimRunner:
                                             op=reply.get("op"), seconds=seconds))
             with np.load(folder / "outputs.npz") as data:
                 outputs = [data[f"out{i}"] for i in range(len(data.files))]
-            return TtsimResult(TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"]),
-                               outputs)
+            memory = {k: reply[k] for k in ("peak_l1_bytes", "peak_cb_bytes", "peak_dram_bytes")
+                      if reply.get("memory_measured")}
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"],
+                                        **memory), outputs)
         except (BrokenPipeError, OSError) as e:
             return TtsimResult(self._lost(0, time.perf_counter() - started, timeout, str(e)))
         finally:
@@ -151,9 +160,10 @@ class TtsimRunner:
     def last_words(self, offset: int | None = None) -> str:
         """ttsim's or tt-metal's last error lines in the runner's log since `offset` (without the
         simulator's `[cycle]` prefix, so that the same limit reads the same in every op)."""
-        lines = [_CYCLE.sub("", line) for line in self._log_lines(offset) if not line.startswith(RUNNING)]
-        errors = [line.strip() for line in lines if "ERROR" in line or "TT_FATAL" in line or "TT_THROW" in line
-                  or "UnsupportedFunctionality" in line]
+        lines = [_CYCLE.sub("", line) for line in self._log_lines(offset) if not line.startswith(NOTE)]
+        ttsim = [line.strip() for line in lines if line.startswith("ERROR: ")]  # ttsim's own, when it stopped
+        errors = ttsim or [line.strip() for line in lines if "ERROR" in line or "TT_FATAL" in line
+                           or "TT_THROW" in line or "UnsupportedFunctionality" in line]
         return "\n".join(errors[-3:]) if errors else "\n".join(line.strip() for line in lines[-3:])
 
     def _reply(self, timeout: float) -> dict | None:
@@ -198,21 +208,21 @@ class TtsimBackend:
         self._refused: dict[str, str] = {}  # architecture -> why no ttsim can be set up for it
 
     def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float) -> TtsimResult:
-        arch = program.spec.arch
-        if program.mesh_shape != (1, 1):
-            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=(
-                f"a {program.mesh_shape[0]}x{program.mesh_shape[1]} mesh program: ttnn's PyPI build opens one "
-                "simulated chip here (ttsim's multichip configurations are not wired to it)")))
-        if arch in self._refused:
-            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self._refused[arch]))
-        if arch not in self._runners:
+        """A mesh program goes to a runner with a mesh of ttsim's multichip build open (one per shape);
+        where that mesh does not open, the reason is its outcome and the model's verdict stands."""
+        arch, mesh = program.spec.arch, tuple(program.mesh_shape)
+        key = arch if mesh == (1, 1) else f"{arch} {mesh[0]}x{mesh[1]}"
+        if key in self._refused:
+            return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self._refused[key]))
+        if key not in self._runners:
             try:
-                setup = locate(arch, self.home, self.ttsim, self.python)
+                setup = locate(arch, self.home, self.ttsim, self.python, chips=mesh[0] * mesh[1])
             except TtsimUnavailable as e:
-                self._refused[arch] = str(e)
+                self._refused[key] = str(e)
                 return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=str(e)))
-            self._runners[arch] = TtsimRunner(setup, self.scratch, self.home / "logs" / f"ttsim-{os.getpid()}.log")
-        return self._runners[arch].run(program, inputs, timeout)
+            log = self.home / "logs" / f"ttsim-{os.getpid()}{'' if mesh == (1, 1) else '-' + key.split()[1]}.log"
+            self._runners[key] = TtsimRunner(setup, self.scratch, log, None if mesh == (1, 1) else mesh)
+        return self._runners[key].run(program, inputs, timeout)
 
     def close(self) -> None:
         for runner in self._runners.values():

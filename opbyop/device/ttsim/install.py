@@ -9,8 +9,14 @@ Two parts, each found from a setting or from where `make ttsim` puts it in this 
   for jax), so it runs in an interpreter of its own, started per worker (opbyop.device.ttsim.backend).
 tt-metal wants the simulator library and the chip's SoC descriptor in one directory, and its
 kernel JIT needs a RISC-V toolchain that ttnn's wheel does not ship: jax-tt-plugin's unpacked
-runtime assets hold tt-metal's `runtime/sfpi`, built for Blackhole only. So Blackhole runs here;
+runtime assets hold tt-metal's `runtime/sfpi`, built for Blackhole only (a snapshot of it is kept in
+ttnn's package, out of reach of the plugin's next unpacking). So Blackhole runs here;
 Wormhole needs a Wormhole toolchain (a tt-metal build's own sfpi), which nothing here provides.
+
+A mesh needs ttsim's multichip build of as many chips (bh_x2 is a p300, bh_x4 two of them, bh_x32 a
+Galaxy): `libttsim_bh_x2.so` beside the single-chip library, or built from the source tree (given,
+or the `src/` that `make ttsim` keeps beside its library). tt-metal enumerates its chips and their
+Ethernet links itself.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from opbyop.compiler.assets import ensure_assets
+from opbyop.compiler.assets import ensure_assets, startup_lock
 from opbyop.errors import OpbyopError
 
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -31,6 +37,8 @@ DEFAULT_LIBRARY = CHECKOUT / ".ttsim" / "libttsim_bh.so"
 DEFAULT_PYTHON = CHECKOUT / ".venv-ttnn" / "bin" / "python"
 SOC_DESCRIPTORS = {"blackhole": "blackhole_140_arch.yaml", "wormhole_b0": "wormhole_b0_80_arch.yaml"}
 BUILD_TARGETS = {"blackhole": "release_bh", "wormhole_b0": "release_wh"}
+# ttsim's multichip builds by chip count (its src/rules.py CONFIGS): the mesh shape is tt-metal's to map
+MULTICHIP = {"blackhole": {2: "bh_x2", 4: "bh_x4", 32: "bh_x32"}}
 SETUP_FIX = ("run `make ttsim` in the checkout (a Python 3.12 environment with ttnn, and ttsim built from "
              "TTSIM_SRC), or set OPBYOP_TTSIM to a libttsim .so or a ttsim source tree and "
              "OPBYOP_TTNN_PYTHON to a Python 3.10/3.12 with `pip install ttnn==0.81.1`")
@@ -61,8 +69,8 @@ class TtsimSetup:
                 "TT_LOGGER_LEVEL": "error", "LOGURU_LEVEL": "WARNING"}
 
 
-def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None = None) -> TtsimSetup:
-    """The ttsim set-up for chips of `arch` (blackhole, wormhole_b0), prepared under `home`."""
+def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None = None, chips: int = 1) -> TtsimSetup:
+    """The ttsim set-up for `chips` chips of `arch` (blackhole, wormhole_b0), prepared under `home`."""
     if arch not in SOC_DESCRIPTORS:
         raise TtsimUnavailable(f"ttsim has no model of the {arch} architecture", "use a Blackhole or Wormhole target")
     if arch != "blackhole":
@@ -73,31 +81,80 @@ def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None
     python = python or DEFAULT_PYTHON
     if not python.exists():
         raise TtsimUnavailable(f"no Python interpreter with ttnn at {python}", SETUP_FIX)
-    library = _library(arch, ttsim or DEFAULT_LIBRARY, home)
-    folder = home / "ttsim" / arch
-    with FileLock(str(home / "ttsim" / f"{arch}.lock")):
+    config = BUILD_TARGETS[arch].removeprefix("release_")
+    if chips > 1:
+        config = MULTICHIP.get(arch, {}).get(chips)
+        if config is None:
+            raise TtsimUnavailable(f"ttsim has no multichip build of {chips} {arch} chips "
+                                   f"(it has {sorted(MULTICHIP.get(arch, {}))})", "use the default device model")
+    library = _library(config, ttsim or DEFAULT_LIBRARY, home)
+    name = arch if chips == 1 else f"{arch}-{config}"
+    folder = home / "ttsim" / name
+    (home / "ttsim").mkdir(parents=True, exist_ok=True)
+    with FileLock(str(home / "ttsim" / f"{name}.lock")):
         folder.mkdir(parents=True, exist_ok=True)
         _copy_if_changed(library, folder / "libttsim.so")
         _copy_if_changed(_soc_descriptor(python, arch), folder / "soc_descriptor.yaml")
-    sfpi = ensure_assets() / "runtime" / "sfpi"
-    if not sfpi.is_dir():
-        raise TtsimUnavailable(f"jax-tt-plugin's runtime assets hold no sfpi toolchain ({sfpi})",
+    return TtsimSetup(python=python, simulator_dir=folder, sfpi=_stable_sfpi(python),
+                      cache=home / "ttsim" / f"cache-{arch}")
+
+
+def _stable_sfpi(python: Path) -> Path:
+    """tt-metal's RISC-V toolchain from jax-tt-plugin's assets, as a snapshot inside ttnn's package.
+
+    Every process that loads the plugin unpacks its assets again over the same files (new files in
+    place of the old), so a kernel build running one of the tools then fails ('Text file busy',
+    'could not run lto-wrapper', an assembler refusing its own -march): a false device failure. The
+    snapshot (hard links where the file system allows, taken while no opbyop process loads the
+    plugin) keeps the files it was taken with; every runner of this interpreter shares it."""
+    source = ensure_assets() / "runtime" / "sfpi"
+    if not source.is_dir():
+        raise TtsimUnavailable(f"jax-tt-plugin's runtime assets hold no sfpi toolchain ({source})",
                                "reinstall jax-tt-plugin (its first start unpacks the assets)")
-    return TtsimSetup(python=python, simulator_dir=folder, sfpi=sfpi, cache=home / "ttsim" / f"cache-{arch}")
+    target = _ttnn_package(python) / "runtime" / f"sfpi-{source.parent.parent.name[-16:]}"
+    if target.is_dir():
+        return target
+    with FileLock(f"{target}.lock"):
+        if not target.is_dir():
+            partial = target.with_name(f"{target.name}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            with startup_lock():  # no plugin unpacks over the files while they are taken
+                shutil.copytree(source, partial, symlinks=True, copy_function=_link_or_copy)
+            partial.rename(target)
+    return target
 
 
-def _library(arch: str, ttsim: Path, home: Path) -> Path:
-    """A built libttsim: the path itself, or a source tree's build (made once, under `home`)."""
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system
+        shutil.copy2(source, target)
+
+
+def _library(config: str, ttsim: Path, home: Path) -> Path:
+    """A built libttsim of ttsim's `config` (bh, bh_x2 ...): the path itself, a multichip build beside it
+    (a release binary's sibling, or built from the source tree kept beside it), or a source tree's build
+    (made once, under `home`)."""
     if ttsim.is_file():
-        return ttsim
+        if "_x" not in config:
+            return ttsim
+        sibling = ttsim.with_name(f"libttsim_{config}.so")
+        if sibling.is_file():
+            return sibling
+        if (ttsim.parent / "src" / "make.py").is_file():
+            return build(ttsim.parent / "src", config, home / "ttsim" / "build")
+        raise TtsimUnavailable(f"no multichip ttsim ({config}) beside {ttsim}: neither {sibling.name} nor a "
+                               "ttsim source tree in src/", f"put ttsim's {config} build there, or point "
+                               "OPBYOP_TTSIM at a ttsim source tree")
     if (ttsim / "make.py").is_file():
-        return build(ttsim, arch, home / "ttsim" / "build")
+        return build(ttsim, config, home / "ttsim" / "build")
     raise TtsimUnavailable(f"no ttsim at {ttsim} (neither a libttsim .so nor a ttsim source tree)", SETUP_FIX)
 
 
-def build(source: Path, arch: str, into: Path) -> Path:
-    """Build ttsim's release library for `arch` from a source tree (copied: the tree may be read-only)."""
-    target = into / f"libttsim_{BUILD_TARGETS[arch].removeprefix('release_')}.so"
+def build(source: Path, config: str, into: Path) -> Path:
+    """Build ttsim's release library of `config` (bh, wh, bh_x2 ...) from a source tree (copied: the tree
+    may be read-only)."""
+    target = into / f"libttsim_{config}.so"
     into.mkdir(parents=True, exist_ok=True)
     with FileLock(str(into / "build.lock")):
         if target.exists():
@@ -107,7 +164,7 @@ def build(source: Path, arch: str, into: Path) -> Path:
         shutil.copytree(source, tree)
         for path in [tree, *tree.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o200)
-        built = f"src/_out/{BUILD_TARGETS[arch]}/libttsim.so"
+        built = f"src/_out/release_{config}/libttsim.so"
         done = subprocess.run(["python3", "make.py", f"-j{os.cpu_count() or 1}", built], cwd=tree,
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -117,13 +174,21 @@ def build(source: Path, arch: str, into: Path) -> Path:
     return target
 
 
+def _ttnn_package(python: Path) -> Path:
+    """The ttnn package of the interpreter's environment."""
+    lib = python.parent.parent / "lib"
+    found = sorted(lib.glob("python3*/site-packages/ttnn/tt_metal"))
+    if not found:
+        raise TtsimUnavailable(f"no ttnn package under {lib}", SETUP_FIX)
+    return found[-1].parent.resolve()  # the environment's own path: a link to it may go away
+
+
 def _soc_descriptor(python: Path, arch: str) -> Path:
     """tt-metal's SoC descriptor of the architecture, from the ttnn package beside the interpreter."""
-    lib = python.parent.parent / "lib"
-    found = sorted(lib.glob(f"python3*/site-packages/ttnn/tt_metal/soc_descriptors/{SOC_DESCRIPTORS[arch]}"))
-    if not found:
-        raise TtsimUnavailable(f"ttnn's {SOC_DESCRIPTORS[arch]} was not found under {lib}", SETUP_FIX)
-    return found[-1]
+    found = _ttnn_package(python) / "tt_metal" / "soc_descriptors" / SOC_DESCRIPTORS[arch]
+    if not found.is_file():
+        raise TtsimUnavailable(f"ttnn's {SOC_DESCRIPTORS[arch]} was not found at {found}", SETUP_FIX)
+    return found
 
 
 def _copy_if_changed(source: Path, target: Path) -> None:

@@ -3,11 +3,13 @@
 This file runs in its OWN interpreter (Python 3.12 with PyPI's `ttnn`, which pins numpy < 2 and
 ships cp310/cp312 wheels only), never inside opbyop: it imports only the standard library, numpy
 and ttnn. opbyop (opbyop.device.ttsim.backend) starts it as `python runner.py SFPI_DIR` with
-tt-metal's simulator environment and talks to it over stdin / a private pipe:
+tt-metal's simulator environment (`python runner.py SFPI_DIR ROWSxCOLS` opens a mesh of a multichip
+ttsim instead of one chip) and talks to it over stdin / a private pipe:
 
   request  (one JSON line): {"dir": DIR}  DIR holds plan.json (the program, opbyop.device.ttsim.plan)
                                           and inputs.npz (in0, in1 ...; constants as c<fn>_<op>)
-  reply    (one JSON line): {"ok": true, "seconds": S, "ops": N}   outputs.npz (out0 ...) in DIR
+  reply    (one JSON line): {"ok": true, "seconds": S, "ops": N, "peak_l1_bytes": ...}   outputs.npz (out0 ...)
+                                                                          in DIR
                             {"ok": false, "kind": KIND, "op": OP, "message": TEXT}
 
 KIND says whose the failure is: "rejected" (tt-metal refused the op: TT_FATAL, TT_THROW, a kernel
@@ -31,16 +33,20 @@ import numpy as np
 
 
 def _link_sfpi(sfpi: str) -> None:
-    """ttnn's kernel JIT looks for the RISC-V toolchain in its own package (it ships none)."""
+    """ttnn's kernel JIT looks for the RISC-V toolchain in its own package (it ships none). The link
+    is replaced in one step: another runner's kernel build may be using it."""
     spec = importlib.util.find_spec("ttnn")
     if spec is None or spec.origin is None or not sfpi:
         return
     target = Path(spec.origin).parent / "runtime" / "sfpi"
-    if target.resolve() != Path(sfpi).resolve():
-        if target.is_symlink() or target.exists():
-            target.unlink()
+    if target.exists() and not target.is_symlink():
+        return  # a toolchain of ttnn's own
+    if not target.is_symlink() or target.resolve() != Path(sfpi).resolve():
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to(sfpi, target_is_directory=True)
+        new = target.with_name(f"sfpi.{os.getpid()}")
+        new.unlink(missing_ok=True)
+        new.symlink_to(sfpi, target_is_directory=True)
+        os.replace(new, target)
 
 
 # The protocol gets its own pipe: tt-metal and ttsim print to fd 1, which goes to stderr instead.
@@ -328,6 +334,16 @@ def _ints(value) -> list[int]:
     return [int(v) for v in (value if isinstance(value, list) else [value])]
 
 
+def _prod(c: Ctx):
+    """ttnn.prod reduces one dimension (or all of them) per call."""
+    dims = c.attrs.get("dim_arg")
+    dims = list(dims) if isinstance(dims, list) else ([dims] if dims is not None else [])
+    if len(dims) > 1:
+        raise Unmapped(f"ttnn.prod over {len(dims)} dimensions is not mapped to ttnn yet")
+    return ttnn.prod(c.args[0], dims[0] if dims else None, keepdim=bool(c.attrs.get("keep_dim", False)),
+                     memory_config=c.mc())
+
+
 def _scalar_of(value):
     return value if not isinstance(value, list) else value[0]
 
@@ -369,6 +385,8 @@ HANDLERS = {
                                                  bias=c.args[2] if len(c.args) > 2 else None, memory_config=c.mc(),
                                                  compute_kernel_config=c.compute_config()),
     "ttnn.leaky_relu": lambda c: ttnn.leaky_relu(c.args[0], float(c.attrs["parameter"]), memory_config=c.mc()),
+    "ttnn.atan2": lambda c: ttnn.atan2(c.args[0], c.args[1], memory_config=c.mc()),
+    "ttnn.prod": lambda c: _prod(c),
     "ttnn.pow_scalar": lambda c: ttnn.pow(c.args[0], float(_scalar_of(c.attrs["rhs"])), memory_config=c.mc()),
     "ttnn.cumsum": lambda c: ttnn.cumsum(c.args[0], int(c.attrs["dim"])),
     "ttnn.moreh_cumsum": lambda c: ttnn.cumsum(c.args[0], int(c.attrs["dim"])),
@@ -382,12 +400,66 @@ for _name in ("abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tan", 
               "silu", "bitwise_not", "cbrt", "atan", "asin", "acos", "erfc", "hardsigmoid", "mish", "square"):
     HANDLERS[f"ttnn.{_name}"] = _unary(_name)
 for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "eq", "ne", "gt", "ge", "lt", "le",
-              "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "atan2",
+              "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
               "remainder", "pow", "logical_left_shift", "logical_right_shift"):
     HANDLERS[f"ttnn.{_name}"] = _binary(_name)
-for _name in ("sum", "mean", "max", "min", "prod"):
+for _name in ("sum", "mean", "max", "min"):
     HANDLERS[f"ttnn.{_name}"] = _reduction(_name)
 HANDLERS["ttnn.pow_tensor"] = _binary("pow")
+
+
+# --- what tt-metal allocates ----------------------------------------------------------------------
+
+class Footprint:
+    """What tt-metal itself allocates for a program, as its allocator and graph capture report it:
+    L1 per core (resident tensors plus the running op's own buffers), circular buffers per core
+    (the op's CBs and Metal 2.0 dataflow buffers), and DRAM bytes, each at its peak over the program.
+
+    An op's own buffers are read from a capture in NO_DISPATCH mode (tt-metal builds the op's program
+    without running it): in NORMAL mode the capture misses dataflow buffers (a matmul or softmax
+    reports 0). Resident tensors come from the allocator's statistics, bank by bank."""
+
+    def __init__(self, device):
+        self.device = device
+        self.reset()
+
+    def reset(self) -> None:
+        self.l1, self.cb, self.dram = 0, 0, 0
+        self.measured = True  # every op's own buffers were read (else the figures are floors)
+
+    def resident(self) -> tuple[int, int]:
+        """(L1 bytes allocated in the fullest bank, i.e. per core; DRAM bytes allocated in all banks)."""
+        l1 = ttnn._ttnn.device.GetMemoryView(self.device, ttnn.BufferType.L1)
+        dram = ttnn._ttnn.device.GetMemoryView(self.device, ttnn.BufferType.DRAM)
+        return l1.total_bytes_allocated_per_bank, dram.total_bytes_allocated_per_bank * dram.num_banks
+
+    def before(self, call) -> None:
+        """The op's own buffers, from a capture of `call` that tt-metal does not dispatch."""
+        l1, dram = self.resident()
+        graph = ttnn._ttnn.graph
+        graph.begin_graph_capture(graph.RunMode.NO_DISPATCH)
+        try:
+            call()
+        except Exception as e:  # the real run says why; this op's own buffers stay unread
+            print(f"{NOTE}footprint not read: {words(e)}", file=sys.stderr, flush=True)
+            self.measured = False
+            return
+        finally:
+            trace = graph.end_graph_capture()
+        usage = graph.extract_resource_usage_per_core(trace)
+        op_dram = sum(int(n["params"].get("size", 0)) for n in trace
+                      if n["node_type"] == "buffer_allocate" and n["params"].get("type") == "DRAM")
+        self.cb = max(self.cb, usage.peak_cb + usage.peak_dataflow_buffer)
+        self.l1 = max(self.l1, l1 + usage.peak_total)
+        self.dram = max(self.dram, dram + op_dram)
+
+    def after(self) -> None:
+        l1, dram = self.resident()
+        self.l1, self.dram = max(self.l1, l1), max(self.dram, dram)
+
+    def reply(self) -> dict:
+        return {"peak_l1_bytes": self.l1, "peak_cb_bytes": self.cb, "peak_dram_bytes": self.dram,
+                "memory_measured": self.measured}
 
 
 # --- running a program ---------------------------------------------------------------------------
@@ -397,6 +469,7 @@ class Interpreter:
         self.device = device
         self.const_cache: dict[str, list] = {}
         self.current = ""  # the op running now: a failure names it
+        self.footprint = Footprint(device)
 
     def call(self, plan: dict, name: str, args: list, constants: dict) -> list:
         fn = plan["functions"][name]
@@ -427,7 +500,10 @@ class Interpreter:
                 tensors = [x for x, t in zip(operands, op["operand_types"]) if t is not None]
                 # named in the log first: ttsim may end the process inside the op, with no reply
                 print(f"{RUNNING}{kind}", file=sys.stderr, flush=True)
-                out = handler(Ctx(op, tensors, self.device, constants))
+                ctx = Ctx(op, tensors, self.device, constants)
+                self.footprint.before(lambda: handler(ctx))
+                out = handler(ctx)
+                self.footprint.after()
                 results = list(out) if isinstance(out, (list, tuple)) else [out]
             for v, r in zip(op["results"], results):
                 values[v] = r
@@ -437,8 +513,10 @@ class Interpreter:
 # L1 reserved at device open for the small buffers of halo ops (conv2d, pools), as tt-mlir's runtime
 # opens its devices; 0 (ttnn's default) makes every max_pool2d fail to allocate its config tensors
 L1_SMALL_SIZE = 1 << 15
-RUNNING = "opbyop-ttsim running "  # the log line naming the op about to run
-HOST_HICCUP = "fatal error: cannot execute"  # the kernel JIT's compiler driver could not start a tool
+NOTE = "opbyop-ttsim "  # the runner's own log lines begin so (the backend never takes them for tt-metal's)
+RUNNING = NOTE + "running "  # the log line naming the op about to run
+# the kernel JIT's compiler driver could not start one of its tools (seen under load): the host's fault
+HOST_HICCUPS = ("fatal error: cannot execute", "could not run lto-wrapper")
 
 
 def words(e: BaseException) -> str:
@@ -462,16 +540,19 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
     """One program on the device: its outputs written to `folder`, and the reply to send."""
     started = time.perf_counter()
     stage = "writing the inputs"
+    interpreter.footprint.reset()
     try:
         main = plan["functions"][plan["entry"]]
         args = [conform(host_tensor(arrays[f"in{i}"], t), t, interpreter.device)
                 for i, t in enumerate(main["argument_types"])]
+        interpreter.footprint.after()
         stage, interpreter.current = "running", ""
         outputs = interpreter.call(plan, plan["entry"], args, arrays)
         stage = "reading the outputs"
         host = {f"out{i}": to_numpy(x, t) for i, (x, t) in enumerate(zip(outputs, main["return_types"]))}
         np.savez(folder / "outputs.npz", **host)
-        return {"ok": True, "seconds": time.perf_counter() - started, "ops": len(main["ops"])}
+        return {"ok": True, "seconds": time.perf_counter() - started, "ops": len(main["ops"]),
+                **interpreter.footprint.reply()}
     except Exception as e:
         traceback.print_exc()  # into the runner's log: a mapping error is opbyop's bug to chase
         kind = classify(e)
@@ -480,6 +561,10 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
                 "".join(traceback.format_exception_only(type(e), e)).strip()}
     finally:
         interpreter.const_cache.clear()  # const-eval results belong to one program's run
+
+
+def hiccup(reply: dict) -> bool:
+    return not reply["ok"] and any(h in reply["message"] for h in HOST_HICCUPS)
 
 
 def serve(device) -> None:
@@ -493,26 +578,44 @@ def serve(device) -> None:
         with np.load(folder / "inputs.npz") as data:
             arrays = {k: data[k] for k in data.files}
         reply = run_program(interpreter, plan, arrays, folder)
-        if not reply["ok"] and HOST_HICCUP in reply["message"]:
-            # the host could not start the RISC-V compiler (seen under load): the kernel itself is
-            # fine, so the op is tried once more before its failure is reported
+        for pause in (1, 5):  # the host could not start the RISC-V compiler: the kernel itself is
+            if not hiccup(reply):  # fine, so the op is tried again before its failure is reported
+                break
+            time.sleep(pause)
             reply = run_program(interpreter, plan, arrays, folder)
-            if not reply["ok"] and HOST_HICCUP in reply["message"]:
-                reply["kind"] = "host"
+        if hiccup(reply):
+            reply["kind"] = "host"
         _PROTOCOL.write(json.dumps(reply) + "\n")
 
 
-def main() -> None:
-    device = ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_SIZE)
-    _PROTOCOL.write(json.dumps({"ready": True, "grid": list(device.compute_with_storage_grid_size())
-                                if hasattr(device.compute_with_storage_grid_size(), "__iter__") else
-                                [device.compute_with_storage_grid_size().x,
-                                 device.compute_with_storage_grid_size().y]}) + "\n")
+def open_mesh(shape: str):
+    """A mesh of ttsim's chips (a multichip build), with tt-metal's fabric: collectives move data
+    over it (without it they fail: "Trying to get un-initialized fabric context")."""
+    rows, cols = (int(n) for n in shape.split("x"))
+    ttnn.set_fabric_config(ttnn.FabricConfig.FABRIC_1D)
+    print(f"{RUNNING}opening a {rows}x{cols} mesh with tt-metal's fabric", file=sys.stderr, flush=True)
+    return ttnn.open_mesh_device(ttnn.MeshShape(rows, cols), l1_small_size=L1_SMALL_SIZE)
+
+
+def serve_mesh() -> None:
+    """A mesh opened: its programs (sharded tensors, collectives) are not mapped to ttnn yet."""
+    for line in sys.stdin:
+        if json.loads(line).get("close"):
+            break
+        _PROTOCOL.write(json.dumps({"ok": False, "kind": "unmapped", "op": "", "message": (
+            "mesh programs (sharded tensors, collectives) have no ttnn calls in opbyop's ttsim runner yet")}) + "\n")
+
+
+def main(mesh: str) -> None:
+    device = open_mesh(mesh) if mesh else ttnn.open_device(device_id=0, l1_small_size=L1_SMALL_SIZE)
+    grid = device.compute_with_storage_grid_size()
+    _PROTOCOL.write(json.dumps({"ready": True, "grid": list(grid) if hasattr(grid, "__iter__") else
+                                [grid.x, grid.y]}) + "\n")
     try:
-        serve(device)
+        serve_mesh() if mesh else serve(device)
     finally:
-        ttnn.close_device(device)
+        ttnn.close_mesh_device(device) if mesh else ttnn.close_device(device)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[2] if len(sys.argv) > 2 else "")

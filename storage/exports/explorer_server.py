@@ -22,10 +22,10 @@ from typing import Any, Callable
 
 from opbyop.errors import StoreError
 from storage.dataset import Store
-from storage.explorer import PreparedModel, iter_models, prepare_model
+from storage.exports.explorer import PreparedModel, iter_models, prepare_model
 
 HOST = "127.0.0.1"
-ADAPTER_MODULE = "storage.explorer_adapter"
+ADAPTER_MODULE = "storage.exports.explorer_adapter"
 START_TIMEOUT_S = 60.0
 
 
@@ -51,7 +51,7 @@ def explorer_config(spec: dict[str, Any]):  # -> model_explorer.config.ModelExpl
     """The models (read by the opbyop adapter) and each one's node data, one entry per metric."""
     import model_explorer
 
-    from storage.explorer_adapter.main import ADAPTER_ID  # model_explorer (and torch): loaded only when used
+    from storage.exports.explorer_adapter.main import ADAPTER_ID  # model_explorer (and torch): loaded only when used
 
     config = model_explorer.config()
     for model in spec["models"]:
@@ -83,7 +83,7 @@ def serve(store: Store, run_id: str, model: str | None, port: int | None, open_b
             spec = _spec(prepared, port, open_browser)
             spec_path = Path(tmp) / "explore.json"
             spec_path.write_text(json.dumps(spec))
-            child = subprocess.Popen([sys.executable, "-m", "storage.explorer_server", str(spec_path)],
+            child = subprocess.Popen([sys.executable, "-m", "storage.exports.explorer_server", str(spec_path)],
                                      stdout=subprocess.DEVNULL, start_new_session=True)
             try:
                 _wait_until_served(child, port)

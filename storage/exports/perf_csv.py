@@ -76,6 +76,11 @@ _FIDELITY = {"lofi": "LoFi", "hifi2": "HiFi2", "hifi3": "HiFi3", "hifi4": "HiFi4
 _DEFAULT_FIDELITY = "HiFi4"  # what tt-mlir attaches when no option overrides it (its compute_config)
 
 
+def tt_datatype(dtype: str) -> str:
+    """tt-metal's DataType name for an MLIR element type (`bf16` -> BFLOAT16)."""
+    return _DTYPES.get(dtype, "FLOAT32")
+
+
 def op_class(ttnn_op: str) -> str:
     """tt-metal's device operation class for a TTNN op name (`ttnn.matmul` -> MatmulDeviceOperation)."""
     name = ttnn_op.removeprefix("ttnn.")

@@ -23,7 +23,7 @@ from storage.convert import shrink_rows
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from storage.expectations import default_path as default_expectations_path
-from storage.perf_csv import perf_rows, top_ops
+from storage.exports.perf_csv import perf_rows, top_ops
 from storage.readonly import StoreConnection
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "report.html"

@@ -7,7 +7,6 @@ The result always says how deep the op got, which stage failed, and the message.
 from __future__ import annotations
 
 import time
-import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from opbyop.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
+from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
 from opbyop.artifacts import ArtifactStore
-from opbyop.attribution import judge
+from opbyop.analysis.attribution import judge
 from opbyop.compiler.boards import Topology
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.config import AnalysisSettings
@@ -38,8 +37,10 @@ from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
-from opbyop.op_memory import op_memory_message, over_budget
-from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult, utcnow
+from opbyop.analysis.op_memory import op_memory_message, over_budget
+from opbyop.records import (CompileOutcome, OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult,
+                            utcnow)
+from opbyop.run.call import OUT_OF_MEMORY, StageCall, describe_exception
 
 ProgressFn = Callable[[str], None]
 RANDOM_OPS = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
@@ -77,12 +78,13 @@ class OpAnalyzer:
             stage[0] = {"device_run": Stage.FLATBUFFER, "golden": Stage.DEVICE_RUN}.get(step, Stage.SPLIT)
             progress(step)
 
-        try:
-            return self._analyze(op, settings, request_id, result, staged)
-        except MemoryError:  # the worker's memory limit: this op's fault of size, never the worker's end
-            failed = {Stage.FLATBUFFER: Stage.DEVICE_RUN, Stage.DEVICE_RUN: Stage.GOLDEN}.get(stage[0], Stage.STABLEHLO)
-            return _finish(result, Status.INFRA_ERROR, stage[0], failed,
-                           op_memory_message(op, f"MemoryError during {failed.value}"))
+        # the worker's memory limit: this op's fault of size, never the worker's end
+        call = StageCall.of(lambda: self._analyze(op, settings, request_id, result, staged), catch=OUT_OF_MEMORY)
+        if call.ok:
+            return call.value
+        failed = {Stage.FLATBUFFER: Stage.DEVICE_RUN, Stage.DEVICE_RUN: Stage.GOLDEN}.get(stage[0], Stage.STABLEHLO)
+        return _finish(result, Status.INFRA_ERROR, stage[0], failed,
+                       op_memory_message(op, f"MemoryError during {failed.value}"))
 
     def _analyze(self, op: UniqueOp, settings: AnalysisSettings, request_id: str, result: OpResult,
                  progress: ProgressFn) -> OpResult:
@@ -112,25 +114,20 @@ class OpAnalyzer:
         result.real_inputs, result.synthetic_inputs = input_kinds(op)
         failure: DeviceFailure | None = None
         outputs: list[np.ndarray] | None = None
-        try:
-            inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
-                                 known=upstream.load(op, self.artifacts))
-            binary = self.device.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
-            result.narrowing = _narrowing(op, binary, inputs)
-        except Exception as e:  # a bug in opbyop's reading of the op or its program
-            if isinstance(e, MemoryError):
-                raise
+        loaded = StageCall.of(lambda: self._load(op, settings, outcome), Stage.DEVICE_RUN, reraise=OUT_OF_MEMORY)
+        if not loaded.ok:  # a bug in opbyop's reading of the op or its program
             return _finish(result, Status.ANALYZER_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN,
-                           f"simulator error: {describe_exception(e)}")
+                           f"simulator error: {loaded.described}")
+        inputs, binary, result.narrowing = loaded.value
         result.device_backend = "model"
-        try:
-            outputs, result.device = self.device.run_binary(binary, inputs, stablehlo=op.module_text)
-        except SimulationError as e:
-            result.device, failure = e.run, (e.status, str(e))
-        except Exception as e:  # a bug in opbyop's simulator, named as such
-            if isinstance(e, MemoryError):
-                raise
-            failure = (Status.ANALYZER_ERROR, f"simulator error: {describe_exception(e)}")
+        ran = StageCall.of(lambda: self.device.run_binary(binary, inputs, stablehlo=op.module_text), Stage.DEVICE_RUN,
+                           reraise=OUT_OF_MEMORY)
+        if ran.ok:
+            outputs, result.device = ran.value
+        elif isinstance(ran.error, SimulationError):
+            result.device, failure = ran.error.run, (ran.error.status, str(ran.error))
+        else:  # a bug in opbyop's simulator, named as such
+            failure = (Status.ANALYZER_ERROR, f"simulator error: {ran.described}")
         if settings.device.backend == "ttsim":
             outputs, failure = self._on_ttsim(result, binary, inputs, outputs, failure, settings.device.ttsim_timeout_s)
         if failure is not None:
@@ -144,13 +141,11 @@ class OpAnalyzer:
 
         progress("golden")
         start = time.perf_counter()
-        try:
-            expected = golden_outputs(self.golden, op, inputs)
-        except Exception as e:  # XLA:CPU cannot run the op: no reference, opbyop's gap, not the device's
-            if isinstance(e, MemoryError):
-                raise
+        golden = StageCall.of(lambda: golden_outputs(self.golden, op, inputs), Stage.GOLDEN, reraise=OUT_OF_MEMORY)
+        if not golden.ok:  # XLA:CPU cannot run the op: no reference, opbyop's gap, not the device's
             return _finish(result, Status.ANALYZER_ERROR, Stage.DEVICE_RUN, Stage.GOLDEN,
-                           f"golden reference unavailable: XLA:CPU failed: {type(e).__name__}: {e}")
+                           f"golden reference unavailable: XLA:CPU failed: {golden.brief}")
+        expected = golden.value
         comparison = compare(outputs, expected, [o.dtype for o in op.outputs], settings.thresholds)
         comparison.seconds = time.perf_counter() - start
         result.golden = comparison
@@ -161,6 +156,13 @@ class OpAnalyzer:
             comparison.seconds = time.perf_counter() - start
             return _finish(result, judgment.status, Stage.DEVICE_RUN, Stage.GOLDEN, judgment.message)
         return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
+
+    def _load(self, op: UniqueOp, settings: AnalysisSettings, outcome: CompileOutcome) -> tuple[list, Binary, str | None]:
+        """The op's inputs, its program loaded on the device model, and a dtype the program narrowed."""
+        inputs = make_inputs(op.op_name, op.inputs, op.operands, op.attributes, op.signature, settings.seed,
+                             known=upstream.load(op, self.artifacts))
+        binary = self.device.load(self.artifacts.read_text(outcome.artifacts["ttnn_runtime"]))
+        return inputs, binary, _narrowing(op, binary, inputs)
 
     def _on_ttsim(self, result: OpResult, binary: Binary, inputs: list, outputs: list[np.ndarray] | None,
                   failure: DeviceFailure | None, timeout: float,
@@ -222,8 +224,11 @@ class OpAnalyzer:
             finally:
                 device.release_constants()
             observer, xla_outputs, trace_note = trace_references(golden, observer, plan, trace_note)
-        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(  # a mesh run has its chips' peaks
-            update={"peak_dram_bytes": device.memory.peak_dram, "peak_l1_bytes": device.memory.peak_l1_per_core})
+        # a mesh run has its chips' peaks; on one chip the allocator's peaks cover the whole run (const-eval
+        # included), and L1's peak is the larger of resident tensors and an op's circular buffers beside them
+        steady = run.steady if run.steady.mesh_shape else run.steady.model_copy(update={
+            "peak_dram_bytes": device.memory.peak_dram,
+            "peak_l1_bytes": max(device.memory.peak_l1_per_core, run.steady.peak_l1_bytes)})
         result = WholeModelResult(status=Status.SUCCESS, depth=Stage.DEVICE_RUN, compile=outcome, device=steady,
                                   iterations=run.iterations)
         progress("golden")
@@ -332,5 +337,3 @@ def _finish(result: OpResult, status: Status, depth: Stage, failed: Stage | None
     return result
 
 
-def describe_exception(e: BaseException) -> str:
-    return "".join(traceback.format_exception_only(type(e), e)).strip()

@@ -1,0 +1,151 @@
+"""What one CLI run starts and stops together: the Prefect server and the Dask cluster (Launch), the
+flow in a thread of this process (FlowThread; the main thread stays free for Ctrl-C), and the
+waits between them. The server and the cluster are tied to this process: they die with it even on
+kill -9 (flows/hosting/tied.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NoReturn
+
+import typer
+
+from flows.hosting.handoff import Handoff, handing_off
+from flows.hosting.server import PrefectApi, drain_prefect
+from flows.hosting.settings import apply_defaults
+from flows.cli.progress import say
+from opbyop.errors import OpbyopError
+
+STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
+
+
+def defaults_for_laptop() -> None:
+    apply_defaults()
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+
+
+class Launch:
+    """What one CLI run starts, all at once from this (the main) thread, and stops together: the
+    Prefect server and the Dask cluster."""
+
+    def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
+        from flows.hosting.cluster import ClusterProcess  # dask: loaded only when used
+
+        self.handoff = Handoff()
+        self.api = PrefectApi(log_dir)
+        if self.api.started_here:  # before Prefect is imported, which reads it once
+            os.environ["PREFECT_API_URL"] = self.api.url or ""
+        self.cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
+        self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
+        if self.cluster is not None:
+            self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
+
+    def wait(self) -> str | None:
+        """Wait for the server and the cluster; the cluster's address (None: the one given)."""
+        for name, started in self._waits.items():
+            started.join()
+            if name != "server" or self.api.started_here:
+                self.handoff.phases[name] = started.seconds
+        return self._waits["cluster"].value if "cluster" in self._waits else None
+
+    def close(self) -> None:
+        """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
+        if self.api.started_here:
+            drain_prefect()
+        for child in (self.cluster, self.api):
+            if child is not None:
+                child.close(wait=False)  # their supervisors finish the job, after this process too
+
+
+@dataclass
+class _Started:
+    """A start-up's wait() running in a thread, timed on its own."""
+
+    thread: threading.Thread
+    value: Any = None
+    seconds: float = 0.0
+    error: BaseException | None = None
+
+    @classmethod
+    def watch(cls, wait: Callable[[], Any], since: float) -> _Started:
+        started = cls(thread=threading.Thread(target=lambda: None))
+
+        def run() -> None:
+            try:
+                started.value = wait()
+                started.seconds = time.monotonic() - since
+            except BaseException as e:
+                started.error = e
+
+        started.thread = threading.Thread(target=run, daemon=True)
+        started.thread.start()
+        return started
+
+    def join(self) -> None:
+        wait_while(self.thread.is_alive, 0.1)
+        if self.error is not None:
+            raise self.error
+
+
+def wait_while(condition: Callable[[], bool], step: float, deadline: float | None = None) -> None:
+    """Short sleeps, not Thread.join(timeout): a Ctrl-C that lands inside join can leave the thread
+    marked stopped while it runs (CPython 3.11), and the run would not be given its time to stop."""
+    while condition() and (deadline is None or time.monotonic() < deadline):
+        time.sleep(step)
+
+
+def stop_and_wait(ticket) -> None:  # noqa: ANN001
+    """Ask `opbyop serve` to stop a run it took, and give the run STOP_GRACE_SECONDS to store what it
+    has; a second Ctrl-C, or the service gone, ends the wait at once."""
+    ticket.stop()
+    try:
+        wait_while(lambda: ticket.outcome() is None, 0.2, time.monotonic() + STOP_GRACE_SECONDS)
+    except (KeyboardInterrupt, OpbyopError):
+        pass
+
+
+@dataclass
+class FlowThread:
+    """A flow called in a thread of this process, handed what the CLI started; its state or error."""
+
+    name: str
+    call: Callable[[], Any]  # the flow, called with return_state=True
+    handoff: Handoff
+    thread: threading.Thread | None = None
+    state: Any = None  # prefect State
+    error: BaseException | None = None
+
+    def start(self) -> None:
+        def target() -> None:
+            try:
+                with handing_off(self.handoff):
+                    self.state = self.call()
+            except BaseException as e:  # shown to the user, with the command to resume
+                self.error = e
+
+        self.thread = threading.Thread(target=target, name=self.name, daemon=True)
+        self.thread.start()
+
+    def running(self) -> bool:
+        time.sleep(0.1)
+        return self.thread is not None and self.thread.is_alive()
+
+    def stop(self, launch: Launch, resume: str) -> NoReturn:
+        """Ctrl-C: ask the flow to store what it has and stop, then the cluster and the server."""
+        say(("interrupted:", "yellow"), " storing what was analysed, stopping the cluster and server")
+        try:
+            self.handoff.stop.set()
+            wait_while(lambda: self.thread is not None and self.thread.is_alive(), 0.2,
+                        time.monotonic() + STOP_GRACE_SECONDS)
+        except KeyboardInterrupt:  # a second Ctrl-C: leave now
+            pass
+        launch.close()
+        say(f"resume it with: {resume}")
+        if self.thread is not None and self.thread.is_alive():
+            os._exit(130)  # the flow thread is stuck in Prefect's engine: do not wait for it at exit
+        raise typer.Exit(130)

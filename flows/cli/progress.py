@@ -1,0 +1,86 @@
+"""What `opbyop analyze` and `opbyop nightly` show: a progress bar fed from the store while a run
+goes, the run's summary and time line at the end, the manifest copied where asked."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from flows.engine.phases import format_phases
+from opbyop.cli.app import make_console, styled
+from opbyop.pipeline import run_manifest_path
+
+console = make_console()  # prints data literally: stored strings never read as markup
+PROGRESS_SECONDS = 0.5  # how often the progress bar reads the store
+
+
+def say(*parts: str | tuple[str, str]) -> None:
+    console.print(styled(*parts), soft_wrap=True)
+
+
+def progress_from_store(running: Callable[[], bool], store_root: Path | str, run_id: str) -> None:
+    """A progress bar fed from the store (results land there in batches) while `running()` says so;
+    `running()` paces the loop (a short wait: the end shows at once), the store is read every
+    PROGRESS_SECONDS (each read costs CPU the run could use)."""
+    from storage.dataset import Store  # pyarrow: loaded only when used
+
+    store = Store(store_root)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as progress:
+        task = progress.add_task(f"run {run_id}: starting", total=None)
+        total, read = 0, time.monotonic()
+        while running():
+            if time.monotonic() - read < PROGRESS_SECONDS:
+                continue
+            read = time.monotonic()
+            total = total or _total(store, run_id)  # the run's ops are stored once, before the fan-out
+            if total:
+                progress.update(task, total=total, completed=_done(store, run_id), description=f"run {run_id}: ops")
+
+
+def _total(store, run_id: str) -> int:  # noqa: ANN001
+    try:
+        return len({r.signature for r in store.ops(run_id) if r.signature})
+    except Exception:  # the run's files may not exist yet
+        return 0
+
+
+def _done(store, run_id: str) -> int:  # noqa: ANN001
+    try:
+        return len(store.completed_signatures(run_id))
+    except Exception:
+        return 0
+
+
+def print_summary(summary) -> None:  # noqa: ANN001
+    table = Table("status", "unique ops", title=f"run {summary.run_id}")
+    for status, n in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
+        table.add_row(status, str(n))
+    console.print(table)
+    for model, status in summary.whole.items():
+        say(f"whole model {model}: {status}")
+    for model, error in summary.model_errors.items():
+        say((f"{model}: {error}", "red"))
+    say(summary.line())
+    if summary.phases:
+        say(f"time: {format_phases(summary.phases)}")
+    if summary.report:
+        say(f"report: {summary.report}")
+    say(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' GROUP BY 1\"")
+
+
+def copy_manifest(root: Path, run_id: str, target: Optional[Path]) -> None:
+    """The run's manifest (opbyop.pipeline.write_manifest, beside the report) also at --manifest."""
+    written = run_manifest_path(root, run_id)
+    if target is None or not written.exists():
+        return
+    try:
+        shutil.copyfile(written, target)
+        say(f"manifest: {target}")
+    except OSError as e:
+        say(("error:", "red"), f" cannot write the manifest {target}: {e}")

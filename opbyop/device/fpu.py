@@ -1,0 +1,203 @@
+"""The matrix engine (FPU) bit for bit: MVMUL, ELWADD and the packer's rounding, as Tenstorrent's
+ttsim models the silicon (tenstorrent/ttsim src/tensix.cpp: mvmul, elwadd,
+fpu_accum_normalize_encode, the packer's fp32 -> bf16 path).
+
+What the chip does that a float matmul does not:
+- srcA/srcB hold 19 bits: sign, 8-bit exponent, 10 mantissa bits. An f32 operand is unpacked as
+  TF32 with its low 13 bits dropped (no rounding), a bf16 one as is; exponent 0 is zero.
+- Each fidelity phase multiplies 5 bits of srcA's mantissa by 7 of srcB's: phase bit 0 takes
+  srcA's next 5 bits (bits 5..1; bit 0 never takes part) instead of its hidden bit and top 4,
+  phase bit 1 srcB's low 4 bits instead of its hidden bit and top 6.
+- One MVMUL adds 16 products (K = 16) per output in two groups of 8: each group's products are
+  aligned to the group's largest exponent, each rounded half up (in magnitude) to that grid,
+  then summed as integers. The two group sums and the destination register are aligned to their
+  largest exponent (rounded again), added, and renormalised to 24 mantissa bits (fp32 dest) or 8
+  (bf16 dest), rounding half away from zero.
+- The packer rounds an fp32 destination to bf16 half away from zero, and flushes bf16 denormals.
+
+A matmul's destination takes, per 32-wide K tile, every fidelity phase over the tile's two
+16-wide K faces (phase by phase: the LLK's MOP loops the phases outside the tile's MVMULs).
+Integer arithmetic on numpy arrays (int16 per product), one K face at a time: exact, and work grows with
+M x N x K x phases, so fidelity_matmul uses it only up to EXACT_PRODUCTS (formats.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FACE = 16  # K per MVMUL
+GROUP = 8  # products aligned together
+PHASE_ORDER = {"lofi": (0,), "hifi2": (0, 1), "hifi3": (0, 1, 2), "hifi4": (0, 1, 2, 3)}
+
+
+def u32(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.int64)
+
+
+def src_register(x: np.ndarray, storage: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(sign, exponent, 11-bit mantissa with the hidden 1; 0 where the value is zero) of values as
+    srcA/srcB hold them: TF32 truncated from f32, bf16 as stored (`storage` names which)."""
+    bits = u32(x) & (0xFFFFE000 if storage in ("f32", "tf32") else 0xFFFF0000)
+    v = bits >> 13  # the 19-bit register value
+    sign = v >> 18
+    exp = (v >> 10) & 255
+    zero = (v & 0x3FFFF) < 0x400
+    man = np.where(zero, 0, (v & 0x3FF) | 0x400)
+    return sign, np.where(zero, 0, exp), man
+
+
+def _phase_adjust(phase: int) -> int:
+    return -127 - (5 if phase & 1 else 0) - (7 if phase & 2 else 0)
+
+
+def _bit_length(x: np.ndarray) -> np.ndarray:
+    """Bits of non-negative integers below 2**53 (0 -> 0)."""
+    return np.frexp(x.astype(np.float64))[1].astype(np.int64)
+
+
+def _shift_round(man: np.ndarray, diff: np.ndarray, minus: np.ndarray | int = 0) -> np.ndarray:
+    """man >> diff rounding half up (less `minus` at the tie), 0 once diff >= 31; diff >= 0."""
+    safe = np.minimum(diff, 31)
+    half = np.where(safe > 0, np.left_shift(1, np.maximum(safe - 1, 0)), 0)
+    shifted = np.where(safe > 0, (man + half - np.where(safe > 0, minus, 0)) >> safe, man)
+    return np.where(diff >= 31, 0, shifted)
+
+
+def accumulate(sops: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dst: np.ndarray, fp32_acc: bool) -> np.ndarray:
+    """fpu_accum_normalize_encode: group sums (sign, exponent, 25-bit-scale mantissa) added into the
+    destination's f32 bit patterns `dst` (bf16 ones in the high half without fp32_acc)."""
+    sign_d = dst >> 31
+    exp_d = (dst >> 23) & 255
+    man_d = np.where(exp_d == 0, 0, (dst & 0x7FFFFF) | 0x800000)
+    exp = exp_d
+    for _, e, _ in sops:
+        exp = np.maximum(exp, e)
+    man_d = _shift_round(man_d, exp - exp_d)
+    if not fp32_acc:
+        man_d = (man_d + (1 << 12)) & ~0x1FFF
+    total = man_d.copy()
+    for s, e, m in sops:
+        m = _shift_round(m, exp - e, s)
+        if not fp32_acc:
+            m = (m + (1 << 12) - s) & ~0x1FFF
+        total = np.where(s == sign_d, total + m, total - m)
+    sign = np.where(total < 0, sign_d ^ 1, sign_d)
+    man = np.abs(total)
+    shift = 24 - _bit_length(man)
+    exp = exp - shift
+    if not fp32_acc:
+        shift = shift - 16
+    right = np.maximum(-shift, 0)
+    man = np.where(shift < 0, _shift_round(man, right), man << np.maximum(shift, 0))
+    if not fp32_acc:
+        man = man << 16
+    exp = exp + ((man >> 24) & 1)
+    man = man & 0x7FFFFF
+    out = (sign << 31) | (np.minimum(exp, 255) << 23) | np.where(exp >= 255, 0, man)
+    return np.where((total == 0) | (exp <= 0), 0, out)
+
+
+# A zero operand's lanes: an exponent no product reaches, so they never raise a group's largest
+# exponent (ttsim gives them 0, which only matters for groups it then drops as underflowed). Small
+# enough in magnitude that every per-lane quantity fits int16 (half the memory traffic of int32).
+ZERO_EXP = -8000
+# A product (at most 12 bits) shifted this far right rounds to 0: alignment distances clamp here.
+FAR = 13
+
+
+def _operand(fields: tuple, phase: int, is_src_a: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(signed mantissa slice, exponent) of one operand for one phase, int16; zero lanes as above."""
+    sign, exp, man = fields
+    if is_src_a:
+        part = (man >> 1) & 31 if phase & 1 else man >> 6
+    else:
+        part = (man & 15) << 3 if phase & 2 else man >> 4
+    live = man != 0
+    return (np.where(sign == 1, -part, part) * live).astype(np.int16), np.where(live, exp, ZERO_EXP).astype(np.int16)
+
+
+def _group_sums(part0: np.ndarray, exp0: np.ndarray, part1: np.ndarray, exp1: np.ndarray,
+                adjust: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """One MVMUL's 16 products per output in two groups of 8, each aligned to its largest exponent
+    (every product rounded half up in magnitude), as (sign, exponent, mantissa << 13) per group.
+    part0/exp0: (..., 16, M) from srcB; part1/exp1: (..., 16, N) from srcA (lanes first, so the
+    reductions over a group run across whole (M, N) planes)."""
+    out = []
+    for g in range(FACE // GROUP):
+        lanes = slice(g * GROUP, (g + 1) * GROUP)
+        m = part0[..., lanes, :, None] * part1[..., lanes, None, :]  # signed products (..., 8, M, N)
+        e = exp0[..., lanes, :, None] + exp1[..., lanes, None, :]
+        top = e.max(axis=-3)
+        d = np.minimum(top[..., None, :, :] - e, FAR)
+        magnitude = np.abs(m)
+        aligned = ((magnitude << 1) + (np.int16(1) << d)) >> (d + 1)
+        total = np.where(m < 0, -aligned, aligned).sum(axis=-3, dtype=np.int64)
+        top = top.astype(np.int64) + adjust
+        live = top > 0
+        out.append((np.where(live & (total < 0), 1, 0), np.where(live, top, 0),
+                    np.where(live, np.abs(total) << 13, 0)))
+    return out
+
+
+def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity: str, fp32_acc: bool,
+                k_tile: int = 32) -> np.ndarray:
+    """a @ b in the destination register as f32 bit patterns (int64), K zero-padded to whole faces."""
+    k = a.shape[-1]
+    pad = -k % FACE
+    if pad:
+        a = np.concatenate([a, np.zeros(a.shape[:-1] + (pad,), np.float32)], axis=-1)
+        b = np.concatenate([b, np.zeros(b.shape[:-2] + (pad,) + b.shape[-1:], np.float32)], axis=-2)
+    f0 = src_register(np.swapaxes(a, -1, -2), storage[0])  # in0 in srcB, as (..., K, M)
+    f1 = src_register(b, storage[1])  # in1 in srcA: (..., K, N)
+    ops0 = {p: _operand(f0, p, False) for p in sorted({p & 2 for p in PHASE_ORDER[fidelity]})}
+    ops1 = {p: _operand(f1, p, True) for p in sorted({p & 1 for p in PHASE_ORDER[fidelity]})}
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    dst = np.zeros(batch + (a.shape[-2], b.shape[-1]), np.int64)
+    for start in range(0, a.shape[-1], k_tile):
+        for phase in PHASE_ORDER[fidelity]:
+            (p0, e0), (p1, e1) = ops0[phase & 2], ops1[phase & 1]
+            for f in range(start, min(start + k_tile, a.shape[-1]), FACE):
+                face = slice(f, f + FACE)
+                sops = _group_sums(p0[..., face, :], e0[..., face, :], p1[..., face, :], e1[..., face, :],
+                                   _phase_adjust(phase))
+                dst = accumulate(sops, dst, fp32_acc)
+    return dst
+
+
+def pack_bf16(bits: np.ndarray) -> np.ndarray:
+    """The packer's fp32 -> bf16: round half away from zero, NaN to inf, denormals to zero (as f32)."""
+    bits = np.asarray(bits, np.int64)
+    nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    bits = np.where(nan, (bits & 0x80000000) | 0x7F800000, bits)
+    value = (bits + 0x8000) >> 16
+    value = np.where((value & 0x7FFF) < 0x80, 0, value)
+    return (value << 16).astype(np.uint32).view(np.float32)
+
+
+def as_f32(bits: np.ndarray) -> np.ndarray:
+    return np.asarray(bits, np.int64).astype(np.uint32).view(np.float32)
+
+
+def add_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fp32_acc: bool) -> np.ndarray:
+    """ELWADD (a + b on the FPU) into a cleared destination, as f32 bit patterns (int64): the smaller
+    operand's 11-bit mantissa aligned to the larger's exponent (rounded half up), added, then
+    renormalised as the destination holds it."""
+    sa, ea, ma = src_register(a, storage[0])
+    sb, eb, mb = src_register(b, storage[1])
+    swap = ((ea << 10) | (ma & 0x3FF)) < ((eb << 10) | (mb & 0x3FF))  # keep |a| >= |b|
+    sa, sb = np.where(swap, sb, sa), np.where(swap, sa, sb)
+    ea, eb = np.where(swap, eb, ea), np.where(swap, ea, eb)
+    ma, mb = np.where(swap, mb, ma), np.where(swap, ma, mb)
+    d = ea - eb
+    mb = np.where(d >= 12, 0, _shift_round(mb, np.minimum(d, 12)))
+    total = np.where(sa == sb, ma + mb, ma - mb) << 13
+    dst = np.zeros(np.shape(total), np.int64)
+    return accumulate([(sa, ea, total)], dst, fp32_acc)
+
+
+def pack(x: np.ndarray, storage: str) -> np.ndarray:
+    """Destination values (f32) as the packer writes them in `storage`: bf16 rounded half away from
+    zero (a later nearest-even store leaves them as they are); other formats untouched here."""
+    if storage != "bf16":
+        return x
+    return pack_bf16(u32(x))

@@ -1,0 +1,76 @@
+"""A run's plan: what one AnalysisConfig resolves to (target, system descriptor, per-op settings)
+and the record the run is stored under."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from opbyop import __version__
+from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
+from opbyop.compiler.targets import Target, target_for
+from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds
+from opbyop.records import RunInfo
+
+
+class RunPlan(BaseModel):
+    """Everything a run's steps read, derived once from its AnalysisConfig."""
+
+    model_config = ConfigDict(frozen=True)
+
+    config: AnalysisConfig
+    target: Target
+    desc: SystemDesc
+    settings: AnalysisSettings
+
+    @classmethod
+    def from_config(cls, config: AnalysisConfig) -> RunPlan:
+        target = target_for(config.chip, config.mesh)
+        settings = AnalysisSettings(options=config.compiler, thresholds=config.thresholds or load_thresholds(),
+                                    seed=config.seed, run_device=config.run_device, run_golden=config.run_device,
+                                    device=config.device, pass_timing=config.pass_timing,
+                                    mesh=target.mesh_text, topology=target.topology.value)
+        return cls(config=config, target=target, desc=resolve(config.chip), settings=settings)
+
+    @property
+    def host_devices(self) -> int:
+        return self.target.chips  # host_devices(config)'s rule, on the target already resolved
+
+    @property
+    def whole_timeout(self) -> float:
+        """A whole model's time limit: never below ten minutes, whatever the per-op limit."""
+        return max(600.0, self.config.op_timeout_s)
+
+    def run_info(self, run_id: str) -> RunInfo:
+        """The run's record in the store."""
+        config = self.config
+        return RunInfo(run_id=run_id, models=config.models, chip=self.desc.chip,
+                       system_desc_sha256=self.desc.sha256, plugin_version=plugin_version(),
+                       opbyop_version=__version__, git_sha=git_sha(), options_key=config.options_key(),
+                       config=config.model_dump(mode="json"), mesh=self.target.mesh_text,
+                       topology=self.target.topology.value)
+
+
+def host_devices(config: AnalysisConfig) -> int:
+    """XLA:CPU devices a process that runs the config's goldens or upstream values needs: a sharded
+    op runs on a host mesh as large as its target (fixed when JAX starts: give it to prepare_jax or
+    OpWorker, never through the environment)."""
+    return target_for(config.chip, config.mesh).chips
+
+
+def git_sha() -> str:
+    """The checkout's commit, or "" outside a git checkout."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).resolve().parent).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def new_run_id() -> str:
+    """A fresh run id: when it started (UTC) and a random suffix."""
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:6]

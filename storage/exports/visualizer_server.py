@@ -1,0 +1,150 @@
+"""`opbyop visualize`: TT-NN Visualizer on 127.0.0.1 with a run's report loaded.
+
+The report (memory and performance folders) is written to a temporary directory, which also holds the
+visualizer's own data (its instance database, its event log): nothing is left in the user's home. The
+visualizer runs from its own environment (opbyop.visualizer) in a session of its own, since it starts
+gunicorn workers under it; Ctrl-C (or SIGTERM) stops that whole session and removes the directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from opbyop.errors import StoreError
+from opbyop.visualizer import locate
+from storage.dataset import Store
+from storage.exports.explorer_server import HOST, check_port, free_port
+from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, Report, export_visualizer
+
+START_TIMEOUT_S = 90.0
+
+
+@dataclass(frozen=True)
+class Served:
+    """A visualizer answering on `port` with the report opened as `instance_id`."""
+
+    port: int
+    instance_id: str
+    report: Report
+    folder: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/operations?instanceId={self.instance_id}"
+
+    def api(self, path: str) -> str:
+        """The address of one of the visualizer's API routes for this report."""
+        joiner = "&" if "?" in path else "?"
+        return f"http://{HOST}:{self.port}/api/{path}{joiner}instanceId={self.instance_id}"
+
+
+def _environment(home: Path) -> dict[str, str]:
+    """The visualizer's settings (its environment is its interface): its data under `home`, no browser
+    opened, no usage recorded."""
+    return {**os.environ, "HOME": str(home), "APP_DATA_DIRECTORY": str(home / "app"),
+            "REPORT_DATA_DIRECTORY": str(home / "data"), "LAUNCH_BROWSER_ON_START": "false",
+            "USAGE_RECORDING_DISABLED": "true", "FLASK_ENV": "production"}
+
+
+@contextmanager
+def running(store: Store, run_id: str, model: str | None = None, signature: str | None = None,
+            port: int | None = None, visualizer: Path | None = None) -> Iterator[tuple[Served, subprocess.Popen]]:
+    """The run's report exported and the visualizer serving it, for the block's duration; stopped and
+    its directory removed after."""
+    executable = locate(visualizer)
+    if port is None:
+        port = free_port()
+    else:
+        check_port(port)
+    with tempfile.TemporaryDirectory(prefix="opbyop-visualize-") as tmp:
+        folder = Path(tmp) / "report"
+        report = export_visualizer(store, run_id, folder, model, signature)
+        home = Path(tmp) / "home"
+        home.mkdir()
+        child = subprocess.Popen([str(executable), "--host", HOST, "--port", str(port)], env=_environment(home),
+                                 cwd=tmp, stdout=subprocess.DEVNULL, start_new_session=True)
+        try:
+            _wait_until_served(child, port)
+            instance_id = _open_report(port, folder)
+            yield Served(port=port, instance_id=instance_id, report=report, folder=folder), child
+        finally:
+            _stop(child)
+
+
+def serve(store: Store, run_id: str, model: str | None, signature: str | None, port: int | None,
+          visualizer: Path | None, announce: Callable[[str], None]) -> None:
+    """Serve the run's report until Ctrl-C; `announce` gets the page's address once it answers."""
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop cleans up like Ctrl-C
+    try:
+        with running(store, run_id, model, signature, port, visualizer) as (served, child):
+            announce(served.url)
+            try:
+                code = child.wait()
+            except KeyboardInterrupt:
+                return
+            raise StoreError(f"TT-NN Visualizer stopped by itself (exit status {code})",
+                             "run the command again; its messages are above")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _wait_until_served(child: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise StoreError(f"TT-NN Visualizer exited at start (exit status {child.returncode})",
+                             "its messages are above; `make visualizer` reinstalls it")
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{port}/api/up", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise StoreError(f"TT-NN Visualizer did not answer within {START_TIMEOUT_S:g} s",
+                     "the machine may be busy: run the command again")
+
+
+def _open_report(port: int, folder: Path) -> str:
+    """Open the report's folders in the visualizer, as its --profiler-path and --performance-path do;
+    the instance id its pages and API take."""
+    body = json.dumps({"profiler_path": str((folder / MEMORY_FOLDER).resolve()),
+                       "performance_path": str((folder / PERFORMANCE_FOLDER).resolve())}).encode()
+    request = urllib.request.Request(f"http://{HOST}:{port}/api/instance/local-paths", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.load(response)["instance_id"]
+    except OSError as e:
+        detail = e.read().decode(errors="replace") if hasattr(e, "read") else str(e)
+        raise StoreError(f"TT-NN Visualizer refused the report at {folder}: {detail}",
+                         "export it with `opbyop export visualizer` and load it in the visualizer to see why") from None
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Stop the visualizer and the gunicorn workers it started (its own session)."""
+    if child.poll() is None:
+        try:
+            os.killpg(child.pid, signal.SIGTERM)
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(child.pid, signal.SIGTERM)  # workers left behind by a visualizer that exited
+    except ProcessLookupError:
+        pass
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,114 @@
+"""opbyop's device model computes what tt-metal's kernels compute on ttsim, bit for bit: matmuls at
+several K, fidelities and accumulations, sums, maxima, bf16 adds.
+
+Each op is compiled, run on the model and on ttsim, and the two outputs compared by the analyzer
+(opbyop.device.ttsim.agreement). These need ttsim and ttnn's interpreter (`make ttsim`); without
+them they fail with the backend's own words, never skip.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opbyop.config import CompilerOptions
+from opbyop.device import fpu
+from opbyop.device.ttsim.agreement import principal_op
+from opbyop.device.ttsim.install import TtsimUnavailable, locate
+from opbyop.pipeline import prepare
+from opbyop.records import TtsimOutcome
+
+
+def matmul(m: int, k: int, n: int, dtype: str) -> str:
+    return f"""func.func @main(%a: tensor<{m}x{k}x{dtype}>, %b: tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}> {{
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<{m}x{k}x{dtype}>, tensor<{k}x{n}x{dtype}>) -> tensor<{m}x{n}x{dtype}>
+  return %0 : tensor<{m}x{n}x{dtype}>
+}}
+"""
+
+
+def reduce(kind: str, dim: int, dtype: str) -> str:
+    init = "0.0" if kind == "add" else "0xFF800000" if dtype == "f32" else "0xFF80"
+    out = "64" if dim == 1 else "96"
+    return f"""func.func @main(%a: tensor<64x96x{dtype}>) -> tensor<{out}x{dtype}> {{
+  %init = stablehlo.constant dense<{init}> : tensor<{dtype}>
+  %0 = stablehlo.reduce(%a init: %init) applies stablehlo.{kind} across dimensions = [{dim}] : (tensor<64x96x{dtype}>, tensor<{dtype}>) -> tensor<{out}x{dtype}>
+  return %0 : tensor<{out}x{dtype}>
+}}
+"""
+
+
+ADD_BF16 = """func.func @main(%a: tensor<64x96xbf16>, %b: tensor<64x96xbf16>) -> tensor<64x96xbf16> {
+  %0 = stablehlo.add %a, %b : tensor<64x96xbf16>
+  return %0 : tensor<64x96xbf16>
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def ttsim_ready(workspace_root):
+    try:
+        return locate("blackhole", workspace_root)
+    except TtsimUnavailable as e:
+        pytest.fail(f"ttsim is not set up here: {e}")
+
+
+def on_both(tmp_path, workspace, worker, settings, text: str, options: CompilerOptions | None = None):
+    """The module's one computing op, analysed on ttsim beside the model: its ttsim run."""
+    path = tmp_path / "op.mlir"
+    path.write_text(text)
+    run = prepare([str(path)], artifacts=workspace.artifacts)
+    assert not run.errors
+    (op,) = [u for u in run.unique if u.op_name != "stablehlo.constant"]
+    device = settings.device.model_copy(update={"backend": "ttsim"})
+    on_ttsim = settings.model_copy(update={"device": device, "options": options or CompilerOptions()})
+    result = worker.analyze(op, on_ttsim, timeout=600)
+    assert result.ttsim is not None and result.ttsim.outcome is TtsimOutcome.RAN, result.ttsim.message
+    return result.ttsim
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k, dtype, fidelity, fp32_acc", [(352, "f32", "hifi4", True), (64, "f32", "hifi2", False),
+                                                         (96, "f32", "lofi", True), (128, "bf16", "hifi4", None),
+                                                         (64, "bf16", "hifi3", False)])
+def test_matmuls_on_the_model_equal_ttsims_bit_for_bit(tmp_path, workspace, worker, settings, ttsim_ready,
+                                                       k, dtype, fidelity, fp32_acc):
+    options = CompilerOptions(math_fidelity=fidelity, fp32_dest_acc_en=fp32_acc)
+    run = on_both(tmp_path, workspace, worker, settings, matmul(64, k, 64, dtype), options)
+    assert run.agreement == "bit_equal", f"{run.agreement}, {run.max_ulps} ulps"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind, dim, dtype", [("add", 0, "bf16"), ("add", 1, "bf16"), ("maximum", 1, "f32"),
+                                              ("maximum", 0, "bf16")])
+def test_sums_and_maxima_on_the_model_equal_ttsims(tmp_path, workspace, worker, settings, ttsim_ready, kind, dim, dtype):
+    run = on_both(tmp_path, workspace, worker, settings, reduce(kind, dim, dtype))
+    assert run.agreement == "bit_equal", f"{run.agreement}, {run.max_ulps} ulps"
+
+
+@pytest.mark.slow
+def test_bf16_adds_on_the_model_equal_ttsims_ties_included(tmp_path, workspace, worker, settings, ttsim_ready):
+    run = on_both(tmp_path, workspace, worker, settings, ADD_BF16)
+    assert run.agreement == "bit_equal", f"{run.agreement}, {run.max_ulps} ulps"
+
+
+def test_a_bf16_add_halfway_between_two_values_rounds_away_from_zero():
+    """1 + 2**-8 lies halfway between bf16's 1 and 1 + 2**-7: nearest-even gives 1, the FPU 1 + 2**-7."""
+    a = np.array([1.0, -1.0, 1.0 + 2 ** -7], np.float32)
+    b = np.array([2 ** -8, -(2 ** -8), 2 ** -8], np.float32)
+    got = fpu.as_f32(fpu.add_bits(a, b, ("bf16", "bf16"), fp32_acc=False))
+    np.testing.assert_array_equal(got, [1.0 + 2 ** -7, -(1.0 + 2 ** -7), 1.0 + 2 ** -6])
+
+
+def test_the_packer_rounds_f32_to_bf16_half_away_from_zero():
+    halfway = np.array([1.0 + 2 ** -8, -(1.0 + 2 ** -8), 1.0 + 2 ** -8 - 2 ** -20], np.float32)
+    np.testing.assert_array_equal(fpu.pack(halfway, "bf16"), [1.0 + 2 ** -7, -(1.0 + 2 ** -7), 1.0])
+
+
+def test_a_conv2d_programs_disagreement_is_put_down_to_the_conv_not_the_data_movement_around_it():
+    program = ["ttnn.get_device", "ttnn.to_layout", "ttnn.permute", "ttnn.reshape", "ttnn.conv2d", "ttnn.reshape",
+               "ttnn.permute", "ttnn.deallocate"]
+    assert principal_op(program) == "ttnn.conv2d"
+    assert principal_op(["ttnn.full", "ttnn.reshape", "ttnn.add", "ttnn.sum"]) == "ttnn.sum"
+    assert principal_op(["ttnn.to_layout", "ttnn.full"]) == "ttnn.full"
+    assert principal_op(["ttnn.deallocate"]) is None
