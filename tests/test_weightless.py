@@ -28,7 +28,8 @@ def meta_entry(name: str, arch: str = "llama", layers: int = 1, **config) -> Zoo
 HISTOGRAM = ZooEntry(name="histogram", frontend="torch", factory="opbyop.frontends.models.small:histogram",
                      kwargs={"meta": True}, inputs=[InputSpec(shape=[4, 32])])
 ZOO = Zoo(models=[meta_entry("tiny-llama"), meta_entry("tiny-llama-4", layers=4),
-                  meta_entry("tiny-mixtral", arch="mixtral", layers=2, num_local_experts=4, num_experts_per_tok=2),
+                  meta_entry("tiny-mixtral", arch="mixtral", layers=2, num_local_experts=4, num_experts_per_tok=2,
+                             experts="grouped-dense"),
                   HISTOGRAM])
 
 
@@ -203,7 +204,8 @@ def test_jax_weights_given_by_shape_and_dtype_are_arguments_without_values():
 def test_the_real_size_configurations_are_in_the_zoo_tagged_for_a_nightly(zoo):
     names = {m.name for m in zoo.tagged("real-size")}
     assert names == {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "mistral-7b", "mixtral-8x7b",
-                     "whisper-large-v3-encoder", "llama-3.1-70b-galaxy"}
+                     "whisper-large-v3-encoder", "llama-3.1-70b-galaxy", "qwen3-30b-a3b", "gpt-oss-20b",
+                     "deepseek-v2-lite", "deepseek-v3", "qwen3.5-35b-a3b", "gemma-2-9b"}
     assert {m.name for m in zoo.tagged("llm")} < names and not names & {m.name for m in zoo.small()}
     assert "mlp" in {m.name for m in zoo.small()}
 

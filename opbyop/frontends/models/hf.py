@@ -93,32 +93,87 @@ REAL_SIZE: dict[str, dict[str, Any]] = {
                          num_local_experts=8, num_experts_per_tok=2, max_position_embeddings=32768,
                          rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None,
                          rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+    "qwen3-30b-a3b": dict(arch="qwen3_moe", vocab_size=151936, hidden_size=2048, intermediate_size=6144,
+                          moe_intermediate_size=768, num_hidden_layers=48, num_attention_heads=32,
+                          num_key_value_heads=4, head_dim=128, num_experts=128, num_experts_per_tok=8,
+                          norm_topk_prob=True, max_position_embeddings=40960, rms_norm_eps=1e-6,
+                          tie_word_embeddings=False, rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+    "gpt-oss-20b": dict(arch="gpt_oss", vocab_size=201088, hidden_size=2880, intermediate_size=2880,
+                        num_hidden_layers=24, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
+                        num_local_experts=32, num_experts_per_tok=4, sliding_window=128, swiglu_limit=7.0,
+                        attention_bias=True, max_position_embeddings=131072, rms_norm_eps=1e-5,
+                        tie_word_embeddings=False,
+                        rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0,
+                                             beta_slow=1.0, original_max_position_embeddings=4096, truncate=False)),
+    "deepseek-v2-lite": dict(arch="deepseek_v2", vocab_size=102400, hidden_size=2048, intermediate_size=10944,
+                             moe_intermediate_size=1408, num_hidden_layers=27, num_attention_heads=16,
+                             num_key_value_heads=16, n_shared_experts=2, n_routed_experts=64, num_experts_per_tok=6,
+                             first_k_dense_replace=1, kv_lora_rank=512, q_lora_rank=None, qk_nope_head_dim=128,
+                             qk_rope_head_dim=64, v_head_dim=128, topk_method="greedy", n_group=1, topk_group=1,
+                             routed_scaling_factor=1.0, norm_topk_prob=False, max_position_embeddings=163840,
+                             rms_norm_eps=1e-6, tie_word_embeddings=False,
+                             rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, beta_fast=32.0,
+                                                  beta_slow=1.0, mscale=0.707, mscale_all_dim=0.707,
+                                                  original_max_position_embeddings=4096)),
+    "deepseek-v3": dict(arch="deepseek_v3", vocab_size=129280, hidden_size=7168, intermediate_size=18432,
+                        moe_intermediate_size=2048, num_hidden_layers=61, num_attention_heads=128,
+                        num_key_value_heads=128, n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=8,
+                        first_k_dense_replace=3, kv_lora_rank=512, q_lora_rank=1536, qk_nope_head_dim=128,
+                        qk_rope_head_dim=64, v_head_dim=128, n_group=8, topk_group=4, routed_scaling_factor=2.5,
+                        norm_topk_prob=True, max_position_embeddings=163840, rms_norm_eps=1e-6,
+                        tie_word_embeddings=False,
+                        rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=40.0, beta_fast=32.0,
+                                             beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0,
+                                             original_max_position_embeddings=4096)),
+    "gemma-2-9b": dict(arch="gemma2", vocab_size=256000, hidden_size=3584, intermediate_size=14336,
+                       num_hidden_layers=42, num_attention_heads=16, num_key_value_heads=8, head_dim=256,
+                       query_pre_attn_scalar=256, sliding_window=4096, final_logit_softcapping=30.0,
+                       attn_logit_softcapping=50.0, hidden_activation="gelu_pytorch_tanh",
+                       max_position_embeddings=8192, rms_norm_eps=1e-6, tie_word_embeddings=True,
+                       rope_parameters=dict(rope_type="default", rope_theta=10000.0)),
+    # transformers' Qwen3.5-MoE text configuration is Qwen3.5-35B-A3B's (its defaults)
+    "qwen3.5-35b-a3b": dict(arch="qwen3_5_moe", vocab_size=248320, hidden_size=2048, num_hidden_layers=40,
+                            num_attention_heads=16, num_key_value_heads=2, head_dim=256, moe_intermediate_size=512,
+                            shared_expert_intermediate_size=512, num_experts=256, num_experts_per_tok=8,
+                            max_position_embeddings=32768, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                            use_cache=False),  # a cache of linear-attention layers alone cannot say its length
     "whisper-large-v3-encoder": dict(arch="whisper-encoder", d_model=1280, encoder_layers=32,
                                      encoder_attention_heads=20, encoder_ffn_dim=5120, num_mel_bins=128,
                                      max_source_positions=1500, vocab_size=51866),
 }
 
 _CAUSAL_LM = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
-              "mistral": ("MistralConfig", "MistralForCausalLM"), "mixtral": ("MixtralConfig", "MixtralForCausalLM")}
+              "mistral": ("MistralConfig", "MistralForCausalLM"), "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+              "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"), "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
+              "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM"),
+              "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
+              "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+              "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM")}
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
-def real_size(name: str, layers: int | None = None, dtype: str = "bfloat16") -> nn.Module:
-    """A published configuration from REAL_SIZE on the meta device (`layers` overrides the depth)."""
+def real_size(name: str, layers: int | None = None, dtype: str = "bfloat16", experts: str = "every-expert",
+              **overrides: Any) -> nn.Module:
+    """A published configuration from REAL_SIZE on the meta device (`layers` overrides the depth,
+    `overrides` any other field, e.g. first_k_dense_replace to keep a MoE layer in a short model)."""
     if name not in REAL_SIZE:
         raise ValueError(f"no real-size configuration named {name!r}; known: {', '.join(REAL_SIZE)}")
-    config = dict(REAL_SIZE[name])
+    config = {**REAL_SIZE[name], **overrides}
     arch = config.pop("arch")
     if layers is not None:
         config["encoder_layers" if arch == "whisper-encoder" else "num_hidden_layers"] = layers
-    return meta_model(arch, dtype=dtype, **config)
+    return meta_model(arch, dtype=dtype, experts=experts, **config)
 
 
-def meta_model(arch: str, dtype: str = "bfloat16", **config: Any) -> nn.Module:
-    """A transformers model of `arch` (llama, qwen2, mistral, mixtral, whisper-encoder) built from
-    `config` on the meta device: weights known by shape and dtype, buffers real (rebuilt on the CPU
-    from the configuration: rotary frequencies are what position chains are computed from)."""
+def meta_model(arch: str, dtype: str = "bfloat16", experts: str = "every-expert", **config: Any) -> nn.Module:
+    """A transformers model of `arch` (one of _CAUSAL_LM's, or whisper-encoder) built from `config`
+    on the meta device: weights known by shape and dtype, buffers real (rebuilt on the CPU from the
+    configuration: rotary frequencies are what position chains are computed from). A mixture of
+    experts is exported in the form `experts` names (opbyop.frontends.experts.FORMS)."""
+    # transformers and the experts' forms (which register with it): loaded only when a model is built
     import transformers
+
+    from opbyop.frontends.experts import use_expert_form
 
     if arch == "whisper-encoder":
         config_class, model_class = transformers.WhisperConfig, transformers.models.whisper.modeling_whisper.WhisperEncoder
@@ -132,6 +187,7 @@ def meta_model(arch: str, dtype: str = "bfloat16", **config: Any) -> nn.Module:
     with torch.device("meta"):
         model = model_class(settings).to(_DTYPES[dtype])
     _real_buffers(model, settings)
+    use_expert_form(model, experts)
     return FirstOutput(model, field)
 
 

@@ -1,0 +1,121 @@
+"""One mixture-of-experts layer at real size, its experts exported in each form, their ops analysed.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_experts.py [--models qwen3-30b-a3b ...]
+        [--forms grouped-dense every-expert] [--layers 1] [--timeout 120]
+
+Each model is the zoo's real-size configuration (meta-device weights, bf16, sequence 128) with
+`--layers` layers. Per form: the export and split time, the expert ops (those whose framework module
+is the layer's experts), their occurrences and unique count, and each unique expert op through
+compile, the simulated device and XLA:CPU in one op worker, with its status and seconds; peak RSS of
+this process and all its children. The dense-routed form (grouped-dense) multiplies every routed row
+(tokens*top_k) by every expert; every-expert runs every expert over each token once, in chunks.
+
+Qwen3-30B-A3B, one layer, p150, two shared cores: grouped-dense 93 unique expert ops in 819 s, its two
+matmuls (128x1024x2048 by 128x2048x1536; 128x1024x768 by 128x768x2048) without a result in 120 s;
+every-expert 40 unique expert ops, all success, in 29 s (largest: 24576x2048 by 2048x128, 4.6 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench_real_size import PeakRss
+from common import Figures
+
+from opbyop.compiler.system_desc import resolve
+from opbyop.config import AnalysisSettings, Zoo, ZooEntry, load_thresholds, load_zoo
+from opbyop.frontends.experts import EVERY_EXPERT, GROUPED
+from opbyop.pipeline import prepare
+from opbyop.worker.process import OpWorker
+
+
+@dataclass
+class FormFigures:
+    name: str
+    export_s: float = 0.0
+    ops: int = 0
+    expert_ops: int = 0
+    expert_unique: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    analyse_s: float = 0.0
+    slowest: list[tuple[str, str, float]] = field(default_factory=list)
+    peak_rss: int = 0
+    error: str = ""
+
+
+def entry(name: str, form: str, layers: int) -> ZooEntry:
+    base = load_zoo().get(name)
+    kwargs = {**base.kwargs, "layers": layers, "experts": form}
+    return base.model_copy(update={"name": f"{name}-{form}", "kwargs": kwargs})
+
+
+def measure(name: str, form: str, layers: int, chip, workspace: Path, timeout: float, rss: PeakRss) -> FormFigures:
+    figures = FormFigures(f"{name} ({layers} layer{'s' * (layers > 1)}) {form}")
+    rss.reset()
+    started = time.perf_counter()
+    zoo_entry = entry(name, form, layers)
+    run = prepare([zoo_entry.name], zoo=Zoo(models=[zoo_entry]))
+    figures.export_s = time.perf_counter() - started
+    if run.errors:
+        figures.error = "; ".join(run.errors.values())[:300]
+        return figures
+    experts = {r.signature for r in run.records if ".experts" in (r.provenance.module_path or "")}
+    figures.ops = len(run.records)
+    figures.expert_ops = sum(r.signature in experts for r in run.records)
+    unique = [op for op in run.unique if op.signature in experts]
+    figures.expert_unique = len(unique)
+    settings = AnalysisSettings(thresholds=load_thresholds())
+    analysed = time.perf_counter()
+    with OpWorker(chip.path, workspace, chip=chip.chip, name=f"bench-experts-{form}") as worker:
+        for op in unique:
+            t = time.perf_counter()
+            result = worker.analyze(op, settings, timeout=timeout)
+            seconds = time.perf_counter() - t
+            status = result.status.value
+            figures.statuses[status] = figures.statuses.get(status, 0) + 1
+            shapes = " x ".join("x".join(map(str, i.shape)) for i in op.inputs)
+            figures.slowest.append((f"{op.op_name} {shapes}", status if status == "success" else
+                                    f"{status}: {(result.message or '')[:80]}", seconds))
+    figures.analyse_s = time.perf_counter() - analysed
+    figures.peak_rss = rss.peak
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--models", nargs="*", default=["qwen3-30b-a3b"])
+    parser.add_argument("--forms", nargs="*", default=[GROUPED, EVERY_EXPERT])
+    parser.add_argument("--layers", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op (the CLI's default)")
+    parser.add_argument("--chip", default="p150")
+    args = parser.parse_args()
+    chip = resolve(args.chip)
+    workspace = Path(tempfile.mkdtemp(prefix="bench-experts-"))
+    runs: list[FormFigures] = []
+    with PeakRss() as rss:
+        for name in args.models:
+            for form in args.forms:
+                runs.append(measure(name, form, args.layers, chip, workspace, args.timeout, rss))
+    table = Figures("mixture-of-experts layers at real size: the experts' ops in each form",
+                    ["model, form", "export+split s", "ops", "expert ops", "expert unique", "statuses",
+                     "expert ops analysed s", "peak RSS GB (all processes)", "error"])
+    for r in runs:
+        table.add(r.name, f"{r.export_s:.1f}", r.ops, r.expert_ops, r.expert_unique,
+                  " ".join(f"{k}={v}" for k, v in sorted(r.statuses.items())), f"{r.analyse_s:.1f}",
+                  f"{r.peak_rss / 1e9:.2f}", r.error)
+    table.show()
+    for r in runs:
+        slow = Figures(f"five slowest expert ops of {r.name}", ["op", "status", "seconds"])
+        for op, status, seconds in sorted(r.slowest, key=lambda f: -f[2])[:5]:
+            slow.add(op[:110], status, f"{seconds:.1f}")
+        slow.show()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    main()
