@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Optional
@@ -311,13 +312,14 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
     """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
+    started = time.monotonic()
     try:
-        desc = resolve(chip)
+        desc = resolve(chip, notify=console.print)
     except OpbyopError as e:
         fail(e)
 
     console.print(f"{desc.chip}: {desc.path} ({desc.source}, schema {desc.schema_hash[:16]}..., "
-                  f"sha256 {desc.sha256[:16]}...)")
+                  f"sha256 {desc.sha256[:16]}...) in {time.monotonic() - started:.1f} s")
     if chip in BOARDS:
         board, target = BOARDS[chip], target_for(chip)
         console.print(f"{board.chips} chip(s), meshes {', '.join(f'{r}x{c}' for r, c in board.meshes)}, "
