@@ -17,7 +17,7 @@ import pytest
 
 from opbyop.analysis import OpAnalyzer
 from opbyop.compiler import system_desc
-from opbyop.compiler.assets import ensure_assets
+from opbyop.compiler.assets import Notices, ensure_assets
 from opbyop.compiler.boards import BOARDS, Board, DescriptorSource, Topology
 from opbyop.compiler.system_desc import CLUSTER_DIR, generate_mock, resolve
 from opbyop.compiler.targets import links_of, target_for, topology_of
@@ -114,7 +114,7 @@ def test_a_t3k_derived_from_the_p150_is_the_one_derived_from_the_plugins_eight_c
     shutil.copy(resolve("p150", check=False).path, tmp_path / "p150.ttsys")
     monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path)
     said: list[str] = []
-    desc = resolve("t3k", check=False, notify=said.append)
+    desc = resolve("t3k", check=False, notices=Notices(say=said.append))
     if system_desc.plugin_version() == "0.1.3":
         assert desc.sha256 == T3K_FROM_P150X8_SHA256
     assert not (tmp_path / "p150x8.ttsys").exists()  # no mock start of a mesh
@@ -122,7 +122,7 @@ def test_a_t3k_derived_from_the_p150_is_the_one_derived_from_the_plugins_eight_c
     assert "t3k system descriptor: derived by opbyop" in line and "mock mode cannot" in line
     assert "t3k_cluster_desc.yaml" in line and str(desc.path) in line
     said.clear()
-    resolve("t3k", check=False, notify=said.append)
+    resolve("t3k", check=False, notices=Notices(say=said.append))
     assert said == []  # nothing made the second time: nothing said
 
 

@@ -36,6 +36,7 @@ from flows.engine.summary import RunFailed, RunSummary
 from flows.hosting.cluster import dask_client
 from flows.hosting.handoff import Handoff
 from opbyop import __version__
+from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption, load_thresholds, load_zoo
@@ -87,8 +88,12 @@ class AnalyzeRun:
     modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
 
     def __post_init__(self) -> None:
-        self.clock = PhaseClock(self.handoff.phases, self.handoff.started)
-        self.desc = resolve(self.config.chip)
+        self.clock = PhaseClock(self.handoff.phases, self.handoff.started, self.handoff.flow_called)
+        self.clock.mark("flow start")
+        notices = Notices(say=self.logger.info)  # a first use of the chip makes its descriptor: said, and timed
+        with self.clock.phase("descriptor"):
+            self.desc = resolve(self.config.chip, notices=notices)
+        self.clock.reassign("descriptor", notices.seconds)
         self.target = target_for(self.config.chip, self.config.mesh)
         self.settings = AnalysisSettings(options=self.config.compiler,
                                          thresholds=self.config.thresholds or load_thresholds(),
@@ -137,23 +142,20 @@ class AnalyzeRun:
         from the caller that split it ahead; then deduplicated, with the values of constant-fed
         arguments computed upstream (opbyop.pipeline.prepare). The unique ops and the manifest are
         kept in the workspace."""
-        start, exporting = time.monotonic(), 0.0
-
         def one(spec: str, zoo, seed: int):  # noqa: ANN001, ANN202
-            nonlocal exporting
-            waited = time.monotonic()
-            outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed))).result()
-            exporting += time.monotonic() - waited
-            self.clock.add("export", outcome.seconds)
+            self.clock.mark("split")
+            with self.clock.phase(f"export {spec}"):  # waiting for it: it may have been exported ahead
+                outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed))).result()
+            self.clock.add(f"export {spec}", outcome.seconds)  # its own time, partly beside the start-up
             return outcome.triple
 
         prepared = prepare(self.config.models, load_zoo(), self.config.seed, prepare_one=one,
                            artifacts=self.workspace.artifacts, target=self.target, unshard=self.config.unshard)
-        self.clock.add("split", time.monotonic() - start - exporting)
         for spec, error in prepared.errors.items():
             self.logger.error("model %s produced no ops: %s", spec, error)
         self.keep(prepared)
         self.modules = store_modules(prepared, self.workspace.artifacts)  # each model's graph, for Model Explorer
+        self.clock.mark("split")
         return prepared
 
     def keep(self, prepared: Prepared) -> None:
@@ -232,14 +234,16 @@ class AnalyzeRun:
                 self.out.results[result.signature] = result
                 finished += 1
                 if finished == total:
-                    self.clock.add("fan-out", time.monotonic() - started)
+                    self.clock.add("ops", time.monotonic() - started)  # the ops' span
+                    self.clock.mark("fan-out")
                 if batches.add(result):
                     update_progress_artifact(progress, progress=100.0 * finished / max(1, total))
         finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
             if remaining:  # the run is stopping: the work in flight is cancelled and stopped
                 self.logger.warning("stopping the run's work on the cluster: %s", gate.close())
             batches.flush()
-            self.clock.add("store", batches.writing_seconds)
+            self.clock.add("store", batches.writing_seconds)  # inside the fan-out
+            self.clock.mark("whole model" if whole_futures and finished == total else "fan-out")
         if not self.out.interrupted:
             update_progress_artifact(progress, progress=100.0)
 
@@ -276,9 +280,9 @@ class AnalyzeRun:
             summary.phases = self.clock.as_dict()
             self.logger.warning(summary.line())
             return Cancelled(message=f"interrupted; {summary.line()}", data=summary)
-        self._artifacts(summary)
         report_path = self.workspace.root / "reports" / f"{self.run_id}.html"
         with self.clock.phase("report"):
+            self._artifacts(summary)
             summary.report = str(publish(self.workspace.store, self.run_id, report_path, self.clock.as_dict()))
         summary.phases = self.clock.as_dict()
         self.store.update_run(run.model_copy(update={"phases": summary.phases}))

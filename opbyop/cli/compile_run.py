@@ -24,6 +24,7 @@ from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, 
                                        stored_op, worker_errors, worker_name)
 from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
+from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import BOARDS, target_for
 from opbyop.config import DeviceOptions, load_zoo
@@ -52,7 +53,7 @@ def _analyze(models: list[str], chip: str, settings, whole: bool, timeout: float
     settings = settings.model_copy(update={"mesh": target.mesh_text, "topology": target.topology.value})
     prepare_jax()
 
-    desc = resolve(chip)
+    desc = resolve(chip, notices=Notices(say=console.print))  # a first use makes it: said, with why
     zoo = load_zoo()
     if inputs:  # a user factory with explicit input shapes
         specs = input_specs(inputs)
@@ -314,7 +315,7 @@ def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to valid
     """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
     started = time.monotonic()
     try:
-        desc = resolve(chip, notify=console.print)
+        desc = resolve(chip, notices=Notices(say=console.print))
     except OpbyopError as e:
         fail(e)
 

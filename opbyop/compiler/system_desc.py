@@ -16,8 +16,9 @@ Every descriptor is checked up front: FlatBuffers identifier TTSY and the plugin
 user's descriptor must also compile a tiny module (in a child process, whose death is reported):
 a descriptor whose header is right but whose body is corrupt would otherwise make every op of a
 run a compiler crash. The verdict is cached by the file's sha256.
-What is made the first time (a mock start, a derivation, a check) is said through `notify`, with why:
-each costs seconds, and a command that says nothing for that long looks hung.
+What is made the first time (a mock start, a derivation, a check) is said through the caller's
+Notices (opbyop.compiler.assets), with why: each costs seconds, and a command that says nothing for
+that long looks hung.
 """
 
 from __future__ import annotations
@@ -32,13 +33,12 @@ import sys
 import textwrap
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
 
 from pydantic import BaseModel
 
 from opbyop.atomic import atomic_path, write_bytes
 from opbyop.environment import environment
-from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
+from opbyop.compiler.assets import Notices, ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
 from opbyop.compiler.boards import BOARDS, DescriptorSource, boards_from
 from opbyop.compiler.wormhole_descs import wormhole_mesh
@@ -48,13 +48,6 @@ from opbyop.errors import SystemDescError
 CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
 _FIX_SCHEMA = ("use a descriptor made by this plugin version: `opbyop system-desc p150` makes one, or "
                "collect one on hardware with the same tt-mlir runtime (ttrt query --save-artifacts)")
-
-
-Notify = Callable[[str], None]  # told what is being made the first time, and why
-
-
-def _quiet(_: str) -> None:
-    pass
 
 
 class SystemDesc(BaseModel):
@@ -107,18 +100,18 @@ def vendored_path(board: str) -> Path:
     return config_dir() / "system_descs" / f"{board}.ttsys"
 
 
-def generate_wormhole(board: str, out: Path, notify: Notify = _quiet) -> Path:
+def generate_wormhole(board: str, out: Path, notices: Notices | None = None) -> Path:
     """Derive the mesh `board` (a derived board: n300, t3k) into `out`. Derivation takes milliseconds:
     it is redone every time, and the file rewritten only when its bytes change (never a stale cache)."""
-    record = BOARDS[board]
+    record, notices = BOARDS[board], notices or Notices()
     if record.layout_from is None or record.chip_from is None:
         raise SystemDescError(f"{board}'s descriptor is not derived from other boards",
                               f"use one of {', '.join(boards_from(DescriptorSource.DERIVED))}")
-    base = resolve(record.layout_from, check=False, notify=notify).path.read_bytes()
-    chip = resolve(record.chip_from, check=False, notify=notify).path.read_bytes()
-    data = wormhole_mesh(base, chip, ensure_assets() / CLUSTER_DIR / record.cluster_yaml)
+    base = resolve(record.layout_from, check=False, notices=notices).path.read_bytes()
+    chip = resolve(record.chip_from, check=False, notices=notices).path.read_bytes()
+    data = wormhole_mesh(base, chip, ensure_assets(notices=notices) / CLUSTER_DIR / record.cluster_yaml)
     if not out.exists() or out.read_bytes() != data:
-        notify(f"{board} system descriptor: derived by opbyop ({record.chips} Wormhole chips of the {record.chip_from} "
+        notices.say(f"{board} system descriptor: derived by opbyop ({record.chips} Wormhole chips of the {record.chip_from} "
                f"on the {record.layout_from}'s layout, links from UMD's {record.cluster_yaml}): the plugin's mock "
                f"mode cannot write Wormhole descriptors; written to {out}")
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -126,19 +119,21 @@ def generate_wormhole(board: str, out: Path, notify: Notify = _quiet) -> Path:
     return out
 
 
-def generate_mock(board: str, out: Path, notify: Notify = _quiet) -> Path:
+def generate_mock(board: str, out: Path, notices: Notices | None = None) -> Path:
     """Have the plugin describe `board` in tt-metal's mock mode; write the descriptor to `out`."""
     mock = boards_from(DescriptorSource.MOCK)
     if board not in mock:
         raise SystemDescError(f"no mock cluster descriptor for {board!r}",
                               f"use one of {', '.join(mock)} or pass a .ttsys path")
-    chips = BOARDS[board].chips
+    chips, notices = BOARDS[board].chips, notices or Notices()
     cost = "its firmware: about 10 s" if chips == 1 else f"its firmware and fabric for {chips} chips: about 15 s a chip"
-    notify(f"{board} system descriptor: first use with jax-tt-plugin {plugin_version()}, so the plugin writes it in "
+    notices.say(f"{board} system descriptor: first use with jax-tt-plugin {plugin_version()}, so the plugin writes it in "
            f"tt-metal's mock mode (it builds {cost}); cached in {out.parent}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with startup_lock():
-        assets = ensure_assets()
+    with startup_lock(notices):
+        if out.exists():  # another process made it while this one waited
+            return out
+        assets = ensure_assets(notices=notices)
         tmp = private_tmpdir(out.parent / f".tmp-{board}-{os.getpid()}", assets)
         cluster_yaml = assets / CLUSTER_DIR / BOARDS[board].cluster_yaml
         env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
@@ -175,18 +170,20 @@ def _trial_script(out: Path) -> str:
     """)
 
 
-def check_by_compiling(desc: SystemDesc, timeout: float = 600.0, notify: Notify = _quiet) -> None:
+def check_by_compiling(desc: SystemDesc, timeout: float = 600.0, notices: Notices | None = None) -> None:
     """Compile a tiny module for `desc` in a child process; a descriptor the compiler cannot use
     (it fails, or dies) raises SystemDescError with the compiler's last words. Cached by sha256."""
-    verdict = cache_dir() / "checked" / f"{desc.sha256}.ok"
+    verdict, notices = cache_dir() / "checked" / f"{desc.sha256}.ok", notices or Notices()
     if verdict.exists():
         return
-    notify(f"{desc.chip} system descriptor: checked by compiling a one-op module with it (first use of these "
+    notices.say(f"{desc.chip} system descriptor: checked by compiling a one-op module with it (first use of these "
            f"bytes, {desc.sha256[:12]}...; a few seconds): a corrupt body would make every op a compiler crash")
     verdict.parent.mkdir(parents=True, exist_ok=True)
     work = verdict.parent / f".trial-{os.getpid()}"
-    with startup_lock():
-        tmp = private_tmpdir(work / "tmp", ensure_assets())
+    with startup_lock(notices):
+        if verdict.exists():  # another process checked it while this one waited
+            return
+        tmp = private_tmpdir(work / "tmp", ensure_assets(notices=notices))
         env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp),
                "TT_COMPILE_ONLY_SYSTEM_DESC": str(Path(desc.path).resolve())}
         try:
@@ -217,23 +214,23 @@ def check_by_compiling(desc: SystemDesc, timeout: float = 600.0, notify: Notify 
         _FIX_SCHEMA)
 
 
-def _board_descriptor(board: str, source: DescriptorSource, notify: Notify) -> Path:
+def _board_descriptor(board: str, source: DescriptorSource, notices: Notices) -> Path:
     if source is DescriptorSource.VENDORED:
         return vendored_path(board)
     path = cache_dir() / f"{board}.ttsys"
     if source is DescriptorSource.DERIVED:
-        return generate_wormhole(board, path, notify)
-    return path if path.exists() else generate_mock(board, path, notify)
+        return generate_wormhole(board, path, notices)
+    return path if path.exists() else generate_mock(board, path, notices)
 
 
-def plugin_schema_hash(notify: Notify = _quiet) -> str:
+def plugin_schema_hash(notices: Notices | None = None) -> str:
     """The schema hash of descriptors this plugin writes (read from its own p150 descriptor)."""
-    return resolve("p150", check=False, notify=notify).schema_hash
+    return resolve("p150", check=False, notices=notices).schema_hash
 
 
-def resolve(chip: str, check: bool = True, notify: Notify = _quiet) -> SystemDesc:
+def resolve(chip: str, check: bool = True, notices: Notices | None = None) -> SystemDesc:
     """A validated descriptor for `chip` (a board of opbyop.compiler.boards) or for a .ttsys path;
-    `notify` is told what is made the first time (a mock start, a derivation, a check) and why."""
+    `notices` is told what is made the first time (a mock start, a derivation, a check) and why."""
     board = BOARDS.get(chip)
     if board is None:
         path = Path(chip)
@@ -243,14 +240,14 @@ def resolve(chip: str, check: bool = True, notify: Notify = _quiet) -> SystemDes
             raise SystemDescError(f"unknown chip {chip!r}", f"use one of {', '.join(BOARDS)} or a .ttsys path")
         desc = _describe(path, path.stem, "user")
     else:
-        desc = _describe(_board_descriptor(chip, board.source, notify), chip, board.source.value)
+        desc = _describe(_board_descriptor(chip, board.source, notices), chip, board.source.value)
     if check and desc.source != "mock":
-        expected = plugin_schema_hash(notify)
+        expected = plugin_schema_hash(notices)
         if desc.schema_hash != expected:
             raise SystemDescError(
                 f"{desc.path} has system-desc schema {desc.schema_hash[:12]}..., but jax-tt-plugin "
                 f"{plugin_version()} expects {expected[:12]}...; the compiler would stop at TTNN with "
                 "'system desc schema mismatch'", _FIX_SCHEMA)
     if check and desc.source in ("user", "derived"):
-        check_by_compiling(desc, notify=notify)
+        check_by_compiling(desc, notices=notices)
     return desc
