@@ -197,3 +197,33 @@ def test_a_record_that_contradicts_itself_is_refused_with_the_fix():
 def test_one_topology_reads_the_spellings_older_device_runs_stored():
     assert DeviceRun(topology="mesh2d").topology == DeviceRun(topology="2d").topology == "2d"
     assert Topology("torus2d") is Topology.TORUS_2D and Topology("linear") is Topology.LINEAR
+
+
+@pytest.mark.slow
+def test_the_shipped_descriptors_are_what_the_plugin_writes_and_a_refused_one_falls_back_to_the_plugin(
+        monkeypatch, tmp_path):
+    if not system_desc.shipped_path("p150").exists():
+        pytest.skip(f"nothing shipped for jax-tt-plugin {system_desc.plugin_version()}: the plugin makes them")
+    # the plugin itself, in mock mode, writes the very bytes opbyop ships for its version
+    made = generate_mock("p150", tmp_path / "made" / "p150.ttsys")
+    assert made.read_bytes() == system_desc.shipped_path("p150").read_bytes()
+    # a shipped file the compiler refuses is said, and the plugin makes the descriptor instead
+    corrupt = tmp_path / "shipped" / "p100.ttsys"
+    corrupt.parent.mkdir()
+    data = bytearray(system_desc.shipped_path("p150").read_bytes())
+    data[200:260] = bytes(60)  # a body the header checks cannot see
+    corrupt.write_bytes(bytes(data))
+    asked: list[Path] = []
+
+    def mock_script(cluster_yaml: Path, out: Path) -> str:  # the plugin's mock mode takes seconds: a copy stands in
+        asked.append(cluster_yaml)
+        return f"import shutil; shutil.copy({str(made)!r}, {str(out)!r})"
+
+    monkeypatch.setattr(system_desc, "shipped_path", lambda board: tmp_path / "shipped" / f"{board}.ttsys")
+    monkeypatch.setattr(system_desc, "_mock_script", mock_script)
+    monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path / "cache")
+    said: list[str] = []
+    desc = resolve("p100", check=False, notices=Notices(say=said.append))
+    assert asked == [ensure_assets() / CLUSTER_DIR / "blackhole_P100.yaml"] and desc.path.read_bytes() == made.read_bytes()
+    assert any("the shipped p100 descriptor was refused" in line for line in said), said
+    assert any("tt-metal's mock mode" in line for line in said), said

@@ -4,6 +4,11 @@ Where a board's descriptor comes from is its record's `source` (opbyop.compiler.
 - mock (Blackhole boards): written by the plugin itself, running in tt-metal's mock mode with UMD's
   cluster descriptor for that board (a subprocess; the plugin deletes its descriptor file when the
   process exits, so the subprocess copies it while alive). Made once per plugin version, cached.
+  That start builds the plugin's firmware (and fabric, per chip): 10 s for a p150, about 30 s for a
+  p300, minutes for eight chips. So opbyop ships what the plugin version it pins writes
+  (configs/system_descs/jax-tt-plugin-<version>/); a first use checks the shipped file by compiling
+  (a few seconds) and caches it, and falls back to the mock start when the check fails or nothing
+  is shipped for the installed plugin (a test makes the p150's again and compares).
 - vendored (Wormhole n150): the plugin's mock mode cannot make it (it ships no Wormhole firmware
   toolchain); opbyop carries one made by re-encoding the Blackhole descriptor with n150 values
   (configs/system_descs/README.md), validated like any other.
@@ -93,6 +98,30 @@ def _mock_script(cluster_yaml: Path, out: Path) -> str:
         # the plugin deletes its descriptor when this process exits: copy it while alive
         shutil.copy(os.path.join(os.environ["TMPDIR"], "tt_pjrt_system_descriptor"), {str(out)!r})
     """)
+
+
+def shipped_path(board: str) -> Path:
+    """Where opbyop ships the descriptor this plugin version writes for the mock board `board`."""
+    return config_dir() / "system_descs" / f"jax-tt-plugin-{plugin_version()}" / f"{board}.ttsys"
+
+
+def adopt_shipped(board: str, out: Path, notices: Notices | None = None) -> Path | None:
+    """The shipped descriptor of `board`, checked by compiling and cached at `out`; None when none is
+    shipped for this plugin version or the compiler refuses it (said: the caller has the plugin make one)."""
+    shipped, notices = shipped_path(board), notices or Notices()
+    if not shipped.is_file():
+        return None
+    notices.say(f"{board} system descriptor: first use with jax-tt-plugin {plugin_version()}: opbyop ships the one "
+                f"this plugin version writes in mock mode ({shipped}); it is checked by compiling instead of "
+                "starting the plugin in mock mode (which builds its firmware)")
+    try:
+        check_by_compiling(_describe(shipped, board, DescriptorSource.MOCK.value), notices=notices)
+    except SystemDescError as e:
+        notices.say(f"the shipped {board} descriptor was refused ({e}); the plugin makes one instead")
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(out, shipped.read_bytes())
+    return out
 
 
 def vendored_path(board: str) -> Path:
@@ -220,7 +249,9 @@ def _board_descriptor(board: str, source: DescriptorSource, notices: Notices) ->
     path = cache_dir() / f"{board}.ttsys"
     if source is DescriptorSource.DERIVED:
         return generate_wormhole(board, path, notices)
-    return path if path.exists() else generate_mock(board, path, notices)
+    if path.exists():
+        return path
+    return adopt_shipped(board, path, notices) or generate_mock(board, path, notices)
 
 
 def plugin_schema_hash(notices: Notices | None = None) -> str:
