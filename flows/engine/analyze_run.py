@@ -118,6 +118,7 @@ class AnalyzeRun:
         prepared = self.prepare()
         store = self.store
         with store.writer() as writer:
+            self.clock.mark("store")  # the store's run lock, taken (another run may hold it)
             with self.clock.phase("store"):
                 run = writer.start(self.info())
                 writer.add_ops(prepared.records)
@@ -135,6 +136,7 @@ class AnalyzeRun:
                 run = writer.finish(run.model_copy(update={"ended_at": datetime.now(timezone.utc),
                                                            "phases": self.clock.as_dict()}),
                                     self.model_summaries(), status=self.run_status())
+        self.clock.mark("store")  # the writer's last batch, flushed as it closes
         return self.conclude(run)
 
     def prepare(self) -> Prepared:
@@ -191,7 +193,8 @@ class AnalyzeRun:
                     shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.desc.chip,
                                        self.settings, self.config.op_timeout_s, plugin.name, writer, self.logger)
         finally:
-            cluster.__exit__(None, None, None)
+            with self.clock.phase("cluster"):  # a cluster of the run's own takes seconds to stop
+                cluster.__exit__(None, None, None)
 
     def fan_out(self, client: Client, plugin: str, todo: list[UniqueOp], wholes: dict, writer: RunWriter) -> None:
         """One Prefect task per op (the whole models first: the longest jobs), results stored in
