@@ -18,10 +18,11 @@ PY312 ?= $(firstword $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12) \
 .PHONY: setup run test test-fast browser ttsim clean
 
 # uv installs the same wheels as pip, from the same places, in seconds instead of minutes. It reads no
-# pip configuration: pip's find-links (where the CPU torch wheel lies) and extra indexes are handed to it,
-# and every index counts as pip counts them (best match, not the first index naming a package).
+# pip configuration: pip's find-links (where the CPU torch wheel lies) and extra indexes, from every
+# scope pip reads (PIP_* variables, the user's, the machine's files), are handed to it, and every index
+# counts as pip counts them (best match, not the first index naming a package).
 UV := $(VENV)/bin/uv
-PIP_SETTING = $(shell python3 -m pip config get global.$(1) 2>/dev/null)
+PIP_SETTING = $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\.$(1)='\(.*\)'$$/\1/p" | sort -u)
 UV_SOURCES = --index-strategy unsafe-best-match $(addprefix --find-links ,$(call PIP_SETTING,find-links)) \
              $(addprefix --extra-index-url ,$(call PIP_SETTING,extra-index-url))
 
