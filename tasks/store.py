@@ -66,7 +66,7 @@ def report_markdown(summary: NightlySummary, report_path: Path | str, phases: di
             f"## Depth reached per model (op occurrences)\n\n{histogram}\n"
             f"## Ops blocking the most models\n\n{_markdown_table(summary.top_blockers, limit=20)}\n"
             f"## Top failure messages\n\n{_markdown_table(summary.top_failures, limit=20)}\n"
-            f"## Where the run's time went (phases overlap; total is the run's wall time)\n\n{timing}")
+            f"## Where the run's time went (its steps add up to the total, its wall time; what ran at the same time is marked beside)\n\n{timing}")
 
 
 @task(name="publish-run", task_run_name="publish-{run_id}", cache_policy=NONE, persist_result=False)

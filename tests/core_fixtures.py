@@ -22,7 +22,7 @@ DATA = Path(__file__).resolve().parent / "data"
 
 @pytest.fixture(scope="session")
 def p150():
-    """The Blackhole p150 descriptor, written by the plugin itself in mock mode (cached per machine)."""
+    """The Blackhole p150 descriptor the plugin writes in mock mode (shipped, checked; cached per machine)."""
     from opbyop.compiler.system_desc import resolve
 
     return resolve("p150")

@@ -17,7 +17,7 @@ import pytest
 
 from opbyop.analysis.analyzer import OpAnalyzer
 from opbyop.compiler import system_desc
-from opbyop.compiler.assets import ensure_assets
+from opbyop.compiler.assets import Notices, ensure_assets
 from opbyop.compiler.boards import BOARDS, Board, DescriptorSource, Topology
 from opbyop.compiler.system_desc import CLUSTER_DIR, generate_mock, resolve
 from opbyop.compiler.targets import links_of, target_for, topology_of
@@ -101,7 +101,29 @@ def test_a_new_derived_board_is_re_encoded_from_the_boards_its_record_names(adde
     monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path)
     desc = resolve("whpair", check=False)
     assert (desc.source, desc.path) == ("derived", tmp_path / "whpair.ttsys")
-    assert desc.path.read_bytes() == resolve("n300", check=False).path.read_bytes()  # the n300's very recipe
+    # the n300's recipe on the p300's layout: the same bytes as the n300's, derived from the p150's
+    assert desc.path.read_bytes() == resolve("n300", check=False).path.read_bytes()
+
+
+# The T3K derived from the plugin's own 8-chip Blackhole mesh (p150x8, minutes of mock start), measured
+# with jax-tt-plugin 0.1.3: deriving it from the p150 instead must give these very bytes.
+T3K_FROM_P150X8_SHA256 = "84a6ca1ef4a81e3c365a66ad3eeccc3333e403dd477be8f44dfe7f3e867a6bff"
+
+
+def test_a_t3k_derived_from_the_p150_is_the_one_derived_from_the_plugins_eight_chip_mesh(monkeypatch, tmp_path):
+    shutil.copy(resolve("p150", check=False).path, tmp_path / "p150.ttsys")
+    monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path)
+    said: list[str] = []
+    desc = resolve("t3k", check=False, notices=Notices(say=said.append))
+    if system_desc.plugin_version() == "0.1.3":
+        assert desc.sha256 == T3K_FROM_P150X8_SHA256
+    assert not (tmp_path / "p150x8.ttsys").exists()  # no mock start of a mesh
+    (line,) = said  # said once, with what it is made from and why
+    assert "t3k system descriptor: derived by opbyop" in line and "mock mode cannot" in line
+    assert "t3k_cluster_desc.yaml" in line and str(desc.path) in line
+    said.clear()
+    resolve("t3k", check=False, notices=Notices(say=said.append))
+    assert said == []  # nothing made the second time: nothing said
 
 
 def test_errors_that_list_boards_name_the_new_ones(added):
@@ -158,7 +180,7 @@ def test_each_boards_record_agrees_with_its_cluster_descriptor_and_the_boards_it
         assert topology_of(links_of(path), board.chips) is board.topology, name
         if board.source is DescriptorSource.DERIVED:
             layout, chip = BOARDS[board.layout_from], BOARDS[board.chip_from]
-            assert (layout.source, layout.chips) == (DescriptorSource.MOCK, board.chips), name
+            assert layout.source is DescriptorSource.MOCK, name
             assert (chip.chips, chip.arch) == (1, board.arch), name
 
 
@@ -175,3 +197,33 @@ def test_a_record_that_contradicts_itself_is_refused_with_the_fix():
 def test_one_topology_reads_the_spellings_older_device_runs_stored():
     assert DeviceRun(topology="mesh2d").topology == DeviceRun(topology="2d").topology == "2d"
     assert Topology("torus2d") is Topology.TORUS_2D and Topology("linear") is Topology.LINEAR
+
+
+@pytest.mark.slow
+def test_the_shipped_descriptors_are_what_the_plugin_writes_and_a_refused_one_falls_back_to_the_plugin(
+        monkeypatch, tmp_path):
+    if not system_desc.shipped_path("p150").exists():
+        pytest.skip(f"nothing shipped for jax-tt-plugin {system_desc.plugin_version()}: the plugin makes them")
+    # the plugin itself, in mock mode, writes the very bytes opbyop ships for its version
+    made = generate_mock("p150", tmp_path / "made" / "p150.ttsys")
+    assert made.read_bytes() == system_desc.shipped_path("p150").read_bytes()
+    # a shipped file the compiler refuses is said, and the plugin makes the descriptor instead
+    corrupt = tmp_path / "shipped" / "p100.ttsys"
+    corrupt.parent.mkdir()
+    data = bytearray(system_desc.shipped_path("p150").read_bytes())
+    data[200:260] = bytes(60)  # a body the header checks cannot see
+    corrupt.write_bytes(bytes(data))
+    asked: list[Path] = []
+
+    def mock_script(cluster_yaml: Path, out: Path) -> str:  # the plugin's mock mode takes seconds: a copy stands in
+        asked.append(cluster_yaml)
+        return f"import shutil; shutil.copy({str(made)!r}, {str(out)!r})"
+
+    monkeypatch.setattr(system_desc, "shipped_path", lambda board: tmp_path / "shipped" / f"{board}.ttsys")
+    monkeypatch.setattr(system_desc, "_mock_script", mock_script)
+    monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path / "cache")
+    said: list[str] = []
+    desc = resolve("p100", check=False, notices=Notices(say=said.append))
+    assert asked == [ensure_assets() / CLUSTER_DIR / "blackhole_P100.yaml"] and desc.path.read_bytes() == made.read_bytes()
+    assert any("the shipped p100 descriptor was refused" in line for line in said), said
+    assert any("tt-metal's mock mode" in line for line in said), said

@@ -17,7 +17,7 @@ from opbyop.worker.process import OpWorker, RunStopped
 
 
 def test_the_project_makes_its_own_p150_descriptor(p150):
-    assert p150.source == "mock"  # written by the plugin in tt-metal's mock mode, not copied
+    assert p150.source == "mock"  # written by the plugin in tt-metal's mock mode (shipped for its version, or made here)
     data = p150.path.read_bytes()
     assert read_root(data).identifier == "TTSY"
     assert plugin_schema_hash() == p150.schema_hash

@@ -10,6 +10,7 @@ import pytest
 from distributed import Client, LocalCluster
 
 from flows.analyze import RunFailed, RunSummary, analyze, new_run_id
+from flows.engine.phases import time_line
 from flows.nightly import nightly
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions
 from opbyop.records import Status
@@ -53,10 +54,12 @@ def test_analyze_fans_out_one_task_per_op_and_stores_every_result(harness, home)
     assert len({r.worker for r in results}) == 2  # both Dask workers did work
     assert summary.whole == {"mlp": "success"} and (home / "reports" / f"{summary.run_id}.html").exists()
     # where the time went: every phase of the run, in the run record too
-    assert {"export", "split", "cluster", "warm-up", "fan-out", "whole model", "store", "report",
-            "total"} <= set(summary.phases)
+    assert {"descriptor", "export mlp", "split", "cluster", "warm-up", "fan-out", "whole model (beside)", "store",
+            "report", "total"} <= set(summary.phases)
     assert all(seconds >= 0 for seconds in summary.phases.values())
     assert summary.phases["total"] >= summary.phases["fan-out"] > 0
+    steps = time_line(summary.phases)  # every second on one step: the steps add up to the total
+    assert abs(sum(steps.values()) - summary.phases["total"]) < 0.05 and steps["other"] < 1.0, summary.phases
     assert store.run(summary.run_id).phases == summary.phases and store.run(summary.run_id).status == "completed"
     html = (home / "reports" / f"{summary.run_id}.html").read_text()
     assert 'id="phases-chart"' in html and '"fan-out":' in html  # the report shows them

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import typer
 
 from flows.cli.launching import FlowThread, Launch, defaults_for_laptop, stop_and_wait, wait_while
-from flows.cli.progress import copy_manifest, print_summary, progress_from_store, say
+from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
 from flows.engine.run_ids import new_run_id
 from flows.engine.summary import summary_of
 from flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
@@ -128,7 +128,8 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
                                     command.config.export)
         from flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
 
-        config = _on_address(command.config, launch.wait())
+        with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
+            config = _on_address(command.config, launch.wait(busy_until=time.monotonic()))
         flow_thread = FlowThread("analyze-flow", lambda: analyze_flow(
             config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch.handoff)
         flow_thread.start()
@@ -244,7 +245,7 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     try:
         from flows.nightly import nightly as nightly_flow  # prefect, dask: loaded only when used
 
-        cluster = ClusterConfig(address=launch.wait() or address, workers=workers)
+        cluster = ClusterConfig(address=launch.wait(busy_until=time.monotonic()) or address, workers=workers)
         flow_thread = FlowThread("nightly-flow", lambda: nightly_flow(
             config_file=str(config_file) if config_file else None, models=models or None,
             expectations_file=str(expectations) if expectations else None, cluster=cluster, return_state=True),

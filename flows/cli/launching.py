@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
 
+import psutil
 import typer
 
+from flows.engine.phases import BESIDE, OTHER
 from flows.hosting.handoff import Handoff, handing_off
 from flows.hosting.server import PrefectApi, drain_prefect
 from flows.hosting.settings import apply_defaults
 from flows.cli.progress import say
+from opbyop.compiler.assets import Notices
+from opbyop.compiler.system_desc import resolve
 from opbyop.errors import OpbyopError
 
 STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
@@ -31,12 +35,13 @@ def defaults_for_laptop() -> None:
 
 class Launch:
     """What one CLI run starts, all at once from this (the main) thread, and stops together: the
-    Prefect server and the Dask cluster."""
+    Prefect server and the Dask cluster; beside them the chip's system descriptor is made if this is
+    its first use (said on screen, with why)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
         from flows.hosting.cluster import ClusterProcess  # dask: loaded only when used
 
-        self.handoff = Handoff()
+        self.handoff = Handoff(started=_process_started())
         self.api = PrefectApi(log_dir)
         if self.api.started_here:  # before Prefect is imported, which reads it once
             os.environ["PREFECT_API_URL"] = self.api.url or ""
@@ -44,14 +49,34 @@ class Launch:
         self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
         if self.cluster is not None:
             self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
+        self.notices = Notices(say=lambda text: say(text))
+        self._waits["descriptor"] = _Started.watch(lambda: resolve(chip, notices=self.notices), self.handoff.started)
 
-    def wait(self) -> str | None:
-        """Wait for the server and the cluster; the cluster's address (None: the one given)."""
-        for name, started in self._waits.items():
+    def wait(self, busy_until: float) -> str | None:
+        """Wait for the server, the cluster and the descriptor; put the start-up on the run's time line
+        (this thread was busy until `busy_until`, importing); the cluster's address (None: the one given)."""
+        for started in self._waits.values():
             started.join()
-            if name != "server" or self.api.started_here:
-                self.handoff.phases[name] = started.seconds
+        self.handoff.phases.update(self._time_line(busy_until))
         return self._waits["cluster"].value if "cluster" in self._waits else None
+
+    def _time_line(self, busy_until: float) -> dict[str, float]:
+        """The start-up's steps: this thread's own work, then each start-up the run was still waiting
+        for, in the order they ended (each charged from the previous end: the critical path); each
+        start-up's own time beside. The descriptor's lock waits and plugin unpacking are their own steps."""
+        line, cursor = {"imports": busy_until - self.handoff.started}, busy_until
+        for name, started in sorted(self._waits.items(), key=lambda kv: kv[1].ended):
+            if started.ended > cursor:
+                line[name], cursor = started.ended - cursor, started.ended
+            line[name + BESIDE] = started.seconds
+        for part, seconds in self.notices.seconds.items():  # on the path only as far as the descriptor is
+            moved = min(seconds, line.get("descriptor", 0.0))
+            if moved:
+                line["descriptor"] -= moved
+                line[part] = moved
+        self.handoff.flow_called = time.monotonic()
+        line[OTHER] = self.handoff.flow_called - cursor
+        return line
 
     def close(self) -> None:
         """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
@@ -62,13 +87,19 @@ class Launch:
                 child.close(wait=False)  # their supervisors finish the job, after this process too
 
 
+def _process_started() -> float:
+    """When this process started, on time.monotonic()'s clock: a run's time line starts with the command."""
+    return time.monotonic() - max(0.0, time.time() - psutil.Process().create_time())
+
+
 @dataclass
 class _Started:
     """A start-up's wait() running in a thread, timed on its own."""
 
     thread: threading.Thread
     value: Any = None
-    seconds: float = 0.0
+    seconds: float = 0.0  # from the run's start to its end
+    ended: float = 0.0  # time.monotonic() when it ended
     error: BaseException | None = None
 
     @classmethod
@@ -78,9 +109,11 @@ class _Started:
         def run() -> None:
             try:
                 started.value = wait()
-                started.seconds = time.monotonic() - since
             except BaseException as e:
                 started.error = e
+            finally:
+                started.ended = time.monotonic()
+                started.seconds = started.ended - since
 
         started.thread = threading.Thread(target=run, daemon=True)
         started.thread.start()

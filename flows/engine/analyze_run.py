@@ -33,6 +33,7 @@ from flows.engine.phases import PhaseClock, format_phases
 from flows.engine.summary import RunFailed, RunSummary
 from flows.hosting.cluster import dask_client
 from flows.hosting.handoff import Handoff
+from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import SystemDesc
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
 from opbyop.errors import OpbyopError
@@ -75,8 +76,12 @@ class AnalyzeRun:
     modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
 
     def __post_init__(self) -> None:
-        self.clock = PhaseClock(self.handoff.phases, self.handoff.started)
-        self.plan = RunPlan.from_config(self.config)
+        self.clock = PhaseClock(self.handoff.phases, self.handoff.started, self.handoff.flow_called)
+        self.clock.mark("flow start")
+        notices = Notices(say=self.logger.info)  # a first use of the chip makes its descriptor: said, and timed
+        with self.clock.phase("descriptor"):
+            self.plan = RunPlan.from_config(self.config, notices=notices)
+        self.clock.reassign("descriptor", notices.seconds)
 
     @property
     def desc(self) -> SystemDesc:
@@ -97,10 +102,12 @@ class AnalyzeRun:
         """The whole run, from the split to the report; the flow's final state."""
         prepared = self.prepare()
         with self.store.writer() as writer:
+            self.clock.mark("store")  # the store's run lock, taken (another run may hold it)
             self.sink = StoreSink(writer, self.run_id, reuse=self.config.reuse_cached, phases=self.clock.as_dict,
                                   run=self.info(), logger=self.logger)
             self.out = run_engine(self.plan, prepared, self, self.sink, modules=self.modules,
                                   stop=self.handoff.stop.is_set, phase=self.clock.phase, logger=self.logger)
+        self.clock.mark("store")  # the writer's last batch, flushed as it closes
         return self.conclude(self.sink.run)
 
     def prepare(self) -> Prepared:
@@ -108,23 +115,20 @@ class AnalyzeRun:
         from the caller that split it ahead; then deduplicated, with the values of constant-fed
         arguments computed upstream (opbyop.run.engine.prepare_models). The unique ops and the manifest are
         kept in the workspace."""
-        start, exporting = time.monotonic(), 0.0
-
         def one(spec: str, zoo, seed: int):  # noqa: ANN001, ANN202
-            nonlocal exporting
-            waited = time.monotonic()
-            outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed)),
-                                         self.config.export).result()
-            exporting += time.monotonic() - waited
-            self.clock.add("export", outcome.seconds)
+            self.clock.mark("split")
+            with self.clock.phase(f"export {spec}"):  # waiting for it: it may have been exported ahead
+                outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed)),
+                                             self.config.export).result()
+            self.clock.add(f"export {spec}", outcome.seconds)  # its own time, partly beside the start-up
             return outcome.triple
 
         prepared = prepare_models(self.plan, self.workspace, prepare_one=one)
-        self.clock.add("split", time.monotonic() - start - exporting)
         for spec, error in prepared.errors.items():
             self.logger.error("model %s produced no ops: %s", spec, error)
         self.keep(prepared)
         self.modules = store_modules(prepared, self.workspace.artifacts)  # each model's graph, for Model Explorer
+        self.clock.mark("split")
         return prepared
 
     def keep(self, prepared: Prepared) -> None:
@@ -163,7 +167,8 @@ class AnalyzeRun:
                     shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.desc.chip,
                                        self.settings, self.config.op_timeout_s, plugin.name, self.sink.writer, self.logger)
         finally:
-            cluster.__exit__(None, None, None)
+            with self.clock.phase("cluster"):  # a cluster of the run's own takes seconds to stop
+                cluster.__exit__(None, None, None)
 
     def fan_out(self, client: Client, plugin: str, todo: list[UniqueOp], wholes: dict) -> None:
         """One Prefect task per op (the whole models first: the longest jobs), results stored in
@@ -205,14 +210,16 @@ class AnalyzeRun:
                 written = self.out.add(_op_result(future, futures.pop(future)))
                 finished += 1
                 if finished == total:
-                    self.clock.add("fan-out", time.monotonic() - started)
+                    self.clock.add("ops", time.monotonic() - started)  # the ops' span
+                    self.clock.mark("fan-out")
                 if written:
                     update_progress_artifact(progress, progress=100.0 * finished / max(1, total))
         finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
             if remaining:  # the run is stopping: the work in flight is cancelled and stopped
                 self.logger.warning("stopping the run's work on the cluster: %s", gate.close())
             batches.flush()
-            self.clock.add("store", batches.writing_seconds)
+            self.clock.add("store", batches.writing_seconds)  # inside the fan-out
+            self.clock.mark("whole model" if whole_futures and finished == total else "fan-out")
         if not self.out.interrupted:
             update_progress_artifact(progress, progress=100.0)
 
@@ -232,9 +239,9 @@ class AnalyzeRun:
             summary.phases = self.clock.as_dict()
             self.logger.warning(summary.line())
             return Cancelled(message=f"interrupted; {summary.line()}", data=summary)
-        self._artifacts(summary)
         report_path = self.workspace.root / "reports" / f"{self.run_id}.html"
         with self.clock.phase("report"):
+            self._artifacts(summary)
             summary.report = str(publish(self.workspace.store, self.run_id, report_path, self.clock.as_dict()))
         summary.phases = self.clock.as_dict()
         self.store.update_run(run.model_copy(update={"phases": summary.phases}))

@@ -23,7 +23,8 @@ from opbyop.jaxenv import prepare_jax
 @dataclass
 class Handoff:
     started: float = field(default_factory=time.monotonic)  # time.monotonic() at the run's start
-    phases: dict[str, float] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)  # the time line's steps before the flow, and what ran beside
+    flow_called: float | None = None  # time.monotonic() when the caller called the flow: where its steps end
     stop: threading.Event = field(default_factory=threading.Event)
     splits: dict[tuple[str, int], Future] = field(default_factory=dict)  # (spec, seed) -> SplitOutcome
 

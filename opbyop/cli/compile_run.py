@@ -9,6 +9,7 @@ installed, queryable with `opbyop sql`.
 from __future__ import annotations
 
 import shutil
+import time
 from collections import Counter, defaultdict
 from contextlib import nullcontext
 from pathlib import Path
@@ -26,6 +27,7 @@ from opbyop.cli.worker_options import (ChipOption, ExportMemory, ExportTimeout, 
                                        worker_errors, worker_name)
 from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
+from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import BOARDS, target_for
 from opbyop.config import AnalysisConfig, DeviceOptions, Zoo, load_zoo
@@ -51,7 +53,7 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 
 def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> RunOutcome:
     """The run engine with this process's warm worker; stored under `run_id` when a sink was supplied."""
-    plan = RunPlan.from_config(config)
+    plan = RunPlan.from_config(config, notices=Notices(say=console.print))  # a first use makes the descriptor
     start_forkserver()  # exports are made there: it warms up while this process starts JAX
     prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
     workspace = Workspace.default()
@@ -334,13 +336,14 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
     """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
+    started = time.monotonic()
     try:
-        desc = resolve(chip)
+        desc = resolve(chip, notices=Notices(say=console.print))
     except OpbyopError as e:
         fail(e)
 
     console.print(f"{desc.chip}: {desc.path} ({desc.source}, schema {desc.schema_hash[:16]}..., "
-                  f"sha256 {desc.sha256[:16]}...)")
+                  f"sha256 {desc.sha256[:16]}...) in {time.monotonic() - started:.1f} s")
     if chip in BOARDS:
         board, target = BOARDS[chip], target_for(chip)
         console.print(f"{board.chips} chip(s), meshes {', '.join(f'{r}x{c}' for r, c in board.meshes)}, "

@@ -5,6 +5,8 @@ doing it at once fail: 'failed to extract embedded tt-metal runtime archive'), a
 writes its system descriptor to $TMPDIR/tt_pjrt_system_descriptor and DELETES it when it exits,
 which breaks every other compiler process sharing that $TMPDIR ('system desc does not exist'). So
 assets are unpacked once, and each compiler process gets a private $TMPDIR that links to them.
+Both cost seconds a user would otherwise watch in silence: a caller's Notices is told what is happening
+and why, and keeps the seconds of each wait for the run's time line.
 """
 
 from __future__ import annotations
@@ -13,13 +15,37 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 ASSETS_GLOB = "libtt-tt-metal-runtime-assets-*"
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass
+class Notices:
+    """What a caller is told while the plugin's pieces are made or waited for: a line saying what and
+    why (`say`), and the seconds of each kind of wait (`seconds`: 'lock wait', 'plugin assets'),
+    which a run puts on its time line."""
+
+    say: Callable[[str], None] = _quiet
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def timed(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.monotonic() - start
 
 
 def system_tmpdir() -> Path:
@@ -31,20 +57,27 @@ def find_assets(tmp: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def ensure_assets(tmp: Path | None = None) -> Path:
+def ensure_assets(tmp: Path | None = None, notices: Notices | None = None) -> Path:
     """The unpacked runtime assets, unpacking them first if needed (callers serialise this)."""
     tmp = tmp or system_tmpdir()
     assets = find_assets(tmp)
     if assets is None:
-        # Loading the plugin unpacks its assets, even where no chip can be opened.
-        code = "import jax.extend\ntry:\n    jax.extend.backend.get_backend('tt')\nexcept Exception:\n    pass\n"
-        env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
-        env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
-        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
-        assets = find_assets(tmp)
+        notices = notices or Notices()
+        notices.say(f"jax-tt-plugin's first start on this machine: it unpacks its runtime (about 417 MB) into {tmp}")
+        with notices.timed("plugin assets"):
+            assets = _unpack(tmp)
     if assets is None:
         raise RuntimeError(f"jax-tt-plugin did not unpack its runtime assets into {tmp} (is the disk full?)")
     return assets
+
+
+def _unpack(tmp: Path) -> Path | None:
+    """Loading the plugin unpacks its assets, even where no chip can be opened."""
+    code = "import jax.extend\ntry:\n    jax.extend.backend.get_backend('tt')\nexcept Exception:\n    pass\n"
+    env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
+    env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
+    return find_assets(tmp)
 
 
 def private_tmpdir(path: Path, assets: Path) -> Path:
@@ -56,7 +89,18 @@ def private_tmpdir(path: Path, assets: Path) -> Path:
 
 
 @contextmanager
-def startup_lock() -> Iterator[None]:
-    """Held while a process loads the plugin: one at a time per machine."""
-    with FileLock(system_tmpdir() / "opbyop-plugin-startup.lock"):
+def startup_lock(notices: Notices | None = None) -> Iterator[None]:
+    """Held while a process loads the plugin: one at a time per machine. A wait for another process
+    holding it is said and timed ('lock wait')."""
+    lock = FileLock(system_tmpdir() / "opbyop-plugin-startup.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        notices = notices or Notices()
+        notices.say("waiting for another process to start jax-tt-plugin (its start-up is one at a time per machine)")
+        with notices.timed("lock wait"):
+            lock.acquire()
+    try:
         yield
+    finally:
+        lock.release()

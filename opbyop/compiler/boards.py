@@ -41,7 +41,7 @@ class DescriptorSource(str, Enum):
 
     MOCK = "mock"  # the plugin writes it in tt-metal's mock mode, from the board's cluster descriptor
     VENDORED = "vendored"  # carried in configs/system_descs/<board>.ttsys (the mock mode cannot make it)
-    DERIVED = "derived"  # re-encoded by opbyop: a mock board's mesh descriptor, every chip another board's
+    DERIVED = "derived"  # re-encoded by opbyop: a mock board's header and layout, every chip another board's
 
 
 class Board(BaseModel):
@@ -55,7 +55,7 @@ class Board(BaseModel):
     arch: str = "blackhole"  # the chips' architecture, as the compiler names it (wormhole_b0 | blackhole)
     cluster_yaml: str  # UMD's cluster descriptor of the board (tt_metal/third_party/umd/...)
     source: DescriptorSource = DescriptorSource.MOCK
-    layout_from: str | None = None  # derived: the mock board of as many chips whose descriptor is re-encoded
+    layout_from: str | None = None  # derived: the mock board whose descriptor's header and layout are re-encoded
     chip_from: str | None = None  # derived: the single-chip board whose chip each chip is
 
     @model_validator(mode="after")
@@ -68,7 +68,7 @@ class Board(BaseModel):
                              "'single', several are linked (linear, ring, 2d or torus, as its cluster descriptor says)")
         derived = self.source is DescriptorSource.DERIVED
         if derived != (self.layout_from is not None and self.chip_from is not None):
-            raise ValueError("a derived descriptor needs layout_from (a mock board of as many chips) and chip_from "
+            raise ValueError("a derived descriptor needs layout_from (a mock board: the plugin's header) and chip_from "
                              "(a single-chip board of the same arch); other sources take neither")
         return self
 
@@ -84,11 +84,13 @@ BOARDS: dict[str, Board] = {
     "p150x8": Board(chips=8, meshes=((1, 8), (2, 4)), topology=Topology.MESH_2D, cluster_yaml="blackhole_8xP150.yaml"),
     "bh-galaxy": Board(chips=32, meshes=((4, 8), (8, 4), (1, 32)), topology=Topology.MESH_2D,
                        cluster_yaml="blackhole_galaxy.yaml"),
-    # Wormhole meshes: the plugin's mock mode has no Wormhole firmware, opbyop re-encodes them
+    # Wormhole meshes: the plugin's mock mode has no Wormhole firmware, opbyop re-encodes them. Their layout
+    # comes from the single-chip p150: a mock mesh of as many chips gives the same bytes (a test) but costs
+    # the plugin's firmware and fabric builds per chip (minutes for eight chips) instead of seconds.
     "n300": Board(chips=2, meshes=((1, 2),), topology=Topology.LINEAR, cluster_yaml="wormhole_N300.yaml",
-                  arch="wormhole_b0", source=DescriptorSource.DERIVED, layout_from="p300", chip_from="n150"),
+                  arch="wormhole_b0", source=DescriptorSource.DERIVED, layout_from="p150", chip_from="n150"),
     "t3k": Board(chips=8, meshes=((2, 4), (1, 8)), topology=Topology.MESH_2D, cluster_yaml="t3k_cluster_desc.yaml",
-                 arch="wormhole_b0", source=DescriptorSource.DERIVED, layout_from="p150x8", chip_from="n150"),
+                 arch="wormhole_b0", source=DescriptorSource.DERIVED, layout_from="p150", chip_from="n150"),
 }
 
 

@@ -4,17 +4,26 @@ Where a board's descriptor comes from is its record's `source` (opbyop.compiler.
 - mock (Blackhole boards): written by the plugin itself, running in tt-metal's mock mode with UMD's
   cluster descriptor for that board (a subprocess; the plugin deletes its descriptor file when the
   process exits, so the subprocess copies it while alive). Made once per plugin version, cached.
+  That start builds the plugin's firmware (and fabric, per chip): 10 s for a p150, about 30 s for a
+  p300, minutes for eight chips. So opbyop ships what the plugin version it pins writes
+  (configs/system_descs/jax-tt-plugin-<version>/); a first use checks the shipped file by compiling
+  (a few seconds) and caches it, and falls back to the mock start when the check fails or nothing
+  is shipped for the installed plugin (a test makes the p150's again and compares).
 - vendored (Wormhole n150): the plugin's mock mode cannot make it (it ships no Wormhole firmware
   toolchain); opbyop carries one made by re-encoding the Blackhole descriptor with n150 values
   (configs/system_descs/README.md), validated like any other.
-- derived (Wormhole meshes): re-encoded by opbyop from a mock board's mesh descriptor with as many
-  chips, each chip a single-chip board's and the board's links from UMD's cluster descriptor
-  (opbyop.compiler.wormhole_descs); cached like the mock ones and checked by compiling.
+- derived (Wormhole meshes): re-encoded by opbyop from a mock board's descriptor (the p150's: the
+  plugin's header and layout), each chip a single-chip board's and the board's links from UMD's
+  cluster descriptor (opbyop.compiler.wormhole_descs); cached like the mock ones and checked by
+  compiling. A first t3k costs the p150's mock start and one check: seconds, not minutes.
 - A path: a descriptor a user collected on real hardware.
 Every descriptor is checked up front: FlatBuffers identifier TTSY and the plugin's schema hash. A
 user's descriptor must also compile a tiny module (in a child process, whose death is reported):
 a descriptor whose header is right but whose body is corrupt would otherwise make every op of a
 run a compiler crash. The verdict is cached by the file's sha256.
+What is made the first time (a mock start, a derivation, a check) is said through the caller's
+Notices (opbyop.compiler.assets), with why: each costs seconds, and a command that says nothing for
+that long looks hung.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from pydantic import BaseModel
 
 from opbyop.atomic import atomic_path, write_bytes
 from opbyop.environment import environment
-from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
+from opbyop.compiler.assets import Notices, ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
 from opbyop.compiler.boards import BOARDS, DescriptorSource, boards_from
 from opbyop.compiler.wormhole_descs import wormhole_mesh
@@ -91,36 +100,69 @@ def _mock_script(cluster_yaml: Path, out: Path) -> str:
     """)
 
 
+def shipped_path(board: str) -> Path:
+    """Where opbyop ships the descriptor this plugin version writes for the mock board `board`."""
+    return config_dir() / "system_descs" / f"jax-tt-plugin-{plugin_version()}" / f"{board}.ttsys"
+
+
+def adopt_shipped(board: str, out: Path, notices: Notices | None = None) -> Path | None:
+    """The shipped descriptor of `board`, checked by compiling and cached at `out`; None when none is
+    shipped for this plugin version or the compiler refuses it (said: the caller has the plugin make one)."""
+    shipped, notices = shipped_path(board), notices or Notices()
+    if not shipped.is_file():
+        return None
+    notices.say(f"{board} system descriptor: first use with jax-tt-plugin {plugin_version()}: opbyop ships the one "
+                f"this plugin version writes in mock mode ({shipped}); it is checked by compiling instead of "
+                "starting the plugin in mock mode (which builds its firmware)")
+    try:
+        check_by_compiling(_describe(shipped, board, DescriptorSource.MOCK.value), notices=notices)
+    except SystemDescError as e:
+        notices.say(f"the shipped {board} descriptor was refused ({e}); the plugin makes one instead")
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes(out, shipped.read_bytes())
+    return out
+
+
 def vendored_path(board: str) -> Path:
     """Where a vendored board's descriptor is carried."""
     return config_dir() / "system_descs" / f"{board}.ttsys"
 
 
-def generate_wormhole(board: str, out: Path) -> Path:
+def generate_wormhole(board: str, out: Path, notices: Notices | None = None) -> Path:
     """Derive the mesh `board` (a derived board: n300, t3k) into `out`. Derivation takes milliseconds:
     it is redone every time, and the file rewritten only when its bytes change (never a stale cache)."""
-    record = BOARDS[board]
+    record, notices = BOARDS[board], notices or Notices()
     if record.layout_from is None or record.chip_from is None:
         raise SystemDescError(f"{board}'s descriptor is not derived from other boards",
                               f"use one of {', '.join(boards_from(DescriptorSource.DERIVED))}")
-    base = resolve(record.layout_from, check=False).path.read_bytes()
-    chip = resolve(record.chip_from, check=False).path.read_bytes()
-    data = wormhole_mesh(base, chip, ensure_assets() / CLUSTER_DIR / record.cluster_yaml)
+    base = resolve(record.layout_from, check=False, notices=notices).path.read_bytes()
+    chip = resolve(record.chip_from, check=False, notices=notices).path.read_bytes()
+    data = wormhole_mesh(base, chip, ensure_assets(notices=notices) / CLUSTER_DIR / record.cluster_yaml)
     if not out.exists() or out.read_bytes() != data:
+        notices.say(f"{board} system descriptor: derived by opbyop ({record.chips} Wormhole chips of the {record.chip_from} "
+               f"on the {record.layout_from}'s layout, links from UMD's {record.cluster_yaml}): the plugin's mock "
+               f"mode cannot write Wormhole descriptors; written to {out}")
         out.parent.mkdir(parents=True, exist_ok=True)
         write_bytes(out, data)
     return out
 
 
-def generate_mock(board: str, out: Path) -> Path:
+def generate_mock(board: str, out: Path, notices: Notices | None = None) -> Path:
     """Have the plugin describe `board` in tt-metal's mock mode; write the descriptor to `out`."""
     mock = boards_from(DescriptorSource.MOCK)
     if board not in mock:
         raise SystemDescError(f"no mock cluster descriptor for {board!r}",
                               f"use one of {', '.join(mock)} or pass a .ttsys path")
+    chips, notices = BOARDS[board].chips, notices or Notices()
+    cost = "its firmware: about 10 s" if chips == 1 else f"its firmware and fabric for {chips} chips: about 15 s a chip"
+    notices.say(f"{board} system descriptor: first use with jax-tt-plugin {plugin_version()}, so the plugin writes it in "
+           f"tt-metal's mock mode (it builds {cost}); cached in {out.parent}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    with startup_lock():
-        assets = ensure_assets()
+    with startup_lock(notices):
+        if out.exists():  # another process made it while this one waited
+            return out
+        assets = ensure_assets(notices=notices)
         tmp = private_tmpdir(out.parent / f".tmp-{board}-{os.getpid()}", assets)
         cluster_yaml = assets / CLUSTER_DIR / BOARDS[board].cluster_yaml
         env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
@@ -157,16 +199,20 @@ def _trial_script(out: Path) -> str:
     """)
 
 
-def check_by_compiling(desc: SystemDesc, timeout: float = 600.0) -> None:
+def check_by_compiling(desc: SystemDesc, timeout: float = 600.0, notices: Notices | None = None) -> None:
     """Compile a tiny module for `desc` in a child process; a descriptor the compiler cannot use
     (it fails, or dies) raises SystemDescError with the compiler's last words. Cached by sha256."""
-    verdict = cache_dir() / "checked" / f"{desc.sha256}.ok"
+    verdict, notices = cache_dir() / "checked" / f"{desc.sha256}.ok", notices or Notices()
     if verdict.exists():
         return
+    notices.say(f"{desc.chip} system descriptor: checked by compiling a one-op module with it (first use of these "
+           f"bytes, {desc.sha256[:12]}...; a few seconds): a corrupt body would make every op a compiler crash")
     verdict.parent.mkdir(parents=True, exist_ok=True)
     work = verdict.parent / f".trial-{os.getpid()}"
-    with startup_lock():
-        tmp = private_tmpdir(work / "tmp", ensure_assets())
+    with startup_lock(notices):
+        if verdict.exists():  # another process checked it while this one waited
+            return
+        tmp = private_tmpdir(work / "tmp", ensure_assets(notices=notices))
         env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp),
                "TT_COMPILE_ONLY_SYSTEM_DESC": str(Path(desc.path).resolve())}
         try:
@@ -197,22 +243,25 @@ def check_by_compiling(desc: SystemDesc, timeout: float = 600.0) -> None:
         _FIX_SCHEMA)
 
 
-def _board_descriptor(board: str, source: DescriptorSource) -> Path:
+def _board_descriptor(board: str, source: DescriptorSource, notices: Notices) -> Path:
     if source is DescriptorSource.VENDORED:
         return vendored_path(board)
     path = cache_dir() / f"{board}.ttsys"
     if source is DescriptorSource.DERIVED:
-        return generate_wormhole(board, path)
-    return path if path.exists() else generate_mock(board, path)
+        return generate_wormhole(board, path, notices)
+    if path.exists():
+        return path
+    return adopt_shipped(board, path, notices) or generate_mock(board, path, notices)
 
 
-def plugin_schema_hash() -> str:
+def plugin_schema_hash(notices: Notices | None = None) -> str:
     """The schema hash of descriptors this plugin writes (read from its own p150 descriptor)."""
-    return resolve("p150", check=False).schema_hash
+    return resolve("p150", check=False, notices=notices).schema_hash
 
 
-def resolve(chip: str, check: bool = True) -> SystemDesc:
-    """A validated descriptor for `chip` (a board of opbyop.compiler.boards) or for a .ttsys path."""
+def resolve(chip: str, check: bool = True, notices: Notices | None = None) -> SystemDesc:
+    """A validated descriptor for `chip` (a board of opbyop.compiler.boards) or for a .ttsys path;
+    `notices` is told what is made the first time (a mock start, a derivation, a check) and why."""
     board = BOARDS.get(chip)
     if board is None:
         path = Path(chip)
@@ -222,14 +271,14 @@ def resolve(chip: str, check: bool = True) -> SystemDesc:
             raise SystemDescError(f"unknown chip {chip!r}", f"use one of {', '.join(BOARDS)} or a .ttsys path")
         desc = _describe(path, path.stem, "user")
     else:
-        desc = _describe(_board_descriptor(chip, board.source), chip, board.source.value)
+        desc = _describe(_board_descriptor(chip, board.source, notices), chip, board.source.value)
     if check and desc.source != "mock":
-        expected = plugin_schema_hash()
+        expected = plugin_schema_hash(notices)
         if desc.schema_hash != expected:
             raise SystemDescError(
                 f"{desc.path} has system-desc schema {desc.schema_hash[:12]}..., but jax-tt-plugin "
                 f"{plugin_version()} expects {expected[:12]}...; the compiler would stop at TTNN with "
                 "'system desc schema mismatch'", _FIX_SCHEMA)
     if check and desc.source in ("user", "derived"):
-        check_by_compiling(desc)
+        check_by_compiling(desc, notices=notices)
     return desc

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from opbyop import __version__
+from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds
@@ -28,13 +29,15 @@ class RunPlan(BaseModel):
     settings: AnalysisSettings
 
     @classmethod
-    def from_config(cls, config: AnalysisConfig) -> RunPlan:
+    def from_config(cls, config: AnalysisConfig, notices: Notices | None = None) -> RunPlan:
+        """`notices` is told what making the chip's descriptor the first time does (opbyop.compiler.system_desc)."""
         target = target_for(config.chip, config.mesh)
         settings = AnalysisSettings(options=config.compiler, thresholds=config.thresholds or load_thresholds(),
                                     seed=config.seed, run_device=config.run_device, run_golden=config.run_device,
                                     device=config.device, pass_timing=config.pass_timing,
                                     mesh=target.mesh_text, topology=target.topology.value)
-        return cls(config=config, target=target, desc=resolve(config.chip), settings=settings)
+        return cls(config=config, target=target, desc=resolve(config.chip, notices=notices),
+                   settings=settings)
 
     @property
     def host_devices(self) -> int:
