@@ -46,10 +46,11 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/opbyop analyze $(MODELS)
 
-$(TTNN_VENV)/.installed:
+# The side environments are installed with the project's uv too (hence $(STAMP) first).
+$(TTNN_VENV)/.installed: $(STAMP)
 	@test -n "$(PY312)" || { echo "ttsim needs Python 3.12 for ttnn: install python3.12 or set PY312=" >&2; exit 1; }
 	$(PY312) -m venv $(TTNN_VENV)
-	$(TTNN_VENV)/bin/python -m pip install --quiet "ttnn==0.81.1"
+	$(UV) pip install --quiet --python $(TTNN_VENV)/bin/python $(UV_SOURCES) "ttnn==0.81.1"
 	touch $@
 
 # ttsim's source is copied first: its tree may be read-only.
@@ -61,9 +62,9 @@ $(TTSIM_LIB):
 
 ttsim: $(TTNN_VENV)/.installed $(TTSIM_LIB)
 
-$(VISUALIZER_VENV)/.installed:
+$(VISUALIZER_VENV)/.installed: $(STAMP)
 	python3 -m venv $(VISUALIZER_VENV)
-	$(VISUALIZER_VENV)/bin/python -m pip install --quiet "ttnn-visualizer==$(VISUALIZER_VERSION)"
+	$(UV) pip install --quiet --python $(VISUALIZER_VENV)/bin/python $(UV_SOURCES) "ttnn-visualizer==$(VISUALIZER_VERSION)"
 	touch $@
 
 visualizer: $(VISUALIZER_VENV)/.installed
