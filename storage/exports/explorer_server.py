@@ -11,40 +11,19 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
 from opbyop.errors import StoreError
 from storage.dataset import Store
 from storage.exports.explorer import PreparedModel, iter_models, prepare_model
+from storage.exports.local_server import HOST, check_port, free_port, interrupt, stop_session, wait_until_served
 
-HOST = "127.0.0.1"
 ADAPTER_MODULE = "storage.exports.explorer_adapter"
 START_TIMEOUT_S = 60.0
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def check_port(port: int, host: str = HOST) -> None:
-    """A clear error for a port in use; a port with only closing connections is free (the server
-    binds with SO_REUSEADDR too)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise StoreError(f"port {port} on {host} is taken ({e.strerror})",
-                             "pass another --port, or leave it out to take a free one") from None
 
 
 def explorer_config(spec: dict[str, Any]):  # -> model_explorer.config.ModelExplorerConfig
@@ -76,7 +55,7 @@ def serve(store: Store, run_id: str, model: str | None, port: int | None, open_b
         port = free_port()
     else:
         check_port(port)
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop cleans up like Ctrl-C
+    previous = signal.signal(signal.SIGTERM, interrupt)  # a service manager's stop cleans up like Ctrl-C
     try:
         with tempfile.TemporaryDirectory(prefix="opbyop-explore-") as tmp:
             prepared = [prepare_model(store, run_id, m, Path(tmp)) for m in iter_models(store, run_id, model)]
@@ -86,7 +65,8 @@ def serve(store: Store, run_id: str, model: str | None, port: int | None, open_b
             child = subprocess.Popen([sys.executable, "-m", "storage.exports.explorer_server", str(spec_path)],
                                      stdout=subprocess.DEVNULL, start_new_session=True)
             try:
-                _wait_until_served(child, port)
+                wait_until_served(child, f"http://{HOST}:{port}/check_health", "the Model Explorer server",
+                                  "check that ai-edge-model-explorer is installed", START_TIMEOUT_S, poll_s=0.05)
                 announce(f"http://{HOST}:{port}/?data={explorer_config(spec).to_url_param_value()}")
                 code = child.wait()
                 raise StoreError(f"the Model Explorer server stopped by itself (exit status {code})",
@@ -94,38 +74,9 @@ def serve(store: Store, run_id: str, model: str | None, port: int | None, open_b
             except KeyboardInterrupt:
                 pass
             finally:
-                _stop(child)
+                stop_session(child, grace_s=10.0)
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _wait_until_served(child: subprocess.Popen, port: int) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise StoreError(f"the Model Explorer server exited at start (exit status {child.returncode})",
-                             "its messages are above; check that ai-edge-model-explorer is installed")
-        try:
-            with urllib.request.urlopen(f"http://{HOST}:{port}/check_health", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise StoreError(f"the Model Explorer server did not answer within {START_TIMEOUT_S:g} s",
-                     "the machine may be busy: run the command again")
-
-
-def _stop(child: subprocess.Popen) -> None:
-    if child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _child(spec_path: Path) -> None:

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import tempfile
-import time
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Callable, Iterator
 from opbyop.errors import StoreError
 from opbyop.visualizer import locate
 from storage.dataset import Store
-from storage.exports.explorer_server import HOST, check_port, free_port
+from storage.exports.local_server import HOST, check_port, free_port, interrupt, stop_session, wait_until_served
 from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, Report, export_visualizer
 
 START_TIMEOUT_S = 90.0
@@ -74,17 +73,18 @@ def running(store: Store, run_id: str, model: str | None = None, signature: str 
         child = subprocess.Popen([str(executable), "--host", HOST, "--port", str(port)], env=_environment(home),
                                  cwd=tmp, stdout=subprocess.DEVNULL, start_new_session=True)
         try:
-            _wait_until_served(child, port)
+            wait_until_served(child, f"http://{HOST}:{port}/api/up", "TT-NN Visualizer",
+                              "`make visualizer` reinstalls it", START_TIMEOUT_S, poll_s=0.2)
             instance_id = _open_report(port, folder)
             yield Served(port=port, instance_id=instance_id, report=report, folder=folder), child
         finally:
-            _stop(child)
+            stop_session(child)
 
 
 def serve(store: Store, run_id: str, model: str | None, signature: str | None, port: int | None,
           visualizer: Path | None, announce: Callable[[str], None]) -> None:
     """Serve the run's report until Ctrl-C; `announce` gets the page's address once it answers."""
-    previous = signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop cleans up like Ctrl-C
+    previous = signal.signal(signal.SIGTERM, interrupt)  # a service manager's stop cleans up like Ctrl-C
     try:
         with running(store, run_id, model, signature, port, visualizer) as (served, child):
             announce(served.url)
@@ -96,21 +96,6 @@ def serve(store: Store, run_id: str, model: str | None, signature: str | None, p
                              "run the command again; its messages are above")
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def _wait_until_served(child: subprocess.Popen, port: int) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise StoreError(f"TT-NN Visualizer exited at start (exit status {child.returncode})",
-                             "its messages are above; `make visualizer` reinstalls it")
-        try:
-            with urllib.request.urlopen(f"http://{HOST}:{port}/api/up", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise StoreError(f"TT-NN Visualizer did not answer within {START_TIMEOUT_S:g} s",
-                     "the machine may be busy: run the command again")
 
 
 def _open_report(port: int, folder: Path) -> str:
@@ -127,24 +112,3 @@ def _open_report(port: int, folder: Path) -> str:
         detail = e.read().decode(errors="replace") if hasattr(e, "read") else str(e)
         raise StoreError(f"TT-NN Visualizer refused the report at {folder}: {detail}",
                          "export it with `opbyop export visualizer` and load it in the visualizer to see why") from None
-
-
-def _stop(child: subprocess.Popen) -> None:
-    """Stop the visualizer and the gunicorn workers it started (its own session)."""
-    if child.poll() is None:
-        try:
-            os.killpg(child.pid, signal.SIGTERM)
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-        except ProcessLookupError:
-            pass
-    try:
-        os.killpg(child.pid, signal.SIGTERM)  # workers left behind by a visualizer that exited
-    except ProcessLookupError:
-        pass
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
