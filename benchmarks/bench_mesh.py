@@ -22,7 +22,6 @@ reversed every other round), so that a load drift on a shared machine falls on a
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import tempfile
@@ -66,11 +65,9 @@ def main() -> None:
     baselines = {case: _baseline(case) for case in args.mesh}
     cases = [*dict.fromkeys(baselines.values()), *args.mesh]
     chips = max(target_for(*_chip_mesh(c)).chips for c in cases)
-    os.environ["OPBYOP_HOST_DEVICES"] = str(chips)  # before JAX starts (in this process and the workers)
-
     from opbyop.jaxenv import prepare_jax
 
-    prepare_jax()
+    prepare_jax(host_devices=chips)  # sharded ops' upstream values run on a host mesh this large
     from opbyop.config import AnalysisSettings, load_zoo
 
     settings = AnalysisSettings(run_device=False, run_golden=False) if args.compile_only else AnalysisSettings()
@@ -85,7 +82,8 @@ def main() -> None:
     for round_ in range(args.rounds):  # every case once per round, in turn reversed: load drifts hit all alike
         for case in cases if round_ % 2 == 0 else cases[::-1]:
             if not prepared[case][1].errors:
-                _analyze(case, prepared[case][1], settings, measured[case], first_round=round_ == 0)
+                _analyze(case, prepared[case][1], settings, measured[case], first_round=round_ == 0,
+                         host_devices=chips)
     for case in cases:
         split_s, got = prepared[case]
         model = case.split(":")[0]
@@ -118,7 +116,8 @@ def _prepare(case: str, zoo: object) -> tuple[float, object]:
     return split_time.wall, prepared
 
 
-def _analyze(case: str, prepared: object, settings: object, got: CaseFigures, first_round: bool) -> None:
+def _analyze(case: str, prepared: object, settings: object, got: CaseFigures, first_round: bool,
+             host_devices: int) -> None:
     """Every unique op of the case in a warm op worker of a fresh home (no case finds another's XLA
     executables or artifacts on disk); the first round also counts statuses and collectives."""
     from opbyop.compiler.system_desc import resolve
@@ -128,7 +127,7 @@ def _analyze(case: str, prepared: object, settings: object, got: CaseFigures, fi
     chip, mesh = _chip_mesh(case)
     target = target_for(chip, mesh)
     with tempfile.TemporaryDirectory() as home, OpWorker(resolve(chip).path, Path(home), chip=chip,
-                                                         name=f"bench-{chip}") as worker:
+                                                         name=f"bench-{chip}", host_devices=host_devices) as worker:
         artifacts = Workspace(Path(home)).artifacts
         for op in prepared.unique:
             result = worker.analyze(op, settings.model_copy(update={"mesh": target.mesh_text}), timeout=300)

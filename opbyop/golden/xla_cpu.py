@@ -111,7 +111,8 @@ class XlaCpu:
         if count > len(self._devices):
             raise OpbyopError(
                 f"the module is sharded over {count} devices ({mesh}), but this process's XLA:CPU has "
-                f"{len(self._devices)}", f"set OPBYOP_HOST_DEVICES={count} (or more) before the process starts JAX")
+                f"{len(self._devices)}", f"give the process {count} (or more) host devices when JAX starts: prepare_jax(host_devices=...), "
+                "OpWorker(host_devices=...); opbyop's commands do so from --chip and --mesh")
         import jax.extend
 
         options = jax.extend.backend.get_compile_options(num_replicas=1, num_partitions=count)
