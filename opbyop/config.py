@@ -164,9 +164,13 @@ class DeviceOptions(BaseModel):
                              "tt-metal's kernels on Tenstorrent's simulator ttsim, beside the model (`make ttsim`)")
     ttsim_timeout_s: float = Field(120.0, gt=0, description="an op's time on ttsim; past it the model's verdict "
                                                           "stands, marked as not confirmed by ttsim")
+    ttsim_report: bool = Field(False, description="with the ttsim backend, keep ttnn's own TT-NN Visualizer report "
+                                                  "of each op's run (the program runs twice on ttsim)")
 
     def key(self) -> str:
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        # without a report the key is what it was before the option existed: cached results stay valid
+        dumped = self.model_dump_json(exclude=None if self.ttsim_report else {"ttsim_report"})
+        return hashlib.sha256(dumped.encode()).hexdigest()[:16]
 
 
 class ExportBudget(BaseModel):

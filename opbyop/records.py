@@ -393,6 +393,10 @@ class TtsimRun(BaseModel):
     peak_l1_bytes: int | None = None
     peak_cb_bytes: int | None = None
     peak_dram_bytes: int | None = None
+    # ttnn's own TT-NN Visualizer report of the run (db.sqlite ...), when asked for: the artifact digest
+    # of its folder as a .tar.gz (storage.exports.visualizer unpacks it beside opbyop's report)
+    report: str | None = None
+    report_error: str | None = None  # why it was asked for and not written (ttnn's words)
 
 
 class GoldenComparison(BaseModel):

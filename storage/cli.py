@@ -25,7 +25,7 @@ from storage.files import SkippedFile, default_root
 from storage.location import StoreRoot, parse_root
 from storage.exports.optest import export_optest
 from storage.exports.perf_csv import export_perf
-from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, export_visualizer
+from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, export_visualizer
 from storage.exports.visualizer_server import serve as serve_visualizer
 from storage.queries import get_query, load_queries
 from storage.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, StoreConnection, run_sql
@@ -284,6 +284,8 @@ def export_visualizer_cmd(run: str = typer.Option(..., "--run", help="run id"),
     console.print(f"wrote {len(report.operations)} operations (peak circular buffers {report.peak_l1_bytes:,} B per "
                   f"core) to {out / MEMORY_FOLDER} and their performance report to {out / PERFORMANCE_FOLDER}  "
                   "(load them in TT-NN Visualizer, or run `opbyop visualize`)", soft_wrap=True)
+    if report.ttnn_report is not None:
+        console.print(f"wrote ttnn's own report of the op's run on ttsim to {out / TTNN_FOLDER}", soft_wrap=True)
 
 
 METRIC_HELP = "status | depth | pcc | cycles | peak_l1"
@@ -346,8 +348,10 @@ def visualize(run: str = typer.Option(..., "--run", help="run id"),
               store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Open a run's report in TT-NN Visualizer on 127.0.0.1: each TTNN op's circular buffers per core, its
     DRAM tensors, source line and verdict, and the simulated ops perf report. Ctrl-C stops it."""
-    def announce(url: str) -> None:
+    def announce(url: str, ttnn_url: str | None) -> None:
         console.print(f"TT-NN Visualizer for run {run}: {url}", soft_wrap=True)
+        if ttnn_url is not None:
+            console.print(f"ttnn's own report of the op's run on ttsim: {ttnn_url}", soft_wrap=True)
 
     try:
         s = Store(_root(store))

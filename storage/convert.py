@@ -150,7 +150,8 @@ def _ttsim_columns(t: TtsimRun | None, prefix: str = "") -> dict[str, Any]:
             f"{prefix}ttsim_op": t.op, f"{prefix}ttsim_s": t.seconds, f"{prefix}ttsim_runner_s": t.runner_seconds,
             f"{prefix}ttsim_agreement": t.agreement, f"{prefix}ttsim_max_ulps": t.max_ulps,
             f"{prefix}ttsim_pcc": t.pcc, f"{prefix}ttsim_peak_l1_bytes": t.peak_l1_bytes,
-            f"{prefix}ttsim_peak_cb_bytes": t.peak_cb_bytes, f"{prefix}ttsim_peak_dram_bytes": t.peak_dram_bytes}
+            f"{prefix}ttsim_peak_cb_bytes": t.peak_cb_bytes, f"{prefix}ttsim_peak_dram_bytes": t.peak_dram_bytes,
+            f"{prefix}ttsim_report": t.report, f"{prefix}ttsim_report_error": t.report_error}
 
 
 def _ttsim_from(row: dict[str, Any], prefix: str = "") -> TtsimRun | None:
@@ -162,7 +163,8 @@ def _ttsim_from(row: dict[str, Any], prefix: str = "") -> TtsimRun | None:
                     max_ulps=row[f"{prefix}ttsim_max_ulps"], pcc=row.get(f"{prefix}ttsim_pcc"),
                     peak_l1_bytes=row.get(f"{prefix}ttsim_peak_l1_bytes"),
                     peak_cb_bytes=row.get(f"{prefix}ttsim_peak_cb_bytes"),
-                    peak_dram_bytes=row.get(f"{prefix}ttsim_peak_dram_bytes"))
+                    peak_dram_bytes=row.get(f"{prefix}ttsim_peak_dram_bytes"),
+                    report=row.get(f"{prefix}ttsim_report"), report_error=row.get(f"{prefix}ttsim_report_error"))
 
 
 def _pass_timing_columns(t: PassTiming | None) -> dict[str, Any]:

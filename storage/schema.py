@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 6  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+SCHEMA_VERSION = 7  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
@@ -30,9 +30,10 @@ SCHEMA_VERSION = 6  # 2: fault, narrowing, golden_method, run phases, a status c
 #                 5: the device backend and the run on ttsim (results; whole_ttsim_* on models), the
 #                    simulator_limit status column
 #                 6: what tt-metal allocated on ttsim (ttsim_peak_l1_bytes, ttsim_peak_cb_bytes, ttsim_peak_dram_bytes)
+#                 7: ttnn's own visualizer report of a ttsim run (ttsim_report, ttsim_report_error)
 # The tables' columns at SCHEMA_VERSION (schema_fingerprint()): a test fails when the columns change and the
 # version does not; bump the version, then record the new fingerprint here.
-SCHEMA_FINGERPRINT = "70dca1759b88e8ed"
+SCHEMA_FINGERPRINT = "e055e215a781cf4c"
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -151,6 +152,8 @@ def ttsim_fields(prefix: str = "") -> list[pa.Field]:
         pa.field(f"{prefix}ttsim_peak_l1_bytes", pa.int64()),  # per core, as tt-metal allocated it
         pa.field(f"{prefix}ttsim_peak_cb_bytes", pa.int64()),  # circular + dataflow buffers, per core
         pa.field(f"{prefix}ttsim_peak_dram_bytes", pa.int64()),  # all banks
+        pa.field(f"{prefix}ttsim_report", pa.string()),  # ttnn's own visualizer report: artifact digest (.tar.gz)
+        pa.field(f"{prefix}ttsim_report_error", pa.string()),  # why it was asked for and not written
     ]
 
 

@@ -21,7 +21,7 @@ from store_samples import DOT, history
 from opbyop.records import OpPlacement
 from opbyop.visualizer import VisualizerUnavailable, locate
 from storage.dataset import Store
-from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, build_report, export_visualizer
+from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, build_report, export_visualizer
 from storage.exports.visualizer_server import running
 
 MATMUL_L1 = 212_992  # the largest circular buffers of the sample run, per core
@@ -246,3 +246,38 @@ def test_a_real_run_of_the_zoos_cnn_loads_with_the_stored_peak_l1_and_buffer_cou
     assert sum(len(o["buffers"]) for o in per_op) == operand_buffers
     assert len(errors) == sum(1 for op in store.ops(run_id)
                               if op.split_error or (op.signature in stored and stored[op.signature].status.value != "success"))
+
+
+ADD_BF16 = """func.func @main(%a: tensor<64x64xbf16>, %b: tensor<64x64xbf16>) -> tensor<64x64xbf16> {
+  %0 = stablehlo.add %a, %b : tensor<64x64xbf16>
+  return %0 : tensor<64x64xbf16>
+}
+"""
+
+
+@pytest.mark.slow  # ttsim (`make ttsim`) and the visualizer's server: without them the test fails, never skips
+def test_an_op_run_by_ttnn_on_ttsim_opens_ttnns_own_report_beside_opbyops(tmp_path: Path, monkeypatch) -> None:
+    home, program = tmp_path / "home", tmp_path / "add.mlir"
+    program.write_text(ADD_BF16)
+    env = {k: v for k, v in os.environ.items() if k not in ("OPBYOP_STORE", "JAX_PLATFORMS")}
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(program), "--device", "ttsim",
+                           "--ttnn-report", "--no-whole"], capture_output=True, text=True,
+                          env={**env, "OPBYOP_HOME": str(home), "COLUMNS": "200"}, timeout=900)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    run_id = re.search(r"stored as run (\S+);", done.stdout).group(1)
+    monkeypatch.setenv("OPBYOP_HOME", str(home))  # the export reads ttnn's report from the run's artifact store
+    store = Store(home / "store")
+    (result,) = store.results(run_id)
+    assert result.device_backend == "ttsim" and result.ttsim.outcome.value == "ran", result.ttsim
+    assert result.ttsim.report is not None, result.ttsim.report_error
+    with running(store, run_id, signature=result.signature) as (served, _):
+        ours = [o["name"] for o in _get(served.api("operations"))]
+        assert served.ttnn_url is not None and served.ttnn_url != served.url
+        theirs = [o["name"] for o in _get(served.api("operations", served.ttnn_instance_id))]
+        their_buffers = _get(served.api("operation-buffers", served.ttnn_instance_id))
+    assert "ttnn.add" in ours  # opbyop's report of the op's program, as the device model placed it
+    assert "BinaryNgDeviceOperation" in theirs  # ttnn's own: the device operation tt-metal ran for the add
+    assert any(b["buffers"] for b in their_buffers)  # with the DRAM buffers tt-metal allocated for it
+    written = export_visualizer(store, run_id, tmp_path / "vis", signature=result.signature)
+    assert written.ttnn_report == result.ttsim.report
+    assert (tmp_path / "vis" / TTNN_FOLDER / "db.sqlite").is_file()

@@ -129,7 +129,8 @@ class OpAnalyzer:
         else:  # a bug in opbyop's simulator, named as such
             failure = (Status.ANALYZER_ERROR, f"simulator error: {ran.described}")
         if settings.device.backend == "ttsim":
-            outputs, failure = self._on_ttsim(result, binary, inputs, outputs, failure, settings.device.ttsim_timeout_s)
+            outputs, failure = self._on_ttsim(result, binary, inputs, outputs, failure, settings.device.ttsim_timeout_s,
+                                              settings.device.ttsim_report)
         if failure is not None:
             return _finish(result, failure[0], Stage.FLATBUFFER, Stage.DEVICE_RUN, failure[1])
         assert outputs is not None
@@ -165,13 +166,15 @@ class OpAnalyzer:
         return inputs, binary, _narrowing(op, binary, inputs)
 
     def _on_ttsim(self, result: OpResult, binary: Binary, inputs: list, outputs: list[np.ndarray] | None,
-                  failure: DeviceFailure | None, timeout: float,
+                  failure: DeviceFailure | None, timeout: float, report: bool = False,
                   ) -> tuple[list[np.ndarray] | None, DeviceFailure | None]:
         """The same program on ttsim: its outputs (or its refusal) become the device's verdict; where
         ttsim gives none (out of time, unavailable, crashed) the model's stands, marked unconfirmed."""
-        ttsim = self.ttsim.run(binary.program, inputs, timeout) if self.ttsim is not None else \
+        ttsim = self.ttsim.run(binary.program, inputs, timeout, report) if self.ttsim is not None else \
             TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message="this analyzer has no ttsim backend"))
         result.ttsim = run = ttsim.run
+        if ttsim.report is not None:
+            run.report = self.artifacts.put(ttsim.report, ".tar.gz")
         if run.outcome is TtsimOutcome.RAN:
             result.device_backend = "ttsim"
             converted = ttsim_host_outputs(binary, ttsim.outputs, outputs)

@@ -245,6 +245,9 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
                                              "the key/value cache on the device (opbyop decode MODEL --steps N)"),
         mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
         device_backend: DeviceBackend = DeviceOption,
+        ttnn_report: bool = typer.Option(False, "--ttnn-report", help="with --device ttsim: keep ttnn's own TT-NN "
+                                         "Visualizer report of each op's run (each program runs twice on ttsim); "
+                                         "`opbyop visualize --op` opens it beside opbyop's"),
         export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
@@ -256,7 +259,10 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
                            timeout=max(timeout, 600.0))
         return
     names, zoo = _with_factories(models, input)
-    device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value, backend=device_backend.value)
+    if ttnn_report and device_backend is not DeviceBackend.ttsim:
+        fail(OpbyopError("--ttnn-report needs --device ttsim", "add --device ttsim: ttnn writes the report of its own run"))
+    device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value, backend=device_backend.value,
+                           ttsim_report=ttnn_report)
     config = AnalysisConfig(models=names, chip=chip, compiler=compiler_options(optimization_level, math_fidelity,
                                                                                fp32_dest_acc),
                             device=device, seed=seed, whole_model=whole, op_timeout_s=timeout, mesh=mesh,

@@ -14,6 +14,10 @@ What the store holds, and so what the report shows:
   results; a whole-model program's ops carry no tensors (the store keeps none per op there);
 - stack traces: the op's framework op, module path and source line; errors: its verdict and message;
 - on a mesh, every chip runs the same program: one device per chip, each with the op's buffers.
+
+Where one op's device verdict came from ttnn on ttsim and the run kept ttnn's own report of it
+(`opbyop run --device ttsim --ttnn-report`), that report is written beside opbyop's (out/ttnn): the
+same program as tt-metal itself allocated and ran it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import io
 import json
 import math
 import sqlite3
+import tarfile
 from pathlib import Path
 from typing import Iterable
 
@@ -33,11 +38,13 @@ from opbyop.atomic import atomic_path, write_text
 from opbyop.device.arch import DeviceSpec
 from opbyop.errors import StoreError
 from opbyop.records import OpPlacement, OpRecord, OpResult, Status, TensorDesc
+from opbyop.workspace import Workspace
 from storage.dataset import Store
 from storage.exports.perf_csv import chip_spec, perf_rows, to_csv, tt_datatype
 
 MEMORY_FOLDER = "memory"  # db.sqlite, config.json, cluster_descriptor.yaml
 PERFORMANCE_FOLDER = "performance"  # ops_perf_results.csv, profile_log_device.csv
+TTNN_FOLDER = "ttnn"  # ttnn's own memory report of one op's run on ttsim (db.sqlite), where the run kept it
 BUFFER_DRAM, BUFFER_L1 = 0, 1  # tt-metal's BufferType
 LAYOUT_INTERLEAVED = 0  # tt-metal's TensorMemoryLayout
 DRAM_MEMORY_CONFIG = "MemoryConfig(memory_layout=TensorMemoryLayout::INTERLEAVED,buffer_type=BufferType::DRAM)"
@@ -108,6 +115,8 @@ class Report(BaseModel):
     # which perf CSV rows belong to the report: (model, position) of occurrences, models of whole programs
     occurrences: list[tuple[str, int]] = Field(default_factory=list)
     whole_models: list[str] = Field(default_factory=list)
+    # one op's report: ttnn's own report of its run on ttsim (an artifact digest), where the run kept one
+    ttnn_report: str | None = None
 
     @property
     def peak_l1_bytes(self) -> int:
@@ -220,6 +229,8 @@ def build_report(store: Store, run_id: str, model: str | None = None, signature:
     for op in ops:  # the store keeps a model's ops in program order: producers first
         _occurrence_ops(report, op, results.get(op.signature) if op.signature else None, dram, produced)
         report.occurrences.append((op.model, op.position))
+    if signature is not None:
+        report.ttnn_report = _ttnn_report(results.get(signature))
     if signature is None:
         for stored in sorted(store.models(run_id), key=lambda m: m.summary.model):
             whole = stored.summary.whole
@@ -235,6 +246,25 @@ def build_report(store: Store, run_id: str, model: str | None = None, signature:
                                "cycles": str(p.cycles)},
                     stack_trace=f"  {stored.summary.model}: whole-model program, TTNN op {i}"))
     return report
+
+
+def _ttnn_report(result: OpResult | None) -> str | None:
+    """ttnn's own report of the op's run, where its device verdict came from ttsim and the run kept one."""
+    if result is None or result.device_backend != "ttsim" or result.ttsim is None:
+        return None
+    return result.ttsim.report
+
+
+def write_ttnn_report(digest: str, out: Path) -> None:
+    """ttnn's report folder (kept as a .tar.gz artifact) unpacked into `out`."""
+    try:
+        data = Workspace.default().artifacts.read(digest)
+    except FileNotFoundError:
+        raise StoreError(f"ttnn's report of the op's run ({digest[:16]}) is not in the artifact store",
+                         "point OPBYOP_HOME at the workspace the run was made in") from None
+    out.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        tar.extractall(out, filter="data")  # only plain files, inside `out`
 
 
 def _core_range(placement: OpPlacement) -> str:
@@ -372,7 +402,8 @@ def _report_perf_rows(store: Store, report: Report) -> list[dict]:
 
 def export_visualizer(store: Store, run_id: str, out: Path, model: str | None = None,
                       signature: str | None = None) -> Report:
-    """Write the report's memory folder (out/memory) and performance folder (out/performance)."""
+    """Write the report's memory folder (out/memory) and performance folder (out/performance), and for one
+    op whose run on ttsim kept it, ttnn's own report (out/ttnn)."""
     report = build_report(store, run_id, model, signature)
     memory, performance = out / MEMORY_FOLDER, out / PERFORMANCE_FOLDER
     memory.mkdir(parents=True, exist_ok=True)
@@ -385,4 +416,9 @@ def export_visualizer(store: Store, run_id: str, out: Path, model: str | None = 
     rows = _report_perf_rows(store, report)
     write_text(performance / "ops_perf_results.csv", to_csv(rows))
     write_text(performance / "profile_log_device.csv", _device_log(rows, report.spec))
+    if report.ttnn_report is not None:
+        write_ttnn_report(report.ttnn_report, out / TTNN_FOLDER)
+        write_text(out / TTNN_FOLDER / "config.json", json.dumps({  # the name the visualizer lists it by
+            "report_name": f"ttnn on ttsim {run_id} {signature[:12] if signature else ''}".rstrip(),
+            "enable_graph_report": True, "opbyop_run": run_id}, indent=2))
     return report

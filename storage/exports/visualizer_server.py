@@ -1,7 +1,9 @@
 """`opbyop visualize`: TT-NN Visualizer on 127.0.0.1 with a run's report loaded.
 
 The report (memory and performance folders) is written to a temporary directory, which also holds the
-visualizer's own data (its instance database, its event log): nothing is left in the user's home. The
+visualizer's own data (its instance database, its event log): nothing is left in the user's home.
+Where the report carries ttnn's own report of the op's run on ttsim, the visualizer opens that too, as
+an instance of its own beside opbyop's (two addresses on the same server). The
 visualizer runs from its own environment (opbyop.visualizer) in a session of its own, since it starts
 gunicorn workers under it; Ctrl-C (or SIGTERM) stops that whole session and removes the directory.
 """
@@ -23,7 +25,7 @@ from opbyop.errors import StoreError
 from opbyop.visualizer import locate
 from storage.dataset import Store
 from storage.exports.local_server import HOST, check_port, free_port, interrupt, stop_session, wait_until_served
-from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, Report, export_visualizer
+from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, Report, export_visualizer
 
 START_TIMEOUT_S = 90.0
 
@@ -36,15 +38,21 @@ class Served:
     instance_id: str
     report: Report
     folder: Path
+    ttnn_instance_id: str | None = None  # ttnn's own report of the op's run on ttsim, where there is one
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}/operations?instanceId={self.instance_id}"
 
-    def api(self, path: str) -> str:
-        """The address of one of the visualizer's API routes for this report."""
+    @property
+    def ttnn_url(self) -> str | None:
+        return None if self.ttnn_instance_id is None else \
+            f"http://{HOST}:{self.port}/operations?instanceId={self.ttnn_instance_id}"
+
+    def api(self, path: str, instance_id: str | None = None) -> str:
+        """The address of one of the visualizer's API routes for this report (or another instance)."""
         joiner = "&" if "?" in path else "?"
-        return f"http://{HOST}:{self.port}/api/{path}{joiner}instanceId={self.instance_id}"
+        return f"http://{HOST}:{self.port}/api/{path}{joiner}instanceId={instance_id or self.instance_id}"
 
 
 def _environment(home: Path) -> dict[str, str]:
@@ -75,19 +83,21 @@ def running(store: Store, run_id: str, model: str | None = None, signature: str 
         try:
             wait_until_served(child, f"http://{HOST}:{port}/api/up", "TT-NN Visualizer",
                               "`make visualizer` reinstalls it", START_TIMEOUT_S, poll_s=0.2)
-            instance_id = _open_report(port, folder)
-            yield Served(port=port, instance_id=instance_id, report=report, folder=folder), child
+            instance_id = _open_report(port, folder / MEMORY_FOLDER, folder / PERFORMANCE_FOLDER)
+            ttnn = _open_report(port, folder / TTNN_FOLDER, None) if report.ttnn_report is not None else None
+            yield Served(port=port, instance_id=instance_id, report=report, folder=folder, ttnn_instance_id=ttnn), child
         finally:
             stop_session(child)
 
 
 def serve(store: Store, run_id: str, model: str | None, signature: str | None, port: int | None,
-          visualizer: Path | None, announce: Callable[[str], None]) -> None:
-    """Serve the run's report until Ctrl-C; `announce` gets the page's address once it answers."""
+          visualizer: Path | None, announce: Callable[[str, str | None], None]) -> None:
+    """Serve the run's report until Ctrl-C; `announce` gets the page's address once it answers, and that
+    of ttnn's own report of the op's run on ttsim where there is one (else None)."""
     previous = signal.signal(signal.SIGTERM, interrupt)  # a service manager's stop cleans up like Ctrl-C
     try:
         with running(store, run_id, model, signature, port, visualizer) as (served, child):
-            announce(served.url)
+            announce(served.url, served.ttnn_url)
             try:
                 code = child.wait()
             except KeyboardInterrupt:
@@ -98,11 +108,12 @@ def serve(store: Store, run_id: str, model: str | None, signature: str | None, p
         signal.signal(signal.SIGTERM, previous)
 
 
-def _open_report(port: int, folder: Path) -> str:
-    """Open the report's folders in the visualizer, as its --profiler-path and --performance-path do;
+def _open_report(port: int, memory: Path, performance: Path | None) -> str:
+    """Open a report's folders in the visualizer, as its --profiler-path and --performance-path do;
     the instance id its pages and API take."""
-    body = json.dumps({"profiler_path": str((folder / MEMORY_FOLDER).resolve()),
-                       "performance_path": str((folder / PERFORMANCE_FOLDER).resolve())}).encode()
+    folder = memory.parent
+    body = json.dumps({"profiler_path": str(memory.resolve()),
+                       "performance_path": str(performance.resolve()) if performance else None}).encode()
     request = urllib.request.Request(f"http://{HOST}:{port}/api/instance/local-paths", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
     try:

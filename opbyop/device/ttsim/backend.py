@@ -7,12 +7,14 @@ that costs one op (a `limit` outcome with ttsim's own words) and the next op sta
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import select
 import shutil
 import subprocess
+import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +38,7 @@ START_TIMEOUT_S = 300.0  # the first open builds tt-metal's firmware (about 15 s
 class TtsimResult:
     run: TtsimRun
     outputs: list[np.ndarray] = field(default_factory=list)
+    report: bytes | None = None  # ttnn's own TT-NN Visualizer report of the run, as a .tar.gz of its folder
 
 
 class TtsimRunner:
@@ -85,8 +88,9 @@ class TtsimRunner:
                                    f"see {self.log_path}; check the set-up with `make ttsim`")
         self.started_s = time.perf_counter() - started
 
-    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float) -> TtsimResult:
-        """The program's outputs on ttsim, or the outcome that stopped it (never raises for the op's sake)."""
+    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float, report: bool = False) -> TtsimResult:
+        """The program's outputs on ttsim, or the outcome that stopped it (never raises for the op's sake);
+        with `report`, ttnn's own visualizer report of the run beside them."""
         started = time.perf_counter()
         if self.refused is not None:  # the device did not open before: not tried again for every op
             return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self.refused))
@@ -104,7 +108,7 @@ class TtsimRunner:
             np.savez(folder / "inputs.npz", **{k: _portable(v) for k, v in arrays.items()})
             offset = self.log_path.stat().st_size
             assert self._proc is not None and self._proc.stdin is not None
-            self._proc.stdin.write((json.dumps({"dir": str(folder)}) + "\n").encode())
+            self._proc.stdin.write((json.dumps({"dir": str(folder), "report": report}) + "\n").encode())
             self._proc.stdin.flush()
             reply = self._reply(timeout)
             seconds = time.perf_counter() - started
@@ -118,8 +122,9 @@ class TtsimRunner:
                 outputs = [data[f"out{i}"] for i in range(len(data.files))]
             memory = {k: reply[k] for k in ("peak_l1_bytes", "peak_cb_bytes", "peak_dram_bytes")
                       if reply.get("memory_measured")}
-            return TtsimResult(TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"],
-                                        **memory), outputs)
+            run = TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"],
+                           report_error=reply.get("report_error"), **memory)
+            return TtsimResult(run, outputs, _archive(folder / reply["report"]) if reply.get("report") else None)
         except (BrokenPipeError, OSError) as e:
             return TtsimResult(self._lost(0, time.perf_counter() - started, timeout, str(e)))
         finally:
@@ -207,7 +212,7 @@ class TtsimBackend:
         self._runners: dict[str, TtsimRunner] = {}
         self._refused: dict[str, str] = {}  # architecture -> why no ttsim can be set up for it
 
-    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float) -> TtsimResult:
+    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float, report: bool = False) -> TtsimResult:
         """A mesh program goes to a runner with a mesh of ttsim's multichip build open (one per shape);
         where that mesh does not open, the reason is its outcome and the model's verdict stands."""
         arch, mesh = program.spec.arch, tuple(program.mesh_shape)
@@ -222,12 +227,20 @@ class TtsimBackend:
                 return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=str(e)))
             log = self.home / "logs" / f"ttsim-{os.getpid()}{'' if mesh == (1, 1) else '-' + key.split()[1]}.log"
             self._runners[key] = TtsimRunner(setup, self.scratch, log, None if mesh == (1, 1) else mesh)
-        return self._runners[key].run(program, inputs, timeout)
+        return self._runners[key].run(program, inputs, timeout, report)
 
     def close(self) -> None:
         for runner in self._runners.values():
             runner.close()
         self._runners.clear()
+
+
+def _archive(folder: Path) -> bytes:
+    """A report folder as one .tar.gz (the artifact store keeps files, not folders)."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        tar.add(folder, arcname=".")
+    return data.getvalue()
 
 
 def _portable(x: np.ndarray) -> np.ndarray:

@@ -6,10 +6,12 @@ and ttnn. opbyop (opbyop.device.ttsim.backend) starts it as `python runner.py SF
 tt-metal's simulator environment (`python runner.py SFPI_DIR ROWSxCOLS` opens a mesh of a multichip
 ttsim instead of one chip) and talks to it over stdin / a private pipe:
 
-  request  (one JSON line): {"dir": DIR}  DIR holds plan.json (the program, opbyop.device.ttsim.plan)
-                                          and inputs.npz (in0, in1 ...; constants as c<fn>_<op>)
+  request  (one JSON line): {"dir": DIR, "report": BOOL}  DIR holds plan.json (the program,
+                            opbyop.device.ttsim.plan) and inputs.npz (in0, in1 ...; constants as c<fn>_<op>)
   reply    (one JSON line): {"ok": true, "seconds": S, "ops": N, "peak_l1_bytes": ...}   outputs.npz (out0 ...)
                                                                           in DIR
+                            with "report": true, also "report": "ttnn-report" (ttnn's own TT-NN Visualizer
+                            report of the run, DIR/ttnn-report/db.sqlite) or "report_error": TEXT
                             {"ok": false, "kind": KIND, "op": OP, "message": TEXT}
 
 KIND says whose the failure is: "rejected" (tt-metal refused the op: TT_FATAL, TT_THROW, a kernel
@@ -57,6 +59,7 @@ if __name__ == "__main__":
 
 import ttnn  # noqa: E402  (after the toolchain link and the fd switch)
 from ttnn._ttnn.activation import EltwiseUnaryWithParam  # noqa: E402
+from ttnn.graph_report import import_report  # noqa: E402
 
 
 class Unmapped(Exception):
@@ -421,6 +424,7 @@ class Footprint:
 
     def __init__(self, device):
         self.device = device
+        self.paused = False  # inside ttnn's report capture: a nested capture would show there as an op
         self.reset()
 
     def reset(self) -> None:
@@ -501,7 +505,8 @@ class Interpreter:
                 # named in the log first: ttsim may end the process inside the op, with no reply
                 print(f"{RUNNING}{kind}", file=sys.stderr, flush=True)
                 ctx = Ctx(op, tensors, self.device, constants)
-                self.footprint.before(lambda: handler(ctx))
+                if not self.footprint.paused:
+                    self.footprint.before(lambda: handler(ctx))
                 out = handler(ctx)
                 self.footprint.after()
                 results = list(out) if isinstance(out, (list, tuple)) else [out]
@@ -563,6 +568,33 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
         interpreter.const_cache.clear()  # const-eval results belong to one program's run
 
 
+REPORT_FOLDER = "ttnn-report"  # ttnn's own TT-NN Visualizer report of a run, in the request's folder
+
+
+def ttnn_report(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path) -> dict:
+    """The program run once more under tt-metal's graph capture, imported by ttnn's own importer as its
+    TT-NN Visualizer report (folder/ttnn-report: db.sqlite, cluster_descriptor.yaml). A second run, not
+    the first: the footprint's NO_DISPATCH captures, nested in this one, would show there as operations.
+    The C++ capture, not ttnn.graph's wrapper: its Python recording imports torch, which ttnn does not pull."""
+    graph, trace = ttnn._ttnn.graph, folder / "ttnn-graph.json"
+    started = time.perf_counter()
+    interpreter.footprint.paused = True
+    graph.begin_graph_capture(graph.RunMode.NORMAL)
+    try:
+        again = run_program(interpreter, plan, arrays, folder)
+    finally:
+        graph.end_graph_capture_to_file(str(trace))
+        interpreter.footprint.paused = False
+    if not again["ok"]:
+        return {"report_error": f"the run under ttnn's graph capture failed: {again['message']}"}
+    try:
+        import_report(trace, folder / REPORT_FOLDER)
+    except Exception as e:  # ttnn's importer: the run's verdict stands without its report
+        traceback.print_exc()
+        return {"report_error": f"ttnn's graph_report.import_report failed: {words(e)}"}
+    return {"report": REPORT_FOLDER, "report_seconds": time.perf_counter() - started}
+
+
 def hiccup(reply: dict) -> bool:
     return not reply["ok"] and any(h in reply["message"] for h in HOST_HICCUPS)
 
@@ -585,6 +617,8 @@ def serve(device) -> None:
             reply = run_program(interpreter, plan, arrays, folder)
         if hiccup(reply):
             reply["kind"] = "host"
+        if reply["ok"] and request.get("report"):
+            reply.update(ttnn_report(interpreter, plan, arrays, folder))
         _PROTOCOL.write(json.dumps(reply) + "\n")
 
 
