@@ -215,10 +215,12 @@ def test_qwen3_5_s_strided_slice_writes_export_as_slices_and_concatenations(qwen
 
 
 @pytest.mark.slow
-def test_an_op_whose_lowering_torch_mlir_finds_invalid_is_cut_out_by_its_location(qwen_tiny):
+def test_a_strided_slice_write_torch_mlir_finds_invalid_is_cut_out_by_its_location(qwen_tiny):
     """The strided slice writes as torch-mlir itself lowers them (opbyop's decompositions left out):
     its StableHLO fails its own verifier, naming no op but the location the exporter gave it."""
     model, inputs = importlib.import_module(qwen_tiny.split(":")[0]).make()
+    for module in model.modules():  # torch-mlir misses non-persistent buffers (the exporter does this too)
+        module._non_persistent_buffers_set.clear()
     program = torch.export.export(model, tuple(inputs), strict=False).run_decompositions(get_decomposition_table())
     text, failures, _ = _lowered(program, "qwen_tiny")
     assert failures, "the strided slice writes should have been cut out"
