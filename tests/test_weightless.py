@@ -156,6 +156,35 @@ def test_a_grouped_matmul_decomposed_to_static_shapes_equals_torch_s_own():
     assert grouped_mm(torch.randn(3, 4, 16), torch.randn(16, 8), offs) is NotImplemented  # left to cut out
 
 
+def test_a_slice_scatter_decomposed_to_slices_and_a_concatenation_equals_torch_s_own():
+    """Over random shapes, dims (negative too), bounds (negative, past the ends, empty) and steps."""
+    import random
+
+    import torch
+
+    from opbyop.frontends.torch_decompositions import slice_scatter
+
+    rng = random.Random(0)
+    for _ in range(400):
+        shape = [rng.randint(1, 7) for _ in range(rng.randint(1, 4))]
+        dim = rng.randrange(-len(shape), len(shape))
+        size = shape[dim]
+        start, end = (rng.choice([None, rng.randint(-2 * size, 2 * size)]) for _ in range(2))
+        step = rng.choice([1, 1, 2, 3, 5])
+        input = torch.randn(shape)
+        where = [slice(None)] * len(shape)
+        where[dim] = slice(start, end, step)
+        src = torch.randn(input[tuple(where)].shape)
+        expected = torch.ops.aten.slice_scatter(input, src, dim, start, end, step)
+        assert torch.equal(slice_scatter(input, src, dim, start, end, step), expected), (shape, dim, start, end, step)
+    ints = torch.arange(12).view(3, 4)  # integer and boolean tensors too (BART writes token ids)
+    assert torch.equal(slice_scatter(ints, ints[:, :2] * 10, 1, 1, None, 2),
+                       torch.ops.aten.slice_scatter(ints, ints[:, :2] * 10, 1, 1, None, 2))
+    flags = torch.zeros(2, 6, dtype=torch.bool)
+    assert torch.equal(slice_scatter(flags, ~flags[:, :3], -1, -6, None, 2),
+                       torch.ops.aten.slice_scatter(flags, ~flags[:, :3], -1, -6, None, 2))
+
+
 def test_a_stablehlo_file_of_any_size_never_materialises_its_arguments(tmp_path):
     from opbyop.frontends.values import write_values
     from opbyop.ir.split import split_module

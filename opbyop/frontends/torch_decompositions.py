@@ -8,6 +8,12 @@ groups' ends (`offs`) are tensor values. A static-shape form: every row against 
 (one batched matmul), then each row's own group picked by a gather. It costs E times the matmul's
 work but keeps every shape static; the experts' matmuls are analysed, at the shapes of that form.
 A form this module does not know returns NotImplemented: the op stays and is cut out as before.
+
+`aten.slice_scatter` (a write into a slice, `out[..., :8].copy_(a)`, after functionalisation) makes
+torch-mlir's StableHLO lowering grow without end, or fail its own verifier when strided. Written
+with slices, reshapes and one concatenation instead, exactly: the untouched parts of the input
+around the source; for a step > 1, the span the slice covers viewed as (count, step) rows whose
+first column becomes the source.
 """
 
 from __future__ import annotations
@@ -51,9 +57,50 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     return out.to(out_dtype) if out_dtype is not None else out
 
 
+def _bounds(size: int, start: int | None, end: int | None) -> tuple[int, int]:
+    """Python's slice bounds: negative from the end, clamped into [0, size], end at least start."""
+    def clamp(value: int | None, lower: int, default: int) -> int:
+        if value is None:
+            return default
+        return min(max(value + size if value < 0 else value, lower), size)
+
+    first = clamp(start, 0, 0)
+    return first, clamp(end, first, size)
+
+
+def slice_scatter(input: torch.Tensor, src: torch.Tensor, dim: int = 0, start: int | None = None,
+                  end: int | None = None, step: int = 1) -> Any:
+    """aten.slice_scatter (input with input[start:end:step] along dim replaced by src) as slices,
+    reshapes and a concatenation."""
+    if not all(isinstance(v, int) for v in (*input.shape, start or 0, end or 0, step)):
+        return NotImplemented  # symbolic sizes: the bounds are not known here
+    dim = dim % input.dim()
+    size = input.shape[dim]
+    start, end = _bounds(size, start, end)
+    count = src.shape[dim]  # == len(range(start, end, step))
+    if count == 0:
+        return input.clone()
+    if step == 1:
+        middle = [src]
+    else:  # rows of `step` from start: each row's first element is the source's, the rest stay
+        rows = count - 1
+        middle = [src.narrow(dim, rows, 1)]  # the last element written has no full row after it
+        if rows:
+            span = input.narrow(dim, start, rows * step)
+            shape = list(input.shape)
+            grid = span.reshape(shape[:dim] + [rows, step] + shape[dim + 1:])
+            grid = torch.cat([src.narrow(dim, 0, rows).unsqueeze(dim + 1), grid.narrow(dim + 1, 1, step - 1)], dim + 1)
+            middle.insert(0, grid.reshape(shape[:dim] + [rows * step] + shape[dim + 1:]))
+    written = start + (count - 1) * step + 1  # one past the last element written
+    parts = ([input.narrow(dim, 0, start)] if start else []) + middle \
+        + ([input.narrow(dim, written, size - written)] if written < size else [])
+    return torch.cat(parts, dim) if len(parts) > 1 else parts[0].clone()
+
+
 def decompositions() -> dict[Any, Callable[..., Any]]:
     """The table, read when a model is exported: transformers registers its custom op on import."""
-    table: dict[Any, Callable[..., Any]] = {aten._grouped_mm.default: grouped_mm}
+    table: dict[Any, Callable[..., Any]] = {aten._grouped_mm.default: grouped_mm,
+                                            aten.slice_scatter.default: slice_scatter}
     fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
     if fallback is not None and hasattr(fallback, "default"):
         table[fallback.default] = grouped_mm

@@ -72,10 +72,16 @@ class _Functional(nn.Module):
 
 
 def _framework_op(node: Any) -> str | None:
+    """The torch function that made the node (torch.conv2d); the aten op itself where what torch.export
+    recorded is no torch function: an aten op it called directly (the _assert_tensor_metadata it
+    adds for `.to`) or a higher-order op wrapping a region (no_grad's wrap_with_set_grad_enabled)."""
     torch_fn = node.meta.get("torch_fn")  # ('conv2d_1', 'builtin_function_or_method.conv2d')
-    if torch_fn:
-        return "torch." + torch_fn[1].rsplit(".", 1)[-1]
-    return None
+    if not torch_fn:
+        return None
+    owner, _, function = torch_fn[1].partition(".")
+    if owner.startswith("OpOverload") or hasattr(torch.ops.higher_order, function):
+        return str(node.meta.get("original_aten") or node.target)
+    return "torch." + torch_fn[1].rsplit(".", 1)[-1]
 
 
 def _module_path(node: Any) -> str | None:
