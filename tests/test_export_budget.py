@@ -4,6 +4,8 @@ model's error (or, bisected, its op's frontend_failed), and every other model go
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -82,8 +84,7 @@ def test_a_model_whose_export_goes_past_its_time_budget_is_its_error(factories):
 
 def test_a_lowering_past_its_budget_is_bisected_to_its_op_and_the_rest_is_lowered(factories):
     """The slice_scatter as torch-mlir itself lowers it (opbyop's decomposition left out): a blow-up
-    whose words name no op. Before any test starts the session's worker: the budget counts this
-    process's children."""
+    whose words name no op."""
     model = importlib.import_module(factories).FillHalves()
     program = torch.export.export(model, (torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8)), strict=False)
     program = program.run_decompositions(get_decomposition_table())
@@ -94,6 +95,23 @@ def test_a_lowering_past_its_budget_is_bisected_to_its_op_and_the_rest_is_lowere
         assert failure.aten_op == "aten.slice_scatter.default"
         assert "memory budget" in failure.message and "budget_factories.py:" in (failure.source or "")
     assert "stablehlo.tanh" in text
+
+
+def test_a_lowering_is_charged_its_own_memory_not_that_of_its_callers_other_children():
+    """A library call beside other children of its process (an op worker, a server): only this process
+    and the lowering's child count against the budget."""
+    other = subprocess.Popen([sys.executable, "-c", "import sys, time; x = b'1' * 2_500_000_000; "
+                              "print(flush=True); time.sleep(300)"], stdout=subprocess.PIPE)
+    try:
+        other.stdout.readline()  # its 2.5 GB are resident
+        program = torch.export.export(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh()),
+                                      (torch.ones(2, 4),), strict=False)
+        text, failures, _ = _lowered(program.run_decompositions(get_decomposition_table()), "small",
+                                     ExportBudget(memory_bytes=int(3e9), lowering_timeout_s=60))
+    finally:
+        other.kill()
+        other.wait()
+    assert not failures and "stablehlo.tanh" in text
 
 
 def test_a_write_into_slices_exports_whole_and_its_ops_reach_the_golden(factories, workspace, worker, settings):

@@ -35,7 +35,8 @@ from torch import nn
 
 from opbyop.config import ExportBudget
 from opbyop.errors import ExportError
-from opbyop.frontends.isolation import BudgetExceeded, ChildDied, run_in_child, tree_memory, write_result
+from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, descendants, processes_memory, run_in_child,
+                                        write_result)
 from opbyop.frontends.torch_bisect import Attempt, Unit, bisect, subgraph, units
 from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
 from opbyop.frontends.torch_decompositions import decompositions
@@ -348,18 +349,19 @@ def _lowering_child(program_or_graph: Any, folder: Path) -> None:
 def _lower_within(program_or_graph: Any, budget: ExportBudget | None, bisecting: bool = False) -> _Lowering:
     """_lower, in a forked child watched against the budget when there is one: a lowering that grows
     past it, hangs or dies is an attempt that failed, with the budget's (or the death's) words.
-    The memory watched is this process's and the child's together (the export's child's share)."""
+    The memory watched is this process's and the child's (with its own children) together: the
+    export's share, never this process's other children (an op worker beside a library call)."""
     if budget is None:
         return _lower(program_or_graph)
     what = "torch-mlir's StableHLO lowering"
     limit, timeout = int(budget.memory_limit() * LOWERING_SHARE), budget.lowering_timeout_s
     if bisecting:
-        limit = min(limit, tree_memory(os.getpid()) + BISECT_HEADROOM_BYTES)
+        limit = min(limit, processes_memory([os.getpid()]) + BISECT_HEADROOM_BYTES)
         timeout = min(timeout, BISECT_TIMEOUT_S)
     with tempfile.TemporaryDirectory(prefix="opbyop-lowering-") as folder:
         try:
             return run_in_child(_lowering_child, (program_or_graph,), Path(folder), limit, timeout,
-                                multiprocessing.get_context("fork"), measured=lambda _: tree_memory(os.getpid(), limit))
+                                multiprocessing.get_context("fork"), measured=lambda child: processes_memory([os.getpid(), child, *descendants(child)], limit))
         except BudgetExceeded as e:
             fix = ("raise the export's memory budget (--export-memory)" if e.kind == "memory"
                    else "raise the lowering's time budget (export.lowering_timeout_s)")
