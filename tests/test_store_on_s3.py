@@ -116,7 +116,7 @@ def test_a_run_s_writer_on_s3_reads_its_manifest_once_per_start_and_keeps_what_i
 
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
-    import store_samples as samples
+    from tests import store_samples as samples
     from storage.dataset import Store
     from storage.object_files import ObjectFiles
 
