@@ -34,6 +34,17 @@ def workspace_root(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def ttsim_ready(workspace_root):
+    """ttsim set up for Blackhole, or the backend's own words on why not (a failure, never a skip)."""
+    from opbyop.device.ttsim.install import TtsimUnavailable, locate
+
+    try:
+        return locate("blackhole", workspace_root)
+    except TtsimUnavailable as e:
+        pytest.fail(f"ttsim is not set up here: {e}")
+
+
+@pytest.fixture(scope="session")
 def workspace(workspace_root):
     from opbyop.workspace import Workspace
 

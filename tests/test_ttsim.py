@@ -66,14 +66,6 @@ def on_ttsim(settings):
     return settings.model_copy(update={"device": settings.device.model_copy(update={"backend": "ttsim"})})
 
 
-@pytest.fixture(scope="module")
-def ttsim_ready(workspace_root):
-    """ttsim set up for Blackhole, or the backend's own words on why not (a failure, never a skip)."""
-    try:
-        return locate("blackhole", workspace_root)
-    except TtsimUnavailable as e:
-        pytest.fail(f"ttsim is not set up here: {e}")
-
 
 @pytest.mark.slow
 def test_an_op_runs_on_ttsim_and_its_record_names_the_backend(tmp_path, workspace, worker, on_ttsim, ttsim_ready):

@@ -14,7 +14,6 @@ import pytest
 from opbyop.config import CompilerOptions
 from opbyop.device import fpu
 from opbyop.device.ttsim.agreement import principal_op
-from opbyop.device.ttsim.install import TtsimUnavailable, locate
 from opbyop.pipeline import prepare
 from opbyop.records import TtsimOutcome
 
@@ -44,13 +43,6 @@ ADD_BF16 = """func.func @main(%a: tensor<64x96xbf16>, %b: tensor<64x96xbf16>) ->
 }
 """
 
-
-@pytest.fixture(scope="module")
-def ttsim_ready(workspace_root):
-    try:
-        return locate("blackhole", workspace_root)
-    except TtsimUnavailable as e:
-        pytest.fail(f"ttsim is not set up here: {e}")
 
 
 def on_both(tmp_path, workspace, worker, settings, text: str, options: CompilerOptions | None = None):
