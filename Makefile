@@ -30,6 +30,7 @@ PIP_SETTING = $(shell python3 -m pip config list 2>/dev/null | sed -n "s/^[^=]*\
 UV_SOURCES = --index-strategy unsafe-best-match $(addprefix --find-links ,$(call PIP_SETTING,find-links)) \
              $(addprefix --extra-index-url ,$(call PIP_SETTING,extra-index-url))
 
+# --compile-bytecode, as pip does: without it the first run spends seconds compiling what it imports.
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet uv
@@ -37,7 +38,6 @@ $(STAMP): pyproject.toml
 	$(UV) pip install --quiet --python $(PY) $(UV_SOURCES) "torch==2.13.0"
 	@$(PY) -c "import importlib.metadata as m, sys; v = m.version('torch'); \
 	  sys.exit(0 if v.endswith('+cpu') else f'torch {v} is not the CPU build: fix the pip find-links')"
-	# --compile-bytecode: as pip does; without it the first run pays ~8 s compiling what it imports
 	$(UV) pip install --quiet --compile-bytecode --python $(PY) $(UV_SOURCES) -e ".[test]"
 	$(UV) pip check --python $(PY)
 	touch $(STAMP)
