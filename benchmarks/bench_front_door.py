@@ -1,4 +1,4 @@
-"""The front door: what a newcomer waits for, each goal beside the figure before this work and today's.
+"""The front door: what a newcomer waits for, each goal beside a recorded baseline and this tree's figure.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_front_door.py [--make-run] [--skip-analyze]
 
@@ -9,8 +9,8 @@
 - `--make-run` (heavy: minutes of CPU): `make run` from a fresh clone of this checkout's HEAD with an
   empty HOME (shared/ linked beside it as the checkout has it), set-up and run timed apart (goal:
   at most 3 minutes). Its run gives the analyze figures too (then --skip-analyze is implied).
-The figures before are those measured on this machine kind before descriptors were shipped and
-derived from the p150, set-up used uv and the time line held every step.
+The baseline ("before") is recorded, not re-run: measured on this machine kind with pip's set-up and
+descriptors made by the plugin's mock start, which a checkout of this tree cannot reproduce offline.
 """
 
 from __future__ import annotations
