@@ -18,7 +18,7 @@ from opbyop.records import (
     AccuracyTrace, TracePoint,
     COMPILE_STAGES, CollectiveRun, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary,
     OperandDesc, OpPlacement,
-    OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, TtsimOutcome, TtsimRun, ValueRef,
+    OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, TtsimRun, ValueRef,
     WholeModelResult, legacy_status,
 )
 from opbyop.shrink.result import ShrinkResult
@@ -144,27 +144,16 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
 
 
 def _ttsim_columns(t: TtsimRun | None, prefix: str = "") -> dict[str, Any]:
-    if t is None:
-        return {f.name: None for f in S.ttsim_fields(prefix)}
-    return {f"{prefix}ttsim_outcome": t.outcome.value, f"{prefix}ttsim_message": t.message,
-            f"{prefix}ttsim_op": t.op, f"{prefix}ttsim_s": t.seconds, f"{prefix}ttsim_runner_s": t.runner_seconds,
-            f"{prefix}ttsim_agreement": t.agreement, f"{prefix}ttsim_max_ulps": t.max_ulps,
-            f"{prefix}ttsim_pcc": t.pcc, f"{prefix}ttsim_peak_l1_bytes": t.peak_l1_bytes,
-            f"{prefix}ttsim_peak_cb_bytes": t.peak_cb_bytes, f"{prefix}ttsim_peak_dram_bytes": t.peak_dram_bytes,
-            f"{prefix}ttsim_report": t.report, f"{prefix}ttsim_report_error": t.report_error}
+    values = {name: getattr(t, name) for name in S.TTSIM_COLUMNS} if t is not None else {}
+    values["outcome"] = t.outcome.value if t is not None else None
+    return {f"{prefix}ttsim_{column}": values.get(name) for name, (column, _) in S.TTSIM_COLUMNS.items()}
 
 
 def _ttsim_from(row: dict[str, Any], prefix: str = "") -> TtsimRun | None:
     if row.get(f"{prefix}ttsim_outcome") is None:
         return None
-    return TtsimRun(outcome=TtsimOutcome(row[f"{prefix}ttsim_outcome"]), message=row[f"{prefix}ttsim_message"],
-                    op=row[f"{prefix}ttsim_op"], seconds=row[f"{prefix}ttsim_s"] or 0.0,
-                    runner_seconds=row[f"{prefix}ttsim_runner_s"] or 0.0, agreement=row[f"{prefix}ttsim_agreement"],
-                    max_ulps=row[f"{prefix}ttsim_max_ulps"], pcc=row.get(f"{prefix}ttsim_pcc"),
-                    peak_l1_bytes=row.get(f"{prefix}ttsim_peak_l1_bytes"),
-                    peak_cb_bytes=row.get(f"{prefix}ttsim_peak_cb_bytes"),
-                    peak_dram_bytes=row.get(f"{prefix}ttsim_peak_dram_bytes"),
-                    report=row.get(f"{prefix}ttsim_report"), report_error=row.get(f"{prefix}ttsim_report_error"))
+    values = {name: row.get(f"{prefix}ttsim_{column}") for name, (column, _) in S.TTSIM_COLUMNS.items()}
+    return TtsimRun(**{name: value for name, value in values.items() if value is not None})
 
 
 def _pass_timing_columns(t: PassTiming | None) -> dict[str, Any]:

@@ -138,23 +138,29 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
     ]
 
 
+# A run on ttsim (records.TtsimRun), flattened: its field -> (column after `<prefix>ttsim_`, type).
+# One list for the schema and for storage.convert's both directions; `<prefix>ttsim_outcome` is null
+# exactly when there was none.
+TTSIM_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
+    "outcome": ("outcome", pa.string()),  # ran | rejected | limit | unmapped | mapping | timeout | ...
+    "message": ("message", pa.string()),  # tt-metal's or ttsim's words
+    "op": ("op", pa.string()),  # the TTNN op it stopped at
+    "seconds": ("s", pa.float64()),
+    "runner_seconds": ("runner_s", pa.float64()),  # of ttsim_s, inside ttnn
+    "agreement": ("agreement", pa.string()),  # the model against ttsim: bit_equal | within_ulps | differ ...
+    "max_ulps": ("max_ulps", pa.float64()),
+    "pcc": ("pcc", pa.float64()),  # a whole model's outputs on ttsim against its reference
+    "peak_l1_bytes": ("peak_l1_bytes", pa.int64()),  # per core, as tt-metal allocated it
+    "peak_cb_bytes": ("peak_cb_bytes", pa.int64()),  # circular + dataflow buffers, per core
+    "peak_dram_bytes": ("peak_dram_bytes", pa.int64()),  # all banks
+    "report": ("report", pa.string()),  # ttnn's own visualizer report: artifact digest (.tar.gz)
+    "report_error": ("report_error", pa.string()),  # why it was asked for and not written
+}
+
+
 def ttsim_fields(prefix: str = "") -> list[pa.Field]:
-    """A run on ttsim (records.TtsimRun), flattened; `<prefix>ttsim_outcome` is null exactly when there was none."""
-    return [
-        pa.field(f"{prefix}ttsim_outcome", pa.string()),  # ran | rejected | limit | unmapped | mapping | timeout | ...
-        pa.field(f"{prefix}ttsim_message", pa.string()),  # tt-metal's or ttsim's words
-        pa.field(f"{prefix}ttsim_op", pa.string()),  # the TTNN op it stopped at
-        pa.field(f"{prefix}ttsim_s", pa.float64()),
-        pa.field(f"{prefix}ttsim_runner_s", pa.float64()),  # of ttsim_s, inside ttnn
-        pa.field(f"{prefix}ttsim_agreement", pa.string()),  # the model against ttsim: bit_equal | within_ulps | differ ...
-        pa.field(f"{prefix}ttsim_max_ulps", pa.float64()),
-        pa.field(f"{prefix}ttsim_pcc", pa.float64()),  # a whole model's outputs on ttsim against its reference
-        pa.field(f"{prefix}ttsim_peak_l1_bytes", pa.int64()),  # per core, as tt-metal allocated it
-        pa.field(f"{prefix}ttsim_peak_cb_bytes", pa.int64()),  # circular + dataflow buffers, per core
-        pa.field(f"{prefix}ttsim_peak_dram_bytes", pa.int64()),  # all banks
-        pa.field(f"{prefix}ttsim_report", pa.string()),  # ttnn's own visualizer report: artifact digest (.tar.gz)
-        pa.field(f"{prefix}ttsim_report_error", pa.string()),  # why it was asked for and not written
-    ]
+    """TTSIM_COLUMNS as the table's fields."""
+    return [pa.field(f"{prefix}ttsim_{column}", kind) for column, kind in TTSIM_COLUMNS.values()]
 
 
 # The pass a failed compile stopped in (records.FailedPass); `failed_pass_outcome` is null exactly

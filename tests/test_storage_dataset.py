@@ -267,3 +267,13 @@ def test_corrupt_file_is_reported_with_its_path_skipped_and_counted(history_stor
     result = run_sql("SELECT run_id, count(*) FROM results GROUP BY run_id ORDER BY run_id", root)
     assert result.rows == [("n0", 6), ("n2", 6)]  # the totals leave it out ...
     assert {s.path for s in result.skipped} == {victim, garbage}  # ... and say so
+
+
+def test_every_field_of_a_ttsim_run_has_its_column_and_comes_back():
+    from storage.convert import _ttsim_columns, _ttsim_from
+
+    assert set(schema.TTSIM_COLUMNS) == set(TtsimRun.model_fields)  # a new field needs its column
+    run = TtsimRun(outcome=TtsimOutcome.RAN, message="m", op="ttnn.add", seconds=1.5, runner_seconds=1.0,
+                   agreement="within_ulps", max_ulps=float("inf"), pcc=0.99, peak_l1_bytes=1, peak_cb_bytes=2,
+                   peak_dram_bytes=3, report="digest", report_error="words")
+    assert _ttsim_from(_ttsim_columns(run, "whole_"), "whole_") == run
