@@ -4,6 +4,7 @@ model's error (or, bisected, its op's frontend_failed), and every other model go
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from opbyop.pipeline import prepare
 from opbyop.records import Status
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
 
 FACTORIES = '''
 import numpy as np
@@ -74,6 +76,18 @@ def test_a_model_whose_export_goes_past_its_memory_budget_is_its_error_and_the_n
     assert "memory budget of 2.00 GB" in error and "--export-memory" in error
     (graph,) = prepared.graphs.values()
     assert graph.name.endswith("small") and "stablehlo.dot_general" in graph.module_text
+
+
+def test_opbyop_run_names_the_memory_budget_a_model_went_past_and_runs_the_next(factories, tmp_path):
+    """--export-memory through the CLI: the greedy factory is its error, the small one is analysed."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "OPBYOP_HOME": str(tmp_path / "home"),
+           "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", f"{factories}:greedy", f"{factories}:small",
+                           "--input", "1x4xf32", "--export-memory", "2", "--no-whole"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert "memory budget of 2.00 GB" in out and "--export-memory" in out, out
+    assert "dot_general" in out and "success" in out, out
 
 
 def test_a_model_whose_export_goes_past_its_time_budget_is_its_error(factories):

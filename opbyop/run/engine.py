@@ -15,7 +15,7 @@ from typing import Callable, Protocol
 
 from opbyop.frontends.graph import ModelGraph
 from opbyop.analysis.op_memory import misfits
-from opbyop.pipeline import Prepared, PrepareOne, prepare, prepare_model, summarize
+from opbyop.pipeline import Prepared, PrepareOne, prepare, summarize
 from opbyop.config import Zoo, load_zoo
 from opbyop.records import ModelSummary, OpResult, RunStatus, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.run.plan import RunPlan
@@ -94,7 +94,7 @@ Phase = Callable[[str], AbstractContextManager]
 
 
 def prepare_models(plan: RunPlan, workspace: Workspace, zoo: Zoo | None = None,
-                   prepare_one: PrepareOne = prepare_model) -> Prepared:
+                   prepare_one: PrepareOne | None = None) -> Prepared:
     """The plan's models split and deduplicated (opbyop.pipeline.prepare), the unique ops kept in the
     workspace for `opbyop repro`."""
     config = plan.config
