@@ -6,6 +6,7 @@ it at once.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import Field, field_validator
@@ -47,3 +48,10 @@ class Environment(BaseSettings):
 
 def environment() -> Environment:
     return Environment()
+
+
+def environment_of(variables: Mapping[str, str]) -> Environment:
+    """The environment a child process started with `variables` will read."""
+    prefix = Environment.model_config["env_prefix"]
+    return Environment(**{name.removeprefix(prefix).lower(): value for name, value in variables.items()
+                          if name.startswith(prefix) and name.removeprefix(prefix).lower() in Environment.model_fields})

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
 from opbyop.compiler.stages import failed_after, read_dumps
+from opbyop.environment import environment_of
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.values import write_values as write
 from opbyop.ir.rewrite import rewritten_text
@@ -108,6 +109,10 @@ class OpWorker:
             if self.host_devices is not None:
                 cmd += ["--host-devices", str(self.host_devices)]
             env = {**os.environ, **(self.env or {}), "TMPDIR": str(tmp)}
+            if environment_of(env).worker_memory_limit:
+                # an address-space cap counts glibc's per-thread arenas (64 MB reserved each): with one
+                # arena the threads a compile or an XLA run starts cannot spend the cap on reservations
+                env.setdefault("MALLOC_ARENA_MAX", "1")
             # cwd: tt-metal writes generated/ files into the working directory
             self._proc = subprocess.Popen(cmd, pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL,
                                           stdout=log, stderr=log, env=env, cwd=tmp)
