@@ -427,3 +427,25 @@ def test_a_dram_bound_add_takes_the_time_tt_metals_dram_microbenchmark_gives():
     for spec, gb_per_s in ((WORMHOLE_N150, 267), (BLACKHOLE_P150, 500)):
         seconds = place(add, spec).cycles / (spec.clock_mhz * 1e6)
         assert seconds == pytest.approx(3 * 8192 ** 2 * 2 / (gb_per_s * 1e9), rel=0.01)
+
+
+def test_a_whole_model_s_failed_run_is_the_device_s_verdict_and_any_other_exception_an_analyzer_error():
+    from opbyop.analysis.analyzer import whole_run_failure
+    from opbyop.device.executor import NotSimulatedError
+    from opbyop.records import CompileOutcome
+    from opbyop.run.call import StageCall
+
+    def raising(error: Exception) -> StageCall:
+        def fail():
+            raise error
+        return StageCall.of(fail, Stage.DEVICE_RUN)
+
+    compiled = CompileOutcome(reached=Stage.FLATBUFFER)
+    failed = whole_run_failure(raising(SimulationError("out of L1 memory: ttnn.matmul")), compiled, 1.5)
+    assert (failed.status, failed.failed_stage, failed.message) == (
+        Status.RUN_FAILED, Stage.DEVICE_RUN, "out of L1 memory: ttnn.matmul")
+    assert failed.device.message == failed.message and failed.seconds == 1.5
+    gap = whole_run_failure(raising(NotSimulatedError("ttnn.sort is not simulated")), compiled, 0.1)
+    assert gap.status is NotSimulatedError.status
+    bug = whole_run_failure(raising(KeyError("shape")), compiled, 0.1)
+    assert (bug.status, bug.message) == (Status.ANALYZER_ERROR, "simulator error: KeyError: 'shape'")

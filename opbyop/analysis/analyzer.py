@@ -40,7 +40,7 @@ from opbyop.ir.mesh import MeshMismatchError
 from opbyop.analysis.op_memory import op_memory_message, over_budget
 from opbyop.records import (CompileOutcome, OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult,
                             utcnow)
-from opbyop.run.call import OUT_OF_MEMORY, StageCall, describe_exception
+from opbyop.run.call import OUT_OF_MEMORY, StageCall
 
 ProgressFn = Callable[[str], None]
 RANDOM_OPS = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})
@@ -215,17 +215,14 @@ class OpAnalyzer:
             device.memory.reset_peaks()
             observer = TraceObserver(plan, {}, threshold, binary.program.mesh_shape) if plan else None
             try:
-                run = run_stitched(device, binary, values, model.parameters, model.iterations,
-                                   stablehlo=model.module_text, observer=observer,
-                                   topology=self.device.topology)
-            except Exception as e:  # SimulationError: the run failed (or a simulator gap); anything else: a bug
-                message = str(e) if isinstance(e, SimulationError) else f"simulator error: {describe_exception(e)}"
-                status = e.status if isinstance(e, SimulationError) else Status.ANALYZER_ERROR
-                return WholeModelResult(status=status, depth=Stage.FLATBUFFER, failed_stage=Stage.DEVICE_RUN,
-                                        message=message, compile=outcome, device=getattr(e, "run", None),
-                                        seconds=time.perf_counter() - started)
+                stitched = StageCall.of(lambda: run_stitched(
+                    device, binary, values, model.parameters, model.iterations, stablehlo=model.module_text,
+                    observer=observer, topology=self.device.topology), Stage.DEVICE_RUN)
             finally:
                 device.release_constants()
+            if not stitched.ok:
+                return whole_run_failure(stitched, outcome, time.perf_counter() - started)
+            run = stitched.value
             observer, xla_outputs, trace_note = trace_references(golden, observer, plan, trace_note)
         # a mesh run has its chips' peaks; on one chip the allocator's peaks cover the whole run (const-eval
         # included), and L1's peak is the larger of resident tensors and an op's circular buffers beside them
@@ -240,13 +237,12 @@ class OpAnalyzer:
         if not references and xla_outputs is not None:  # XLA:CPU already ran the module, for the trace
             references, result.reference = xla_outputs, "XLA:CPU"
         if not references:  # a StableHLO file: XLA:CPU runs the same module on the same values
-            try:
-                references = self.golden.run(model.module_text, values)
-            except Exception as e:
+            xla = StageCall.of(lambda: self.golden.run(model.module_text, values), Stage.GOLDEN)
+            if not xla.ok:
                 return result.model_copy(update={
                     "status": Status.SKIPPED,
-                    "message": f"no framework output, and XLA:CPU could not run the module: {type(e).__name__}: {e}"})
-            result.reference = "XLA:CPU"
+                    "message": f"no framework output, and XLA:CPU could not run the module: {xla.brief}"})
+            references, result.reference = xla.value, "XLA:CPU"
         dtypes = [mlir_dtype(r.dtype) for r in references]
         if settings.device.backend == "ttsim":
             result.ttsim = self._whole_on_ttsim(binary, values, references, dtypes, settings)
@@ -269,6 +265,17 @@ class OpAnalyzer:
             outputs = ttsim_host_outputs(binary, ttsim.outputs)
             ttsim.run.pcc = compare(outputs, references, dtypes, settings.thresholds).pcc
         return ttsim.run
+
+def whole_run_failure(stitched: StageCall, compiled: CompileOutcome, seconds: float) -> WholeModelResult:
+    """A stitched run that raised: a SimulationError is the run's own verdict (a failure or a simulator
+    gap), anything else a bug of the analyzer."""
+    error = stitched.error
+    simulated = isinstance(error, SimulationError)
+    return WholeModelResult(status=error.status if simulated else Status.ANALYZER_ERROR, depth=Stage.FLATBUFFER,
+                            failed_stage=Stage.DEVICE_RUN, compile=compiled, device=getattr(error, "run", None),
+                            message=str(error) if simulated else f"simulator error: {stitched.described}",
+                            seconds=seconds)
+
 
 def ttsim_host_outputs(binary: Binary, outputs: list[np.ndarray], model: list[np.ndarray] | None = None,
                        ) -> list[np.ndarray]:
