@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -88,6 +89,17 @@ def test_opbyop_run_names_the_memory_budget_a_model_went_past_and_runs_the_next(
     out = proc.stdout + proc.stderr
     assert "memory budget of 2.00 GB" in out and "--export-memory" in out, out
     assert "dot_general" in out and "success" in out, out
+
+
+def test_opbyop_compile_names_the_time_budget_a_model_went_past_and_compiles_the_next(factories, tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)]), "OPBYOP_HOME": str(tmp_path / "home"),
+           "COLUMNS": "200"}
+    proc = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "compile", f"{factories}:slow", f"{factories}:small",
+                           "--input", "1x4xf32", "--export-timeout", "3", "--no-whole"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert "time budget of 3 s" in out and "--export-timeout" in out, out
+    assert re.search(r"FLATBUFFER\W+13\b", out), out  # the small model's 13 ops, compiled
 
 
 def test_a_model_whose_export_goes_past_its_time_budget_is_its_error(factories):

@@ -54,7 +54,7 @@ def test_an_analyze_run_puts_every_second_of_its_wall_time_on_its_time_line(tmp_
                 "PYTHONPATH": str(ROOT), "COLUMNS": "300", "NO_COLOR": "1"})
     start = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", "mlp", "--workers", "1",
-                           "--run-id", "line"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+                           "--run-id", "line", "--export-memory", "8", "--export-timeout", "600"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - start
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     phases = Store(tmp_path / "home" / "store").run("line").phases
