@@ -8,7 +8,6 @@ and the export; with the product's settings (flows/hosting/settings.py); tied to
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
 import subprocess
@@ -54,10 +53,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _site_packages() -> str:
-    spec = importlib.util.find_spec("prefect")  # without importing it
-    assert spec is not None and spec.origin is not None
-    return str(Path(spec.origin).parent.parent)
+def _project_root() -> str:
+    """Where the server process imports flows/ from: where this process did."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 class PrefectApi:
@@ -75,10 +73,11 @@ class PrefectApi:
         self.url = f"http://127.0.0.1:{port}/api"
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(self._log_path, "wb") as log:
-            # what Prefect's temporary server runs (UI off), with the product's settings
+            # what Prefect's temporary server runs (UI off), with the product's settings and a
+            # database migrated once per Prefect version (flows/hosting/prefect_db.py)
             self._proc = spawn_tied(
-                [sys.executable, "-m", "uvicorn", "--app-dir", _site_packages(), "--factory",
-                 "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+                [sys.executable, "-m", "uvicorn", "--app-dir", _project_root(), "--factory",
+                 "flows.hosting.prefect_db:create_app", "--host", "127.0.0.1", "--port", str(port),
                  "--log-level", "error", "--lifespan", "on"],
                 env=server_env(ui_api_url=self.url, temporary=temporary), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL)
