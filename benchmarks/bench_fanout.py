@@ -113,7 +113,7 @@ def one(n: int, workers: int, chip: str, full: bool, work: Path) -> dict:
     from flows.hosting.settings import apply_defaults
 
     apply_defaults()
-    from flows.hosting.cluster import ClusterProcess
+    from flows.hosting.cluster_process import ClusterProcess
     from flows.hosting.server import PrefectApi
 
     api = PrefectApi(work / "logs", temporary=True)

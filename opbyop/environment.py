@@ -50,6 +50,11 @@ def environment() -> Environment:
     return Environment()
 
 
+def workspace_root() -> Path:
+    """The workspace's root directory (OPBYOP_HOME, absolute): opbyop.workspace.Workspace.default's."""
+    return environment().home.resolve()
+
+
 def environment_of(variables: Mapping[str, str]) -> Environment:
     """The environment a child process started with `variables` will read."""
     prefix = Environment.model_config["env_prefix"]

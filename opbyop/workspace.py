@@ -11,7 +11,7 @@ from pathlib import Path
 
 from opbyop.artifacts import ArtifactStore
 from opbyop.atomic import write_text
-from opbyop.environment import environment
+from opbyop.environment import environment, workspace_root
 from opbyop.records import Occurrence, UniqueOp
 
 
@@ -21,7 +21,7 @@ class Workspace:
 
     @classmethod
     def default(cls) -> Workspace:
-        return cls(environment().home.resolve())
+        return cls(workspace_root())
 
     @property
     def artifacts(self) -> ArtifactStore:

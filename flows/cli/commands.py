@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import typer
 
+from flows.cli.early import DEFAULT_CHIP
 from flows.cli.launching import FlowThread, Launch, defaults_for_laptop, stop_and_wait, wait_while
 from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
 from flows.engine.run_ids import new_run_id
@@ -66,7 +67,7 @@ class AnalyzeCommand:
 
 def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
                                                           "(default: the zoo's 'default' tag)"),
-            chip: str = typer.Option("p150", "--chip", help=chip_help()),
+            chip: str = typer.Option(DEFAULT_CHIP, "--chip", help=chip_help()),
             workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
             address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler "
                                                   "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),

@@ -15,7 +15,9 @@ from typing import Any, Callable, NoReturn
 import psutil
 import typer
 
+from flows.cli.early import adopt
 from flows.engine.phases import BESIDE, OTHER
+from flows.hosting.cluster_process import ClusterProcess
 from flows.hosting.handoff import Handoff, handing_off
 from flows.hosting.server import PrefectApi, drain_prefect
 from flows.hosting.settings import apply_defaults
@@ -39,13 +41,15 @@ class Launch:
     its first use (said on screen, with why)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
-        from flows.hosting.cluster import ClusterProcess  # dask: loaded only when used
-
         self.handoff = Handoff(started=_process_started())
-        self.api = PrefectApi(log_dir)
+        early = adopt(workers, address, chip, log_dir)  # started before the command line's imports, for this run
+        self.api = early.api if early else PrefectApi(log_dir)
         if self.api.started_here:  # before Prefect is imported, which reads it once
             os.environ["PREFECT_API_URL"] = self.api.url or ""
-        self.cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
+        if early:
+            self.cluster = early.cluster
+        else:
+            self.cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
         self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
         if self.cluster is not None:
             self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)

@@ -7,7 +7,8 @@ runs (worker-saturation 1.0). A scheduler reads those settings at start-up, into
 existing scheduler the attributes are set (and read back) through Client.run_on_scheduler.
 
 `python -m flows.hosting.cluster` is the LocalCluster the CLI starts in a child process at once, beside the
-Prefect server and the export, warming its op workers before the flow asks for them (ClusterProcess).
+Prefect server and the export, warming its op workers before the flow asks for them
+(flows/hosting/cluster_process.py).
 """
 
 from __future__ import annotations
@@ -15,18 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import threading
-import time
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Iterator
 
 import dask
 from distributed import Client, LocalCluster
 
-from flows.hosting.tied import spawn_tied, stop
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import target_for
 from opbyop.config import ClusterConfig
@@ -90,53 +87,6 @@ def dask_client(config: ClusterConfig) -> Iterator[Client]:
         yield client
 
 
-class ClusterProcess:
-    """A LocalCluster in a child process of the CLI, its op workers warming up at once.
-
-    Its own session (a terminal's Ctrl-C reaches only the CLI, which then stops the run in order) and
-    tied to the CLI (flows/hosting/tied.py): it dies with it, even on kill -9, and its Dask workers with it
-    (they exit when their parent does)."""
-
-    def __init__(self, workers: int, chip: str, log_dir: Path):
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / "dask-cluster.log"
-        with open(self.log_path, "wb") as log:
-            self._proc = spawn_tied([sys.executable, "-m", "flows.hosting.cluster", "--workers", str(workers), "--chip", chip],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
-        self.address: str | None = None
-
-    def wait(self, timeout: float = 180.0) -> str:
-        """The scheduler's address, once the cluster is up (its op workers may still be warming)."""
-        if self.address:
-            return self.address
-        assert self._proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        line = b""
-        while not line and time.monotonic() < deadline:
-            line = self._proc.stdout.readline()  # one line, written once the cluster is up
-            if not line and self._proc.poll() is not None:
-                break
-        if not line:
-            raise OpbyopError(f"the local Dask cluster did not start: {self._log_tail()}", f"see {self.log_path}")
-        self.address = json.loads(line)["address"]
-        return self.address
-
-    def exit_code(self) -> int | None:
-        """None while the cluster runs."""
-        return self._proc.poll()
-
-    def close(self, wait: bool = True) -> None:
-        """Stop the cluster and all it started; without `wait`, its supervisor finishes the job
-        after this process is gone (flows/hosting/tied.py)."""
-        stop(self._proc) if wait else self._proc.terminate()
-
-    def _log_tail(self) -> str:
-        try:
-            return " | ".join(self.log_path.read_text(errors="replace").strip().splitlines()[-3:])
-        except OSError:
-            return ""
-
-
 def serve(workers: int, chip: str) -> None:
     """Run a LocalCluster until terminated; print its address; warm its op workers for `chip`."""
     with local_cluster(workers) as cluster, Client(cluster) as client:
@@ -153,7 +103,7 @@ def serve(workers: int, chip: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="a LocalCluster for one CLI run (see ClusterProcess)")
+    parser = argparse.ArgumentParser(description="a LocalCluster for one CLI run (see flows/hosting/cluster_process.py)")
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--chip", required=True)
     args = parser.parse_args(argv)

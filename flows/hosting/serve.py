@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flows.engine.summary import summary_of
-from flows.hosting.cluster import ClusterProcess
+from flows.hosting.cluster_process import ClusterProcess
 from flows.hosting.handoff import Handoff, handing_off
 from flows.hosting.server import PrefectApi, drain_prefect
 from flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, NightlyRequest, ServiceRecord, alive,

@@ -28,12 +28,12 @@ from pydantic import BaseModel
 
 from flows.engine.summary import RunSummary
 from flows.hosting.server import configured_api_url, healthy
+from flows.hosting.service_record import record_path
 from opbyop.atomic import write_text
 from opbyop.config import AnalysisConfig, ShrinkOption, config_dir
 from opbyop.errors import OpbyopError
 from opbyop.workspace import Workspace
 
-RECORD_NAME = "service.json"
 POLL_SECONDS = 0.1  # how often the service looks for requests, and a run for its stop request
 
 
@@ -92,10 +92,6 @@ def store_and_configs() -> tuple[str, str]:
 
     store = Workspace.default().store
     return str(store if is_object_url(store) else store.resolve()), str(config_dir().resolve())
-
-
-def record_path(workspace_root: Path) -> Path:
-    return workspace_root / RECORD_NAME
 
 
 def standing_service(workspace_root: Path) -> ServiceRecord | None:

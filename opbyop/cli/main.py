@@ -1,11 +1,16 @@
 """`opbyop`: the command line. Library commands live in opbyop/cli; packages that build on the
 library (storage/, flows/) add theirs through the `opbyop.cli` entry point group, so opbyop never
 imports them.
+
+A plugin module may also define `prepare(argv)`: main calls it first, before the command line is
+built (importing every command takes a second or more), so that what a command will wait for (flows/:
+analyze's Prefect server and Dask cluster) starts while the rest is imported.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import sys
 from functools import cache
@@ -14,16 +19,26 @@ from pathlib import Path
 
 import typer
 
-# Importing the command modules registers their commands on `app`.
-from opbyop.cli import compile_run, coverage_cmds, decode_cmds, device_cmds, shrink_cmds, split_cmds  # noqa: F401
-from opbyop.cli.app import app, err_console, print_error, styled
+from opbyop.environment import workspace_root
 from opbyop.errors import OpbyopError
-from opbyop.analysis.op_memory import process_out_of_memory
-from opbyop.workspace import Workspace
 
 
-def _register_plugins() -> None:
+def _prepare_plugins(argv: list[str]) -> None:
+    """Each plugin module's `prepare(argv)`, if it has one (a plugin that fails to load is reported
+    when its commands are registered)."""
+    for ep in entry_points(group="opbyop.cli"):
+        try:
+            prepare = getattr(importlib.import_module(ep.module), "prepare", None)
+        except ImportError:
+            continue
+        if prepare is not None:
+            prepare(argv)
+
+
+def _register_plugins(app: typer.Typer) -> None:
     """Let storage/ and flows/ add their commands (they depend on opbyop, not the other way round)."""
+    from opbyop.cli.app import err_console, styled  # deferred with the commands (build_app)
+
     for ep in entry_points(group="opbyop.cli"):
         try:
             ep.load()(app)
@@ -34,12 +49,21 @@ def _register_plugins() -> None:
 @cache
 def build_app() -> typer.Typer:
     """The app with every command: opbyop's own and the plugins' (once per process)."""
-    _register_plugins()
+    # deferred, not at the top: main lets the plugins prepare first (a second or more of imports here)
+    from opbyop.cli import compile_run, coverage_cmds, decode_cmds, device_cmds, shrink_cmds, split_cmds  # noqa: F401
+    from opbyop.cli.app import app
+
+    _register_plugins(app)
     return app
 
 
 def main() -> None:
-    build_app()
+    _prepare_plugins(sys.argv[1:])
+    app = build_app()
+    # deferred with the commands (build_app): imported once the plugins have prepared
+    from opbyop.analysis.op_memory import process_out_of_memory
+    from opbyop.cli.app import print_error
+
     try:
         app()
     except OSError as e:
@@ -57,7 +81,7 @@ def main() -> None:
 
 def disk_full(e: OSError) -> OpbyopError:
     """One line for a full disk: which file system, and what to do."""
-    where = Path(e.filename) if e.filename else Workspace.default().root  # where opbyop writes
+    where = Path(e.filename) if e.filename else workspace_root()  # where opbyop writes
     mount = _mount_point(where)
     return OpbyopError(f"the disk is full: writing {e.filename or 'a file'} failed ({e.strerror}) on {mount}",
                        f"free space on {mount} (or point OPBYOP_HOME elsewhere), then run the same command again: "

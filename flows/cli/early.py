@@ -1,0 +1,87 @@
+"""`opbyop analyze`'s Prefect server and Dask cluster, started first thing: before the command line
+is built (its imports take seconds on 2 cores), so that they start while this process imports.
+
+`opbyop`'s main calls `prepare(argv)` before anything else; the arguments are read loosely here (only
+--workers, --address and --chip; the command line parses them properly later). The command's Launch
+(flows/cli/launching.py) adopts what was started when it asks for the same, and stops it otherwise;
+either way it is tied to this process (flows/hosting/tied.py). Nothing starts early when a Prefect
+API is configured (nothing to start), when the workspace has a `opbyop serve` record (the service may
+take the run) or when the command is asked for its help.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from flows.hosting.cluster_process import ClusterProcess
+from flows.hosting.server import PrefectApi, configured_api_url
+from flows.hosting.service_record import record_path
+from opbyop.environment import environment, workspace_root
+
+DEFAULT_CHIP = "p150"  # analyze's --chip default
+
+
+@dataclass
+class Started:
+    """What `prepare` started, and for which command options."""
+
+    workers: int | None
+    address: str | None  # --address, or the environment's scheduler
+    chip: str
+    log_dir: Path
+    api: PrefectApi
+    cluster: ClusterProcess | None
+
+    def close(self) -> None:
+        for child in (self.cluster, self.api):
+            if child is not None:
+                child.close(wait=False)
+
+
+_started: Started | None = None  # this process's early start (one command per process)
+
+
+def prepare(argv: list[str]) -> None:
+    """Start analyze's server and cluster now if `argv` is an analyze command that will want them."""
+    global _started
+    options = _analyze_options(argv)
+    if options is None or configured_api_url() or record_path(workspace_root()).exists():
+        return
+    address = options.address or environment().dask_address
+    log_dir = workspace_root() / "logs"
+    api = PrefectApi(log_dir)
+    os.environ["PREFECT_API_URL"] = api.url or ""  # before Prefect is imported, which reads it once
+    cluster = None if address else ClusterProcess(options.workers or os.cpu_count() or 1, options.chip, log_dir)
+    _started = Started(options.workers, address, options.chip, log_dir, api, cluster)
+
+
+def adopt(workers: int | None, address: str | None, chip: str, log_dir: Path) -> Started | None:
+    """What `prepare` started, if it was for these options (the caller owns it from now on); anything
+    else it started is stopped."""
+    global _started
+    started, _started = _started, None
+    if started is None:
+        return None
+    if (started.workers, started.address, started.chip, started.log_dir) != (workers, address, chip, log_dir):
+        started.close()
+        return None
+    return started
+
+
+def _analyze_options(argv: list[str]) -> argparse.Namespace | None:
+    """analyze's --workers, --address and --chip (None: not an analyze command, its help, or options
+    this loose reading cannot tell: the command line then starts everything itself)."""
+    if not argv or argv[0] != "analyze" or {"--help", "-h"} & set(argv):
+        return None
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--address")
+    parser.add_argument("--chip", default=DEFAULT_CHIP)
+    try:
+        options, _ = parser.parse_known_args(argv[1:])
+    except (argparse.ArgumentError, SystemExit):
+        return None
+    return options if options.workers is None or options.workers >= 1 else None
