@@ -1,16 +1,20 @@
-"""The front door: what a newcomer waits for, each goal beside a recorded baseline and this tree's figure.
+"""The front door: what a newcomer waits for, each goal beside a baseline and this tree's figure.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_front_door.py [--make-run] [--skip-analyze]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_front_door.py [--make-run] [--skip-analyze] [--skip-t3k]
+        [--baseline-ref main] [--repeat 2]
 
 - first vs warm t3k: `opbyop system-desc t3k` with an empty descriptor cache, then again (goal: the
   first at most 30 s more than the warm one, its derivation said on screen);
-- `opbyop analyze mlp` with its own server and cluster in an empty workspace: its wall time against
-  the ops' own span (the stored time line's `ops (beside)`; goal: at most 3x), and its time line;
+- `opbyop analyze mlp` with its own server and cluster in an empty workspace and an empty Prefect
+  home (the machine's caches warm: descriptors, the Prefect database template): its wall time against
+  the ops' own span (the stored time line's `ops (beside)`; goal: at most 3x), and its time line,
+  beside the same measured in the same session on --baseline-ref (a git worktree of it, this checkout's
+  virtual environment), the two trees taking turns --repeat times (the median of each is shown);
 - `--make-run` (heavy: minutes of CPU): `make run` from a fresh clone of this checkout's HEAD with an
   empty HOME (shared/ linked beside it as the checkout has it), set-up and run timed apart (goal:
   at most 3 minutes). Its run gives the analyze figures too (then --skip-analyze is implied).
-The baseline ("before") is recorded, not re-run: measured on this machine kind with pip's set-up and
-descriptors made by the plugin's mock start, which a checkout of this tree cannot reproduce offline.
+The make-run and t3k baselines are recorded, not re-run: measured on this machine kind with pip's
+set-up and descriptors made by the plugin's mock start, which a checkout cannot reproduce offline.
 """
 
 from __future__ import annotations
@@ -19,10 +23,12 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import Figures, console
@@ -31,13 +37,12 @@ from flows.engine.phases import BESIDE, format_phases
 from storage.dataset import Store
 
 ROOT = Path(__file__).resolve().parents[1]
-BEFORE = {"make run": "258 s (set-up ~180 s, run 64.8 s)", "t3k": "first 271 s (4 min 31 s)",
-          "analyze": "3.5x the ops' span"}
+BEFORE = {"make run": "258 s (set-up ~180 s, run 64.8 s)", "t3k": "first 271 s (4 min 31 s)"}
 
 
-def _env(**extra: str) -> dict[str, str]:
+def _env(tree: Path = ROOT, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
-    return {**env, "PYTHONPATH": str(ROOT), "COLUMNS": "300", "NO_COLOR": "1", **extra}
+    return {**env, "PYTHONPATH": str(tree), "COLUMNS": "300", "NO_COLOR": "1", **extra}
 
 
 def _timed(command: list[str], env: dict[str, str], cwd: Path, log: Path) -> tuple[float, str]:
@@ -58,11 +63,60 @@ def t3k_first_and_warm(work: Path) -> tuple[float, float, list[str]]:
     return first, warm, [line for line in said.splitlines() if "system descriptor" in line]
 
 
-def analyze_mlp(work: Path) -> tuple[float, dict[str, float]]:
-    env = _env(OPBYOP_HOME=str(work / "home"), PREFECT_HOME=str(work / "prefect"))
+def analyze_mlp(work: Path, tree: Path = ROOT) -> tuple[float, dict[str, float]]:
+    """`opbyop analyze mlp` of `tree` in an empty workspace and Prefect home: its wall time (from before
+    the interpreter starts) and its stored time line."""
+    env = _env(tree, OPBYOP_HOME=str(work / "home"), PREFECT_HOME=str(work / "prefect"))
     wall, _ = _timed([sys.executable, "-m", "opbyop.cli.main", "analyze", "mlp", "--run-id", "front-door"],
                      env, work, work / "analyze.log")
     return wall, Store(work / "home" / "store").run("front-door").phases
+
+
+def _span(phases: dict[str, float]) -> float:
+    return phases.get("ops" + BESIDE, float("nan"))
+
+
+@dataclass
+class Analyzed:
+    """One tree's analyze-mlp runs: the median run's wall, span and time line, and every run's ratio."""
+
+    runs: list[tuple[float, dict[str, float]]]
+
+    @property
+    def median(self) -> tuple[float, dict[str, float]]:
+        ordered = sorted(self.runs, key=lambda run: run[0])
+        return ordered[(len(ordered) - 1) // 2]
+
+    def cell(self) -> str:
+        wall, phases = self.median
+        ratios = ", ".join(f"{w / _span(p):.2f}x" for w, p in self.runs)
+        return (f"{wall:.1f} s / {_span(phases):.1f} s = {wall / _span(phases):.2f}x"
+                + (f" (runs: {ratios}; median wall {statistics.median(w for w, _ in self.runs):.1f} s)"
+                   if len(self.runs) > 1 else ""))
+
+
+def analyze_both(work: Path, baseline: Path | None, repeat: int) -> tuple[Analyzed, Analyzed | None]:
+    """This tree's and the baseline's analyze mlp, taking turns (the baseline first in each round)."""
+    mine, theirs = Analyzed([]), Analyzed([]) if baseline else None
+    for i in range(repeat):
+        for tree, into in ((baseline, theirs), (ROOT, mine)):
+            if tree is None:
+                continue
+            folder = work / f"{'baseline' if tree != ROOT else 'tree'}-{i}"
+            folder.mkdir()
+            into.runs.append(analyze_mlp(folder, tree))
+    return mine, theirs
+
+
+def baseline_worktree(ref: str, work: Path) -> Path:
+    """A git worktree of `ref` (detached), removed by `remove_worktree`."""
+    tree = work / "baseline-tree"
+    subprocess.run(["git", "worktree", "add", "--quiet", "--detach", str(tree), ref], cwd=ROOT, check=True)
+    return tree
+
+
+def remove_worktree(tree: Path) -> None:
+    subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
 
 
 def make_run(work: Path) -> tuple[float, float, dict[str, float]]:
@@ -84,34 +138,47 @@ def make_run(work: Path) -> tuple[float, float, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--make-run", action="store_true", help="also `make run` from a fresh clone (heavy)")
-    parser.add_argument("--skip-analyze", action="store_true", help="leave out the analyze mlp run")
+    parser.add_argument("--skip-analyze", action="store_true", help="leave out the analyze mlp runs")
+    parser.add_argument("--skip-t3k", action="store_true", help="leave out the t3k descriptor's first and warm runs")
+    parser.add_argument("--baseline-ref", default="main", help="the tree before (a git ref; '' for none)")
+    parser.add_argument("--repeat", type=int, default=2, help="analyze mlp runs per tree, taking turns")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-front-door-"))
     figures = Figures("the front door", ["goal", "before", "today", "met"])
-    (work / "t3k").mkdir()
-    first, warm, said = t3k_first_and_warm(work / "t3k")
-    figures.add("first t3k <= warm + 30 s, derivation shown", BEFORE["t3k"],
-                f"first {first:.1f} s, warm {warm:.1f} s (+{first - warm:.1f} s); {len(said)} lines said",
-                first - warm <= 30 and bool(said))
-    phases: dict[str, float] = {}
+    said: list[str] = []
+    if not args.skip_t3k:
+        (work / "t3k").mkdir()
+        first, warm, said = t3k_first_and_warm(work / "t3k")
+        figures.add("first t3k <= warm + 30 s, derivation shown", BEFORE["t3k"],
+                    f"first {first:.1f} s, warm {warm:.1f} s (+{first - warm:.1f} s); {len(said)} lines said",
+                    first - warm <= 30 and bool(said))
+    lines: dict[str, dict[str, float]] = {}
     if args.make_run:
         (work / "make").mkdir()
         setup, run, phases = make_run(work / "make")
         figures.add("make run from nothing <= 180 s", BEFORE["make run"],
                     f"{setup + run:.0f} s (set-up {setup:.0f} s, run {run:.0f} s)", setup + run <= 180)
-        wall = phases["total"]
+        figures.add("analyze mlp wall <= 3x the ops' span (make run)", "-",
+                    f"{phases['total']:.1f} s / {_span(phases):.1f} s", phases["total"] / _span(phases) <= 3)
+        lines["make run"] = phases
     elif not args.skip_analyze:
-        (work / "analyze").mkdir()
-        wall, phases = analyze_mlp(work / "analyze")
-    if phases:
-        span = phases.get("ops" + BESIDE, float("nan"))
-        figures.add("analyze mlp wall <= 3x the ops' span", BEFORE["analyze"],
-                    f"{wall:.1f} s / {span:.1f} s = {wall / span:.2f}x", wall / span <= 3)
+        baseline = baseline_worktree(args.baseline_ref, work) if args.baseline_ref else None
+        try:
+            mine, theirs = analyze_both(work, baseline, args.repeat)
+        finally:
+            if baseline is not None:
+                remove_worktree(baseline)
+        wall, phases = mine.median
+        figures.add("analyze mlp wall <= 3x the ops' span (wall / span)",
+                    f"{args.baseline_ref}: {theirs.cell()}" if theirs else "-", mine.cell(), wall / _span(phases) <= 3)
+        lines["this tree"] = phases
+        if theirs:
+            lines[args.baseline_ref] = theirs.median[1]
     figures.show()
     for line in said:
         console.print(line)
-    if phases:
-        console.print(f"time line: {format_phases(phases)}")
+    for name, phases in lines.items():
+        console.print(f"time line, {name}: {format_phases(phases)}")
         console.print(json.dumps(phases))
     shutil.rmtree(work, ignore_errors=True)
 

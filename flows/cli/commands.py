@@ -23,8 +23,8 @@ from typing import Any, Optional
 
 import typer
 
-from flows.cli.early import DEFAULT_CHIP
-from flows.cli.launching import FlowThread, Launch, defaults_for_laptop, stop_and_wait, wait_while
+from flows.cli.early import DEFAULT_CHIP, defaults_for_laptop
+from flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
 from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
 from flows.engine.run_ids import new_run_id
 from flows.engine.summary import summary_of

@@ -19,6 +19,7 @@ from pathlib import Path
 from flows.hosting.cluster_process import ClusterProcess
 from flows.hosting.server import PrefectApi, configured_api_url
 from flows.hosting.service_record import record_path
+from flows.hosting.settings import apply_defaults
 from opbyop.environment import environment, workspace_root
 
 DEFAULT_CHIP = "p150"  # analyze's --chip default
@@ -44,12 +45,20 @@ class Started:
 _started: Started | None = None  # this process's early start (one command per process)
 
 
+def defaults_for_laptop() -> None:
+    """The product's Prefect settings, and quiet logs: the progress bar tells the story."""
+    apply_defaults()
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
+
+
 def prepare(argv: list[str]) -> None:
     """Start analyze's server and cluster now if `argv` is an analyze command that will want them."""
     global _started
     options = _analyze_options(argv)
     if options is None or configured_api_url() or record_path(workspace_root()).exists():
         return
+    defaults_for_laptop()  # in the server's and the cluster's environment too, as analyze would set them
     address = options.address or environment().dask_address
     log_dir = workspace_root() / "logs"
     api = PrefectApi(log_dir)

@@ -20,19 +20,12 @@ from flows.engine.phases import BESIDE, OTHER
 from flows.hosting.cluster_process import ClusterProcess
 from flows.hosting.handoff import Handoff, handing_off
 from flows.hosting.server import PrefectApi, drain_prefect
-from flows.hosting.settings import apply_defaults
 from flows.cli.progress import say
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
 from opbyop.errors import OpbyopError
 
 STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
-
-
-def defaults_for_laptop() -> None:
-    apply_defaults()
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the progress bar tells the story
-    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
 
 
 class Launch:
