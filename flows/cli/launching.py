@@ -30,7 +30,8 @@ STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it
 
 class Launch:
     """What one CLI run starts, all at once from this (the main) thread, and stops together: the
-    Prefect server and the Dask cluster; beside them the chip's system descriptor is made if this is
+    Prefect server and the Dask cluster (adopted when flows/cli/early.py started them for this run
+    before the command line's imports); beside them the chip's system descriptor is made if this is
     its first use (said on screen, with why)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
