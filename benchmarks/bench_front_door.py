@@ -78,7 +78,8 @@ def _span(phases: dict[str, float]) -> float:
 
 @dataclass
 class Analyzed:
-    """One tree's analyze-mlp runs: the median run's wall, span and time line, and every run's ratio."""
+    """One tree's analyze-mlp runs: the median run's wall, span and time line (of an even count, the
+    faster middle one), and every run's ratio."""
 
     runs: list[tuple[float, dict[str, float]]]
 
