@@ -55,6 +55,8 @@ def on_ttsim(settings):
     ("convolution-conv1d-f32-1x2x16-args.mlir", "ttnn.conv1d"),
     ("while-doubling-f32-s-args.mlir", "ttcore.while_loop"),
     ("case-f32-s-args.mlir", "ttcore.case"),
+    ("gather-rows-bf16-8x16-args.mlir", "ttnn.rows_gather"),
+    ("gather-embedding-bf16-10x4-args.mlir", "ttnn.rows_gather"),
 ])
 def test_the_op_kind_runs_on_ttsim_and_matches_xla(tmp_path, workspace, worker, on_ttsim, ttsim_ready, file, kind):
     result = worker.analyze(corpus_op(tmp_path, workspace, file), on_ttsim, timeout=600)
@@ -97,6 +99,8 @@ def test_tt_metal_refusing_an_f32_pool_is_a_device_failure_in_its_words(tmp_path
 
 @pytest.mark.slow
 def test_a_kind_ttnn_has_no_call_for_is_not_simulated_saying_why(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
+    """rows_gather of an f32 table: ttnn.embedding, which stands in for the bf16 row form, takes no
+    f32 table, and its refusal would be no verdict on the chip."""
     result = worker.analyze(corpus_op(tmp_path, workspace, "gather-rows-f32-8x16-args.mlir"), on_ttsim, timeout=600)
     assert result.ttsim.outcome is TtsimOutcome.UNMAPPED and result.ttsim.op == "ttnn.rows_gather"
     assert "has no call in ttnn 0.81.1" in result.ttsim.message and "RowsGatherOperation" in result.ttsim.message

@@ -478,6 +478,31 @@ def _rand(c: Ctx):
                      high=float(a.get("high", 1.0)), seed=int(a.get("seed", 0)))
 
 
+def _rows_gather(c: Ctx):
+    """tt-mlir's rows_gather in its row form (one table, one whole row per index, as the zoo's
+    embedding lookups and row gathers emit it) is ttnn.embedding's lookup: the (1, S, rest)
+    operand read as an S-row table. Its other forms (column, windows, per-row indices, zero-filled
+    misses) have no ttnn call, nor have f32 tables (ttnn.embedding takes bf16 ones only: a stand-in's
+    refusal is no verdict on the chip). The one difference: rows_gather clamps an index outside the
+    table to its edge, ttnn.embedding reads past it, so the program's own clamp must bound them."""
+    a = c.attrs
+    sizes = _ints(a["sizes"])
+    windows = _ints(a.get("windows") or [1] * len(sizes))
+    table, indices = c.op["operand_types"][0]["shape"], c.op["operand_types"][1]["shape"]
+    row_form = (not a.get("column") and not a.get("fill_out_of_bounds") and len(sizes) == 1 and windows == [1]
+                and len(table) == 3 and table[0] == 1 and table[1] == sizes[0] and list(indices[:-1]) == [1, 1])
+    if not row_form or c.args[0].dtype != ttnn.bfloat16:
+        raise Unmapped("ttnn.rows_gather has no call in ttnn 0.81.1 in this form (column "
+                       f"{bool(a.get('column'))}, sizes {sizes}, windows {windows}, operand {table} "
+                       f"{c.args[0].dtype}, indices {indices}): {PLUGIN_ONLY.format('RowsGatherOperation')}; only "
+                       "the row form of a bf16 table maps, to ttnn.embedding")
+    rows = ttnn.reshape(ttnn.to_layout(c.args[0], ttnn.ROW_MAJOR_LAYOUT), [table[1], table[2]])
+    index = c.args[1] if c.args[1].dtype == ttnn.uint32 else ttnn.typecast(c.args[1], ttnn.uint32)
+    index = ttnn.reshape(ttnn.to_layout(index, ttnn.ROW_MAJOR_LAYOUT), [1, indices[-1]])
+    out = ttnn.embedding(index, rows, layout=c.layout(), dtype=c.dtype(), memory_config=c.mc())
+    return ttnn.reshape(out, list(c.out["shape"]))
+
+
 def _no_ttnn_call(kind: str, why: str):
     """An op kind this tt-mlir emits that ttnn 0.81.1 has no call for: not_simulated, saying why."""
     def run(c: Ctx):
@@ -558,7 +583,7 @@ HANDLERS = {
     "ttnn.conv1d": _conv1d, "ttnn.conv_transpose2d": _conv_transpose2d,
     "ttnn.batch_norm_inference": _batch_norm_inference, "ttnn.batch_norm_training": _batch_norm_training,
     "ttnn.rand": _rand,
-    "ttnn.rows_gather": _no_ttnn_call("ttnn.rows_gather", PLUGIN_ONLY.format("RowsGatherOperation")),
+    "ttnn.rows_gather": _rows_gather,
     "ttnn.rows_scatter": _no_ttnn_call("ttnn.rows_scatter", PLUGIN_ONLY.format("RowsScatterOperation")),
     "ttnn.reduce_precision": _no_ttnn_call("ttnn.reduce_precision", "no ttnn operation rounds a float to fewer "
                                            "exponent and mantissa bits"),
