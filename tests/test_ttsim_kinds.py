@@ -57,6 +57,8 @@ def on_ttsim(settings):
     ("case-f32-s-args.mlir", "ttcore.case"),
     ("gather-rows-bf16-8x16-args.mlir", "ttnn.rows_gather"),
     ("gather-embedding-bf16-10x4-args.mlir", "ttnn.rows_gather"),
+    ("scatter-rows_replace-f32-8x4-args.mlir", "ttnn.rows_scatter"),
+    ("scatter-rows_add-f32-8x4-args.mlir", "ttnn.rows_scatter"),
 ])
 def test_the_op_kind_runs_on_ttsim_and_matches_xla(tmp_path, workspace, worker, on_ttsim, ttsim_ready, file, kind):
     result = worker.analyze(corpus_op(tmp_path, workspace, file), on_ttsim, timeout=600)

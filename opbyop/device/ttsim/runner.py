@@ -503,6 +503,33 @@ def _rows_gather(c: Ctx):
     return ttnn.reshape(out, list(c.out["shape"]))
 
 
+# rows_scatter's combinations that a ttnn call performs
+SCATTERS = {"invalid": "scatter", "none": "scatter", "sum": "scatter_add", "add": "scatter_add"}
+
+
+def _rows_scatter(c: Ctx):
+    """tt-mlir's rows_scatter in its row form (whole rows of the (1, S, rest) operand replaced or
+    summed, one per index) is ttnn.scatter / scatter_add along the rows, each index repeated over
+    its row. Its other forms, and max, min or prod combinations, have no ttnn call. As with
+    rows_gather, the program's own clamp must bound the indices: ttnn.scatter skips none."""
+    a = c.attrs
+    sizes = _ints(a["sizes"])
+    windows = _ints(a.get("windows") or [1] * len(sizes))
+    reduce = str(a.get("reduce", "invalid")).rsplit("<", 1)[-1].rstrip(">").lower()
+    table, indices = c.op["operand_types"][0]["shape"], c.op["operand_types"][1]["shape"]
+    row_form = (not a.get("column") and len(sizes) == 1 and windows == [1] and len(table) == 3 and table[0] == 1
+                and table[1] == sizes[0] and list(indices[:-1]) == [1, 1])
+    if not row_form or reduce not in SCATTERS:
+        raise Unmapped(f"ttnn.rows_scatter has no call in ttnn 0.81.1 in this form (column {bool(a.get('column'))}, "
+                       f"sizes {sizes}, windows {windows}, operand {table}, indices {indices}, reduce {reduce}): "
+                       f"{PLUGIN_ONLY.format('RowsScatterOperation')}; only the row form that replaces or sums maps, "
+                       "to ttnn.scatter / scatter_add")
+    n, rest = indices[-1], table[2]
+    index = ttnn.to_layout(c.args[1], ttnn.TILE_LAYOUT)
+    index = ttnn.repeat(ttnn.reshape(index, [1, n, 1]), [1, 1, rest])
+    return getattr(ttnn, SCATTERS[reduce])(c.args[0], 1, index, c.args[2], memory_config=c.mc())
+
+
 def _no_ttnn_call(kind: str, why: str):
     """An op kind this tt-mlir emits that ttnn 0.81.1 has no call for: not_simulated, saying why."""
     def run(c: Ctx):
@@ -584,7 +611,7 @@ HANDLERS = {
     "ttnn.batch_norm_inference": _batch_norm_inference, "ttnn.batch_norm_training": _batch_norm_training,
     "ttnn.rand": _rand,
     "ttnn.rows_gather": _rows_gather,
-    "ttnn.rows_scatter": _no_ttnn_call("ttnn.rows_scatter", PLUGIN_ONLY.format("RowsScatterOperation")),
+    "ttnn.rows_scatter": _rows_scatter,
     "ttnn.reduce_precision": _no_ttnn_call("ttnn.reduce_precision", "no ttnn operation rounds a float to fewer "
                                            "exponent and mantissa bits"),
     "ttnn.rng_bit_generator": _no_ttnn_call("ttnn.rng_bit_generator", "its random bits come from a tt-metal "
