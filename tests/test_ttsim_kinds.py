@@ -59,6 +59,7 @@ def on_ttsim(settings):
     ("gather-embedding-bf16-10x4-args.mlir", "ttnn.rows_gather"),
     ("scatter-rows_replace-f32-8x4-args.mlir", "ttnn.rows_scatter"),
     ("scatter-rows_add-f32-8x4-args.mlir", "ttnn.rows_scatter"),
+    ("collective_permute-f32-4x32-args.mlir", "ttnn.assign"),
 ])
 def test_the_op_kind_runs_on_ttsim_and_matches_xla(tmp_path, workspace, worker, on_ttsim, ttsim_ready, file, kind):
     result = worker.analyze(corpus_op(tmp_path, workspace, file), on_ttsim, timeout=600)
