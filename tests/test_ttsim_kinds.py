@@ -71,7 +71,7 @@ def test_the_op_kind_runs_on_ttsim_and_matches_xla(tmp_path, workspace, worker, 
 
 @pytest.mark.slow
 def test_rand_runs_on_ttsim_with_the_compilers_bounds(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
-    """No golden draws the same random numbers: the op runs, and its values lie within its bounds."""
+    """No golden draws the same random numbers: the op runs, and nothing is judged."""
     result = worker.analyze(corpus_op(tmp_path, workspace, "rng-uniform-f32-s-args.mlir"), on_ttsim, timeout=600)
     assert result.ttsim.outcome is TtsimOutcome.RAN, result.ttsim
     assert result.status is Status.SKIPPED
