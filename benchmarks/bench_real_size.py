@@ -128,6 +128,8 @@ def unique_statuses(stdout: str) -> dict[str, int]:
     """The unique ops by status, counted from the rows of `opbyop run`'s table (its status column)."""
     statuses: dict[str, int] = {}
     for line in stdout.splitlines():
+        if "summary (occurrences)" in line:  # the per-op table ends; the tables after it count otherwise
+            break
         cells = [c.strip() for c in line.split("│")]
         if len(cells) > 6 and cells[2].isdigit():  # op, occurrences, inputs, depth, status, ...
             statuses[cells[5]] = statuses.get(cells[5], 0) + 1
