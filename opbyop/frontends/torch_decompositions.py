@@ -18,6 +18,11 @@ first column becomes the source.
 `aten.topk` with `sorted=False` (DeepSeek's routers) is refused by torch-mlir's lowering; the order
 of an unsorted top-k is unspecified, so the sorted one is a valid result of it.
 
+An uninitialised tensor (`torch.empty`, `new_empty`: DeepSeek-V2's key states, written part by part
+afterwards) becomes torch-mlir's `tensor.empty`, which is no StableHLO op: its own op module fails in
+the compiler's front end, a failure of no op of the model's. Any value is a valid value of an empty
+tensor: it is made as zeros.
+
 `aten._assert_tensor_metadata` (torch.export's check of a `.to()`) computes nothing; torch-mlir
 refuses it on a complex tensor. It is dropped.
 
@@ -113,6 +118,23 @@ def slice_scatter(input: torch.Tensor, src: torch.Tensor, dim: int = 0, start: i
 def topk(input: torch.Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True) -> Any:
     """aten.topk with sorted=False as the sorted top-k (one of the orders an unsorted top-k may give)."""
     return NotImplemented if sorted else aten.topk.default(input, k, dim, largest, True)
+
+
+def _zeros(size: list[int], dtype: torch.dtype | None, layout: Any, device: Any) -> torch.Tensor:
+    # a scalar broadcast: aten.full and aten.zeros are decomposed through aten.empty again
+    return aten.scalar_tensor.default(0, dtype=dtype, layout=layout, device=device).expand(size).clone()
+
+
+def empty(size: list[int], dtype: torch.dtype | None = None, layout: Any = None, device: Any = None,
+          pin_memory: Any = None, memory_format: Any = None) -> torch.Tensor:
+    """aten.empty as zeros (any value is one an empty tensor may hold)."""
+    return _zeros(size, dtype, layout, device)
+
+
+def empty_strided(size: list[int], stride: list[int], dtype: torch.dtype | None = None, layout: Any = None,
+                  device: Any = None, pin_memory: Any = None) -> torch.Tensor:
+    """aten.empty_strided as zeros: the values are the op's, the strides torch's own business."""
+    return _zeros(size, dtype, layout, device)
 
 
 def assert_tensor_metadata(*args: Any, **kwargs: Any) -> None:
@@ -219,7 +241,7 @@ def decompositions() -> dict[Any, Callable[..., Any]]:
         aten._assert_tensor_metadata.default: assert_tensor_metadata, aten.polar.default: polar,
         aten.complex.default: complex_, aten.mul.Tensor: mul, aten.add.Tensor: add, aten.sub.Tensor: sub,
         aten.unsqueeze.default: unsqueeze, aten.view.default: view, aten.expand.default: expand,
-        aten.clone.default: clone}
+        aten.clone.default: clone, aten.empty.memory_format: empty, aten.empty_strided.default: empty_strided}
     fallback = getattr(getattr(torch.ops, "transformers", None), "grouped_mm_fallback", None)
     if fallback is not None and hasattr(fallback, "default"):
         table[fallback.default] = grouped_mm
