@@ -169,7 +169,7 @@ def meta_model(arch: str, dtype: str = "bfloat16", experts: str = "every-expert"
     """A transformers model of `arch` (one of _CAUSAL_LM's, or whisper-encoder) built from `config`
     on the meta device: weights known by shape and dtype, buffers real (rebuilt on the CPU from the
     configuration: rotary frequencies are what position chains are computed from). A mixture of
-    experts is exported in the form `experts` names (opbyop.frontends.experts.FORMS)."""
+    experts is exported in the form `experts` names (opbyop.frontends.experts.FORMS, or capacity-FACTOR)."""
     # transformers and the experts' forms (which register with it): loaded only when a model is built
     import transformers
 
