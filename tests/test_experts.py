@@ -80,8 +80,8 @@ def test_every_moe_model_of_the_real_size_zoo_is_tagged_with_the_form_it_is_buil
 @pytest.fixture(scope="module")
 def tiny_moe():
     entry = ZooEntry(name="tiny-qwen3-moe", frontend="torch", factory="opbyop.frontends.models.hf:meta_model",
-                     kwargs={"arch": "qwen3_moe", "dtype": "float32", **{k: v for k, v in TINY.items()
-                                                                         if not k.endswith("implementation")},
+                     kwargs={"arch": "qwen3_moe", "dtype": "float32", "experts": EVERY_EXPERT,
+                             **{k: v for k, v in TINY.items() if not k.endswith("implementation")},
                              **FAMILIES["Qwen3Moe"]},
                      inputs=[InputSpec(name="input_ids", shape=[1, 8], dtype="int64", high=64)])
     return prepare([entry.name], zoo=Zoo(models=[entry]))
