@@ -16,6 +16,10 @@ over its slots only (capacity-FACTOR names another factor than the default).
 Qwen3-30B-A3B, one layer, p150, two shared cores: grouped-dense 93 unique expert ops in 819 s, its two
 matmuls (128x1024x2048 by 128x2048x1536; 128x1024x768 by 128x768x2048) without a result in 120 s;
 every-expert 40 unique expert ops, all success, in 29 s (largest: 24576x2048 by 2048x128, 4.6 s).
+In a later run (--analyse every-expert capacity, 77 s in all), per layer: grouped-dense 618.5 G
+multiply-adds; every-expert 77.3 G, 40 unique expert ops all success in 21.8 s, peak 1.97 GB; capacity
+6.7 G, 70 unique expert ops all success in 21.2 s (largest: 16x1536x2048 by 16x2048x10, 2.6 s),
+peak 2.56 GB.
 """
 
 from __future__ import annotations
