@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from opbyop.config import CompilerOptions
-from opbyop.device import fpu
+from opbyop.device import fpu, sfpu_reduce
 from opbyop.device.ttsim.agreement import principal_op
 from opbyop.pipeline import prepare
 from opbyop.records import TtsimOutcome
@@ -72,7 +72,7 @@ def test_matmuls_on_the_model_equal_ttsims_bit_for_bit(tmp_path, workspace, work
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, dim, dtype", [("add", 0, "bf16"), ("add", 1, "bf16"), ("maximum", 1, "f32"),
-                                              ("maximum", 0, "bf16")])
+                                              ("maximum", 0, "bf16"), ("add", 0, "f32"), ("add", 1, "f32")])
 def test_sums_and_maxima_on_the_model_equal_ttsims(tmp_path, workspace, worker, settings, ttsim_ready, kind, dim, dtype):
     run = on_both(tmp_path, workspace, worker, settings, reduce(kind, dim, dtype))
     assert run.agreement == "bit_equal", f"{run.agreement}, {run.max_ulps} ulps"
@@ -90,6 +90,15 @@ def test_a_bf16_add_halfway_between_two_values_rounds_away_from_zero():
     b = np.array([2 ** -8, -(2 ** -8), 2 ** -8], np.float32)
     got = fpu.as_f32(fpu.add_bits(a, b, ("bf16", "bf16"), fp32_acc=False))
     np.testing.assert_array_equal(got, [1.0 + 2 ** -7, -(1.0 + 2 ** -7), 1.0 + 2 ** -6])
+
+
+def test_an_f32_row_sum_adds_in_the_vector_units_order_not_left_to_right():
+    """1 + 2**-25 + 2**-25 + 2**-25 is 1 left to right; the SFPU's tree adds the small values first."""
+    row = np.zeros((1, 32), np.float32)
+    row[0, 0] = 1.0
+    row[0, [1, 16, 17]] = 2 ** -25  # lane 0's four values: 1 + (2**-25 + (2**-25 + 2**-25))
+    assert np.cumsum(row, dtype=np.float32)[-1] == np.float32(1.0)
+    assert sfpu_reduce.reduce_sum(row, (1,))[0, 0] == np.float32(1.0 + 2 ** -23)
 
 
 def test_the_packer_rounds_f32_to_bf16_half_away_from_zero():
