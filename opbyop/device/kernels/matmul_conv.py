@@ -116,19 +116,21 @@ def _blocked_conv(windows: np.ndarray, weight: np.ndarray, fidelity: str, fp32_a
     cols = np.pad(windows, ((0, 0), (0, 0), (0, 0), (0, padded))).reshape(m, kh, kw, chunks, chunk)
     taps = np.pad(np.transpose(weight, (2, 3, 1, 0)).astype(np.float32),
                   ((0, 0), (0, 0), (0, padded), (0, 0))).reshape(kh, kw, chunks, chunk, cout)
-    exact = m * cout * kh * kw * chunk * chunks * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS
+    blocks = conv_blocks(kh, kw, chunks)
+    a = np.stack([cols[:, row, :, part, :].reshape(m, kw * chunk) for row, part in blocks]).astype(np.float32)
+    b = np.stack([taps[row, :, part].reshape(kw * chunk, cout) for row, part in blocks])
+    if m * cout * a.shape[0] * a.shape[2] * FIDELITY_PHASES[fidelity] > EXACT_PRODUCTS:
+        parts = fidelity_matmul(a, b, fidelity, fp32_acc, bit_exact=False)  # every block at once
+        acc = parts[0]
+        for part in parts[1:]:
+            acc = fpu.as_f32(fpu.reload_through_src_a(fpu.u32(acc))) + part
+        return _add_bias(acc, bias, fidelity, fp32_acc)
     storage = "f32" if fp32_acc else "bf16"
-    dst, acc = None, None
-    for row, part in conv_blocks(kh, kw, chunks):
-        a = np.ascontiguousarray(cols[:, row, :, part, :].reshape(m, kw * chunk), np.float32)
-        b = np.ascontiguousarray(taps[row, :, part].reshape(kw * chunk, cout))
-        if exact:
-            dst = fpu.matmul_bits(a, b, (storage, storage), fidelity, fp32_acc,
-                                  dst=None if dst is None else fpu.reload_through_src_a(dst))
-        else:
-            block = fidelity_matmul(a, b, fidelity, fp32_acc, bit_exact=False)
-            acc = block if acc is None else fpu.as_f32(fpu.reload_through_src_a(fpu.u32(acc))) + block
-    return _add_bias(fpu.as_f32(dst) if exact else acc, bias, fidelity, fp32_acc)
+    dst = None
+    for block_a, block_b in zip(a, b):
+        dst = fpu.matmul_bits(block_a, block_b, (storage, storage), fidelity, fp32_acc,
+                              dst=None if dst is None else fpu.reload_through_src_a(dst))
+    return _add_bias(fpu.as_f32(dst), bias, fidelity, fp32_acc)
 
 
 def _add_bias(out: np.ndarray, bias: np.ndarray | None, fidelity: str, fp32_acc: bool) -> np.ndarray:
