@@ -38,8 +38,9 @@ def measure(model: str) -> dict:
     whole = worst_error(golden.run(graph.module_text, graph.argument_values), graph.reference_outputs)
     whole_s = time.perf_counter() - start
     start = time.perf_counter()
-    replayed = replay_error(graph, golden)
-    return {"model": model, "ops": len(split_module(graph.module_text, graph.name).ops), "whole": whole,
+    split = split_module(graph.module_text, graph.name)
+    replayed = replay_error(graph, split, golden)
+    return {"model": model, "ops": len(split.ops), "whole": whole,
             "whole_s": whole_s, "replay": replayed, "replay_s": time.perf_counter() - start}
 
 

@@ -16,6 +16,7 @@ from opbyop.config import load_zoo
 from opbyop.frontends.loader import load_model
 from opbyop.golden.replay import replay_error, worst_error
 from opbyop.golden.xla_cpu import XlaCpu
+from opbyop.ir.split import split_module
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +44,8 @@ def test_single_ops_reproduce_the_eager_output(model, golden):
     if model in SHARDED:
         error = _on_host_mesh(model, SHARDED[model])
     else:
-        error = replay_error(load_model(model), golden)
+        graph = load_model(model)
+        error = replay_error(graph, split_module(graph.module_text, graph.name), golden)
     assert error <= 1e-4, f"{model}: max abs error {error:.3g} of the output's scale"
 
 
@@ -65,8 +67,9 @@ def _on_host_mesh(model: str, devices: int) -> float:
         from opbyop.golden.xla_cpu import XlaCpu
         from opbyop.ir.split import split_module
         graph = load_model({model!r})
-        assert all(r.mesh for r in split_module(graph.module_text, graph.name).ops)
-        print(replay_error(graph, XlaCpu()))
+        split = split_module(graph.module_text, graph.name)
+        assert all(r.mesh for r in split.ops)
+        print(replay_error(graph, split, XlaCpu()))
     """)
     env = {**os.environ, "OPBYOP_HOST_DEVICES": str(devices), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)

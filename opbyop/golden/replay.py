@@ -11,7 +11,7 @@ import numpy as np
 
 from opbyop.frontends.graph import ModelGraph
 from opbyop.golden.xla_cpu import XlaCpu
-from opbyop.ir.split import SplitResult, split_module
+from opbyop.ir.split import SplitResult
 from opbyop.records import ValueRef
 
 
@@ -57,10 +57,9 @@ def worst_error(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray])
     return worst
 
 
-def replay_error(graph: ModelGraph, golden: XlaCpu) -> float:
-    """How far the model's single ops, replayed in program order, are from the framework's eager
-    output (worst_error); a sharded model's ops need as many XLA:CPU devices as its mesh."""
-    split = split_module(graph.module_text, graph.name)
+def replay_error(graph: ModelGraph, split: SplitResult, golden: XlaCpu) -> float:
+    """How far the model's single ops (`split`, of `graph`), replayed in program order, are from the
+    framework's eager output (worst_error); a sharded model's ops need as many XLA:CPU devices as its mesh."""
     if not split.ops:
         raise ValueError(f"{graph.name} split into no ops")
     return worst_error(replay(split, graph.argument_values, golden), graph.reference_outputs)
