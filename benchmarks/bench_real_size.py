@@ -11,9 +11,11 @@ arguments). Peak RSS is of this process and all its children (the op worker), sa
 `--baseline` runs the same ops with another checkout's code (`--baseline-path`) in the worker (PYTHONPATH).
 Goals: llama-3.1-8B <= 5 min and <= 6 GB; llama-3.1-70B <= 8 min and <= 10 GB.
 
-`--cli MODEL[:CHIP] ...` measures as a user would instead: `opbyop run MODEL --no-whole` on the zoo's
-meta-device model, in a fresh OPBYOP_HOME, its peak RSS summed over the command and all its children
-(sampled every 0.5 s), with each process's own peak and the share of each at the moment of the peak;
+`--cli MODEL[:CHIP][@LAYERS] ...` measures as a user would instead: `opbyop run MODEL --no-whole` on the
+zoo's meta-device model, in a fresh OPBYOP_HOME, its peak RSS summed over the command and all its
+children (sampled every 0.5 s), with each process's own peak and the share of each at the moment of
+the peak, and the unique ops by status; `@LAYERS` builds the model LAYERS decoder layers deep (a copy
+of configs/ whose zoo entry says so: the layers after the first few repeat their unique ops);
 `--cli-baseline MODEL ...` runs the same command with `--baseline-path`'s code in the same run.
 """
 
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import yaml
 from common import Figures
 
 from real_size_models import CONFIGS, stablehlo
@@ -39,7 +42,7 @@ from opbyop.jaxenv import prepare_jax
 prepare_jax()
 
 from opbyop.compiler.system_desc import resolve  # noqa: E402
-from opbyop.config import AnalysisSettings, load_thresholds  # noqa: E402
+from opbyop.config import AnalysisSettings, config_dir, load_thresholds, load_zoo  # noqa: E402
 from opbyop.ir.dedupe import dedupe  # noqa: E402
 from opbyop.ir.split import split_module  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
@@ -104,18 +107,50 @@ class CliFigures:
     per_role_peak: dict[str, int] = field(default_factory=dict)
     exit_code: int = 0
     tail: str = ""
+    statuses: dict[str, int] = field(default_factory=dict)  # unique ops by status, from the command's table
 
 
-def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5) -> CliFigures:
-    """`opbyop run MODEL --no-whole [--chip CHIP]` for `case` MODEL[:CHIP] in a fresh home, its process
-    tree's RSS sampled every `interval` s."""
+def configs_with_layers(model: str, layers: int, folder: Path) -> Path:
+    """A copy of configs/ in `folder` whose zoo entry `model` is built `layers` decoder layers deep."""
+    target = folder / "configs"
+    target.mkdir()
+    for item in config_dir().iterdir():
+        if item.name != "models.yaml":
+            (target / item.name).symlink_to(item)
+    zoo = load_zoo()
+    entry = zoo.get(model)
+    entry.kwargs = {**entry.kwargs, "layers": layers}
+    (target / "models.yaml").write_text(yaml.safe_dump(zoo.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    return target
+
+
+def unique_statuses(stdout: str) -> dict[str, int]:
+    """The unique ops by status, counted from the rows of `opbyop run`'s table (its status column)."""
+    statuses: dict[str, int] = {}
+    for line in stdout.splitlines():
+        if "summary (occurrences)" in line:  # the per-op table ends; the tables after it count otherwise
+            break
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 6 and cells[2].isdigit():  # op, occurrences, inputs, depth, status, ...
+            statuses[cells[5]] = statuses.get(cells[5], 0) + 1
+    return statuses
+
+
+def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5,
+            limit_s: float | None = None) -> CliFigures:
+    """`opbyop run MODEL --no-whole [--chip CHIP]` for `case` MODEL[:CHIP][@LAYERS] in a fresh home, its
+    process tree's RSS sampled every `interval` s; past `limit_s` seconds the tree is killed (exit -9)."""
     home = tempfile.mkdtemp(prefix="bench-cli-home-")
     figures = CliFigures(f"{case}{label}")
+    case, _, layers = case.partition("@")
     model, _, chip = case.partition(":")
-    cmd = [sys.executable, "-m", "opbyop.cli.main", "run", model, "--no-whole", *(["--chip", chip] if chip else [])]
+    if layers:
+        env = {**env, "OPBYOP_CONFIG_DIR": str(configs_with_layers(model, int(layers), Path(home)))}
+    cmd = [sys.executable, "-m", "opbyop.cli.main", "run", model, "--no-whole", "--full",
+           *(["--chip", chip] if chip else [])]
     started = time.perf_counter()
     with open(Path(home) / "stdout.txt", "w+") as out:
-        proc = subprocess.Popen(cmd, env={**os.environ, **env, "OPBYOP_HOME": home}, stdout=out,
+        proc = subprocess.Popen(cmd, env={**os.environ, **env, "OPBYOP_HOME": home, "COLUMNS": "400"}, stdout=out,
                                 stderr=subprocess.STDOUT)
         top = psutil.Process(proc.pid)
         roles: dict[int, str] = {}
@@ -138,22 +173,33 @@ def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5) -
             total = sum(sample.values())
             if total > figures.peak_rss:
                 figures.peak_rss, figures.at_peak = total, sample
+            if limit_s is not None and time.perf_counter() - started > limit_s:
+                for p in reversed(tree):  # the children first, then the command
+                    try:
+                        p.kill()
+                    except psutil.Error:
+                        pass
             time.sleep(interval)
         figures.wall_s = time.perf_counter() - started
         figures.exit_code = proc.returncode
         out.seek(0)
-        figures.tail = " | ".join(line.strip() for line in out.read().splitlines()[-3:])[:200]
+        text = out.read()
+        figures.tail = " | ".join(line.strip() for line in text.splitlines()[-3:])[:200]
+        figures.statuses = unique_statuses(text)
+    print(f"{figures.name}: the command's output is {Path(home) / 'stdout.txt'}", flush=True)
     return figures
 
 
-def cli_main(models: list[str], baseline: list[str], baseline_path: str) -> None:
-    runs = [run_cli(m, {}, "") for m in models]
-    runs += [run_cli(m, {"PYTHONPATH": baseline_path}, f" [code of {baseline_path}]") for m in baseline]
+def cli_main(models: list[str], baseline: list[str], baseline_path: str, limit_s: float | None) -> None:
+    runs = [run_cli(m, {}, "", limit_s=limit_s) for m in models]
+    runs += [run_cli(m, {"PYTHONPATH": baseline_path}, f" [code of {baseline_path}]", limit_s=limit_s)
+             for m in baseline]
     table = Figures("`opbyop run MODEL --no-whole` (zoo meta-device model): wall time and peak RSS of all processes",
-                    ["model", "exit", "wall s", "peak RSS GB (all)", "at the peak, GB by process", "each process's own peak GB",
-                     "last lines"])
+                    ["model", "exit", "unique ops by status", "wall s", "peak RSS GB (all)", "at the peak, GB by process",
+                     "each process's own peak GB", "last lines"])
     for r in runs:
-        table.add(r.name, r.exit_code, f"{r.wall_s:.0f}", f"{r.peak_rss / 1e9:.2f}",
+        table.add(r.name, r.exit_code, " ".join(f"{k}={v}" for k, v in sorted(r.statuses.items())),
+                  f"{r.wall_s:.0f}", f"{r.peak_rss / 1e9:.2f}",
                   " ".join(f"{k}={v / 1e9:.2f}" for k, v in sorted(r.at_peak.items())),
                   " ".join(f"{k}={v / 1e9:.2f}" for k, v in sorted(r.per_role_peak.items())), r.tail)
     table.show()
@@ -219,13 +265,14 @@ def main() -> None:
     parser.add_argument("--baseline", nargs="*", default=[], help="models to run again with --baseline-path's code")
     parser.add_argument("--baseline-path", default=None, help="another checkout of opbyop, for --baseline and --cli-baseline")
     parser.add_argument("--chip", default="p150")
-    parser.add_argument("--cli", nargs="*", default=None, help="zoo models (MODEL or MODEL:CHIP) to measure through `opbyop run --no-whole`")
+    parser.add_argument("--cli", nargs="*", default=None, help="zoo models (MODEL, MODEL:CHIP, MODEL@LAYERS) to measure through `opbyop run --no-whole`")
     parser.add_argument("--cli-baseline", nargs="*", default=[], help="zoo models to measure again with --baseline-path's code")
+    parser.add_argument("--cli-limit", type=float, default=None, help="seconds one --cli command may take before it is killed")
     args = parser.parse_args()
     if (args.baseline or args.cli_baseline) and not args.baseline_path:
         parser.error("--baseline and --cli-baseline need --baseline-path (another checkout of opbyop)")
     if args.cli is not None:
-        cli_main(args.cli, args.cli_baseline, args.baseline_path)
+        cli_main(args.cli, args.cli_baseline, args.baseline_path, args.cli_limit)
         return
 
     chip = resolve(args.chip)

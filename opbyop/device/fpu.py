@@ -140,8 +140,9 @@ def _group_sums(part0: np.ndarray, exp0: np.ndarray, part1: np.ndarray, exp1: np
 
 
 def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity: str, fp32_acc: bool,
-                k_tile: int = 32) -> np.ndarray:
-    """a @ b in the destination register as f32 bit patterns (int64), K zero-padded to whole faces."""
+                k_tile: int = 32, dst: np.ndarray | None = None) -> np.ndarray:
+    """a @ b in the destination register as f32 bit patterns (int64), K zero-padded to whole faces,
+    accumulated onto `dst` (bit patterns already in the register) when given."""
     k = a.shape[-1]
     pad = -k % FACE
     if pad:
@@ -152,7 +153,7 @@ def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity
     ops0 = {p: _operand(f0, p, False) for p in sorted({p & 2 for p in PHASE_ORDER[fidelity]})}
     ops1 = {p: _operand(f1, p, True) for p in sorted({p & 1 for p in PHASE_ORDER[fidelity]})}
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    dst = np.zeros(batch + (a.shape[-2], b.shape[-1]), np.int64)
+    dst = np.zeros(batch + (a.shape[-2], b.shape[-1]), np.int64) if dst is None else np.asarray(dst, np.int64)
     for start in range(0, a.shape[-1], k_tile):
         for phase in PHASE_ORDER[fidelity]:
             (p0, e0), (p1, e1) = ops0[phase & 2], ops1[phase & 1]
@@ -162,6 +163,12 @@ def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity
                                    _phase_adjust(phase))
                 dst = accumulate(sops, dst, fp32_acc)
     return dst
+
+
+def reload_through_src_a(bits: np.ndarray) -> np.ndarray:
+    """Destination bit patterns packed to L1 and copied back through srcA: the low 13 bits dropped
+    (TF32), as a kernel reloading its partial sums sees them (bf16 values pass unchanged)."""
+    return np.asarray(bits, np.int64) & 0xFFFFE000
 
 
 def pack_bf16(bits: np.ndarray) -> np.ndarray:

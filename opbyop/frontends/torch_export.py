@@ -39,7 +39,7 @@ from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, descendants, 
                                         write_result)
 from opbyop.frontends.torch_bisect import Attempt, Unit, bisect, subgraph, units
 from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
-from opbyop.frontends.torch_decompositions import decompositions
+from opbyop.frontends.torch_decompositions import decompositions, fold_complex_views
 from opbyop.frontends.torch_meta import fix_meta_graph, is_meta, to_meta
 from opbyop.frontends.torch_partition import cut, failing_nodes, mlir_name, nodes_at, unlowered_ops
 from opbyop.ir.provenance import encode_name
@@ -278,12 +278,15 @@ def _traced_program(wrapper: nn.Module, args: list[torch.Tensor], name: str) -> 
 
     try:
         program = torch.export.export(wrapper, tuple(args), strict=False)
-        return program.run_decompositions({**get_decomposition_table(), **decompositions()})
+        program = program.run_decompositions({**get_decomposition_table(), **decompositions()})
     except Exception as e:
         raise ExportError(f"torch.export could not trace {name}: {type(e).__name__}: {_first_lines(e)}",
                           "make forward traceable by torch.export.export(model, inputs): no Python branches "
                           "on tensor values (torch.cond), no data-dependent shapes, inputs of the shapes and "
                           "dtypes forward takes; or pass a .mlir file") from None
+    if fold_complex_views(program.graph_module.graph):
+        program.graph_module.recompile()
+    return program
 
 
 MAX_CUTS = 8  # rounds of cutting unlowerable ops out before giving the model up

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
+from opbyop.frontends.graph import ModelGraph
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.split import SplitResult
 from opbyop.records import ValueRef
@@ -41,3 +42,24 @@ def replay(split: SplitResult, argument_values: Sequence[np.ndarray], golden: Xl
             if ref.position is not None and last_use.get(key) == record.position and key not in kept:
                 values.pop(key, None)
     return [value(ref) for ref in split.outputs]
+
+
+def worst_error(outputs: Sequence[np.ndarray], references: Sequence[np.ndarray]) -> float:
+    """The largest |output - reference| of any output, over that output's largest |reference|."""
+    if len(outputs) != len(references):
+        raise ValueError(f"{len(outputs)} outputs against {len(references)} references")
+    worst = 0.0
+    for got, want in zip(outputs, references):
+        if got.shape != want.shape:
+            raise ValueError(f"an output of shape {got.shape} against a reference of shape {want.shape}")
+        scale = float(np.max(np.abs(want))) or 1.0
+        worst = max(worst, float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) / scale)
+    return worst
+
+
+def replay_error(graph: ModelGraph, split: SplitResult, golden: XlaCpu) -> float:
+    """How far the model's single ops (`split`, of `graph`), replayed in program order, are from the
+    framework's eager output (worst_error); a sharded model's ops need as many XLA:CPU devices as its mesh."""
+    if not split.ops:
+        raise ValueError(f"{graph.name} split into no ops")
+    return worst_error(replay(split, graph.argument_values, golden), graph.reference_outputs)

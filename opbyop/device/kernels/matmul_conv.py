@@ -7,8 +7,9 @@ from typing import Callable
 
 import numpy as np
 
-from opbyop.device.formats import fidelity_matmul
-from opbyop.device.kernels.base import Call, NotSimulated, packed
+from opbyop.device import fpu
+from opbyop.device.formats import EXACT_PRODUCTS, FIDELITY_PHASES, fidelity_matmul
+from opbyop.device.kernels.base import EXACT, Call, NotSimulated, packed
 from opbyop.device.kernels.eltwise import fused
 
 
@@ -49,14 +50,19 @@ def _windows(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
 
 
 def conv_nhwc(image: np.ndarray, weight: np.ndarray, stride: tuple[int, int], dilation: tuple[int, int],
-              pads: tuple[int, int, int, int], groups: int, fidelity: str, fp32_acc: bool) -> np.ndarray:
-    """(N, H, W, Cin) convolved with an (O, Cin/groups, kh, kw) kernel -> (N*OH*OW, O), every
-    window product on the matrix engine (TF32 operands, fidelity phases)."""
+              pads: tuple[int, int, int, int], groups: int, fidelity: str, fp32_acc: bool,
+              bias: np.ndarray | None = None) -> np.ndarray:
+    """(N, H, W, Cin) convolved with an (O, Cin/groups, kh, kw) kernel (plus `bias`) -> (N*OH*OW, O),
+    on the matrix engine as tt-metal's conv2d feeds it (conv_blocks; grouped convolutions as one
+    matmul per group)."""
     n, _, _, cin = image.shape
     cout, _, kh, kw = weight.shape
     top, bottom, left, right = pads
     image = np.pad(image, ((0, 0), (top, bottom), (left, right), (0, 0)))
     windows, oh, ow = _windows(image, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
+    matmul_conv = kh == kw == 1 and tuple(stride) == (1, 1) and not any(pads)
+    if groups == 1 and fidelity != EXACT and not matmul_conv:
+        return _blocked_conv(windows.reshape(-1, kh, kw, cin), weight, fidelity, fp32_acc, bias)
     per_group_in, per_group_out = cin // groups, cout // groups
     outputs = []
     for g in range(groups):
@@ -64,7 +70,79 @@ def conv_nhwc(image: np.ndarray, weight: np.ndarray, stride: tuple[int, int], di
         wg = weight[g * per_group_out:(g + 1) * per_group_out]  # (O, I, kh, kw)
         wmat = np.transpose(wg, (2, 3, 1, 0)).reshape(kh * kw * per_group_in, per_group_out)
         outputs.append(fidelity_matmul(np.ascontiguousarray(cols), wmat, fidelity, fp32_acc))
-    return np.concatenate(outputs, axis=1)
+    return _add_bias(np.concatenate(outputs, axis=1), bias, fidelity, fp32_acc)
+
+
+# tt-metal's conv2d shards a Blackhole p150's 13 x 10 compute grid (as ttsim opens it). The
+# kernels do not see the device, so its grid is stated here.
+GRID_COLUMNS, GRID_ROWS = 13, 10
+TILE = 32
+
+
+def _round8(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+def channel_chunks(pixels: int, cin: int, cout: int) -> tuple[int, int]:
+    """(input channels per chunk, chunks) of a conv2d's reduction, as tt-metal shards it: height
+    sharded (every core holds all channels: one chunk of Cin rounded up to 8) unless block sharding
+    uses at least as many cores (output pixel tiles over the grid's rows, output channel tiles over
+    its columns); block sharded, the channels are split over the grid's columns, ceil(Cin / 13)
+    rounded up to 8 each. Measured on ttsim: Cin 16, 128, 256, 512 -> chunks of 8, 16, 24, 40."""
+    tiles = -(-pixels // TILE)
+    height_cores = min(tiles, GRID_ROWS * GRID_COLUMNS)
+    block_cores = min(tiles, GRID_ROWS) * min(-(-cout // TILE), GRID_COLUMNS)
+    chunk = _round8(-(-cin // GRID_COLUMNS)) if block_cores >= height_cores else _round8(cin)
+    return chunk, -(-cin // chunk)
+
+
+def conv_blocks(kh: int, kw: int, chunks: int) -> list[tuple[int, int]]:
+    """The reduction's blocks in the order the compute kernel (conv_bmm_tilize.cpp) takes them:
+    per kernel row, per channel chunk; each block holds that row's kw taps of the chunk's channels."""
+    return [(row, chunk) for row in range(kh) for chunk in range(chunks)]
+
+
+def _blocked_conv(windows: np.ndarray, weight: np.ndarray, fidelity: str, fp32_acc: bool,
+                  bias: np.ndarray | None) -> np.ndarray:
+    """windows (M, kh, kw, Cin) against weight (O, Cin, kh, kw), block by block: each block's
+    products go into the destination register on top of the partial sums so far, which the kernel
+    reloads from L1 through srcA between blocks (dropping their low 13 bits: fpu.reload_through_src_a);
+    the bias is an ELWADD of the result and the bias row. Bit for bit up to EXACT_PRODUCTS, else each
+    block by fidelity_matmul and the reloads applied between blocks."""
+    m, kh, kw, cin = windows.shape
+    cout = weight.shape[0]
+    chunk, chunks = channel_chunks(m, cin, cout)
+    padded = chunk * chunks - cin
+    cols = np.pad(windows, ((0, 0), (0, 0), (0, 0), (0, padded))).reshape(m, kh, kw, chunks, chunk)
+    taps = np.pad(np.transpose(weight, (2, 3, 1, 0)).astype(np.float32),
+                  ((0, 0), (0, 0), (0, padded), (0, 0))).reshape(kh, kw, chunks, chunk, cout)
+    blocks = conv_blocks(kh, kw, chunks)
+    a = np.stack([cols[:, row, :, part, :].reshape(m, kw * chunk) for row, part in blocks]).astype(np.float32)
+    b = np.stack([taps[row, :, part].reshape(kw * chunk, cout) for row, part in blocks])
+    if m * cout * a.shape[0] * a.shape[2] * FIDELITY_PHASES[fidelity] > EXACT_PRODUCTS:
+        parts = fidelity_matmul(a, b, fidelity, fp32_acc, bit_exact=False)  # every block at once
+        acc = parts[0]
+        for part in parts[1:]:
+            acc = fpu.as_f32(fpu.reload_through_src_a(fpu.u32(acc))) + part
+        return _add_bias(acc, bias, fidelity, fp32_acc)
+    storage = "f32" if fp32_acc else "bf16"
+    dst = None
+    for block_a, block_b in zip(a, b):
+        dst = fpu.matmul_bits(block_a, block_b, (storage, storage), fidelity, fp32_acc,
+                              dst=None if dst is None else fpu.reload_through_src_a(dst))
+    return _add_bias(fpu.as_f32(dst), bias, fidelity, fp32_acc)
+
+
+def _add_bias(out: np.ndarray, bias: np.ndarray | None, fidelity: str, fp32_acc: bool) -> np.ndarray:
+    """The conv's bias row added to every output row: on the FPU (add_tiles_bcast_rows, an ELWADD of
+    the reloaded result and the bias), exactly when the chip's numerics are off."""
+    if bias is None:
+        return out
+    bias = np.broadcast_to(np.asarray(bias, np.float32).reshape(1, -1), out.shape)
+    if fidelity == EXACT:
+        return out + bias
+    storage = "f32" if fp32_acc else "bf16"
+    return fpu.as_f32(fpu.add_bits(out, np.ascontiguousarray(bias), (storage, storage), fp32_acc))
 
 
 def _four(padding: list) -> tuple[int, int, int, int]:
@@ -83,9 +161,8 @@ def _conv2d(call: Call) -> list:
     cin, groups = int(call.attr("in_channels")), int(call.attr("groups", 1))
     out = conv_nhwc(x.reshape(n, h, w, cin), weight, tuple(_pairs(call.attr("stride", [1, 1]), 2)),
                     tuple(_pairs(call.attr("dilation", [1, 1]), 2)), _four(call.attr("padding", [0, 0])), groups,
-                    *call.fidelity)
-    bias = _bias(call)
-    return [packed(call, out if bias is None else out + bias).reshape(call.out_shape)]
+                    *call.fidelity, bias=_bias(call))
+    return [packed(call, out).reshape(call.out_shape)]
 
 
 def _conv1d(call: Call) -> list:

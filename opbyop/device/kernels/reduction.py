@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-from opbyop.device import fpu
+from opbyop.device import fpu, sfpu_reduce
 from opbyop.device.formats import EXACT_PRODUCTS, FIDELITY_PHASES, fidelity_multiply, round_bf16
 from opbyop.device.kernels.base import EXACT, Call, packed
 
@@ -36,7 +36,7 @@ def pad_tiles(x: np.ndarray, value: float) -> np.ndarray:
 
 def tile_reduce(x: np.ndarray, axes: tuple[int, ...] | None, kind: str, fidelity: str, fp32_acc: bool,
                 storage: str = "f32") -> np.ndarray:
-    """A float reduction as the FPU does it, on tile-padded data, keeping the reduced dimensions.
+    """A float reduction as the chip does it, keeping the reduced dimensions.
 
     sum / mean of bf16 data: a matmul with a scaler (1, or 1/N for the mean with N the logical
     count, packed as bf16 by ttnn's reduce program factories) on the matrix engine: over rows the
@@ -44,8 +44,9 @@ def tile_reduce(x: np.ndarray, axes: tuple[int, ...] | None, kind: str, fidelity
     bit as the engine sums (opbyop.device.fpu) for one axis up to EXACT_PRODUCTS, else each
     product through the fidelity's phases and the partial sums kept in f32 (fp32_dest_acc_en) or
     rounded to bf16 tile by tile.
-    sum / mean of f32 data: ttnn does not take the matrix engine's TF32 path for these (ttsim's
-    sums sit within tens of ulps of an f32 sum): the f32 sum of the exact products.
+    sum / mean of f32 data: on the vector unit in f32, tile by tile in tt-metal's own order
+    (opbyop.device.sfpu_reduce); ttnn takes the matrix engine's TF32 path for these only when asked
+    for fast_and_approximate_mode, which TTNN programs do not carry.
     max / min: exact (ttsim's f32 and bf16 maxima are the inputs' own values)."""
     ndim = max(1, x.ndim)
     axes = tuple(range(ndim)) if axes is None else axes
@@ -54,14 +55,14 @@ def tile_reduce(x: np.ndarray, axes: tuple[int, ...] | None, kind: str, fidelity
         values = np.asarray(x, np.float64).reshape(np.shape(x) or (1,))
         out = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[kind](values, axis=axes, keepdims=True)
         return out.astype(np.float32)
+    if kind in ("sum", "mean") and storage in ("f32", "tf32"):
+        return sfpu_reduce.reduce_sum(x, axes, None if kind == "sum" else 1.0 / max(1, logical))
     padded = pad_tiles(np.asarray(x, np.float32), NEUTRAL[kind])
     if kind in ("max", "min"):
         out = (padded.max if kind == "max" else padded.min)(axis=axes, keepdims=True)
         return _unpad(out, np.shape(x), axes)
     scaler = np.float32(1.0) if kind == "sum" else round_bf16(np.float32(1.0 / max(1, logical)))
-    if storage in ("f32", "tf32"):
-        out = (padded * scaler).sum(axis=axes, keepdims=True, dtype=np.float32)
-    elif _on_matrix_engine(padded, axes, fidelity):
+    if _on_matrix_engine(padded, axes, fidelity):
         out = _engine_reduce(padded, axes[0], scaler, fidelity, fp32_acc)
     else:
         products = fidelity_multiply(padded, np.full(padded.shape, scaler, np.float32), fidelity)

@@ -204,9 +204,15 @@ def activations(attrs: dict, key: str) -> list:
     return out
 
 
+# ttnn's binary calls that take no output dtype (theirs is the first operand's)
+NO_DTYPE = {"logical_left_shift", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_left_shift",
+            "bitwise_right_shift"}
+
+
 def _binary(name: str):
     def run(c: Ctx):
-        return getattr(ttnn, name)(c.args[0], c.args[1], dtype=c.dtype(), memory_config=c.mc(),
+        dtype = {} if name in NO_DTYPE else {"dtype": c.dtype()}
+        return getattr(ttnn, name)(c.args[0], c.args[1], **dtype, memory_config=c.mc(),
                                    activations=activations(c.attrs, "activations"),
                                    input_tensor_a_activations=activations(c.attrs, "input_tensor_a_activations"),
                                    input_tensor_b_activations=activations(c.attrs, "input_tensor_b_activations"))
@@ -301,7 +307,7 @@ def _max_pool2d(c: Ctx):
                            int(a["channels"]), _ints(a["kernel_size"]), _ints(a["stride"]), _ints(a["padding"]),
                            _ints(a["dilation"]), ceil_mode=bool(a.get("ceil_mode", False)), memory_config=c.mc(),
                            reallocate_halo_output=bool(a.get("reallocate_halo_output", True)),
-                           dtype=c.dtype() or ttnn.bfloat16, output_layout=c.layout())
+                           dtype=_pool_dtype(c), output_layout=c.layout())
 
 
 def _creation(fill):
@@ -351,6 +357,191 @@ def _scalar_of(value):
     return value if not isinstance(value, list) else value[0]
 
 
+def _pool_common(c: Ctx) -> dict:
+    """What tt-metal's 2-D pools share: the compiler's geometry, halo and output choices."""
+    a = c.attrs
+    return dict(batch_size=int(a["batch_size"]), input_h=int(a["input_height"]), input_w=int(a["input_width"]),
+                channels=int(a["channels"]), kernel_size=_ints(a["kernel_size"]), stride=_ints(a["stride"]),
+                padding=_ints(a["padding"]), ceil_mode=bool(a.get("ceil_mode", False)), memory_config=c.mc(),
+                reallocate_halo_output=bool(a.get("reallocate_halo_output", True)),
+                dtype=_pool_dtype(c), output_layout=c.layout(),
+                config_tensor_in_dram=bool(a.get("config_tensors_in_dram", False)))
+
+
+def _pool_dtype(c: Ctx):
+    """The result's dtype where tt-metal's pools write it; else bf16, which tt-mlir's runtime gets by
+    passing none (tt-metal's pools refuse f32 outputs), and the program's next layout change casts."""
+    return c.dtype() if c.dtype() in (ttnn.bfloat16, ttnn.bfloat8_b, ttnn.bfloat4_b) else ttnn.bfloat16
+
+
+def _avg_pool2d(c: Ctx):
+    a = c.attrs
+    divisor = int(a.get("divisor_override") or 0)  # 0: none (the window's size divides)
+    return ttnn.avg_pool2d(c.args[0], **_pool_common(c), count_include_pad=bool(a.get("count_include_pad", True)),
+                           divisor_override=divisor or None,
+                           compute_kernel_config=c.compute_config())
+
+
+def _max_pool2d_with_indices(c: Ctx):
+    return ttnn.max_pool2d(c.args[0], **_pool_common(c), dilation=_ints(c.attrs["dilation"]), return_indices=True)
+
+
+def _conv1d(c: Ctx):
+    a = c.attrs
+    padding = _ints(a["padding"])
+    return ttnn.conv1d(input_tensor=c.args[0], weight_tensor=c.args[1], device=c.device,
+                       in_channels=int(a["in_channels"]), out_channels=int(a["out_channels"]),
+                       batch_size=int(a["batch_size"]), input_length=int(a["input_length"]),
+                       kernel_size=int(a["kernel_size"]), stride=int(a.get("stride", 1)),
+                       padding=padding if len(padding) > 1 else padding[0], dilation=int(a.get("dilation", 1)),
+                       groups=int(a.get("groups", 1)), bias_tensor=c.args[2] if len(c.args) > 2 else None,
+                       conv_config=conv2d_config(a), compute_config=c.compute_config(), dtype=c.dtype(),
+                       memory_config=c.mc())
+
+
+def _conv_transpose2d(c: Ctx):
+    a = c.attrs
+    return ttnn.conv_transpose2d(input_tensor=c.args[0], weight_tensor=c.args[1], device=c.device,
+                                 in_channels=int(a["in_channels"]), out_channels=int(a["out_channels"]),
+                                 batch_size=int(a["batch_size"]), input_height=int(a["input_height"]),
+                                 input_width=int(a["input_width"]), kernel_size=_ints(a["kernel_size"]),
+                                 stride=_ints(a["stride"]), padding=_ints(a["padding"]),
+                                 output_padding=_ints(a.get("output_padding", [0, 0])),
+                                 dilation=_ints(a["dilation"]), groups=int(a.get("groups", 1)),
+                                 bias_tensor=c.args[2] if len(c.args) > 2 else None, conv_config=conv2d_config(a),
+                                 compute_config=c.compute_config(), dtype=c.dtype(), memory_config=c.mc())
+
+
+def _batch_norm_operands(c: Ctx) -> dict:
+    """Input, running mean, running variance, weight, bias as the op's operand segments name them
+    (an absent segment is None)."""
+    sizes = [int(n) for n in (c.attrs.get("operandSegmentSizes") or [1] * len(c.args))]
+    names = ("input", "running_mean", "running_var", "weight", "bias")
+    taken, out = iter(c.args), {}
+    for name, n in zip(names, sizes + [0] * (len(names) - len(sizes))):
+        out[name] = next(taken) if n else None
+    return out
+
+
+def _batch_norm_inference(c: Ctx):
+    x = _batch_norm_operands(c)
+    return ttnn.batch_norm(x["input"], running_mean=x["running_mean"], running_var=x["running_var"], training=False,
+                           eps=float(c.attrs.get("epsilon", 1e-5)), weight=x["weight"], bias=x["bias"],
+                           memory_config=c.mc(), compute_kernel_config=c.compute_config())
+
+
+def _batch_norm_training(c: Ctx):
+    """tt-metal's batch_norm in training mode updates the running statistics in place, and tt-mlir's
+    runtime returns them as the batch mean and variance. Where the program passes none, they start
+    at zero (mean) and one (variance), tt-metal's own defaults."""
+    x = _batch_norm_operands(c)
+    stats_type = c.result_types[1]
+    for name, fill in (("running_mean", 0.0), ("running_var", 1.0)):
+        if x[name] is None:
+            x[name] = ttnn.full(ttnn.Shape(list(stats_type["shape"])), fill_value=fill,
+                                dtype=DTYPES[(stats_type.get("layout") or {}).get("dtype", "f32")],
+                                layout=ttnn.TILE_LAYOUT, device=c.device, memory_config=memory_config(stats_type.get("layout")))
+    out = ttnn.batch_norm(x["input"], running_mean=x["running_mean"], running_var=x["running_var"], training=True,
+                          eps=float(c.attrs.get("epsilon", 1e-5)), momentum=float(c.attrs.get("momentum", 0.1)),
+                          weight=x["weight"], bias=x["bias"], memory_config=c.mc(),
+                          compute_kernel_config=c.compute_config())
+    return [out, x["running_mean"], x["running_var"]]
+
+
+# tt-metal's bitcast pairs (same width); others go through the unsigned type of that width
+BITCAST_VIA = {4: ttnn.uint32, 2: ttnn.uint16}
+ELEMENT_BYTES = {"f32": 4, "si32": 4, "u32": 4, "bf16": 2, "u16": 2}
+
+
+def _bitcast_convert(c: Ctx):
+    source = (c.op["operand_types"][0].get("layout") or {}).get("dtype")
+    target = (c.out.get("layout") or {}).get("dtype")
+    width = ELEMENT_BYTES.get(source)
+    if width is None or ELEMENT_BYTES.get(target) != width:
+        raise Unmapped(f"ttnn.bitcast_convert from {source} to {target}: ttnn.bitcast reinterprets 16- and 32-bit "
+                       "types of the same width only")
+    x, via = c.args[0], BITCAST_VIA[width]
+    if x.dtype != via and c.dtype() != via:
+        x = ttnn.bitcast(x, via, memory_config=c.mc())
+    return ttnn.bitcast(x, c.dtype(), memory_config=c.mc()) if x.dtype != c.dtype() else x
+
+
+def _slice_dynamic(c: Ctx):
+    step = c.attrs.get("step")
+    return ttnn.slice(c.args[0], c.args[1], c.args[2], _ints(step) if step else None, memory_config=c.mc())
+
+
+def _rand(c: Ctx):
+    a = c.attrs
+    return ttnn.rand(ttnn.Shape(_ints(a["size"])), c.device, dtype=c.dtype() or ttnn.bfloat16, layout=c.layout(),
+                     memory_config=c.mc() or ttnn.DRAM_MEMORY_CONFIG, low=float(a.get("low", 0.0)),
+                     high=float(a.get("high", 1.0)), seed=int(a.get("seed", 0)))
+
+
+def _rows_gather(c: Ctx):
+    """tt-mlir's rows_gather in its row form (one table, one whole row per index, as the zoo's
+    embedding lookups and row gathers emit it) is ttnn.embedding's lookup: the (1, S, rest)
+    operand read as an S-row table. Its other forms (column, windows, per-row indices, zero-filled
+    misses) have no ttnn call, nor have f32 tables (ttnn.embedding takes bf16 ones only: a stand-in's
+    refusal is no verdict on the chip). The one difference: rows_gather clamps an index outside the
+    table to its edge, ttnn.embedding reads past it, so the program's own clamp must bound them."""
+    a = c.attrs
+    sizes = _ints(a["sizes"])
+    windows = _ints(a.get("windows") or [1] * len(sizes))
+    table, indices = c.op["operand_types"][0]["shape"], c.op["operand_types"][1]["shape"]
+    row_form = (not a.get("column") and not a.get("fill_out_of_bounds") and len(sizes) == 1 and windows == [1]
+                and len(table) == 3 and table[0] == 1 and table[1] == sizes[0] and list(indices[:-1]) == [1, 1])
+    if not row_form or c.args[0].dtype != ttnn.bfloat16:
+        raise Unmapped("ttnn.rows_gather has no call in ttnn 0.81.1 in this form (column "
+                       f"{bool(a.get('column'))}, sizes {sizes}, windows {windows}, operand {table} "
+                       f"{c.args[0].dtype}, indices {indices}): {PLUGIN_ONLY.format('RowsGatherOperation')}; only "
+                       "the row form of a bf16 table maps, to ttnn.embedding")
+    rows = ttnn.reshape(ttnn.to_layout(c.args[0], ttnn.ROW_MAJOR_LAYOUT), [table[1], table[2]])
+    index = c.args[1] if c.args[1].dtype == ttnn.uint32 else ttnn.typecast(c.args[1], ttnn.uint32)
+    index = ttnn.reshape(ttnn.to_layout(index, ttnn.ROW_MAJOR_LAYOUT), [1, indices[-1]])
+    out = ttnn.embedding(index, rows, layout=c.layout(), dtype=c.dtype(), memory_config=c.mc())
+    return ttnn.reshape(out, list(c.out["shape"]))
+
+
+# rows_scatter's combinations that a ttnn call performs
+SCATTERS = {"invalid": "scatter", "none": "scatter", "sum": "scatter_add", "add": "scatter_add"}
+
+
+def _rows_scatter(c: Ctx):
+    """tt-mlir's rows_scatter in its row form (whole rows of the (1, S, rest) operand replaced or
+    summed, one per index) is ttnn.scatter / scatter_add along the rows, each index repeated over
+    its row. Its other forms, and max, min or prod combinations, have no ttnn call. As with
+    rows_gather, the program's own clamp must bound the indices: ttnn.scatter skips none."""
+    a = c.attrs
+    sizes = _ints(a["sizes"])
+    windows = _ints(a.get("windows") or [1] * len(sizes))
+    reduce = str(a.get("reduce", "invalid")).rsplit("<", 1)[-1].rstrip(">").lower()
+    table, indices = c.op["operand_types"][0]["shape"], c.op["operand_types"][1]["shape"]
+    row_form = (not a.get("column") and len(sizes) == 1 and windows == [1] and len(table) == 3 and table[0] == 1
+                and table[1] == sizes[0] and list(indices[:-1]) == [1, 1])
+    if not row_form or reduce not in SCATTERS:
+        raise Unmapped(f"ttnn.rows_scatter has no call in ttnn 0.81.1 in this form (column {bool(a.get('column'))}, "
+                       f"sizes {sizes}, windows {windows}, operand {table}, indices {indices}, reduce {reduce}): "
+                       f"{PLUGIN_ONLY.format('RowsScatterOperation')}; only the row form that replaces or sums maps, "
+                       "to ttnn.scatter / scatter_add")
+    n, rest = indices[-1], table[2]
+    index = ttnn.to_layout(c.args[1], ttnn.TILE_LAYOUT)
+    index = ttnn.repeat(ttnn.reshape(index, [1, n, 1]), [1, 1, rest])
+    return getattr(ttnn, SCATTERS[reduce])(c.args[0], 1, index, c.args[2], memory_config=c.mc())
+
+
+def _no_ttnn_call(kind: str, why: str):
+    """An op kind this tt-mlir emits that ttnn 0.81.1 has no call for: not_simulated, saying why."""
+    def run(c: Ctx):
+        raise Unmapped(f"{kind} has no call in ttnn 0.81.1: {why}")
+    return run
+
+
+# tt-mlir's own experimental ops, built into the plugin's tt-metal and absent from PyPI's ttnn
+PLUGIN_ONLY = ("it is tt-mlir's own op, run by a tt-metal device operation (ttnn::experimental::prim::{}) "
+               "that the compiler's plugin builds in and PyPI's ttnn does not ship")
+
+
 HANDLERS = {
     "ttnn.to_layout": _to_layout, "ttnn.to_device": _to_layout, "ttnn.from_device": _to_layout,
     "ttnn.to_memory_config": _to_layout, "ttnn.typecast": _typecast,
@@ -397,6 +588,23 @@ HANDLERS = {
     "ttnn.pad": lambda c: ttnn.pad(c.args[0], [tuple(_ints(c.attrs["padding"])[i:i + 2])
                                                for i in range(0, len(_ints(c.attrs["padding"])), 2)],
                                    float(c.attrs.get("value", 0.0))),
+    "ttnn.round": lambda c: ttnn.round(c.args[0], decimals=int(c.attrs.get("decimals", 0)), memory_config=c.mc()),
+    "ttnn.sort": lambda c: ttnn.sort(c.args[0], int(c.attrs.get("dim", -1)), bool(c.attrs.get("descending", False)),
+                                     bool(c.attrs.get("stable", False)), memory_config=c.mc()),
+    "ttnn.bitcast_convert": _bitcast_convert,
+    "ttnn.slice_dynamic": _slice_dynamic,
+    "ttnn.assign": lambda c: ttnn.assign(c.args[0], memory_config=c.mc() or c.args[0].memory_config(),
+                                         dtype=c.dtype()),
+    "ttnn.avg_pool2d": _avg_pool2d, "ttnn.max_pool2d_with_indices": _max_pool2d_with_indices,
+    "ttnn.conv1d": _conv1d, "ttnn.conv_transpose2d": _conv_transpose2d,
+    "ttnn.batch_norm_inference": _batch_norm_inference, "ttnn.batch_norm_training": _batch_norm_training,
+    "ttnn.rand": _rand,
+    "ttnn.rows_gather": _rows_gather,
+    "ttnn.rows_scatter": _rows_scatter,
+    "ttnn.reduce_precision": _no_ttnn_call("ttnn.reduce_precision", "no ttnn operation rounds a float to fewer "
+                                           "exponent and mantissa bits"),
+    "ttnn.rng_bit_generator": _no_ttnn_call("ttnn.rng_bit_generator", "its random bits come from a tt-metal "
+                                            "operation (experimental rng_bits) that PyPI's ttnn does not ship"),
 }
 for _name in ("abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "relu6",
               "gelu", "reciprocal", "floor", "ceil", "sign", "logical_not", "erf", "log1p", "expm1", "isfinite",
@@ -404,7 +612,8 @@ for _name in ("abs", "neg", "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tan", 
     HANDLERS[f"ttnn.{_name}"] = _unary(_name)
 for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "eq", "ne", "gt", "ge", "lt", "le",
               "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-              "remainder", "pow", "logical_left_shift", "logical_right_shift"):
+              "remainder", "pow", "logical_left_shift", "logical_right_shift", "bitwise_left_shift",
+              "bitwise_right_shift"):
     HANDLERS[f"ttnn.{_name}"] = _binary(_name)
 for _name in ("sum", "mean", "max", "min"):
     HANDLERS[f"ttnn.{_name}"] = _reduction(_name)
@@ -475,7 +684,9 @@ class Interpreter:
         self.current = ""  # the op running now: a failure names it
         self.footprint = Footprint(device)
 
-    def call(self, plan: dict, name: str, args: list, constants: dict) -> list:
+    def call(self, plan: dict, name: str, args: list, constants: dict, borrowed: bool = False) -> list:
+        """Run function `name` of the plan on `args`. A `borrowed` call (a loop's body or condition, a
+        case's branch) never frees its arguments: its caller still holds them."""
         fn = plan["functions"][name]
         values: dict[int, object] = dict(zip(fn["arguments"], args))
         for op in fn["ops"]:
@@ -489,7 +700,8 @@ class Interpreter:
                     tensor = values.pop(v, None)
                     # a conversion that had nothing to do returns its input: free it only when no
                     # other value is the same tensor (identity: ttnn's == is an elementwise op)
-                    if tensor is not None and not any(other is tensor for other in values.values()):
+                    if tensor is not None and not any(other is tensor for other in values.values()) and \
+                            not self.held_elsewhere(tensor, args if borrowed else ()):
                         ttnn.deallocate(tensor, force=bool((op.get("attrs") or {}).get("force", False)))
                 continue
             if kind == "ttcore.load_cached":
@@ -497,6 +709,10 @@ class Interpreter:
                 if callee not in self.const_cache:  # once per program run, as tt-mlir's runtime caches it
                     self.const_cache[callee] = self.call(plan, callee, operands, constants)
                 results = self.const_cache[callee]
+            elif kind == "ttcore.while_loop":
+                results = self.while_loop(plan, op, [x for x in operands if x is not None], constants)
+            elif kind == "ttcore.case":
+                results = self.case(plan, op, operands, constants)
             else:
                 handler = HANDLERS.get(kind)
                 if handler is None:
@@ -513,6 +729,75 @@ class Interpreter:
             for v, r in zip(op["results"], results):
                 values[v] = r
         return [values[v] for v in fn["returns"]]
+
+
+    def held_elsewhere(self, tensor, args) -> bool:
+        """A function's argument in a borrowed call, or a const-eval result (a loop body frees its
+        cached constants every iteration, and the next iteration reads them again)."""
+        return any(tensor is a for a in args) or \
+            any(tensor is r for results in self.const_cache.values() for r in results)
+
+    def host_scalar(self, x, ttype: dict) -> float:
+        """A one-element device tensor's value on the host, as tt-mlir's runtime reads a loop's
+        condition or a case's index."""
+        return float(to_numpy(x, ttype).reshape(-1)[0])
+
+    def while_loop(self, plan: dict, op: dict, operands: list, constants: dict) -> list:
+        """StableHLO while as tt-mlir emits it: the first `state_count` operands are the loop's state,
+        the rest values every iteration reads unchanged; the body runs while the condition program
+        says true (read back to the host each time), or a counted number of times
+        (`initial`, `limit`, `step` bounds)."""
+        a = op.get("attrs") or {}
+        count = int(a.get("state_count") or len(operands))
+        state, invariant = operands[:count], operands[count:]
+        bound = loop_bound(a)
+        body = str(a["body_program"]).lstrip("@")
+        condition = None if bound is not None else str(a["condition_program"]).lstrip("@")
+        for iteration in range(MAX_LOOP_ITERATIONS):
+            if bound is not None:
+                go = iteration < bound
+            else:
+                cond_fn = plan["functions"][condition]
+                (flag,) = self.call(plan, condition, state + invariant, constants, borrowed=True)
+                go = self.host_scalar(flag, cond_fn["return_types"][0]) != 0
+            if not go:
+                break
+            state = self.call(plan, body, state + invariant, constants, borrowed=True)
+        else:
+            raise Unmapped(f"ttcore.while_loop did not finish in {MAX_LOOP_ITERATIONS:,} iterations")
+        indices = a.get("output_indices") or list(range(len(op["results"])))
+        # a state entry the loop passed through unchanged is the caller's tensor: the result is a copy,
+        # so that freeing either one leaves the other
+        return [self.own(state[int(i)], operands) for i in indices]
+
+    def case(self, plan: dict, op: dict, operands: list, constants: dict) -> list:
+        """StableHLO case: the branch the index (read back to the host) names; an index out of range
+        takes the last branch."""
+        branches = (op.get("attrs") or {})["branch_programs"]
+        branches = branches if isinstance(branches, list) else [branches]
+        index = int(self.host_scalar(operands[0], op["operand_types"][0]))
+        chosen = str(branches[index if 0 <= index < len(branches) else -1]).lstrip("@")
+        args = [x for x in operands[1:] if x is not None]
+        return [self.own(x, args) for x in self.call(plan, chosen, args, constants, borrowed=True)]
+
+    @staticmethod
+    def own(x, inputs: list):
+        return ttnn.clone(x) if any(x is i for i in inputs) else x
+
+
+# a loop whose condition never turns false is opbyop's to stop: the op timeout would cost the runner
+MAX_LOOP_ITERATIONS = 100_000
+
+
+def loop_bound(attrs: dict) -> int | None:
+    """How many times a counted ttcore.while_loop runs its body, or None for one with a condition program."""
+    if "condition_program" in attrs:
+        return None
+    bounds = [attrs.get(k, d) for k, d in (("initial", 0), ("limit", None), ("step", 1))]
+    if not all(isinstance(b, int) and not isinstance(b, bool) for b in bounds) or bounds[2] == 0:
+        raise Unmapped(f"ttcore.while_loop with loop bounds {bounds}: only constant, nonzero-step bounds are mapped")
+    initial, limit, step = bounds
+    return max(0, -(-(limit - initial) // step))
 
 
 # L1 reserved at device open for the small buffers of halo ops (conv2d, pools), as tt-mlir's runtime

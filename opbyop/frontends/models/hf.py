@@ -152,7 +152,7 @@ _CAUSAL_LM = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "qwen2": ("Qwen2Conf
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "float16": torch.float16}
 
 
-def real_size(name: str, layers: int | None = None, dtype: str = "bfloat16", experts: str = "every-expert",
+def real_size(name: str, layers: int | None = None, dtype: str = "bfloat16", experts: str | None = None,
               **overrides: Any) -> nn.Module:
     """A published configuration from REAL_SIZE on the meta device (`layers` overrides the depth,
     `overrides` any other field, e.g. first_k_dense_replace to keep a MoE layer in a short model)."""
@@ -165,11 +165,12 @@ def real_size(name: str, layers: int | None = None, dtype: str = "bfloat16", exp
     return meta_model(arch, dtype=dtype, experts=experts, **config)
 
 
-def meta_model(arch: str, dtype: str = "bfloat16", experts: str = "every-expert", **config: Any) -> nn.Module:
+def meta_model(arch: str, dtype: str = "bfloat16", experts: str | None = None, **config: Any) -> nn.Module:
     """A transformers model of `arch` (one of _CAUSAL_LM's, or whisper-encoder) built from `config`
     on the meta device: weights known by shape and dtype, buffers real (rebuilt on the CPU from the
     configuration: rotary frequencies are what position chains are computed from). A mixture of
-    experts is exported in the form `experts` names (opbyop.frontends.experts.FORMS)."""
+    experts is exported in the form `experts` names (opbyop.frontends.experts.FORMS, or capacity-FACTOR;
+    None: its DEFAULT_FORM)."""
     # transformers and the experts' forms (which register with it): loaded only when a model is built
     import transformers
 

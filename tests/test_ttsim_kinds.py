@@ -1,0 +1,153 @@
+"""Every TTNN op kind the corpus and the zoo emit has a ttnn call on ttsim, or says why it has none.
+
+Each case is a single-op corpus module compiled by tt-mlir and run op by op through ttnn on ttsim.
+Where the compiler surrounds the op with kinds ttnn has no call for, the op is cut out of its
+compiled program and run alone, against opbyop's reference reading of the same op. These need
+ttsim and ttnn's interpreter (`make ttsim`); without them they fail with the backend's own words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from opbyop.corpus.catalog import cases
+from opbyop.corpus.generate import entries_of
+from opbyop.device.program import Function, Program, load_program
+from opbyop.device.reference.interpreter import read_program
+from opbyop.device.ttsim.backend import TtsimBackend
+from opbyop.pipeline import prepare
+from opbyop.records import Status, TtsimOutcome
+
+
+def corpus_op(tmp_path, workspace, file: str):
+    """The corpus module named `file`, split: its one op that is not a constant."""
+    dtype = file.split("-")[-3]  # op[-variant]-dtype-shape-form.mlir
+    (text,) = [t for case in cases(dtypes=[dtype]) for entry, t in entries_of(case) if entry.file == file]
+    path = tmp_path / file
+    path.write_text(text)
+    run = prepare([str(path)], artifacts=workspace.artifacts)
+    assert not run.errors
+    (op,) = [u for u in run.unique if u.op_name != "stablehlo.constant"]
+    return op
+
+
+def kinds_of(workspace, result) -> set[str]:
+    """The TTNN op kinds of the op's compiled program, every function included."""
+    program = load_program(workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"]))
+    return {op.name for function in program.functions.values() for op in function.ops}
+
+
+@pytest.fixture(scope="module")
+def on_ttsim(settings):
+    return settings.model_copy(update={"device": settings.device.model_copy(update={"backend": "ttsim"})})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("file, kind", [
+    ("round_nearest_even-f32-3x50-args.mlir", "ttnn.round"),
+    ("bitcast_convert-to_i32-f32-3x50-args.mlir", "ttnn.bitcast_convert"),
+    ("bitcast_convert-to_i16-bf16-3x50-args.mlir", "ttnn.bitwise_right_shift"),
+    ("dynamic_slice-f32-3x50-args.mlir", "ttnn.slice_dynamic"),
+    ("reduce_window-sum_pool-bf16-1x8x8x3-args.mlir", "ttnn.avg_pool2d"),
+    ("convolution-conv1d-f32-1x2x16-args.mlir", "ttnn.conv1d"),
+    ("while-doubling-f32-s-args.mlir", "ttcore.while_loop"),
+    ("case-f32-s-args.mlir", "ttcore.case"),
+    ("gather-rows-bf16-8x16-args.mlir", "ttnn.rows_gather"),
+    ("gather-embedding-bf16-10x4-args.mlir", "ttnn.rows_gather"),
+    ("scatter-rows_replace-f32-8x4-args.mlir", "ttnn.rows_scatter"),
+    ("scatter-rows_add-f32-8x4-args.mlir", "ttnn.rows_scatter"),
+    ("collective_permute-f32-4x32-args.mlir", "ttnn.assign"),
+])
+def test_the_op_kind_runs_on_ttsim_and_matches_xla(tmp_path, workspace, worker, on_ttsim, ttsim_ready, file, kind):
+    result = worker.analyze(corpus_op(tmp_path, workspace, file), on_ttsim, timeout=600)
+    assert kind in kinds_of(workspace, result)  # the compiler emitted the kind under test
+    assert result.ttsim is not None and result.ttsim.outcome is TtsimOutcome.RAN, result.ttsim
+    assert result.status is Status.SUCCESS, result.message
+    assert result.golden.passed  # integers are compared exactly (no pcc), floats by pcc and tolerance
+
+
+@pytest.mark.slow
+def test_rand_runs_on_ttsim_with_the_compilers_bounds(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
+    """No golden draws the same random numbers: the op runs, and nothing is judged."""
+    result = worker.analyze(corpus_op(tmp_path, workspace, "rng-uniform-f32-s-args.mlir"), on_ttsim, timeout=600)
+    assert result.ttsim.outcome is TtsimOutcome.RAN, result.ttsim
+    assert result.status is Status.SKIPPED
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("file, kind, words", [
+    ("sort-GT-f32-3x50-args.mlir", "ttnn.sort", "tensix_sfpswap"),
+    ("batch_norm_inference-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_inference", "tensix_sfpgt"),
+    ("batch_norm_training-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_training", "tensix_sfpgt"),
+])
+def test_a_mapped_op_kind_that_ttsim_cannot_run_is_ttsims_limit_named_in_that_op(tmp_path, workspace, worker, on_ttsim,
+                                                                                  ttsim_ready, file, kind, words):
+    """The call is made (never `not_simulated`): ttsim v1.10 stops inside the kernel, in its own words."""
+    result = worker.analyze(corpus_op(tmp_path, workspace, file), on_ttsim, timeout=600)
+    assert result.status is Status.SIMULATOR_LIMIT, result.message
+    assert result.ttsim.op == kind and words in result.ttsim.message
+
+
+@pytest.mark.slow
+def test_tt_metal_refusing_an_f32_pool_is_a_device_failure_in_its_words(tmp_path, workspace, worker, on_ttsim,
+                                                                       ttsim_ready):
+    result = worker.analyze(corpus_op(tmp_path, workspace, "reduce_window-sum_pool-f32-1x8x8x3-args.mlir"), on_ttsim,
+                            timeout=600)
+    assert result.ttsim.outcome is TtsimOutcome.REJECTED and result.ttsim.op == "ttnn.avg_pool2d", result.ttsim
+    assert "TT_FATAL" in result.ttsim.message and "BFLOAT16" in result.ttsim.message
+
+
+@pytest.mark.slow
+def test_a_kind_ttnn_has_no_call_for_is_not_simulated_saying_why(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
+    """rows_gather of an f32 table: ttnn.embedding, which stands in for the bf16 row form, takes no
+    f32 table, and its refusal would be no verdict on the chip."""
+    result = worker.analyze(corpus_op(tmp_path, workspace, "gather-rows-f32-8x16-args.mlir"), on_ttsim, timeout=600)
+    assert result.ttsim.outcome is TtsimOutcome.UNMAPPED and result.ttsim.op == "ttnn.rows_gather"
+    assert "has no call in ttnn 0.81.1" in result.ttsim.message and "RowsGatherOperation" in result.ttsim.message
+
+
+def cut(program: Program, kind: str) -> Program:
+    """The program's one `kind` op alone: its tensor operands become the arguments, its results the returns."""
+    main = program.main
+    (op,) = [o for o in main.ops if o.name == kind]
+    tensors = [(v, t) for v, t in zip(op.operands, op.operand_types) if t is not None]
+    alone = Function(name=main.name, kind=main.kind, arguments=[v for v, _ in tensors],
+                     argument_types=[t for _, t in tensors], ops=[op], returns=list(op.results),
+                     return_types=list(op.result_types))
+    return dataclasses.replace(program, functions={main.name: alone})
+
+
+def compiled(tmp_path, workspace, worker, settings, file: str) -> Program:
+    compile_only = settings.model_copy(update={"run_device": False, "run_golden": False})
+    result = worker.analyze(corpus_op(tmp_path, workspace, file), compile_only, timeout=600)
+    return load_program(workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"]))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("file, kind", [
+    ("select_and_scatter-max_pool_grad-bf16-1x8x8x3-args.mlir", "ttnn.max_pool2d_with_indices"),
+    ("convolution-transposed-f32-1x4x5x5-args.mlir", "ttnn.conv_transpose2d"),
+])
+def test_the_op_kind_cut_from_its_program_runs_on_ttsim_as_its_reference_reading(tmp_path, workspace, worker, settings,
+                                                                               workspace_root, ttsim_ready, file, kind):
+    """Both come between ops ttnn has no call for (tt-mlir's rows_gather / rows_scatter), so the op
+    runs alone, on inputs whose every value a bf16 holds exactly."""
+    program = cut(compiled(tmp_path, workspace, worker, settings, file), kind)
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(-8, 8, t.shape).astype(np.float32) / 4 for t in program.main.argument_types]
+    backend = TtsimBackend(workspace_root, tmp_path)
+    try:
+        ran = backend.run(program, inputs, timeout=600)
+    finally:
+        backend.close()
+    assert ran.run.outcome is TtsimOutcome.RAN, ran.run
+    reference = read_program(program, inputs).outputs
+    values = ran.outputs[0].astype(np.float64)
+    assert np.allclose(values, np.asarray(reference[0], np.float64).reshape(values.shape), atol=0.05, rtol=0.02)
+    if kind == "ttnn.max_pool2d_with_indices":  # each index names an input element holding the maximum
+        flat = inputs[0].reshape(-1, inputs[0].shape[-1])
+        index = ran.outputs[1].astype(np.int64).reshape(-1, flat.shape[1])
+        assert np.array_equal(np.take_along_axis(flat, index, axis=0), values.reshape(index.shape))
