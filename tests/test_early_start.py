@@ -33,8 +33,7 @@ def test_nothing_starts_early_for_another_command_its_help_or_options_the_comman
 def test_nothing_starts_early_when_a_prefect_api_is_configured(monkeypatch, tmp_path):
     monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path))
-    prepare(["analyze", "mlp"])
-    assert adopt(None, None, "p150", tmp_path / "logs") is None
+    assert prepare(["analyze", "mlp"]) is None
     assert not (tmp_path / "logs").exists()
 
 
@@ -46,11 +45,10 @@ def test_the_run_adopts_the_server_started_for_it_and_one_started_for_other_opti
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
     address = "tcp://127.0.0.1:9"  # an existing scheduler named: a server starts, no cluster
-    prepare(["analyze", "mlp", "--address", address])
-    started = early._started
+    started = prepare(["analyze", "mlp", "--address", address])
     assert started is not None and started.cluster is None and started.api.started_here
     assert os.environ["PREFECT_API_URL"] == started.api.url
-    launch = Launch(None, address, "p150", workspace_root() / "logs")
+    launch = Launch(None, address, "p150", workspace_root() / "logs", started)
     try:
         assert launch.api is started.api and launch.cluster is None  # adopted, not started again
         assert launch.api.wait(timeout=120) == started.api.url  # and it answers
@@ -58,7 +56,7 @@ def test_the_run_adopts_the_server_started_for_it_and_one_started_for_other_opti
         launch.api.close()
 
     del os.environ["PREFECT_API_URL"]  # a new command line
-    prepare(["analyze", "mlp", "--address", address, "--chip", "n150"])
-    server = early._started.api._proc  # the process, kept: a stopped PrefectApi forgets it
-    assert adopt(None, address, "p150", workspace_root() / "logs") is None  # asked for another chip
+    started = prepare(["analyze", "mlp", "--address", address, "--chip", "n150"])
+    server = started.api._proc  # the process, kept: a stopped PrefectApi forgets it
+    assert adopt(started, None, address, "p150", workspace_root() / "logs") is None  # asked for another chip
     assert server.wait(timeout=30) is not None  # stopped

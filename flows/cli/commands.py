@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import typer
 
-from flows.cli.early import DEFAULT_CHIP, defaults_for_laptop
+from flows.cli.early import DEFAULT_CHIP, Started, defaults_for_laptop, started_early
 from flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
 from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
 from flows.engine.run_ids import new_run_id
@@ -65,7 +65,8 @@ class AnalyzeCommand:
     workspace_root: Path
 
 
-def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
+def analyze(ctx: typer.Context,
+            models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
                                                           "(default: the zoo's 'default' tag)"),
             chip: str = typer.Option(DEFAULT_CHIP, "--chip", help=chip_help()),
             workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
@@ -94,6 +95,7 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
     defaults_for_laptop()
+    early = started_early(ctx.obj)  # the server and cluster main's early start began for this command
 
     address = address or environment().dask_address  # an existing cluster: none is started here
     try:
@@ -105,6 +107,8 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                                 export=export_budget(export_memory, export_timeout))
         target_for(chip, mesh)  # a --chip or --mesh that names no target fails here, before anything starts
     except OpbyopError as e:
+        if early:
+            early.close()
         say(("error:", "red"), f" {e}")
         raise typer.Exit(2)
     run_id = run_id or new_run_id()
@@ -115,14 +119,18 @@ def analyze(models: list[str] = typer.Argument(None, help="zoo names, .mlir file
                              manifest=manifest, workspace_root=Workspace.default().root)
     service = None if address or workers else standing_service(command.workspace_root)
     if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
+        if early:
+            early.close()
         _run_on_service(command, service)
     else:
-        _run_here(command, workers, address, chip)
+        _run_here(command, workers, address, chip, early)
 
 
-def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None, chip: str) -> None:
-    """The flow in this process, on a server and a cluster started (or named) for this run."""
-    launch = Launch(workers, address, chip, command.workspace_root / "logs")
+def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None, chip: str,
+              early: Started | None) -> None:
+    """The flow in this process, on a server and a cluster started (or named) for this run (`early`:
+    what main's early start began, adopted if it was for the same)."""
+    launch = Launch(workers, address, chip, command.workspace_root / "logs", early)
     flow_thread: FlowThread | None = None
     try:
         launch.handoff.start_splits(command.config.models, command.config.seed, host_devices(command.config),

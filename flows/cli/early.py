@@ -1,9 +1,10 @@
 """`opbyop analyze`'s Prefect server and Dask cluster, started first thing: before the command line
 is built (its imports take seconds on 2 cores), so that they start while this process imports.
 
-`opbyop`'s main calls `prepare(argv)` before anything else; the arguments are read loosely here (only
---workers, --address and --chip; the command line parses them properly later). The command's Launch
-(flows/cli/launching.py) adopts what was started when it asks for the same, and stops it otherwise;
+`opbyop`'s main calls `prepare(argv)` before anything else and hands what it returns to the command as
+typer's context object; the arguments are read loosely here (only --workers, --address and --chip; the
+command line parses them properly later). The command's Launch (flows/cli/launching.py) adopts what
+was started when it asks for the same, and stops it otherwise;
 either way it is tied to this process (flows/hosting/tied.py). Nothing starts early when a Prefect
 API is configured (nothing to start), when the workspace has a `opbyop serve` record (the service may
 take the run) or when the command is asked for its help.
@@ -42,9 +43,6 @@ class Started:
                 child.close(wait=False)
 
 
-_started: Started | None = None  # this process's early start (one command per process)
-
-
 def defaults_for_laptop() -> None:
     """The product's Prefect settings, and quiet logs: the progress bar tells the story."""
     apply_defaults()
@@ -52,32 +50,35 @@ def defaults_for_laptop() -> None:
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
 
 
-def prepare(argv: list[str]) -> None:
+def prepare(argv: list[str]) -> Started | None:
     """Start analyze's server and cluster now if `argv` is an analyze command that will want them."""
-    global _started
     options = _analyze_options(argv)
     if options is None or configured_api_url() or record_path(workspace_root()).exists():
-        return
+        return None
     defaults_for_laptop()  # in the server's and the cluster's environment too, as analyze would set them
     address = options.address or environment().dask_address
     log_dir = workspace_root() / "logs"
     api = PrefectApi(log_dir)
     os.environ["PREFECT_API_URL"] = api.url or ""  # before Prefect is imported, which reads it once
     cluster = None if address else ClusterProcess(options.workers or os.cpu_count() or 1, options.chip, log_dir)
-    _started = Started(options.workers, address, options.chip, log_dir, api, cluster)
+    return Started(options.workers, address, options.chip, log_dir, api, cluster)
 
 
-def adopt(workers: int | None, address: str | None, chip: str, log_dir: Path) -> Started | None:
+def adopt(started: Started | None, workers: int | None, address: str | None, chip: str,
+          log_dir: Path) -> Started | None:
     """What `prepare` started, if it was for these options (the caller owns it from now on); anything
     else it started is stopped."""
-    global _started
-    started, _started = _started, None
     if started is None:
         return None
     if (started.workers, started.address, started.chip, started.log_dir) != (workers, address, chip, log_dir):
         started.close()
         return None
     return started
+
+
+def started_early(prepared: object) -> Started | None:
+    """The early start among what the plugins' `prepare` returned (typer's context object)."""
+    return next((p for p in prepared or () if isinstance(p, Started)), None)
 
 
 def _analyze_options(argv: list[str]) -> argparse.Namespace | None:

@@ -15,7 +15,7 @@ from typing import Any, Callable, NoReturn
 import psutil
 import typer
 
-from flows.cli.early import adopt
+from flows.cli.early import Started, adopt
 from flows.engine.phases import BESIDE, OTHER
 from flows.hosting.cluster_process import ClusterProcess
 from flows.hosting.handoff import Handoff, handing_off
@@ -34,9 +34,10 @@ class Launch:
     before the command line's imports); beside them the chip's system descriptor is made if this is
     its first use (said on screen, with why)."""
 
-    def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path):
+    def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
+                 started: Started | None = None):
         self.handoff = Handoff(started=_process_started())
-        early = adopt(workers, address, chip, log_dir)  # started before the command line's imports, for this run
+        early = adopt(started, workers, address, chip, log_dir)  # started before the command line's imports
         self.api = early.api if early else PrefectApi(log_dir)
         if self.api.started_here:  # before Prefect is imported, which reads it once
             os.environ["PREFECT_API_URL"] = self.api.url or ""

@@ -23,16 +23,18 @@ from opbyop.environment import workspace_root
 from opbyop.errors import OpbyopError
 
 
-def _prepare_plugins(argv: list[str]) -> None:
-    """Each plugin module's `prepare(argv)`, if it has one (a plugin that fails to load is reported
-    when its commands are registered)."""
+def _prepare_plugins(argv: list[str]) -> tuple[object, ...]:
+    """What each plugin module's `prepare(argv)` returned, if it has one (the commands receive it as
+    typer's context object; a plugin that fails to load is reported when its commands are registered)."""
+    prepared = []
     for ep in entry_points(group="opbyop.cli"):
         try:
             prepare = getattr(importlib.import_module(ep.module), "prepare", None)
         except ImportError:
             continue
         if prepare is not None:
-            prepare(argv)
+            prepared.append(prepare(argv))
+    return tuple(p for p in prepared if p is not None)
 
 
 def _register_plugins(app: typer.Typer) -> None:
@@ -58,14 +60,14 @@ def build_app() -> typer.Typer:
 
 
 def main() -> None:
-    _prepare_plugins(sys.argv[1:])
+    prepared = _prepare_plugins(sys.argv[1:])
     app = build_app()
     # deferred with the commands (build_app): imported once the plugins have prepared
     from opbyop.analysis.op_memory import process_out_of_memory
     from opbyop.cli.app import print_error
 
     try:
-        app()
+        app(obj=prepared)
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
