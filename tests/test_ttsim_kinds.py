@@ -57,6 +57,8 @@ def on_ttsim(settings):
     ("case-f32-s-args.mlir", "ttcore.case"),
     ("gather-rows-bf16-8x16-args.mlir", "ttnn.rows_gather"),
     ("gather-embedding-bf16-10x4-args.mlir", "ttnn.rows_gather"),
+    ("gather-rows-f32-8x16-args.mlir", "ttnn.rows_gather"),
+    ("gather-embedding-i32-10x4-args.mlir", "ttnn.rows_gather"),
     ("scatter-rows_replace-f32-8x4-args.mlir", "ttnn.rows_scatter"),
     ("scatter-rows_add-f32-8x4-args.mlir", "ttnn.rows_scatter"),
     ("collective_permute-f32-4x32-args.mlir", "ttnn.assign"),
@@ -102,9 +104,9 @@ def test_tt_metal_refusing_an_f32_pool_is_a_device_failure_in_its_words(tmp_path
 
 @pytest.mark.slow
 def test_a_kind_ttnn_has_no_call_for_is_not_simulated_saying_why(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
-    """rows_gather of an f32 table: ttnn.embedding, which stands in for the bf16 row form, takes no
-    f32 table, and its refusal would be no verdict on the chip."""
-    result = worker.analyze(corpus_op(tmp_path, workspace, "gather-rows-f32-8x16-args.mlir"), on_ttsim, timeout=600)
+    """rows_gather taking one element per index along a row (torch.gather's form) has no ttnn call:
+    ttnn.embedding and ttnn.gather stand in for its row form only."""
+    result = worker.analyze(corpus_op(tmp_path, workspace, "gather-elements-f32-5x7-args.mlir"), on_ttsim, timeout=600)
     assert result.ttsim.outcome is TtsimOutcome.UNMAPPED and result.ttsim.op == "ttnn.rows_gather"
     assert "has no call in ttnn 0.81.1" in result.ttsim.message and "RowsGatherOperation" in result.ttsim.message
 

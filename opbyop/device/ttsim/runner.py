@@ -480,26 +480,34 @@ def _rand(c: Ctx):
 
 def _rows_gather(c: Ctx):
     """tt-mlir's rows_gather in its row form (one table, one whole row per index, as the zoo's
-    embedding lookups and row gathers emit it) is ttnn.embedding's lookup: the (1, S, rest)
-    operand read as an S-row table. Its other forms (column, windows, per-row indices, zero-filled
-    misses) have no ttnn call, nor have f32 tables (ttnn.embedding takes bf16 ones only: a stand-in's
-    refusal is no verdict on the chip). The one difference: rows_gather clamps an index outside the
-    table to its edge, ttnn.embedding reads past it, so the program's own clamp must bound them."""
+    embedding lookups and row gathers emit it): the (1, S, rest) operand read as an S-row table. A
+    bf16 table is ttnn.embedding's lookup; any other (ttnn.embedding takes bf16 tables only) is
+    ttnn.gather along the rows, each index repeated over its row: both copy, so both are exact. Its
+    other forms (column, windows, per-row indices, zero-filled misses) have no ttnn call. The one
+    difference: rows_gather clamps an index outside the table to its edge, these calls read past it
+    (or leave the value unspecified), so the program's own clamp must bound them."""
     a = c.attrs
     sizes = _ints(a["sizes"])
     windows = _ints(a.get("windows") or [1] * len(sizes))
     table, indices = c.op["operand_types"][0]["shape"], c.op["operand_types"][1]["shape"]
     row_form = (not a.get("column") and not a.get("fill_out_of_bounds") and len(sizes) == 1 and windows == [1]
                 and len(table) == 3 and table[0] == 1 and table[1] == sizes[0] and list(indices[:-1]) == [1, 1])
-    if not row_form or c.args[0].dtype != ttnn.bfloat16:
+    if not row_form:
         raise Unmapped("ttnn.rows_gather has no call in ttnn 0.81.1 in this form (column "
                        f"{bool(a.get('column'))}, sizes {sizes}, windows {windows}, operand {table} "
                        f"{c.args[0].dtype}, indices {indices}): {PLUGIN_ONLY.format('RowsGatherOperation')}; only "
-                       "the row form of a bf16 table maps, to ttnn.embedding")
-    rows = ttnn.reshape(ttnn.to_layout(c.args[0], ttnn.ROW_MAJOR_LAYOUT), [table[1], table[2]])
+                       "the row form maps (to ttnn.embedding for a bf16 table, ttnn.gather otherwise)")
+    rows, count = [table[1], table[2]], indices[-1]
     index = c.args[1] if c.args[1].dtype == ttnn.uint32 else ttnn.typecast(c.args[1], ttnn.uint32)
-    index = ttnn.reshape(ttnn.to_layout(index, ttnn.ROW_MAJOR_LAYOUT), [1, indices[-1]])
-    out = ttnn.embedding(index, rows, layout=c.layout(), dtype=c.dtype(), memory_config=c.mc())
+    if c.args[0].dtype == ttnn.bfloat16:
+        table_rows = ttnn.reshape(ttnn.to_layout(c.args[0], ttnn.ROW_MAJOR_LAYOUT), rows)
+        index = ttnn.reshape(ttnn.to_layout(index, ttnn.ROW_MAJOR_LAYOUT), [1, count])
+        out = ttnn.embedding(index, table_rows, layout=c.layout(), dtype=c.dtype(), memory_config=c.mc())
+    else:
+        table_rows = ttnn.reshape(ttnn.to_layout(c.args[0], ttnn.TILE_LAYOUT), rows)
+        index = ttnn.reshape(ttnn.to_layout(index, ttnn.TILE_LAYOUT), [count, 1])
+        index = ttnn.repeat(index, ttnn.Shape([1, rows[1]]))  # gather's index has the output's shape
+        out = ttnn.to_layout(ttnn.gather(table_rows, 0, index, memory_config=c.mc()), c.layout())
     return ttnn.reshape(out, list(c.out["shape"]))
 
 
