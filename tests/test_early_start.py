@@ -60,3 +60,9 @@ def test_the_run_adopts_the_server_started_for_it_and_one_started_for_other_opti
     server = started.api._proc  # the process, kept: a stopped PrefectApi forgets it
     assert adopt(started, None, address, "p150", workspace_root() / "logs") is None  # asked for another chip
     assert server.wait(timeout=30) is not None  # stopped
+
+
+def test_the_command_finds_the_early_start_among_what_the_plugins_prepared(tmp_path):
+    started = early.Started(None, None, "p150", tmp_path / "logs", api=None, cluster=None)
+    assert early.started_early((object(), started)) is started
+    assert early.started_early(()) is None and early.started_early(None) is None  # run without main (CliRunner)
