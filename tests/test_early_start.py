@@ -63,6 +63,6 @@ def test_the_run_adopts_the_server_started_for_it_and_one_started_for_other_opti
 
 
 def test_the_command_finds_the_early_start_among_what_the_plugins_prepared(tmp_path):
-    started = early.Started(None, None, "p150", tmp_path / "logs", api=None, cluster=None)
+    started = early.Services(None, None, "p150", tmp_path / "logs", api=None, cluster=None)
     assert early.started_early((object(), started)) is started
     assert early.started_early(()) is None and early.started_early(None) is None  # run without main (CliRunner)

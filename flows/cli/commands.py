@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 import typer
 
-from flows.cli.early import DEFAULT_CHIP, Started, defaults_for_laptop, started_early
+from flows.cli.early import DEFAULT_CHIP, Services, defaults_for_laptop, started_early
 from flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
 from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
 from flows.engine.run_ids import new_run_id
@@ -127,7 +127,7 @@ def analyze(ctx: typer.Context,
 
 
 def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None, chip: str,
-              early: Started | None) -> None:
+              early: Services | None) -> None:
     """The flow in this process, on a server and a cluster started (or named) for this run (`early`:
     what main's early start began, adopted if it was for the same)."""
     launch = Launch(workers, address, chip, command.workspace_root / "logs", early)

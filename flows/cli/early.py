@@ -27,8 +27,9 @@ DEFAULT_CHIP = "p150"  # analyze's --chip default
 
 
 @dataclass
-class Started:
-    """What `prepare` started, and for which command options."""
+class Services:
+    """A run's Prefect server and Dask cluster (either may be someone else's: then not started here),
+    and the command options they were started for."""
 
     workers: int | None
     address: str | None  # --address, or the environment's scheduler
@@ -50,22 +51,28 @@ def defaults_for_laptop() -> None:
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "warning")
 
 
-def prepare(argv: list[str]) -> Started | None:
+def prepare(argv: list[str]) -> Services | None:
     """Start analyze's server and cluster now if `argv` is an analyze command that will want them."""
     options = _analyze_options(argv)
     if options is None or configured_api_url() or record_path(workspace_root()).exists():
         return None
     defaults_for_laptop()  # in the server's and the cluster's environment too, as analyze would set them
-    address = options.address or environment().dask_address
-    log_dir = workspace_root() / "logs"
+    return start(options.workers, options.address or environment().dask_address, options.chip,
+                 workspace_root() / "logs")
+
+
+def start(workers: int | None, address: str | None, chip: str, log_dir: Path) -> Services:
+    """A Prefect server (none when an API is configured) and a LocalCluster (none when `address` names a
+    scheduler), both starting in the background."""
     api = PrefectApi(log_dir)
-    os.environ["PREFECT_API_URL"] = api.url or ""  # before Prefect is imported, which reads it once
-    cluster = None if address else ClusterProcess(options.workers or os.cpu_count() or 1, options.chip, log_dir)
-    return Started(options.workers, address, options.chip, log_dir, api, cluster)
+    if api.started_here:  # before Prefect is imported, which reads it once
+        os.environ["PREFECT_API_URL"] = api.url or ""
+    cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
+    return Services(workers, address, chip, log_dir, api, cluster)
 
 
-def adopt(started: Started | None, workers: int | None, address: str | None, chip: str,
-          log_dir: Path) -> Started | None:
+def adopt(started: Services | None, workers: int | None, address: str | None, chip: str,
+          log_dir: Path) -> Services | None:
     """What `prepare` started, if it was for these options (the caller owns it from now on); anything
     else it started is stopped."""
     if started is None:
@@ -76,9 +83,9 @@ def adopt(started: Started | None, workers: int | None, address: str | None, chi
     return started
 
 
-def started_early(prepared: object) -> Started | None:
+def started_early(prepared: object) -> Services | None:
     """The early start among what the plugins' `prepare` returned (typer's context object)."""
-    return next((p for p in prepared or () if isinstance(p, Started)), None)
+    return next((p for p in prepared or () if isinstance(p, Services)), None)
 
 
 def _analyze_options(argv: list[str]) -> argparse.Namespace | None:

@@ -15,11 +15,10 @@ from typing import Any, Callable, NoReturn
 import psutil
 import typer
 
-from flows.cli.early import Started, adopt
+from flows.cli.early import Services, adopt, start
 from flows.engine.phases import BESIDE, OTHER
-from flows.hosting.cluster_process import ClusterProcess
 from flows.hosting.handoff import Handoff, handing_off
-from flows.hosting.server import PrefectApi, drain_prefect
+from flows.hosting.server import drain_prefect
 from flows.cli.progress import say
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
@@ -35,16 +34,11 @@ class Launch:
     its first use (said on screen, with why)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
-                 started: Started | None = None):
+                 started: Services | None = None):
         self.handoff = Handoff(started=_process_started())
-        early = adopt(started, workers, address, chip, log_dir)  # started before the command line's imports
-        self.api = early.api if early else PrefectApi(log_dir)
-        if self.api.started_here:  # before Prefect is imported, which reads it once
-            os.environ["PREFECT_API_URL"] = self.api.url or ""
-        if early:
-            self.cluster = early.cluster
-        else:
-            self.cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
+        # what main started before the command line's imports, if it was for this run; else started now
+        started = adopt(started, workers, address, chip, log_dir) or start(workers, address, chip, log_dir)
+        self.api, self.cluster = started.api, started.cluster
         self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
         if self.cluster is not None:
             self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
