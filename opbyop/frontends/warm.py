@@ -6,6 +6,8 @@ forkserver: a warm-up that raises leaves the children to pay those costs themsel
 
 from __future__ import annotations
 
+import gc
+
 import torch
 
 from opbyop.frontends.torch_export import export_torch
@@ -20,6 +22,10 @@ def warm_up() -> None:
         export_torch(model, [torch.zeros(1, 4, device="meta")], "warm-up")
     except Exception:  # a warm-up is an optimisation: the children export without it
         pass
+    # the warmed heap, out of the collector's sight: the forked children share it instead of copying
+    # the pages a collection touches, and the forkserver ends at once with its parent (no collection
+    # over torch's objects first, holding the parent's stdout for a second)
+    gc.freeze()
 
 
 warm_up()
