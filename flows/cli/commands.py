@@ -140,7 +140,8 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
         with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
             config = _on_address(command.config, launch.wait(busy_until=time.monotonic()))
         flow_thread = FlowThread("analyze-flow", lambda: analyze_flow(
-            config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch.handoff)
+            config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch.handoff,
+            own_server=launch.api.started_here)
         flow_thread.start()
         progress_from_store(flow_thread.running, Workspace(command.workspace_root).store, command.run_id)
     except KeyboardInterrupt:
@@ -258,7 +259,7 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
         flow_thread = FlowThread("nightly-flow", lambda: nightly_flow(
             config_file=str(config_file) if config_file else None, models=models or None,
             expectations_file=str(expectations) if expectations else None, cluster=cluster, return_state=True),
-            launch.handoff)
+            launch.handoff, own_server=launch.api.started_here)
         flow_thread.start()
         wait_while(flow_thread.running, 0.0)
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, NoReturn
@@ -18,7 +19,7 @@ import typer
 from flows.cli.early import Services, adopt, start
 from flows.engine.phases import BESIDE, OTHER
 from flows.hosting.handoff import Handoff, handing_off
-from flows.hosting.server import drain_prefect
+from flows.hosting.server import drain_prefect, without_heartbeats
 from flows.cli.progress import say
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
@@ -82,7 +83,18 @@ class Launch:
 
 def _process_started() -> float:
     """When this process started, on time.monotonic()'s clock: a run's time line starts with the command."""
-    return time.monotonic() - max(0.0, time.time() - psutil.Process().create_time())
+    return time.monotonic() - _process_age()
+
+
+def _process_age() -> float:
+    """Seconds since this process started, from /proc's clock of ticks since boot (psutil's create_time
+    adds the boot time, which /proc gives in whole seconds: up to a second off)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))  # field 22: starttime
+    except (OSError, ValueError, IndexError):  # no /proc (not Linux)
+        return max(0.0, time.time() - psutil.Process().create_time())
 
 
 @dataclass
@@ -142,6 +154,7 @@ class FlowThread:
     name: str
     call: Callable[[], Any]  # the flow, called with return_state=True
     handoff: Handoff
+    own_server: bool = False  # the Prefect server is the run's own (started here): no heartbeats
     thread: threading.Thread | None = None
     state: Any = None  # prefect State
     error: BaseException | None = None
@@ -149,7 +162,7 @@ class FlowThread:
     def start(self) -> None:
         def target() -> None:
             try:
-                with handing_off(self.handoff):
+                with handing_off(self.handoff), without_heartbeats() if self.own_server else nullcontext():
                     self.state = self.call()
             except BaseException as e:  # shown to the user, with the command to resume
                 self.error = e

@@ -16,7 +16,9 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from flows.hosting.settings import server_env
 from flows.hosting.tied import spawn_tied, stop
@@ -132,6 +134,18 @@ def drain_prefect() -> None:
             service.drain_all(timeout=10)
     except Exception:  # a missing flush must not hide the run's outcome
         pass
+
+
+@contextmanager
+def without_heartbeats() -> Iterator[None]:
+    """Flow runs in this thread send no heartbeat. For a run on a temporary server of its own: only a
+    standing server's zombie automation reads heartbeats (a run's own server dies with the run, whose
+    next run's sweep marks it Crashed), and the heartbeat thread, sleeping in one-second steps, holds
+    every flow's end by up to a second."""
+    from prefect.settings import PREFECT_FLOWS_HEARTBEAT_FREQUENCY, temporary_settings  # deferred: 2-3 s of imports
+
+    with temporary_settings(restore_defaults={PREFECT_FLOWS_HEARTBEAT_FREQUENCY}):
+        yield
 
 
 def main(argv: list[str] | None = None) -> None:
