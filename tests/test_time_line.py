@@ -60,7 +60,9 @@ def test_an_analyze_run_puts_every_second_of_its_wall_time_on_its_time_line(tmp_
     phases = Store(tmp_path / "home" / "store").run("line").phases
     steps = time_line(phases)
     assert abs(sum(steps.values()) - phases["total"]) < 0.05, phases  # nothing counted twice, nothing lost
-    assert phases["total"] <= wall and wall - phases["total"] < 15, (wall, phases)  # from the command's start
+    assert phases["total"] <= wall, (wall, phases)  # the line starts with the command's process
+    # and little follows it: no heartbeat thread to join, no last collection, no child holding the output
+    assert wall - phases["total"] < 4, (wall, phases)
     assert steps[OTHER] <= max(1.0, 0.03 * phases["total"]), phases  # no step missing from the line
     # each part of the run is on it: the start-up, the descriptor, the flow, the export per model, the ops
     assert {"imports", "descriptor", "flow start", "export mlp", "split", "warm-up", "fan-out",
