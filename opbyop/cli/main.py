@@ -9,14 +9,15 @@ analyze's Prefect server and Dask cluster) starts while the rest is imported.
 
 from __future__ import annotations
 
+import atexit
 import errno
-import gc
 import importlib
 import os
 import sys
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -60,8 +61,14 @@ def build_app() -> typer.Typer:
     return app
 
 
-def main() -> None:
-    prepared = _prepare_plugins(sys.argv[1:])
+def main() -> NoReturn:
+    _leave(_run_command(sys.argv[1:]))
+
+
+def _run_command(argv: list[str]) -> int | str | None:
+    """Run the command `argv` names; its exit status (as SystemExit carries it: a number, a message,
+    or None for success)."""
+    prepared = _prepare_plugins(argv)
     app = build_app()
     # deferred with the commands (build_app): imported once the plugins have prepared
     from opbyop.analysis.op_memory import process_out_of_memory
@@ -69,21 +76,36 @@ def main() -> None:
 
     try:
         app(obj=prepared)
+    except SystemExit as e:
+        return e.code
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise
         print_error(disk_full(e))
-        sys.exit(1)
+        return 1
     except OpbyopError as e:  # a command that let one through: still the user's message, not a traceback
         print_error(e)
-        sys.exit(2)
+        return 2
     except MemoryError:  # the process's memory limit: say how much it held and what to do
         print_error(process_out_of_memory("opbyop"))
-        sys.exit(1)
-    finally:
-        # the process is ending: spare the interpreter's last collection over every module imported
-        # (a second after the output ends, for analyze); nothing left needs it to free memory
-        gc.freeze()
+        return 1
+    return 0
+
+
+def _leave(status: int | str | None) -> NoReturn:
+    """End the process with the command's exit status once its output is flushed and the exit handlers
+    have run (Prefect's flushes, multiprocessing's children), skipping the interpreter's teardown of every
+    module imported: a second after analyze's last line on 2 cores, for nothing (the system frees the
+    memory), and it would keep a pipe reading the output waiting."""
+    if isinstance(status, str):  # sys.exit("message"), as the interpreter shows it
+        print(status, file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a reader that left (`| head`): nothing more to tell it
+            pass
+    atexit._run_exitfuncs()  # what the interpreter's own exit runs first (CPython's, not a public name)
+    os._exit(status if isinstance(status, int) else int(status is not None))
 
 
 def disk_full(e: OSError) -> OpbyopError:
