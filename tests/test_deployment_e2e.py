@@ -91,11 +91,28 @@ def deployed(tmp_path_factory, postgres):
         api = f"http://127.0.0.1:{port}/api"
         assert "healthy" in out and "created" in out, out
         yield {**env, "PREFECT_API_URL": api, "home": str(home)}
-    finally:  # the server and the worker the set-up left running, by their session: SIGTERM, then
-        # SIGKILL for what is left (a Prefect worker whose server went first can outlive a SIGTERM)
+    finally:  # the server and the worker the set-up left running, by their session: the worker first
+        # (it outlives a SIGTERM), then the rest: SIGTERM, SIGKILL for what is left
         from flows.hosting.tied import stop
 
+        kill_prefect_workers(setup.pid)
         stop(setup, grace=20.0)
+
+
+def kill_prefect_workers(session: int) -> None:
+    """SIGKILL the `prefect worker start` processes of a session (idle by now: its runs have ended). Prefect
+    3.8's worker catches SIGTERM and SIGINT and then sits idle in its event loop: a stop of the session
+    would wait out the whole grace period for it."""
+    workers = []
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if os.getsid(process.pid) == session and {"worker", "start"} <= set(process.info["cmdline"] or ()):
+                workers.append(process)
+        except (ProcessLookupError, PermissionError):
+            continue
+    for process in workers:
+        process.kill()
+    psutil.wait_procs(workers, timeout=10)
 
 
 def _tail(path: Path, n: int = 3000) -> str:
