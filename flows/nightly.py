@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# first: importing the package applies the product's Prefect settings, which Prefect reads once, on its
+# own import (`python flows/nightly.py` runs this file before anything else imports the package)
+import flows  # noqa: F401, I001
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
@@ -203,9 +206,6 @@ def _corpus_outcome(chip: str, title: str, selection: CorpusSelection | Exceptio
 if __name__ == "__main__":  # `python flows/nightly.py [CONFIG]`: one nightly, as Prefect users run a flow
     import sys
 
-    from flows.hosting.settings import apply_defaults
-
-    apply_defaults()  # before Prefect reads its settings: a temporary server needs more than 20 s on 2 cores
     state = nightly(config_file=sys.argv[1] if len(sys.argv) > 1 else None, return_state=True)
     print(f"nightly: {state.name}: {state.message or ''}")
     sys.exit(0 if state.is_completed() else 1)

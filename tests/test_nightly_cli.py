@@ -60,6 +60,18 @@ def test_opbyop_nightly_runs_each_target_on_a_server_and_cluster_of_its_own(tmp_
     assert on_mesh and all(r.status.value == "success" for r in on_mesh), [(r.op_name, r.message) for r in on_mesh]
 
 
+def test_the_nightly_script_has_the_products_prefect_settings_before_prefect_reads_them(tmp_path):
+    """`python flows/nightly.py` runs that file first: Prefect, imported at its top, reads its settings
+    once; the product's (a temporary server given 120 s, not 20) must be in the environment by then."""
+    code = ("import runpy\nrunpy.run_path(sys.argv[1])\n"
+            "from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS as timeout\n"
+            "print(timeout.value())\n")
+    done = subprocess.run([sys.executable, "-c", "import sys\n" + code, str(ROOT / "flows" / "nightly.py")],
+                          env={**_env(tmp_path), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "120", done.stdout
+
+
 def test_a_bare_nightly_call_waits_for_prefect_s_temporary_server_on_a_small_machine(tmp_path):
     """No server anywhere: Prefect starts its temporary one, which takes longer than Prefect's own
     20 s limit on 2 busy cores; the product's settings (applied when `flows` is imported) allow it."""
