@@ -93,10 +93,10 @@ def deployed(tmp_path_factory, postgres):
         yield {**env, "PREFECT_API_URL": api, "home": str(home)}
     finally:  # the server and the worker the set-up left running, by their session: the worker first
         # (it outlives a SIGTERM), then the rest: SIGTERM, SIGKILL for what is left
-        from flows.hosting.tied import stop
+        from opbyop.sessions import stop_session
 
         kill_prefect_workers(setup.pid)
-        stop(setup, grace=20.0)
+        stop_session(setup, grace=20.0)
 
 
 def kill_prefect_workers(session: int) -> None:

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from flows.hosting.tied import spawn_tied, stop
+from flows.hosting.tied import spawn_tied
+from opbyop.sessions import stop_session
 from opbyop.errors import OpbyopError
 
 
@@ -52,7 +53,7 @@ class ClusterProcess:
     def close(self, wait: bool = True) -> None:
         """Stop the cluster and all it started; without `wait`, its supervisor finishes the job
         after this process is gone (flows/hosting/tied.py)."""
-        stop(self._proc) if wait else self._proc.terminate()
+        stop_session(self._proc) if wait else self._proc.terminate()
 
     def _log_tail(self) -> str:
         try:

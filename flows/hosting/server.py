@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Iterator
 
 from flows.hosting.settings import server_env
-from flows.hosting.tied import spawn_tied, stop
+from flows.hosting.tied import spawn_tied
+from opbyop.sessions import stop_session
 from opbyop.errors import OpbyopError
 
 
@@ -111,7 +112,7 @@ class PrefectApi:
         """Stop a server started here (SIGTERM: it flushes what it holds); without `wait`, its
         supervisor finishes the job after this process is gone (flows/hosting/tied.py)."""
         if self._proc is not None:
-            stop(self._proc) if wait else self._proc.terminate()
+            stop_session(self._proc) if wait else self._proc.terminate()
             self._proc = None
 
     def _log_tail(self) -> str:

@@ -14,10 +14,8 @@ parent (other session), which then stops its children in order.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from typing import Any, Sequence
 
 PR_SET_PDEATHSIG = 1
@@ -72,31 +70,3 @@ def spawn_tied(cmd: Sequence[str], grace: int = 10, **popen: Any) -> subprocess.
         return subprocess.Popen(list(cmd), start_new_session=True, **popen)
     return subprocess.Popen([sys.executable, "-c", _SUPERVISOR, str(os.getpid()), str(grace), *cmd],
                             start_new_session=True, **popen)
-
-
-def stop(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """SIGTERM to the child's whole session (its own children too, even once the child itself has
-    exited), SIGKILL to what is left after `grace` seconds."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break  # nobody left in the session
-        deadline = time.monotonic() + (grace if sig == signal.SIGTERM else 30.0)
-        while time.monotonic() < deadline and _session_alive(proc):
-            time.sleep(0.1)
-        if not _session_alive(proc):
-            break
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-
-
-def _session_alive(proc: subprocess.Popen) -> bool:
-    proc.poll()  # reap the leader, else it counts as alive (a zombie)
-    try:
-        os.killpg(proc.pid, 0)
-        return True
-    except ProcessLookupError:
-        return False

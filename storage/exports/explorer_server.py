@@ -20,7 +20,8 @@ from typing import Any, Callable
 from opbyop.errors import StoreError
 from storage.dataset import Store
 from storage.exports.explorer import PreparedModel, iter_models, prepare_model
-from storage.exports.local_server import HOST, check_port, free_port, interrupt, stop_session, wait_until_served
+from opbyop.sessions import stop_session
+from storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
 
 ADAPTER_MODULE = "storage.exports.explorer_adapter"
 START_TIMEOUT_S = 60.0
@@ -74,7 +75,7 @@ def serve(store: Store, run_id: str, model: str | None, port: int | None, open_b
             except KeyboardInterrupt:
                 pass
             finally:
-                stop_session(child, grace_s=10.0)
+                stop_session(child, grace=10.0)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -1,10 +1,8 @@
 """A viewer's server on this machine (Model Explorer, TT-NN Visualizer): its port, waiting until it
-answers, stopping it with everything it started, and a service manager's stop read as Ctrl-C."""
+answers, and a service manager's stop read as Ctrl-C (stopping it: opbyop.sessions)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -47,32 +45,6 @@ def wait_until_served(child: subprocess.Popen, url: str, name: str, fix: str, ti
         except OSError:
             time.sleep(poll_s)
     raise StoreError(f"{name} did not answer within {timeout_s:g} s", "the machine may be busy: run the command again")
-
-
-def stop_session(child: subprocess.Popen, grace_s: float = 15.0) -> None:
-    """Stop a server started with start_new_session=True and every process of its session (a
-    visualizer's gunicorn workers ...), even those left behind by a server that already exited:
-    SIGTERM, SIGKILL to what is left after `grace_s`; returns once none of them is left (a caller that
-    says the server stopped must not leave a worker answering behind it)."""
-    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(child.pid, sig)
-        except ProcessLookupError:
-            break  # nobody left in the session
-        deadline = time.monotonic() + wait_s
-        while _session_alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if not _session_alive(child):
-            break
-
-
-def _session_alive(child: subprocess.Popen) -> bool:
-    child.poll()  # reap the leader: a zombie still counts as a member
-    try:
-        os.killpg(child.pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
 
 
 def interrupt(signum: int, frame: object) -> None:

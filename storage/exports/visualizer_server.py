@@ -24,7 +24,8 @@ from typing import Callable, Iterator
 from opbyop.errors import StoreError
 from opbyop.visualizer import locate
 from storage.dataset import Store
-from storage.exports.local_server import HOST, check_port, free_port, interrupt, stop_session, wait_until_served
+from opbyop.sessions import stop_session
+from storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
 from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, Report, export_visualizer
 
 START_TIMEOUT_S = 90.0
@@ -87,7 +88,7 @@ def running(store: Store, run_id: str, model: str | None = None, signature: str 
             ttnn = _open_report(port, folder / TTNN_FOLDER, None) if report.ttnn_report is not None else None
             yield Served(port=port, instance_id=instance_id, report=report, folder=folder, ttnn_instance_id=ttnn), child
         finally:
-            stop_session(child)
+            stop_session(child, grace=15.0)
 
 
 def serve(store: Store, run_id: str, model: str | None, signature: str | None, port: int | None,
