@@ -65,6 +65,8 @@ def subgraph(part: list[Unit]) -> tuple[torch.fx.GraphModule, dict[torch.fx.Node
 def bisect(part: list[Unit], attempt: Callable[[list[Unit]], Attempt], known: Attempt | None = None) -> dict[torch.fx.Node, str]:
     """The nodes of `part` a failure comes from, with the words of their failure ({} when none
     fails alone). `known`: the part's own attempt, when it was already made."""
+    if not part:  # a graph whose ops are all cut out: nothing left to blame
+        return {}
     outcome = known or attempt(part)
     if outcome.ok:
         return {}

@@ -35,8 +35,8 @@ from torch import nn
 
 from opbyop.config import ExportBudget
 from opbyop.errors import ExportError
-from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, descendants, processes_memory, run_in_child,
-                                        write_result)
+from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, descendants, gigabytes, processes_memory,
+                                        run_in_child, write_result)
 from opbyop.frontends.torch_bisect import Attempt, Unit, bisect, subgraph, units
 from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
 from opbyop.frontends.torch_decompositions import decompositions, fold_complex_views
@@ -300,6 +300,10 @@ LOWERING_SHARE = 0.8
 # blamed, only split further.
 BISECT_HEADROOM_BYTES = 2 * 10**9
 BISECT_TIMEOUT_S = 120.0
+# What a lowering's child needs beyond what the export holds, at the least (measured: ~0.2 GB for a
+# graph of two ops). With less room every attempt fails on the budget, and bisecting would blame
+# whichever op it tried first: the export is given up with the budget's words instead.
+LOWERING_ROOM_BYTES = 5 * 10**8
 
 
 @dataclass
@@ -358,8 +362,16 @@ def _lower_within(program_or_graph: Any, budget: ExportBudget | None, bisecting:
         return _lower(program_or_graph)
     what = "torch-mlir's StableHLO lowering"
     limit, timeout = int(budget.memory_limit() * LOWERING_SHARE), budget.lowering_timeout_s
+    held = processes_memory([os.getpid()])
+    if held + LOWERING_ROOM_BYTES > limit:
+        raise ExportError(
+            f"the export holds {gigabytes(held)} before torch-mlir lowers its graph, which leaves its lowering "
+            f"less than {gigabytes(LOWERING_ROOM_BYTES)} of its share ({gigabytes(limit)}, "
+            f"{LOWERING_SHARE:.0%} of the export's memory budget of {gigabytes(budget.memory_limit())})",
+            f"raise the export's memory budget (--export-memory) to at least "
+            f"{gigabytes((held + LOWERING_ROOM_BYTES) / LOWERING_SHARE)}")
     if bisecting:
-        limit = min(limit, processes_memory([os.getpid()]) + BISECT_HEADROOM_BYTES)
+        limit = min(limit, held + BISECT_HEADROOM_BYTES)
         timeout = min(timeout, BISECT_TIMEOUT_S)
     with tempfile.TemporaryDirectory(prefix="opbyop-lowering-") as folder:
         try:
