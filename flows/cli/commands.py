@@ -140,14 +140,13 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
         with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
             config = _on_address(command.config, launch.wait(busy_until=time.monotonic()))
         flow_thread = FlowThread("analyze-flow", lambda: analyze_flow(
-            config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch.handoff,
-            own_server=launch.api.started_here)
+            config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch)
         flow_thread.start()
         progress_from_store(flow_thread.running, Workspace(command.workspace_root).store, command.run_id)
     except KeyboardInterrupt:
         if flow_thread is None:
-            flow_thread = FlowThread("analyze-flow", lambda: None, launch.handoff)
-        flow_thread.stop(launch, command.resume)
+            flow_thread = FlowThread("analyze-flow", lambda: None, launch)
+        flow_thread.stop(command.resume)
     except OpbyopError as e:
         launch.close()
         say(("error:", "red"), f" {e}")
@@ -259,13 +258,13 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
         flow_thread = FlowThread("nightly-flow", lambda: nightly_flow(
             config_file=str(config_file) if config_file else None, models=models or None,
             expectations_file=str(expectations) if expectations else None, cluster=cluster, return_state=True),
-            launch.handoff, own_server=launch.api.started_here)
+            launch)
         flow_thread.start()
         wait_while(flow_thread.running, 0.0)
     except KeyboardInterrupt:
         if flow_thread is None:
-            flow_thread = FlowThread("nightly-flow", lambda: None, launch.handoff)
-        flow_thread.stop(launch, resume)
+            flow_thread = FlowThread("nightly-flow", lambda: None, launch)
+        flow_thread.stop(resume)
     except OpbyopError as e:
         launch.close()
         say(("error:", "red"), f" {e}")

@@ -149,12 +149,12 @@ def stop_and_wait(ticket) -> None:  # noqa: ANN001
 
 @dataclass
 class FlowThread:
-    """A flow called in a thread of this process, handed what the CLI started; its state or error."""
+    """A flow called in a thread of this process, handed what the CLI started (`launch`); its state or
+    error. On a server of the run's own the flow sends no heartbeats (nothing reads them there)."""
 
     name: str
     call: Callable[[], Any]  # the flow, called with return_state=True
-    handoff: Handoff
-    own_server: bool = False  # the Prefect server is the run's own (started here): no heartbeats
+    launch: Launch
     thread: threading.Thread | None = None
     state: Any = None  # prefect State
     error: BaseException | None = None
@@ -162,7 +162,8 @@ class FlowThread:
     def start(self) -> None:
         def target() -> None:
             try:
-                with handing_off(self.handoff), without_heartbeats() if self.own_server else nullcontext():
+                with (handing_off(self.launch.handoff),
+                      without_heartbeats() if self.launch.api.started_here else nullcontext()):
                     self.state = self.call()
             except BaseException as e:  # shown to the user, with the command to resume
                 self.error = e
@@ -174,16 +175,16 @@ class FlowThread:
         time.sleep(0.1)
         return self.thread is not None and self.thread.is_alive()
 
-    def stop(self, launch: Launch, resume: str) -> NoReturn:
+    def stop(self, resume: str) -> NoReturn:
         """Ctrl-C: ask the flow to store what it has and stop, then the cluster and the server."""
         say(("interrupted:", "yellow"), " storing what was analysed, stopping the cluster and server")
         try:
-            self.handoff.stop.set()
+            self.launch.handoff.stop.set()
             wait_while(lambda: self.thread is not None and self.thread.is_alive(), 0.2,
                         time.monotonic() + STOP_GRACE_SECONDS)
         except KeyboardInterrupt:  # a second Ctrl-C: leave now
             pass
-        launch.close()
+        self.launch.close()
         say(f"resume it with: {resume}")
         if self.thread is not None and self.thread.is_alive():
             os._exit(130)  # the flow thread is stuck in Prefect's engine: do not wait for it at exit
