@@ -134,3 +134,36 @@ def test_the_service_reads_a_nightly_request_beside_analyze_requests_and_refuses
         read_request('{"run_id": "garbage", "config": ')
     with pytest.raises(ValueError):
         read_request('{"kind": "nightly", "run_id": "n2"}')  # no client: nobody to answer
+
+
+def test_ctrl_c_of_opbyop_nightly_stops_its_run_prints_the_resume_command_and_leaves_nothing_behind(tmp_path):
+    """Its op worker hangs on one op (OPBYOP_FAULT_INJECT), so the nightly cannot end by itself; a
+    terminal's Ctrl-C once the first results are stored ends the command with 130 and the command
+    that resumes it, and takes down the server, the cluster and the op workers it started."""
+    import re
+    import signal
+
+    from test_deployment_e2e import _all_gone, _descendants, _victim, poll
+
+    victim, _ = _victim()
+    config = _nightly_file(tmp_path)
+    log = tmp_path / "nightly.log"
+    proc = subprocess.Popen([str(BIN / "opbyop"), "nightly", "--config", str(config), "--workers", "2"],
+                            env={**_env(tmp_path), "OPBYOP_FAULT_INJECT": f"hang:{victim}"}, cwd=tmp_path,
+                            stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    def stored() -> bool:
+        assert proc.poll() is None, log.read_text()[-3000:]
+        try:
+            runs = _stored_target_runs(tmp_path)
+            return bool(runs) and bool(Store(tmp_path / "home" / "store").results(runs[0].run_id))
+        except Exception:  # the store's files may not exist yet
+            return False
+    poll("the nightly's first results in the store", stored, timeout=600)
+    children = _descendants(proc)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends to its foreground job
+    assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
+    out = log.read_text()
+    assert "interrupted:" in out
+    assert re.search(rf"resume it with: opbyop nightly --config {re.escape(str(config))}\s*$", out, re.M), out[-3000:]
+    _all_gone(children)
