@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from opbyop.sessions import stop_session
 from storage.dataset import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,8 +94,6 @@ def deployed(tmp_path_factory, postgres):
         yield {**env, "PREFECT_API_URL": api, "home": str(home)}
     finally:  # the server and the worker the set-up left running, by their session: the worker first
         # (it outlives a SIGTERM), then the rest: SIGTERM, SIGKILL for what is left
-        from opbyop.sessions import stop_session
-
         kill_prefect_workers(setup.pid)
         stop_session(setup, grace=20.0)
 

@@ -4,13 +4,18 @@ cluster, like `opbyop analyze`) and `python flows/nightly.py` (Prefect's tempora
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from storage.dataset import Store
+from test_deployment_e2e import _all_gone, _descendants, _victim, poll
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -88,11 +93,6 @@ def test_a_bare_nightly_call_waits_for_prefect_s_temporary_server_on_a_small_mac
 def test_opbyop_nightly_runs_on_opbyop_serve_s_server_and_cluster_when_it_runs(tmp_path):
     """With `opbyop serve` running in the workspace, `opbyop nightly` starts neither a server nor a
     cluster: the service runs the nightly flow, every target on its cluster, and answers its outcome."""
-    import signal
-    import time
-
-    import psutil
-
     env = _env(tmp_path)
     serve_log = tmp_path / "serve.log"
     serve = subprocess.Popen([str(BIN / "opbyop"), "serve", "--workers", "1"], env=env, cwd=tmp_path,
@@ -140,11 +140,6 @@ def test_ctrl_c_of_opbyop_nightly_stops_its_run_prints_the_resume_command_and_le
     """Its op worker hangs on one op (OPBYOP_FAULT_INJECT), so the nightly cannot end by itself; a
     terminal's Ctrl-C once the first results are stored ends the command with 130 and the command
     that resumes it, and takes down the server, the cluster and the op workers it started."""
-    import re
-    import signal
-
-    from test_deployment_e2e import _all_gone, _descendants, _victim, poll
-
     victim, _ = _victim()
     config = _nightly_file(tmp_path)
     log = tmp_path / "nightly.log"

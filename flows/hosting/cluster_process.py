@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from flows.hosting.tied import spawn_tied
-from opbyop.sessions import stop_session
 from opbyop.errors import OpbyopError
+from opbyop.sessions import stop_session
 
 
 class ClusterProcess:

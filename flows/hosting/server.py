@@ -22,8 +22,8 @@ from typing import Iterator
 
 from flows.hosting.settings import server_env
 from flows.hosting.tied import spawn_tied
-from opbyop.sessions import stop_session
 from opbyop.errors import OpbyopError
+from opbyop.sessions import stop_session
 
 
 def healthy(api_url: str, timeout: float = 2.0) -> bool:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from opbyop.errors import StoreError
+from opbyop.sessions import stop_session
 from storage.dataset import Store
 from storage.exports.explorer import PreparedModel, iter_models, prepare_model
-from opbyop.sessions import stop_session
 from storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
 
 ADAPTER_MODULE = "storage.exports.explorer_adapter"
@@ -75,7 +75,7 @@ def serve(store: Store, run_id: str, model: str | None, port: int | None, open_b
             except KeyboardInterrupt:
                 pass
             finally:
-                stop_session(child, grace=10.0)
+                stop_session(child)
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from opbyop.errors import StoreError
+from opbyop.sessions import stop_session
 from opbyop.visualizer import locate
 from storage.dataset import Store
-from opbyop.sessions import stop_session
 from storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
 from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, Report, export_visualizer
 
