@@ -57,6 +57,12 @@ def cache_path(spec: str, zoo: Zoo, seed: int) -> Path | None:
     return environment().cache_dir / "graphs" / f"{spec}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.pickle"
 
 
+def is_cached(spec: str, zoo: Zoo, seed: int) -> bool:
+    """Whether `spec`'s export is in the cache (then its split needs no framework)."""
+    path = cache_path(spec, zoo, seed)
+    return path is not None and path.exists()
+
+
 def read(path: Path) -> ModelGraph | None:
     """The cached graph, or None (absent, or unreadable: it is exported again)."""
     start = time.monotonic()

@@ -286,6 +286,33 @@ def test_a_zoo_models_export_is_cached_and_splits_into_the_same_ops(monkeypatch,
     assert cache_path(str(tmp_path / "model.mlir"), zoo, 0) is None  # files and users' factories: never cached
 
 
+SPLIT_AHEAD = """
+import psutil
+from flows.hosting.handoff import Handoff
+
+handoff = Handoff()
+handoff.start_splits(["mlp"], 0)
+assert handoff.splits[("mlp", 0)].result().error is None
+print(any("forkserver" in " ".join(c.cmdline()) for c in psutil.Process().children()))
+"""
+
+
+def test_the_split_ahead_starts_the_export_forkserver_only_when_a_model_is_not_in_the_export_cache(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPBYOP_CACHE_DIR": str(tmp_path)}
+
+    def forkserver_started() -> bool:
+        done = subprocess.run([sys.executable, "-c", SPLIT_AHEAD], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip() == "True"
+
+    assert forkserver_started()  # the export is made there, warmed up while the caller starts
+    assert not forkserver_started()  # read from the cache: torch is neither imported nor warmed
+
+
 def test_a_flow_runs_process_counts_as_gone_when_its_pid_is_dead_or_reused():
     import socket
     import subprocess

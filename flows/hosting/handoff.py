@@ -16,8 +16,8 @@ from typing import Iterator, Sequence
 from opbyop.config import ExportBudget, load_zoo
 from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends.loader import expand_specs
-
 from opbyop.jaxenv import prepare_jax
+from tasks import graph_cache
 
 
 @dataclass
@@ -34,15 +34,16 @@ class Handoff:
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
         outcomes from here. Once the run is asked to stop, the models not yet started are not
         split (an export can take minutes; nothing of it would be used)."""
-        start_forkserver()  # exports are made there: it warms up while the server and cluster start
+        zoo = load_zoo()
         futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
+        if not all(graph_cache.is_cached(spec, zoo, seed) for spec, _ in futures):
+            start_forkserver()  # exports are made there: it warms up while the server and cluster start
         self.splits.update(futures)
 
         def work() -> None:
             prepare_jax(host_devices=host_devices)  # before anything in this process imports JAX
             from tasks.models import SplitOutcome, split_outcome  # prefect: loaded only when used
 
-            zoo = load_zoo()
             for (spec, _), future in futures.items():
                 if not future.set_running_or_notify_cancel():
                     continue
