@@ -1,12 +1,13 @@
 """The front door: what a newcomer waits for, each goal beside a baseline and this tree's figure.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_front_door.py [--make-run] [--skip-analyze] [--skip-t3k]
-        [--baseline-ref main] [--repeat 2]
+        [--baseline-ref main] [--repeat 2] [--cold-exports]
 
 - first vs warm t3k: `opbyop system-desc t3k` with an empty descriptor cache, then again (goal: the
   first at most 30 s more than the warm one, its derivation said on screen);
 - `opbyop analyze mlp` with its own server and cluster in an empty workspace and an empty Prefect
-  home (the machine's caches warm: descriptors, the Prefect database template): its wall time against
+  home (the machine's caches warm: descriptors, the Prefect database template, and the export cache
+  unless --cold-exports, which gives each run an empty one: a model's first run): its wall time against
   the ops' own span (the stored time line's `ops (beside)`; goal: at most 3x), and its time line,
   beside the same measured in the same session on --baseline-ref (a git worktree of it, this checkout's
   virtual environment), the two trees taking turns --repeat times (the median of each is shown);
@@ -34,6 +35,7 @@ from pathlib import Path
 from common import Figures, console
 
 from flows.engine.phases import BESIDE, format_phases
+from opbyop.environment import environment
 from storage.dataset import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,10 +65,22 @@ def t3k_first_and_warm(work: Path) -> tuple[float, float, list[str]]:
     return first, warm, [line for line in said.splitlines() if "system descriptor" in line]
 
 
-def analyze_mlp(work: Path, tree: Path = ROOT) -> tuple[float, dict[str, float]]:
-    """`opbyop analyze mlp` of `tree` in an empty workspace and Prefect home: its wall time (from before
-    the interpreter starts) and its stored time line."""
+def cache_without_exports(work: Path) -> Path:
+    """A machine cache in `work` holding the machine's own but for the export cache (graphs/)."""
+    machine, cache = environment().cache_dir, work / "cache"
+    cache.mkdir()
+    for entry in machine.iterdir() if machine.is_dir() else ():
+        if entry.name != "graphs":
+            (cache / entry.name).symlink_to(entry.resolve())
+    return cache
+
+
+def analyze_mlp(work: Path, tree: Path = ROOT, cold_exports: bool = False) -> tuple[float, dict[str, float]]:
+    """`opbyop analyze mlp` of `tree` in an empty workspace and Prefect home (and with `cold_exports`, an
+    empty export cache): its wall time (from before the interpreter starts) and its stored time line."""
     env = _env(tree, OPBYOP_HOME=str(work / "home"), PREFECT_HOME=str(work / "prefect"))
+    if cold_exports:
+        env["OPBYOP_CACHE_DIR"] = str(cache_without_exports(work))
     wall, _ = _timed([sys.executable, "-m", "opbyop.cli.main", "analyze", "mlp", "--run-id", "front-door"],
                      env, work, work / "analyze.log")
     return wall, Store(work / "home" / "store").run("front-door").phases
@@ -96,7 +110,8 @@ class Analyzed:
                 f"median span {statistics.median(_span(p) for _, p in self.runs):.1f} s)")
 
 
-def analyze_both(work: Path, baseline: Path | None, repeat: int) -> tuple[Analyzed, Analyzed | None]:
+def analyze_both(work: Path, baseline: Path | None, repeat: int,
+                 cold_exports: bool = False) -> tuple[Analyzed, Analyzed | None]:
     """This tree's and the baseline's analyze mlp, taking turns (the baseline first in each round)."""
     mine, theirs = Analyzed([]), Analyzed([]) if baseline else None
     for i in range(repeat):
@@ -105,7 +120,7 @@ def analyze_both(work: Path, baseline: Path | None, repeat: int) -> tuple[Analyz
                 continue
             folder = work / f"{'baseline' if tree != ROOT else 'tree'}-{i}"
             folder.mkdir()
-            into.runs.append(analyze_mlp(folder, tree))
+            into.runs.append(analyze_mlp(folder, tree, cold_exports))
     return mine, theirs
 
 
@@ -143,6 +158,7 @@ def main() -> None:
     parser.add_argument("--skip-t3k", action="store_true", help="leave out the t3k descriptor's first and warm runs")
     parser.add_argument("--baseline-ref", default="main", help="the tree before (a git ref; '' for none)")
     parser.add_argument("--repeat", type=int, default=2, help="analyze mlp runs per tree, taking turns")
+    parser.add_argument("--cold-exports", action="store_true", help="each analyze mlp run with an empty export cache")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-front-door-"))
     figures = Figures("the front door", ["goal", "before", "today", "met"])
@@ -165,11 +181,12 @@ def main() -> None:
     elif not args.skip_analyze:
         baseline = baseline_worktree(args.baseline_ref, work) if args.baseline_ref else None
         try:
-            mine, theirs = analyze_both(work, baseline, args.repeat)
+            mine, theirs = analyze_both(work, baseline, args.repeat, args.cold_exports)
         finally:
             if baseline is not None:
                 remove_worktree(baseline)
-        figures.add("analyze mlp wall <= 3x the ops' span (median of wall / span)",
+        exports = "exported" if args.cold_exports else "export cached"
+        figures.add(f"analyze mlp wall <= 3x the ops' span (median of wall / span; {exports})",
                     f"{args.baseline_ref}: {theirs.cell()}" if theirs else "-", mine.cell(), mine.ratio() <= 3)
         lines["this tree"] = mine.shown
         if theirs:
