@@ -53,6 +53,7 @@ def prepare_jax(system_desc: Path | None = None, host_devices: int | None = None
 
     # f64/i64 operands must reach XLA unchanged (else they are downcast and XLA refuses the inputs).
     jax.config.update("jax_enable_x64", True)
+    _quiet_xla_info_logs()
     if system_desc is None and not _backends_initialised():
         if _skip_plugin_discovery():
             return  # no plugin is loaded, so none unpacks assets: no lock to take
@@ -63,6 +64,16 @@ def prepare_jax(system_desc: Path | None = None, host_devices: int | None = None
         # runtime archive'), so this one waits its turn like the compiler workers do.
         with startup_lock():
             jax.extend.backend.get_backend("cpu")
+
+
+def _quiet_xla_info_logs() -> None:
+    """XLA's C++ INFO lines off ('PjRt-IFRT device count: ...' on the terminal at each run's first
+    computation), as `import jax` means them to be: it sets TF_CPP_MIN_LOG_LEVEL=1, read once when
+    jaxlib loads, which is too late when the MLIR bindings loaded jaxlib first. A user's own level stays."""
+    if os.environ.get("TF_CPP_MIN_LOG_LEVEL") == "1":
+        from jax._src.lib import utils  # jax's own switch (jax._src.logging_config); jax is imported by now
+
+        utils.absl_set_min_log_level(1)
 
 
 def _skip_plugin_discovery() -> bool:

@@ -91,6 +91,23 @@ def test_a_cpu_only_process_runs_golden_without_loading_the_tt_plugin():
     assert out.stdout.split() == ["int64", "1.0", "False"]
 
 
+def test_xlas_info_lines_stay_off_the_terminal_when_the_mlir_bindings_loaded_jaxlib_first_unless_the_user_asks():
+    import os
+    import subprocess
+    import sys
+
+    code = ("import jaxlib.mlir.ir\nfrom opbyop.jaxenv import prepare_jax\nprepare_jax()\n"
+            "import jax.numpy as jnp\nprint(jnp.ones(2).sum())\n")
+
+    def stderr(**env: str) -> str:
+        environ = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+        return subprocess.run([sys.executable, "-c", code], env={**environ, **env}, capture_output=True, text=True,
+                              check=True, timeout=300).stderr
+
+    assert "pjrt_client" not in stderr()
+    assert "pjrt_client" in stderr(TF_CPP_MIN_LOG_LEVEL="0")
+
+
 SIGNED_BOOL_COMPARE = """module {
   func.func @main(%a: tensor<4xi1>, %b: tensor<4xi1>) -> tensor<4xi1> {
     %0 = stablehlo.compare  LT, %a, %b,  SIGNED : (tensor<4xi1>, tensor<4xi1>) -> tensor<4xi1>
