@@ -14,9 +14,8 @@ from opbyop.config import ExportBudget, Zoo
 from opbyop.frontends.graph import ModelGraph
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.ir.split import SplitResult
-from opbyop.pipeline import prepare_model, split_graph
+from opbyop.pipeline import prepare_model
 from opbyop.worker.process import write_values
-from tasks import graph_cache
 
 
 @dataclass
@@ -34,18 +33,9 @@ class SplitOutcome:
 
 
 def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = None) -> SplitOutcome:
-    """pipeline.prepare_model, with a zoo model's export taken from the cache when it is there."""
+    """pipeline.prepare_model, timed."""
     start = time.monotonic()
-    path = graph_cache.cache_path(spec, zoo, seed)
-    graph = graph_cache.read(path) if path is not None and path.exists() else None
-    if graph is not None:
-        try:  # what prepare_model does after the export
-            return SplitOutcome(graph, split_graph(graph), None, time.monotonic() - start)
-        except Exception:  # prepare_model reports it in its own words
-            pass
     graph, split, error = prepare_model(spec, zoo, seed, budget)
-    if path is not None and graph is not None and error is None:
-        graph_cache.write(path, graph)
     return SplitOutcome(graph, split, error, time.monotonic() - start)
 
 

@@ -273,7 +273,7 @@ def test_a_zoo_models_export_is_cached_and_splits_into_the_same_ops(monkeypatch,
     import numpy as np
 
     from opbyop.config import load_zoo
-    from tasks.graph_cache import cache_path
+    from opbyop.frontends.graph_cache import cache_path
     from tasks.models import split_outcome
 
     monkeypatch.setenv("OPBYOP_CACHE_DIR", str(tmp_path))

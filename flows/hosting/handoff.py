@@ -15,9 +15,9 @@ from typing import Iterator, Sequence
 
 from opbyop.config import ExportBudget, load_zoo
 from opbyop.frontends.isolation import start_forkserver
+from opbyop.frontends import graph_cache
 from opbyop.frontends.loader import expand_specs
 from opbyop.jaxenv import prepare_jax
-from tasks import graph_cache
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Exported zoo models kept on disk: a warm run skips the framework (importing torch and torch-mlir
-alone takes 3-6 s, exporting resnet50 about 16 s).
+alone takes 3-6 s, exporting resnet50 about 16 s), whichever command runs it (pipeline.prepare_model).
 
 Only the zoo's own models (their code is opbyop's); the key holds everything the export depends on:
 the zoo entry, the seed, the frontends' source code and the framework versions. A user's
@@ -21,7 +21,6 @@ from pathlib import Path
 from opbyop.atomic import atomic_path
 from opbyop.config import Zoo
 from opbyop.environment import environment
-from opbyop.frontends import loader
 from opbyop.frontends.graph import ModelGraph
 
 MAX_BYTES = 4 << 30
@@ -40,7 +39,7 @@ def _versions() -> list[str]:
 
 def _frontends_digest() -> str:
     digest = hashlib.sha256()
-    root = Path(loader.__file__).parent
+    root = Path(__file__).parent  # the frontends' package: what an export runs
     for path in sorted(root.rglob("*.py")):
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
