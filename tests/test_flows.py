@@ -269,23 +269,6 @@ def _artifacts(flow_run_id) -> dict[str, str]:
     return {a.key: str(a.data) for a in artifacts if a.key}
 
 
-def test_a_zoo_models_export_is_cached_and_splits_into_the_same_ops(monkeypatch, tmp_path):
-    import numpy as np
-
-    from opbyop.config import load_zoo
-    from opbyop.frontends.graph_cache import cache_path
-    from tasks.models import split_outcome
-
-    monkeypatch.setenv("OPBYOP_CACHE_DIR", str(tmp_path))
-    zoo = load_zoo()
-    exported, cached = split_outcome("jax-mlp", zoo, 0), split_outcome("jax-mlp", zoo, 0)
-    assert not any("cache" in n for n in exported.graph.notes) and "read from the cache" in cached.graph.notes[-1]
-    assert [r.signature for r in cached.split.ops] == [r.signature for r in exported.split.ops]
-    assert all(np.array_equal(a, b) for a, b in zip(cached.graph.argument_values, exported.graph.argument_values))
-    assert cache_path("jax-mlp", zoo, 1) != cache_path("jax-mlp", zoo, 0)  # other inputs, another entry
-    assert cache_path(str(tmp_path / "model.mlir"), zoo, 0) is None  # files and users' factories: never cached
-
-
 SPLIT_AHEAD = """
 import psutil
 from flows.hosting.handoff import Handoff
