@@ -280,6 +280,7 @@ print(any("forkserver" in " ".join(c.cmdline()) for c in psutil.Process().childr
 """
 
 
+@pytest.mark.slow
 def test_the_split_ahead_starts_the_export_forkserver_only_when_a_model_is_not_in_the_export_cache(tmp_path):
     import os
     import subprocess
