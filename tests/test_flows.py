@@ -270,31 +270,35 @@ def _artifacts(flow_run_id) -> dict[str, str]:
 
 
 SPLIT_AHEAD = """
+import sys
 import psutil
 from flows.hosting.handoff import Handoff
 
 handoff = Handoff()
-handoff.start_splits(["mlp"], 0)
-assert handoff.splits[("mlp", 0)].result().error is None
+handoff.start_splits([sys.argv[1]], 0)
+assert handoff.splits[(sys.argv[1], 0)].result().error is None
 print(any("forkserver" in " ".join(c.cmdline()) for c in psutil.Process().children()))
 """
 
 
 @pytest.mark.slow
-def test_the_split_ahead_starts_the_export_forkserver_only_when_a_model_is_not_in_the_export_cache(tmp_path):
+def test_the_split_ahead_starts_the_export_forkserver_only_when_a_model_must_be_exported(tmp_path):
     import os
     import subprocess
     import sys
+    from pathlib import Path
 
     env = {**os.environ, "OPBYOP_CACHE_DIR": str(tmp_path)}
 
-    def forkserver_started() -> bool:
-        done = subprocess.run([sys.executable, "-c", SPLIT_AHEAD], env=env, capture_output=True, text=True, timeout=300)
+    def forkserver_started(spec: str) -> bool:
+        done = subprocess.run([sys.executable, "-c", SPLIT_AHEAD, spec], env=env, capture_output=True, text=True,
+                              timeout=300)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip() == "True"
 
-    assert forkserver_started()  # the export is made there, warmed up while the caller starts
-    assert not forkserver_started()  # read from the cache: torch is neither imported nor warmed
+    assert forkserver_started("mlp")  # the export is made there, warmed up while the caller starts
+    assert not forkserver_started("mlp")  # read from the export cache: torch is neither imported nor warmed
+    assert not forkserver_started(str(Path(__file__).parent / "data" / "cholesky.mlir"))  # a file: no framework
 
 
 def test_a_flow_runs_process_counts_as_gone_when_its_pid_is_dead_or_reused():

@@ -108,6 +108,16 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     raise AssertionError("unreachable")
 
 
+def exported_in_child(spec: str, zoo: Zoo) -> bool:
+    """Whether load_model would make `spec` with a framework in an export child (a zoo model or a
+    `package.module:factory`, not a StableHLO file or a dump): what warming the export forkserver
+    ahead is worth for. A hint only: a child started later warms the forkserver itself."""
+    if spec in zoo.names():
+        return zoo.get(spec).frontend != "stablehlo"
+    path = Path(spec)
+    return ":" in spec and dumps.split_spec(spec) is None and not path.exists() and path.suffix not in MLIR_SUFFIXES
+
+
 def factory_entry(spec: str, inputs: Sequence[InputSpec]) -> ZooEntry:
     """A zoo entry for a user's `package.module:name` (its frontend follows from what it returns)."""
     return ZooEntry(name=factory_name(spec), frontend="torch", factory=spec, inputs=list(inputs))
