@@ -18,8 +18,8 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.targets import Target
 from opbyop.config import ExportBudget, Zoo, load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.frontends.dumps import spec_name
 from opbyop.frontends import graph_cache
+from opbyop.frontends.dumps import spec_name
 from opbyop.frontends.failures import failure_records
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.loader import expand_specs, load_model

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from opbyop.config import ExportBudget, load_zoo
-from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends import graph_cache
+from opbyop.frontends.isolation import start_forkserver
 from opbyop.frontends.loader import expand_specs, exported_in_child
 from opbyop.jaxenv import prepare_jax
 
