@@ -18,7 +18,6 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.targets import Target
 from opbyop.config import ExportBudget, Zoo, load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.frontends import graph_cache
 from opbyop.frontends.dumps import spec_name
 from opbyop.frontends.failures import failure_records
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
@@ -56,35 +55,15 @@ def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | Non
     """(graph, split, error): never raises for the model's own faults. A factory's export runs in a
     child process within `budget` (frontends.isolation): past it, it is this model's error. A zoo
     model's export is read from the export cache when it is there (frontends.graph_cache)."""
-    cached = _from_cache(spec, zoo, seed)
-    if cached is not None:
-        return cached
     try:
         graph = load_model(spec, zoo=zoo, seed=seed, budget=budget)
-        split = split_graph(graph)
+        return graph, split_graph(graph), None
     except OpbyopError as e:
         return None, None, str(e)
     except MemoryError:  # the model's values do not fit this process: said with the figures and the fix
         return None, None, process_out_of_memory(f"loading {spec}")
     except Exception as e:  # an exporter crash must not take the other models with it
         return None, None, f"{type(e).__name__}: {e}"
-    path = graph_cache.cache_path(spec, zoo, seed)
-    if path is not None:
-        graph_cache.write(path, graph)
-    return graph, split, None
-
-
-def _from_cache(spec: str, zoo: Zoo, seed: int) -> tuple[ModelGraph, SplitResult, None] | None:
-    """The cached export, split; None when it is not cached or does not split (then exported again,
-    and a fault is reported in prepare_model's words)."""
-    path = graph_cache.cache_path(spec, zoo, seed)
-    graph = graph_cache.read(path) if path is not None and path.exists() else None
-    if graph is None:
-        return None
-    try:
-        return graph, split_graph(graph), None
-    except Exception:  # noqa: BLE001  (exported again below: its error is said there)
-        return None
 
 
 def split_graph(graph: ModelGraph) -> SplitResult:

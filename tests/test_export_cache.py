@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
+import pytest
 
 from opbyop.config import load_zoo
 from opbyop.frontends.graph_cache import cache_path
@@ -29,3 +35,20 @@ def test_a_corrupt_cache_entry_is_exported_again_and_replaced(monkeypatch, tmp_p
     graph, split, error = prepare_model("jax-mlp", zoo, 0)
     assert error is None and split.ops and not any("cache" in n for n in graph.notes)
     assert "read from the cache" in prepare_model("jax-mlp", zoo, 0)[0].notes[-1]
+
+
+@pytest.mark.slow
+def test_opbyop_split_keeps_a_zoo_models_export_and_reads_it_back(tmp_path):
+    env = {**os.environ, "OPBYOP_HOME": str(tmp_path / "home"), "OPBYOP_CACHE_DIR": str(tmp_path / "cache")}
+
+    def split() -> list[str]:
+        done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "split", "jax-mlp", "--json"], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return [r["signature"] for r in json.loads(done.stdout)]
+
+    exported = split()
+    (kept,) = (tmp_path / "cache" / "graphs").glob("jax-mlp-*.pickle")
+    os.utime(kept, (0, 0))
+    assert split() == exported
+    assert kept.stat().st_mtime > 0  # read back (a read marks the entry recently used)

@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from opbyop.config import ExportBudget, load_zoo
-from opbyop.frontends import graph_cache
-from opbyop.frontends.isolation import start_forkserver
-from opbyop.frontends.loader import expand_specs, exported_in_child
+from opbyop.frontends.loader import expand_specs, warm_exports
 from opbyop.jaxenv import prepare_jax
 
 
@@ -36,8 +34,7 @@ class Handoff:
         split (an export can take minutes; nothing of it would be used)."""
         zoo = load_zoo()
         futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
-        if any(exported_in_child(spec, zoo) and not graph_cache.is_cached(spec, zoo, seed) for spec, _ in futures):
-            start_forkserver()  # exports are made there: it warms up while the server and cluster start
+        warm_exports([spec for spec, _ in futures], zoo, seed)  # while the server and cluster start
         self.splits.update(futures)
 
         def work() -> None:

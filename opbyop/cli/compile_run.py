@@ -33,8 +33,7 @@ from opbyop.compiler.targets import BOARDS, target_for
 from opbyop.config import AnalysisConfig, DeviceOptions, Zoo, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
-from opbyop.frontends.isolation import start_forkserver
-from opbyop.frontends.loader import factory_entry, factory_name
+from opbyop.frontends.loader import factory_entry, factory_name, warm_exports
 from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
 from opbyop.pipeline import blocking_ops, depth_histogram, store_modules, write_manifest
@@ -54,7 +53,7 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> RunOutcome:
     """The run engine with this process's warm worker; stored under `run_id` when a sink was supplied."""
     plan = RunPlan.from_config(config, notices=Notices(say=console.print))  # a first use makes the descriptor
-    start_forkserver()  # exports are made there: it warms up while this process starts JAX
+    warm_exports(config.models, zoo, config.seed)  # while this process starts JAX
     prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
     workspace = Workspace.default()
     prepared = prepare_models(plan, workspace, zoo)

@@ -15,8 +15,7 @@ from rich.text import Text
 from opbyop.cli.app import app, console, fail, input_specs, styled
 from opbyop.config import load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.frontends.isolation import start_forkserver
-from opbyop.frontends.loader import load_model
+from opbyop.frontends.loader import load_model, warm_exports
 from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import split_graph
 
@@ -42,7 +41,7 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
           out: Optional[Path] = typer.Option(None, "--out", help="write the op records as JSON lines"),
           seed: int = typer.Option(0)) -> None:
     """Split a model into single-op modules: op table, total and unique counts, ops per kind."""
-    start_forkserver()  # exports are made there: it warms up while this process starts JAX
+    warm_exports([model], load_zoo(), seed)  # while this process starts JAX
     prepare_jax()
 
     try:

@@ -1,5 +1,5 @@
 """Exported zoo models kept on disk: a warm run skips the framework (importing torch and torch-mlir
-alone takes 3-6 s, exporting resnet50 about 16 s), whichever command runs it (pipeline.prepare_model).
+alone takes 3-6 s, exporting resnet50 about 16 s), whichever command loads it (loader.load_model).
 
 Only the zoo's own models (their code is opbyop's); the key holds everything the export depends on:
 the zoo entry, the seed, the frontends' source code and the framework versions. A user's

@@ -22,8 +22,9 @@ import numpy as np
 
 from opbyop.config import ExportBudget, InputSpec, Zoo, ZooEntry, config_dir, load_zoo
 from opbyop.errors import ExportError, ModuleError, OpbyopError, UnknownModelError
-from opbyop.frontends import dumps
-from opbyop.frontends.isolation import BudgetExceeded, ChildDied, forkserver, run_in_child, write_result
+from opbyop.frontends import dumps, graph_cache
+from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, forkserver, run_in_child, start_forkserver,
+                                        write_result)
 from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.frontends.jax_export import export_jax
 from opbyop.frontends.sharding_plan import apply_plan
@@ -86,7 +87,7 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     process within `budget` (default: ExportBudget())."""
     zoo = zoo or load_zoo()
     if spec in zoo.names():
-        return load_entry(zoo.get(spec), seed=seed, budget=budget)
+        return _zoo_model(spec, zoo, seed, budget)
     dumped = dumps.split_spec(spec)
     if dumped is not None:
         return load_dumped(*dumped, seed=seed)
@@ -108,10 +109,29 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     raise AssertionError("unreachable")
 
 
-def exported_in_child(spec: str, zoo: Zoo) -> bool:
-    """Whether load_model would make `spec` with a framework in an export child (a zoo model or a
-    `package.module:factory`, not a StableHLO file or a dump): what warming the export forkserver
-    ahead is worth for. A hint only: a child started later warms the forkserver itself."""
+def _zoo_model(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None) -> ModelGraph:
+    """A zoo model from the export cache when it is there (frontends.graph_cache), else loaded and kept."""
+    path = graph_cache.cache_path(spec, zoo, seed)
+    graph = graph_cache.read(path) if path is not None and path.exists() else None
+    if graph is None:
+        graph = load_entry(zoo.get(spec), seed=seed, budget=budget)
+        if path is not None:
+            graph_cache.write(path, graph)
+    return graph
+
+
+def warm_exports(specs: Sequence[str], zoo: Zoo, seed: int) -> None:
+    """Start the export forkserver now (it imports and warms torch while the caller starts up) if a
+    framework will export one of `specs` in a child; not for a StableHLO file, a dump or a model in
+    the export cache (about 5 CPU-s for nothing). A hint only: an export the hint missed starts the
+    forkserver itself."""
+    if any(_exported_in_child(spec, zoo) and not graph_cache.is_cached(spec, zoo, seed) for spec in specs):
+        start_forkserver()
+
+
+def _exported_in_child(spec: str, zoo: Zoo) -> bool:
+    """Whether load_model makes `spec` with a framework in an export child (a zoo model or a
+    `package.module:factory`)."""
     if spec in zoo.names():
         return zoo.get(spec).frontend != "stablehlo"
     path = Path(spec)
