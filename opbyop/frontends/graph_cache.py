@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import time
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -25,6 +26,12 @@ from opbyop.frontends.graph import ModelGraph
 
 MAX_BYTES = 4 << 30
 FRAMEWORKS = ("torch", "torch-mlir", "jax", "jaxlib", "transformers")
+
+
+@cache  # once per process: the frameworks and frontends it exports with are those it loaded
+def _exporters() -> tuple[tuple[str, ...], str]:
+    """The framework versions and a digest of the frontends' source: what every key holds."""
+    return tuple(_versions()), _frontends_digest()
 
 
 def _versions() -> list[str]:
@@ -52,7 +59,7 @@ def cache_path(spec: str, zoo: Zoo, seed: int) -> Path | None:
     entry = zoo.get(spec)
     if entry.frontend == "stablehlo" or not (entry.factory or "").startswith("opbyop."):
         return None
-    key = json.dumps([entry.model_dump(mode="json"), seed, _versions(), _frontends_digest()], sort_keys=True)
+    key = json.dumps([entry.model_dump(mode="json"), seed, *_exporters()], sort_keys=True)
     return environment().cache_dir / "graphs" / f"{spec}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.pickle"
 
 
