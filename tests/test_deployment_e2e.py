@@ -14,12 +14,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
+from cli_processes import all_gone, hanging_op, own_services, poll
 from opbyop.sessions import stop_session
 from storage.dataset import Store
 
@@ -41,18 +41,6 @@ def readme_setup(port: int, logs: Path) -> str:
     assert "python -m flows.hosting.server --wait" in block and "prefect worker start" in block
     return (block.replace(". .venv/bin/activate", f". {BIN}/activate").replace("4200", str(port))
             .replace("${TMPDIR:-/tmp}", str(logs)))
-
-
-def poll(what: str, check, timeout: float = 300.0, every: float = 1.0):  # noqa: ANN001
-    """check() until it returns something true; fails naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what}: not within {timeout:.0f} s")
-        time.sleep(every)
 
 
 @pytest.fixture(scope="module")
@@ -312,17 +300,6 @@ def test_the_cli_uses_the_dask_cluster_its_environment_names_and_starts_none(tmp
             assert client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.allowed_failures) == 0
 
 
-def _victim() -> tuple[str, int]:
-    """A signature prefix of one of jax-mlp's ops (its op worker hangs on it: OPBYOP_FAULT_INJECT,
-    so the run cannot end by itself), and how many unique ops jax-mlp has."""
-    from opbyop.frontends.loader import load_model
-    from opbyop.ir.dedupe import dedupe
-    from opbyop.ir.split import split_module
-
-    ops = dedupe(split_module(load_model("jax-mlp").module_text, "jax-mlp").ops)
-    return next(op for op in ops if op.op_name == "stablehlo.tanh").signature[:16], len(ops)
-
-
 def _start_cli(env: dict, run_id: str, log: Path) -> subprocess.Popen:
     """`opbyop analyze` in a session of its own, like a shell's foreground job."""
     return subprocess.Popen([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--workers", "2",
@@ -343,28 +320,15 @@ def _wait_for_results(env: dict, run_id: str, proc: subprocess.Popen, log: Path)
     poll(f"results of {run_id} in the store", stored, timeout=600)
 
 
-def _descendants(proc: subprocess.Popen) -> list[psutil.Process]:
-    found = psutil.Process(proc.pid).children(recursive=True)
-    assert any("uvicorn" in " ".join(p.cmdline()) for p in found)  # its own Prefect server
-    assert any("flows.hosting.cluster" in " ".join(p.cmdline()) for p in found)  # its own Dask cluster
-    return found
-
-
-def _all_gone(processes: list[psutil.Process]) -> None:
-    def gone():
-        return not [p for p in processes if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-    poll("every process the CLI started to be gone", gone, timeout=120)
-
-
 def _hung_cli_run(tmp_path: Path, run_id: str) -> tuple[subprocess.Popen, Path, dict, list, str, int]:
     """`opbyop analyze jax-mlp` whose op worker hangs on one op, once its first batch is stored:
     (process, log, environment, its descendants, the hanging op's signature prefix, unique ops)."""
-    victim, n_ops = _victim()
+    victim, n_ops = hanging_op()
     env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")
     log = tmp_path / f"{run_id}.log"
     proc = _start_cli(env, run_id, log)
     _wait_for_results(env, run_id, proc, log)
-    return proc, log, env, _descendants(proc), victim, n_ops
+    return proc, log, env, own_services(proc), victim, n_ops
 
 
 def test_ctrl_c_stores_what_was_done_prints_the_resume_command_and_leaves_nothing_behind(tmp_path):
@@ -374,7 +338,7 @@ def test_ctrl_c_stores_what_was_done_prints_the_resume_command_and_leaves_nothin
     out = log.read_text()
     command = re.search(r"resume it with: (.+)", out).group(1).strip()
     assert command.startswith("opbyop analyze jax-mlp") and "--run-id cli-interrupted" in command
-    _all_gone(children)
+    all_gone(children)
     store = Store(tmp_path / "home" / "store")
     kept = {r.signature: r.started_at for r in store.results("cli-interrupted")}
     assert store.run("cli-interrupted").status == "failed" and 1 <= len(kept) < n_ops
@@ -393,7 +357,7 @@ def test_kill_9_of_the_cli_leaves_nothing_behind_and_its_run_is_marked_crashed_b
     proc, _, env, children, _, n_ops = _hung_cli_run(tmp_path, "cli-killed")
     proc.kill()
     proc.wait(timeout=60)
-    _all_gone(children)  # the server, the cluster, its workers and their op workers died with it
+    all_gone(children)  # the server, the cluster, its workers and their op workers died with it
     assert 1 <= len(Store(tmp_path / "home" / "store").results("cli-killed")) < n_ops  # the batches written are kept
     env.pop("OPBYOP_FAULT_INJECT")
     resumed = subprocess.run([str(BIN / "opbyop"), "analyze", "jax-mlp", "--no-whole", "--workers", "1",
@@ -419,7 +383,7 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
     `opbyop nightly` runs on it alike, and Ctrl-C of that CLI stops the nightly in the service."""
     from flows.hosting.service import AnalyzeOutcome
 
-    victim, n_ops = _victim()
+    victim, n_ops = hanging_op()
     env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")  # jax-mlp cannot end by itself
     serve_log = tmp_path / "serve.log"
     serve = subprocess.Popen([str(BIN / "opbyop"), "serve", "--workers", "2"], env=env, cwd=tmp_path,
@@ -505,7 +469,7 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
             os.killpg(serve.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
     assert serve.wait(timeout=120) == 0, serve_log.read_text()[-3000:]
     assert not (tmp_path / "home" / "service.json").exists()
-    _all_gone(service_processes)
+    all_gone(service_processes)
     assert cli.wait(timeout=60) == 1
     out = log.read_text()
     assert "`opbyop serve` was stopped during the run" in out, out[-3000:]

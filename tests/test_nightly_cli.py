@@ -14,8 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cli_processes import all_gone, hanging_op, own_services, poll
 from storage.dataset import Store
-from test_deployment_e2e import _all_gone, _descendants, _victim, poll
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -140,7 +140,7 @@ def test_ctrl_c_of_opbyop_nightly_stops_its_run_prints_the_resume_command_and_le
     """Its op worker hangs on one op (OPBYOP_FAULT_INJECT), so the nightly cannot end by itself; a
     terminal's Ctrl-C once the first results are stored ends the command with 130 and the command
     that resumes it, and takes down the server, the cluster and the op workers it started."""
-    victim, _ = _victim()
+    victim, _ = hanging_op()
     config = _nightly_file(tmp_path)
     log = tmp_path / "nightly.log"
     proc = subprocess.Popen([str(BIN / "opbyop"), "nightly", "--config", str(config), "--workers", "2"],
@@ -155,10 +155,10 @@ def test_ctrl_c_of_opbyop_nightly_stops_its_run_prints_the_resume_command_and_le
         except Exception:  # the store's files may not exist yet
             return False
     poll("the nightly's first results in the store", stored, timeout=600)
-    children = _descendants(proc)
+    children = own_services(proc)
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends to its foreground job
     assert proc.wait(timeout=120) == 130, log.read_text()[-3000:]
     out = log.read_text()
     assert "interrupted:" in out
     assert re.search(rf"resume it with: opbyop nightly --config {re.escape(str(config))}\s*$", out, re.M), out[-3000:]
-    _all_gone(children)
+    all_gone(children)
