@@ -34,6 +34,20 @@ def test_a_matmul_taken_in_blocks_is_bit_for_bit_the_whole_array_matmul(monkeypa
     assert np.array_equal(blocked.view(np.uint32), whole.view(np.uint32))
 
 
+@pytest.mark.parametrize("fidelity", ["lofi", "hifi2", "hifi3", "hifi4"])
+def test_a_large_matmuls_bits_do_not_depend_on_the_order_its_products_are_summed_in(fidelity):
+    """Above the bit-exact limit BLAS sums the products, in an order that changes with the CPU's
+    kernels and the operands' shapes: the result must not (a permuted K is another order)."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((256, 512)).astype(BF16)
+    b = rng.standard_normal((512, 300)).astype(BF16)
+    assert 256 * 512 * 300 * formats.FIDELITY_PHASES[fidelity] > formats.EXACT_PRODUCTS  # the BLAS path
+    order = rng.permutation(512)
+    straight = fidelity_matmul(a, b, fidelity, True)
+    permuted = fidelity_matmul(a[:, order], b[order], fidelity, True)
+    assert np.array_equal(straight.view(np.uint32), permuted.view(np.uint32))
+
+
 def test_bf16_storage_holds_exactly_the_values_round_bf16_gives_across_f32_bit_patterns():
     bits = np.arange(0, 2**32, 4099, dtype=np.uint64).astype(np.uint32)
     x = bits.view(np.float32)

@@ -17,7 +17,8 @@
   (ttsim's mvmul). srcA's last TF32 mantissa bit never takes part.
 - A matmul small enough is computed bit for bit as the matrix engine sums (opbyop.device.fpu:
   products aligned in groups of 8, the destination rounded after every MVMUL); above
-  EXACT_PRODUCTS the phases' products are summed by BLAS in f32, which differs in the last bits.
+  EXACT_PRODUCTS the phases' products are summed by BLAS in f64 and rounded to f32 once, which
+  differs from the engine's sum in the last bits but not with the CPU or the blocking.
 """
 
 from __future__ import annotations
@@ -208,8 +209,7 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
         storage = "f32" if fp32_acc else "bf16"
         return fpu.as_f32(fpu.matmul_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), (storage, storage),
                                           fidelity, fp32_acc, k_tile))
-    rows = max(_block(m, k, a.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * n)))
-    cols = max(_block(n, k, b.size), _tiles(MIN_BLOCK_PRODUCTS // max(1, k * min(rows, m))))
+    rows, cols = _block(m, k, a.size), _block(n, k, b.size)
     if rows >= a.shape[-2] and cols >= b.shape[-1]:
         return _fidelity_matmul(np.asarray(a, np.float32), np.asarray(b, np.float32), fidelity, fp32_acc, k_tile)
     parts = []
@@ -221,22 +221,12 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
 
 
-# BLAS sums small products another way (multiplications M*N*K below a few million come out different
-# in the last bits): a block never has fewer multiplications than this, so it matches the whole call.
-MIN_BLOCK_PRODUCTS = 1 << 24
-
-
 def _spans(extent: int, step: int) -> list[tuple[int, int]]:
-    """[start, end) blocks of `step`; a short last block joins the one before it (it would have
-    too few multiplications to be summed as the whole call sums them)."""
+    """[start, end) blocks of `step`; a short last block joins the one before it (fewer BLAS calls)."""
     starts = list(range(0, extent, step))
     if len(starts) > 1 and extent - starts[-1] < step:
         starts.pop()
     return [(start, starts[i + 1] if i + 1 < len(starts) else extent) for i, start in enumerate(starts)]
-
-
-def _tiles(n: int) -> int:
-    return -(-max(1, n) // 32) * 32
 
 
 def _block(extent: int, inner: int, size: int) -> int:
@@ -248,16 +238,32 @@ def _block(extent: int, inner: int, size: int) -> int:
     return max(32, CHUNK_ELEMENTS // max(1, inner * batch) // 32 * 32)
 
 
+def _phase_operands(src_a: np.ndarray, src_b: np.ndarray, fidelity: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The fidelity's phase products as the fewest (srcA, srcB) pairs whose products sum to the same:
+    an operand's two phase parts add up exactly (to the operand truncated to both phases' bits), so
+    HiFi4's four products are one product of the sums."""
+    a_hi, a_lo = split_operand(src_a, SRCA_PHASE_BITS)
+    b_hi, b_lo = split_operand(src_b, SRCB_PHASE_BITS)
+    a_both, b_both = a_hi + a_lo, b_hi + b_lo
+    return {"lofi": [(a_hi, b_hi)], "hifi2": [(a_both, b_hi)], "hifi3": [(a_both, b_hi), (a_hi, b_lo)],
+            "hifi4": [(a_both, b_both)]}[fidelity]
+
+
 def _fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int) -> np.ndarray:
+    """The phases' products summed by BLAS in f64 and rounded to f32 once. A product has at most 21
+    significant bits, so the f64 sums are exact but for extreme ranges of magnitude, and do not
+    depend on the order BLAS sums in, which changes with the CPU's kernels and the operands' shapes:
+    a block of rows or columns gives the whole call's bits on any machine."""
     if not fp32_acc:  # the unpacker holds f32 operands as bf16 (truncated) without fp32 accumulation
         a, b = truncate_mantissa(a, 7), truncate_mantissa(b, 7)
-    terms = [(a_part, b_part) for b_part, a_part in _phase_terms(b, a, fidelity)]
-    k = a.shape[-1]
+    # in0 `a` sits in srcB, in1 `b` in srcA
+    pairs = [(a_part.astype(np.float64), b_part.astype(np.float64))
+             for b_part, a_part in _phase_operands(b, a, fidelity)]
     if fp32_acc:
-        return sum(np.matmul(x, y, dtype=np.float32) for x, y in terms).astype(np.float32)
+        return sum(np.matmul(x, y) for x, y in pairs).astype(np.float32)
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], dtype=np.float32) if a.ndim == b.ndim else None
-    for start in range(0, k, k_tile):
-        part = sum(np.matmul(x[..., start:start + k_tile], y[..., start:start + k_tile, :], dtype=np.float32)
-                   for x, y in terms)
+    for start in range(0, a.shape[-1], k_tile):
+        part = sum(np.matmul(x[..., start:start + k_tile], y[..., start:start + k_tile, :])
+                   for x, y in pairs).astype(np.float32)
         acc = round_bf16(part if acc is None else acc + part)
     return acc
