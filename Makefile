@@ -78,9 +78,9 @@ browser:
 
 # The suite runs in TEST_JOBS pytest processes (pytest-xdist), a test file to a process, so a file's
 # shared servers, clusters and compilers start once. Many tests wait (a server starting, a poll, a
-# child process): a second file fills those waits. With a CPU hog beside, 977 tests took 18 min this way
-# and 25 min in one
-# process on 2 cores. pytest exits 5 when it collects nothing: a suite that ran no test proves nothing, so that fails.
+# child process): a second file fills those waits. On 2 cores with a CPU hog beside, the suite takes
+# 18 min this way and 25 min in one process. pytest exits 5 when it collects nothing: a suite that ran
+# no test proves nothing, so that fails.
 test: setup browser ttsim visualizer
 	@$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
