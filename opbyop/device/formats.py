@@ -166,11 +166,15 @@ def split_operand(x: np.ndarray, bits: tuple[int, int]) -> tuple[np.ndarray, np.
     return high, truncate_mantissa(t, bits[0] + bits[1]) - high
 
 
+# The phases in the order the multiplier runs them, as (srcA part, srcB part), 0 the high part and 1
+# the low: a fidelity runs the first FIDELITY_PHASES of them.
+PHASES = ((0, 0), (1, 0), (0, 1), (1, 1))
+
+
 def _phase_terms(src_a: np.ndarray, src_b: np.ndarray, fidelity: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """(srcA part, srcB part) products the fidelity's phases add up."""
-    a_hi, a_lo = split_operand(src_a, SRCA_PHASE_BITS)
-    b_hi, b_lo = split_operand(src_b, SRCB_PHASE_BITS)
-    return [(a_hi, b_hi), (a_lo, b_hi), (a_hi, b_lo), (a_lo, b_lo)][:FIDELITY_PHASES[fidelity]]
+    a_parts, b_parts = split_operand(src_a, SRCA_PHASE_BITS), split_operand(src_b, SRCB_PHASE_BITS)
+    return [(a_parts[i], b_parts[j]) for i, j in PHASES[:FIDELITY_PHASES[fidelity]]]
 
 
 def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray:
@@ -239,14 +243,15 @@ def _block(extent: int, inner: int, size: int) -> int:
 
 
 def _phase_operands(src_a: np.ndarray, src_b: np.ndarray, fidelity: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The fidelity's phase products as the fewest (srcA, srcB) pairs whose products sum to the same:
-    an operand's two phase parts add up exactly (to the operand truncated to both phases' bits), so
-    HiFi4's four products are one product of the sums."""
-    a_hi, a_lo = split_operand(src_a, SRCA_PHASE_BITS)
-    b_hi, b_lo = split_operand(src_b, SRCB_PHASE_BITS)
-    a_both, b_both = a_hi + a_lo, b_hi + b_lo
-    return {"lofi": [(a_hi, b_hi)], "hifi2": [(a_both, b_hi)], "hifi3": [(a_both, b_hi), (a_hi, b_lo)],
-            "hifi4": [(a_both, b_both)]}[fidelity]
+    """The fidelity's phase products as the fewest (srcA, srcB) pairs whose products sum to the same.
+    An operand's phase parts add up exactly (to the operand truncated to their bits), so the srcB
+    parts that meet the same srcA parts share one product of sums: HiFi4's four products are one."""
+    a_parts, b_parts = split_operand(src_a, SRCA_PHASE_BITS), split_operand(src_b, SRCB_PHASE_BITS)
+    phases = PHASES[:FIDELITY_PHASES[fidelity]]
+    meets: dict[tuple[int, ...], list[int]] = {}  # the srcA parts a srcB part meets -> those srcB parts
+    for j in sorted({j for _, j in phases}):
+        meets.setdefault(tuple(i for i, jj in phases if jj == j), []).append(j)
+    return [(sum(a_parts[i] for i in a_side), sum(b_parts[j] for j in b_side)) for a_side, b_side in meets.items()]
 
 
 def _fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int) -> np.ndarray:
