@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 MODELS ?=
 TEST_JOBS ?= 2
+# pytest over tests/ in TEST_JOBS processes, a test file to each (see `test` below)
+PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 # Tenstorrent's stack without silicon (`--device ttsim`): tt-metal's ttnn in its own Python 3.12
 # environment (ttnn has cp310/cp312 wheels only and pins numpy < 2), and ttsim built from source.
 TTNN_VENV ?= .venv-ttnn
@@ -82,13 +84,13 @@ browser:
 # 18 min this way and 25 min in one process. pytest exits 5 when it collects nothing: a suite that ran
 # no test proves nothing, so that fails.
 test: setup browser ttsim visualizer
-	@$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile; status=$$?; \
+	@$(PYTEST); status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 # The fast lane: every test not marked slow (pyproject.toml says which are), each stopped after 300 s; the
 # slowest ten are listed so that a slow newcomer shows.
 test-fast: setup
-	@$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not slow" --timeout=300 --durations=10; status=$$?; \
+	@$(PYTEST) -m "not slow" --timeout=300 --durations=10; status=$$?; \
 	if [ $$status -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$status
 
 clean:
