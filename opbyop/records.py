@@ -7,6 +7,7 @@ A result always carries the depth reached AND the stage that failed AND the mess
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -397,6 +398,8 @@ class TtsimRun(BaseModel):
     # of its folder as a .tar.gz (storage.exports.visualizer unpacks it beside opbyop's report)
     report: str | None = None
     report_error: str | None = None  # why it was asked for and not written (ttnn's words)
+    # which ttsim ran it: its version and the patch set opbyop applied ("v1.10.0+opbyop.3"); None: not known
+    simulator: str | None = None
 
 
 class GoldenComparison(BaseModel):
@@ -467,6 +470,7 @@ class OpResult(BaseModel):
     ended_at: datetime = Field(default_factory=utcnow)
     worker: str | None = None
     reused_from: str | None = None  # run id whose result was reused (cache hit)
+    compiler: str | None = None  # the key of the compiler that compiled it (CompilerIdentity.key)
     # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
     narrowing: str | None = None
     mesh: str | None = None  # the target's mesh of chips, ROWSxCOLS ("1x2"); None in older records
@@ -555,6 +559,36 @@ class ModelSummary(BaseModel):
     module_artifact: str | None = None  # sha256 of the model's StableHLO module (with locations) in the artifacts
 
 
+class CompilerIdentity(BaseModel):
+    """Which compiler produced a result: a build of the TT PJRT plugin (tt-xla with tt-mlir and
+    tt-metal inside), told apart by its library's digest, never by a version string alone (a
+    local build may say the version of a release). `key` is part of every cache key."""
+
+    model_config = ConfigDict(frozen=True)
+
+    spec: str = "installed"  # what was asked for: installed, jax-tt-plugin==0.1.2, newest, a wheel or library path
+    package: str = ""  # the distribution that ships it (jax-tt-plugin); "" for a library a user built
+    version: str = ""  # that distribution's version; "" when nothing says it
+    library_sha256: str = ""  # the PJRT library that was loaded
+    tt_metal_commit: str = ""  # as the library says it ("" when it does not)
+    tt_mlir_commit: str = ""  # as its system descriptors say it ("" when they do not)
+    ttsim_version: str = ""  # the ttsim release its tt-metal names as its match
+    jax: str = ""  # the jax that drives it: opbyop's own, or the one of its own environment
+
+    @property
+    def key(self) -> str:
+        """The compiler's part of a cache key: its library and the jax that drives it."""
+        if not self.library_sha256:
+            return ""
+        return hashlib.sha256(f"{self.library_sha256}|{self.jax}".encode()).hexdigest()[:16]
+
+    @property
+    def label(self) -> str:
+        """How a person names it: package and version, or the library's digest."""
+        name = f"{self.package} {self.version}".strip() if self.package or self.version else "PJRT library"
+        return f"{name} ({self.library_sha256[:12]})" if self.library_sha256 else name
+
+
 class RunStatus(str, Enum):
     """How an analysis run stands: still running, or how it ended."""
 
@@ -581,3 +615,6 @@ class RunInfo(BaseModel):
     phases: dict[str, float] = Field(default_factory=dict)  # phase (export, split, cluster ...) -> seconds
     mesh: str = "1x1"  # the target's mesh of chips, ROWSxCOLS
     topology: str = "single"  # how its chips are linked: single | linear | ring | 2d | unknown
+    compiler: CompilerIdentity = Field(default_factory=CompilerIdentity)
+    # runs started together to be compared (one per compiler of `opbyop analyze --compiler A --compiler B`)
+    group_id: str = ""

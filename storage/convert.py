@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from opbyop.records import (
     AccuracyTrace, TracePoint,
-    COMPILE_STAGES, CollectiveRun, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary,
+    COMPILE_STAGES, CollectiveRun, CompilerIdentity, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, PassTiming, ModelSummary,
     OperandDesc, OpPlacement,
     OpRecord, OpResult, Provenance, RunInfo, SourceFrame, Stage, Status, TensorDesc, TtsimRun, ValueRef,
     WholeModelResult, legacy_status,
@@ -55,6 +55,8 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "config": _json(run.config),
         "phases": [{"phase": k, "seconds": v} for k, v in run.phases.items()],
         "mesh": run.mesh, "topology": run.topology,
+        **{f"compiler_{name}": getattr(run.compiler, name) for name in S.COMPILER_FIELDS},
+        "group_id": run.group_id,
     }
 
 
@@ -136,7 +138,7 @@ def result_row(run_id: str, r: OpResult) -> dict[str, Any]:
         "message": r.message, "narrowing": r.narrowing,
         **_compile_columns(r.compile), **_device_columns(r.device), **_golden_columns(r.golden),
         "started_at": utc(r.started_at), "ended_at": utc(r.ended_at), "worker": r.worker,
-        "reused_from": r.reused_from, "mesh": r.mesh, "topology": r.topology,
+        "reused_from": r.reused_from, "compiler": r.compiler, "mesh": r.mesh, "topology": r.topology,
         "real_inputs": list(r.real_inputs), "synthetic_inputs": list(r.synthetic_inputs),
         **_failed_pass_columns(r.failed_pass), **_pass_timing_columns(r.pass_timing),
         "device_backend": r.device_backend, **_ttsim_columns(r.ttsim),
@@ -265,6 +267,9 @@ def run_from_row(row: dict[str, Any]) -> RunInfo:
         config=json.loads(row["config"]) if row["config"] else {},
         phases={p["phase"]: p["seconds"] for p in row.get("phases") or []},
         mesh=row.get("mesh") or "1x1", topology=row.get("topology") or "single",
+        compiler=CompilerIdentity(**{name: row.get(f"compiler_{name}") or "" for name in S.COMPILER_FIELDS
+                                     if name != "key"}),
+        group_id=row.get("group_id") or "",
     )
 
 
@@ -343,7 +348,7 @@ def result_from_row(row: dict[str, Any]) -> OpResult:
         failed_stage=_stage(row["failed_stage"]), message=row["message"], compile=_compile_from(row),
         device=_device_from(row), golden=_golden_from(row), started_at=row["started_at"],
         ended_at=row["ended_at"], worker=row["worker"], reused_from=row["reused_from"],
-        mesh=row.get("mesh"), topology=row.get("topology"),
+        compiler=row.get("compiler"), mesh=row.get("mesh"), topology=row.get("topology"),
         real_inputs=list(row.get("real_inputs") or []), synthetic_inputs=list(row.get("synthetic_inputs") or []),
         failed_pass=_failed_pass_from(row), pass_timing=_pass_timing_from(row),
         device_backend=row.get("device_backend"), ttsim=_ttsim_from(row),

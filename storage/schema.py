@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 7  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+SCHEMA_VERSION = 8  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
@@ -31,9 +31,11 @@ SCHEMA_VERSION = 7  # 2: fault, narrowing, golden_method, run phases, a status c
 #                    simulator_limit status column
 #                 6: what tt-metal allocated on ttsim (ttsim_peak_l1_bytes, ttsim_peak_cb_bytes, ttsim_peak_dram_bytes)
 #                 7: ttnn's own visualizer report of a ttsim run (ttsim_report, ttsim_report_error)
+#                 8: the compiler under test (runs: compiler_*, group_id; results: compiler), which ttsim
+#                    ran an op (ttsim_simulator)
 # The tables' columns at SCHEMA_VERSION (schema_fingerprint()): a test fails when the columns change and the
 # version does not; bump the version, then record the new fingerprint here.
-SCHEMA_FINGERPRINT = "e055e215a781cf4c"
+SCHEMA_FINGERPRINT = "eb42a25420e82dba"
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -155,6 +157,7 @@ TTSIM_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "peak_dram_bytes": ("peak_dram_bytes", pa.int64()),  # all banks
     "report": ("report", pa.string()),  # ttnn's own visualizer report: artifact digest (.tar.gz)
     "report_error": ("report_error", pa.string()),  # why it was asked for and not written
+    "simulator": ("simulator", pa.string()),  # which ttsim: its version and opbyop's patch set
 }
 
 
@@ -212,6 +215,10 @@ TRACE_FIELDS = [
     pa.field("whole_trace_message", pa.string()),
 ]
 
+# records.CompilerIdentity's fields, each a `compiler_<field>` column of runs; compiler_key is its cache key
+COMPILER_FIELDS = ("key", "spec", "package", "version", "library_sha256", "tt_metal_commit", "tt_mlir_commit",
+                   "ttsim_version", "jax")
+
 PHASE = pa.struct([pa.field("phase", pa.string()), pa.field("seconds", pa.float64())])
 
 RUNS = pa.schema([
@@ -230,6 +237,9 @@ RUNS = pa.schema([
     pa.field("phases", pa.list_(PHASE)),  # where the run's wall time went, in order
     pa.field("mesh", pa.string()),  # the target's mesh of chips, ROWSxCOLS
     pa.field("topology", pa.string()),  # single | linear | ring | 2d | unknown
+    # the compiler under test (records.CompilerIdentity): one run, one compiler
+    *[pa.field(f"compiler_{name}", pa.string()) for name in COMPILER_FIELDS],
+    pa.field("group_id", pa.string()),  # runs started together to be compared ("" alone)
 ])
 
 OPS = pa.schema([
@@ -281,6 +291,7 @@ RESULTS = pa.schema([
     pa.field("ended_at", TIMESTAMP, nullable=False),
     pa.field("worker", pa.string()),
     pa.field("reused_from", pa.string()),
+    pa.field("compiler", pa.string()),  # the key of the compiler that compiled it (runs.compiler_key)
     pa.field("mesh", pa.string()),  # the target's mesh of chips, ROWSxCOLS
     pa.field("topology", pa.string()),
     pa.field("real_inputs", pa.list_(pa.string())),  # arguments with the model's own values (arg0 ..)
