@@ -230,6 +230,9 @@ class AnalysisConfig(BaseModel):
     # Plain defaults, not default_factory: Prefect's run form shows only plain defaults.
     models: list[str] = Field(["mlp"], description="zoo names, .mlir/.mlirbc paths or package.module:factory")
     chip: str = Field("p150", description=chip_help())
+    compilers: list[str] = Field(["installed"], min_length=1, description=(
+        "the compiler builds under test, each a run of its own, compared op by op: installed, newest, "
+        "jax-tt-plugin==VERSION, a wheel, or a PJRT plugin library (.so) or its package directory"))
     compiler: CompilerOptions = Field(CompilerOptions(), description="tt-mlir compile options")
     device: DeviceOptions = Field(DeviceOptions(), description="the simulated device: harvested rows, placement policy")
     thresholds: Thresholds | None = Field(None, description="golden thresholds; None: configs/thresholds.yaml")
@@ -249,8 +252,20 @@ class AnalysisConfig(BaseModel):
     export: ExportBudget = Field(ExportBudget(), description="what one model's export may cost "
                                  "(memory, time): past it, that model's error or its op's frontend_failed")
 
+    def per_compiler(self) -> list[AnalysisConfig]:
+        """One configuration per compiler build under test (each run has one)."""
+        return [self.model_copy(update={"compilers": [spec]}) for spec in dict.fromkeys(self.compilers)]
+
+    @property
+    def compiler_spec(self) -> str:
+        """The compiler build of a one-compiler configuration (per_compiler() makes those)."""
+        if len(self.compilers) != 1:
+            raise ValueError(f"a run has one compiler, this configuration names {len(self.compilers)}: "
+                             "split it with per_compiler()")
+        return self.compilers[0]
+
     def options_key(self) -> str:
-        """The options a result depends on besides signature, compiler version and chip (cache key).
+        """The options a result depends on besides signature, compiler build and chip (cache key).
         The default device keeps the compiler's key, so results of earlier runs stay reusable; a mesh
         chosen with `mesh` is part of it (its results record that mesh)."""
         if self.device == DeviceOptions() and self.mesh is None and self.run_device:

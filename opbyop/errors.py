@@ -38,3 +38,8 @@ class ImageError(OpbyopError):
 
 class StoreError(OpbyopError):
     pass
+
+
+class CompilerError(OpbyopError):
+    """A compiler that cannot be used as asked: a release that does not exist, a file that holds no
+    PJRT plugin, a build that dies loading or that no jax here can drive."""

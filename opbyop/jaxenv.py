@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from opbyop.compiler import pjrt
 from opbyop.compiler.assets import startup_lock
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
@@ -25,11 +26,13 @@ def _backends_initialised() -> bool:
     return bool(bridge is not None and getattr(bridge, "_backends", None))
 
 
-def prepare_jax(system_desc: Path | None = None, host_devices: int | None = None) -> None:
+def prepare_jax(system_desc: Path | None = None, host_devices: int | None = None, plugin: Path | None = None) -> None:
     """Make this process's JAX see the CPU, plus the TT compiler when a descriptor is given.
 
     `host_devices`: the XLA:CPU devices of this process (a sharded op's golden runs on a host mesh
     as large as its target's); fixed when JAX starts, so given here. None: OPBYOP_HOST_DEVICES (1).
+    `plugin`: the PJRT library of the compiler build to load (opbyop.compiler.builds), registered by
+    path in place of the plugin JAX would discover; None: the one JAX discovers.
 
     Idempotent; refuses to switch platforms once JAX has initialised its backends, since JAX would
     silently keep the old ones.
@@ -54,6 +57,8 @@ def prepare_jax(system_desc: Path | None = None, host_devices: int | None = None
     # f64/i64 operands must reach XLA unchanged (else they are downcast and XLA refuses the inputs).
     jax.config.update("jax_enable_x64", True)
     _quiet_xla_info_logs()
+    if system_desc is not None and plugin is not None and not _backends_initialised():
+        pjrt.register(str(plugin))
     if system_desc is None and not _backends_initialised():
         if _skip_plugin_discovery():
             return  # no plugin is loaded, so none unpacks assets: no lock to take

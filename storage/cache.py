@@ -1,4 +1,7 @@
-"""Results to reuse: an op analysed before with the same compiler version, chip and options.
+"""Results to reuse: an op analysed before by the same compiler build, chip and options.
+
+The compiler is its key (records.CompilerIdentity.key: the loaded library's digest and the jax that
+drove it), never its version string: a local build that says 0.1.3 is not the release 0.1.3.
 
 Only outcomes that judge the op are reused (REUSABLE): never a crash or a timeout (they say more
 about the machine at the time than about the op), nor opbyop's own gaps and errors or the
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
 
 RUNS_SQL = """
 SELECT run_id FROM runs
-WHERE plugin_version = $plugin_version AND chip = $chip AND options_key = $options_key AND run_id <> $exclude_run
+WHERE compiler_key = $compiler AND chip = $chip AND options_key = $options_key AND run_id <> $exclude_run
 ORDER BY started_at DESC, run_id DESC
 """
 
@@ -67,19 +70,19 @@ def _latest(con: duckdb.DuckDBPyConnection, runs: list[str], wanted: list[str]) 
     return found
 
 
-def lookup_cached(store: Store, signatures: Iterable[str], plugin_version: str, chip: str, options_key: str,
+def lookup_cached(store: Store, signatures: Iterable[str], compiler: str, chip: str, options_key: str,
                   exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
     """signature -> (run id that produced it, the most recent reusable result).
 
-    Most recent: from the latest run (by start time) of that compiler version, chip and options
+    Most recent: from the latest run (by start time) of that compiler build (its key), chip and options
     that holds a result for the op other than a crash or a timeout."""
     wanted = sorted(set(signatures))
-    if not wanted:
+    if not wanted or not compiler:
         return {}
     con = duckdb.connect(":memory:")
     try:
         create_views(con, store.scan())
-        runs = [r for (r,) in con.execute(RUNS_SQL, {"plugin_version": plugin_version, "chip": chip,
+        runs = [r for (r,) in con.execute(RUNS_SQL, {"compiler": compiler, "chip": chip,
                                                       "options_key": options_key,
                                                       "exclude_run": exclude_run or ""}).fetchall()]
         latest = _latest(con, runs, wanted)

@@ -1,5 +1,5 @@
 """The store's commands, added to `opbyop` through the `opbyop.cli` entry point:
-sql, query, runs, report, catalog, expectations update/check, export optest."""
+sql, query, runs, report, compare, catalog, expectations update/check, export optest."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from opbyop.errors import OpbyopError
 from opbyop.run.sinks import supply_sink
 from storage.aggregate import previous_run_id, run_query
 from storage.catalog import build_catalog
+from storage.compare import compare_group, compare_runs
 from storage.dataset import Store
 from storage.expectations import (compare, default_path, from_outcomes, load_expectations, run_outcomes,
                                   save_expectations)
@@ -178,6 +179,67 @@ def report(run: str = typer.Option(..., "--run", help="run id"),
     except OpbyopError as e:
         _fail(e)
     console.print(f"wrote {target}")
+
+
+SHOWN_CHANGES = ("regression", "progression", "message")
+
+
+def compare_cmd(runs: list[str] = typer.Argument(None, help="RUN_BEFORE RUN_AFTER: the second against the first"),
+                group: Optional[str] = typer.Option(None, "--group", help="every run of a group (the run id given to "
+                                                    "`opbyop analyze --compiler A --compiler B`), each against the "
+                                                    "one before it, and the compiler under which each op starts or "
+                                                    "stops failing"),
+                limit: int = typer.Option(20, "--limit", min=0, help="ops shown per kind of change"),
+                fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json (json: every op)"),
+                store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Two runs op by op (typically two compilers): regressions, progressions, changed messages, the ops
+    whose compile time moved most; with --group, every step of a group and where each op changed."""
+    runs = runs or []
+    if (group is None) == (len(runs) != 2):
+        _fail(OpbyopError("compare takes two run ids, or --group GROUP",
+                          "e.g. `opbyop compare RUN_A RUN_B` (`opbyop runs` lists them), or `opbyop compare --group G`"))
+    try:
+        for run in runs:
+            _check_run(store, run)
+        with StoreConnection(_root(store)) as con:
+            if group is not None:
+                found = compare_group(con, group)
+                steps, history = found.steps, found.history
+            else:
+                steps, history = [compare_runs(con, runs[1], runs[0])], []
+    except OpbyopError as e:
+        _fail(e)
+    if fmt == "json":
+        sys.stdout.write(json.dumps({"steps": [{**s.summary(), "ops": s.rows} for s in steps], "history": history},
+                                    default=str, indent=1) + "\n")
+        return
+    for step in steps:
+        _print_step(step, limit, fmt)
+    if history:
+        changed = [h for h in history if h["starts_failing_under"] or h["stops_failing_under"]]
+        print_rows(["op", "signature", "starts failing under", "stops failing under", "statuses"],
+                   [(h["op_name"], h["signature"][:12], h["starts_failing_under"], h["stops_failing_under"],
+                     h["statuses"]) for h in changed[:limit or None]], fmt,
+                   title=f"where ops change across the group ({len(changed)} of {len(history)} ops change)")
+
+
+def _print_step(step, limit: int, fmt: str) -> None:  # noqa: ANN001  (storage.compare.RunComparison)
+    console.print(styled((step.line(), "bold")), soft_wrap=True)
+    for change in SHOWN_CHANGES:
+        rows = step.of(change)
+        if not rows:
+            continue
+        print_rows(["op", "signature", "occ.", "before", "after", "failed stage", "failed pass", "message before",
+                    "message after"],
+                   [(r["op_name"], r["signature"][:12], r["occurrences"], f"{r['previous_status']} {r['previous_depth']}",
+                     f"{r['status']} {r['depth']}", r["failed_stage"] or r["previous_failed_stage"],
+                     r["failed_pass"] or r["previous_failed_pass"], r["previous_message"], r["message"])
+                    for r in rows[:limit or None]], fmt, title=f"{change} ({len(rows)})")
+    moved = step.compile_time_changes(min(limit, 10))
+    if moved:
+        print_rows(["op", "signature", "compile s before", "compile s after", "change s"],
+                   [(r["op_name"], r["signature"][:12], r["previous_compile_s"], r["compile_s"], r["compile_s_change"])
+                    for r in moved], fmt, title="compile time moved most")
 
 
 def catalog(out: Optional[Path] = typer.Option(None, "--out", help="catalog file (default: <store>/opbyop.duckdb)"),
@@ -372,6 +434,7 @@ def register(app: typer.Typer) -> None:
     app.command("query")(query)
     app.command("runs")(runs)
     app.command("report")(report)
+    app.command("compare")(compare_cmd)
     app.command("catalog")(catalog)
     app.command("explore")(explore)
     app.command("visualize")(visualize)

@@ -1,5 +1,5 @@
 """What a run already knows before its fan-out: results this run id stored before (an interrupted
-run resumed) and results reused from earlier runs of the same compiler, chip and options."""
+run resumed) and results reused from earlier runs of the same compiler build, chip and options."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def known_results(writer: RunWriter, store: Store, unique: list[UniqueOp], run: 
     known.resumed = len(known.results)
     todo = [op for op in unique if op.signature not in known.results]
     if reuse and todo:
-        cached = lookup_cached(store, [op.signature for op in todo], run.plugin_version, run.chip, run.options_key,
+        cached = lookup_cached(store, [op.signature for op in todo], run.compiler.key, run.chip, run.options_key,
                                exclude_run=run.run_id)
         reused = [r.model_copy(update={"reused_from": source}) for source, r in
                   (cached[op.signature] for op in todo if op.signature in cached)]

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 from opbyop.records import (
     AccuracyTrace, TracePoint,
-    COMPILE_STAGES, CompileOutcome, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc, OperandKind,
+    COMPILE_STAGES, CompileOutcome, CompilerIdentity, DeviceRun, FailedPass, GoldenComparison, ModelSummary, OperandDesc,
+    OperandKind,
     OpPlacement, OpRecord, OpResult, PassOutcome, PassTiming, Provenance, RunInfo, RunStatus, SourceFrame, Stage, Status,
     TensorDesc, ValueRef,
     WholeModelResult,
@@ -163,11 +164,17 @@ def _trace() -> AccuracyTrace:
                          most_added=[4, 5, 2], traced_ops=6, seconds=0.4)
 
 
+def compiler(version: str = "0.1.3") -> CompilerIdentity:
+    """A release's identity, its library digest made up from its version."""
+    return CompilerIdentity(spec=f"jax-tt-plugin=={version}", package="jax-tt-plugin", version=version,
+                            library_sha256=sha(f"libtt-{version}"), jax="0.10.2")
+
+
 def run_info(run_id: str, started_at: datetime, models: list[str], chip: str = "p150", options_key: str = "opts-a",
              plugin_version: str = "0.1.3") -> RunInfo:
     return RunInfo(run_id=run_id, started_at=started_at, ended_at=started_at + timedelta(minutes=30),
                    status=RunStatus.COMPLETED, models=models, chip=chip, system_desc_sha256=sha(chip),
-                   plugin_version=plugin_version, opbyop_version="0.1.0", git_sha="abc1234", options_key=options_key,
+                   plugin_version=plugin_version, compiler=compiler(plugin_version), opbyop_version="0.1.0", git_sha="abc1234", options_key=options_key,
                    config={"chip": chip, "seed": 0, "compiler": {"optimization_level": 0}})
 
 
@@ -260,3 +267,17 @@ def history() -> list[SampleRun]:
     n2.results = [first.model_copy(update={"reused_from": "n1"}) if r.signature == ADD.signature else r
                   for r in n2.results]
     return [n0, n1, n2]
+
+
+def compiler_group(group_id: str = "g") -> list[SampleRun]:
+    """One night of the zoo under three releases, started together as group `group_id`: NIGHT1's
+    outcomes under 0.1.1 and 0.1.3, NIGHT2's under 0.1.2 (dot fails, passes, fails; tanh passes,
+    fails, passes)."""
+    runs = []
+    for step, (version, outcomes) in enumerate((("0.1.1", NIGHT1), ("0.1.2", NIGHT2), ("0.1.3", NIGHT1))):
+        run = night(f"{group_id}-c{step + 1}", 10, outcomes, zoo_night=2)
+        started = run.run.started_at + timedelta(minutes=5 * step)
+        run.run = run.run.model_copy(update={"compiler": compiler(version), "group_id": group_id, "started_at": started,
+                                             "plugin_version": version})
+        runs.append(run)
+    return runs

@@ -17,7 +17,8 @@ import pytest
 
 from opbyop.analysis.analyzer import OpAnalyzer
 from opbyop.compiler import system_desc
-from opbyop.compiler.assets import Notices, ensure_assets
+from opbyop.compiler.assets import Notices
+from opbyop.compiler.builds import Ran, installed, unpack_assets
 from opbyop.compiler.boards import BOARDS, Board, DescriptorSource, Topology
 from opbyop.compiler.system_desc import CLUSTER_DIR, generate_mock, resolve
 from opbyop.compiler.targets import links_of, target_for, topology_of
@@ -28,7 +29,7 @@ from opbyop.device.mesh import Mesh, Transfer
 from opbyop.device.simulator import DeviceSimulator
 from opbyop.errors import OpbyopError
 from opbyop.ir.mesh import ModuleMesh, check_fits
-from opbyop.records import DeviceRun
+from opbyop.records import CompilerIdentity, DeviceRun
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,26 +80,37 @@ def test_the_mesh_simulator_routes_over_the_boards_topology_not_one_guessed_from
         guessed.close()
 
 
+def mock_mode_by_copy(monkeypatch, descriptor: Path) -> list[Path]:
+    """The plugin's mock mode takes a minute: a copy of `descriptor` stands in for what it writes; the
+    cluster descriptors it was asked to describe are returned, in order."""
+    asked: list[Path] = []
+    real = system_desc.run_verb
+
+    def run_verb(compiler, verb, *args, **env):  # noqa: ANN001, ANN202
+        if verb != "describe":
+            return real(compiler, verb, *args, **env)
+        asked.append(Path(env["TT_METAL_MOCK_CLUSTER_DESC_PATH"]))
+        shutil.copy(descriptor, args[0])
+        return Ran(ok=True)
+
+    monkeypatch.setattr(system_desc, "run_verb", run_verb)
+    return asked
+
+
 def test_a_new_mock_board_is_described_by_the_plugin_from_its_cluster_descriptor(added, monkeypatch, tmp_path):
-    asked, some_descriptor = [], resolve("n150", check=False).path
-
-    def mock_script(cluster_yaml: Path, out: Path) -> str:  # the plugin's mock mode takes a minute: a copy stands in
-        asked.append(cluster_yaml)
-        return f"import shutil; shutil.copy({str(some_descriptor)!r}, {str(out)!r})"
-
-    monkeypatch.setattr(system_desc, "_mock_script", mock_script)
-    monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path)
+    asked = mock_mode_by_copy(monkeypatch, resolve("n150", check=False).path)
+    monkeypatch.setattr(system_desc, "cache_dir", lambda compiler: tmp_path)
     desc = resolve("p150twin", check=False)
     assert (desc.chip, desc.source, desc.path) == ("p150twin", "mock", tmp_path / "p150twin.ttsys")
-    assert asked == [ensure_assets() / CLUSTER_DIR / "blackhole_P150.yaml"]
+    assert asked == [unpack_assets(installed()) / CLUSTER_DIR / "blackhole_P150.yaml"]
     with pytest.raises(OpbyopError, match="no mock cluster descriptor for 'whpair'") as refused:
-        generate_mock("whpair", tmp_path / "whpair.ttsys")
+        generate_mock("whpair", tmp_path / "whpair.ttsys", installed())
     assert "p150twin" in refused.value.fix and "whpair" not in refused.value.fix
 
 
 def test_a_new_derived_board_is_re_encoded_from_the_boards_its_record_names(added, monkeypatch, tmp_path):
     shutil.copy(resolve("p300", check=False).path, tmp_path / "p300.ttsys")  # the cached mock descriptor
-    monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(system_desc, "cache_dir", lambda compiler: tmp_path)
     desc = resolve("whpair", check=False)
     assert (desc.source, desc.path) == ("derived", tmp_path / "whpair.ttsys")
     # the n300's recipe on the p300's layout: the same bytes as the n300's, derived from the p150's
@@ -112,10 +124,10 @@ T3K_FROM_P150X8_SHA256 = "84a6ca1ef4a81e3c365a66ad3eeccc3333e403dd477be8f44dfe7f
 
 def test_a_t3k_derived_from_the_p150_is_the_one_derived_from_the_plugins_eight_chip_mesh(monkeypatch, tmp_path):
     shutil.copy(resolve("p150", check=False).path, tmp_path / "p150.ttsys")
-    monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path)
+    monkeypatch.setattr(system_desc, "cache_dir", lambda compiler: tmp_path)
     said: list[str] = []
     desc = resolve("t3k", check=False, notices=Notices(say=said.append))
-    if system_desc.plugin_version() == "0.1.3":
+    if installed().identity.version == "0.1.3":
         assert desc.sha256 == T3K_FROM_P150X8_SHA256
     assert not (tmp_path / "p150x8.ttsys").exists()  # no mock start of a mesh
     (line,) = said  # said once, with what it is made from and why
@@ -138,7 +150,7 @@ def test_errors_that_list_boards_name_the_new_ones(added):
 def test_a_device_image_names_a_chip_of_a_new_architecture_by_its_board(added, tmp_path):
     spec = BLACKHOLE_P150.model_copy(update={"arch": "quasar"})
     path = build_image(tmp_path / "image.zip", model="m", program_text="", flatbuffer=None, spec=spec, inputs=[],
-                       parameters={}, outputs=[], plugin_version="0")
+                       parameters={}, outputs=[], compiler=CompilerIdentity())
     with zipfile.ZipFile(path) as zf:
         assert json.loads(zf.read(DEVICE))["device_type"] == "qs1"
 
@@ -176,7 +188,7 @@ print(CorpusConfig.model_fields["meshes"].description)
 
 def test_each_boards_record_agrees_with_its_cluster_descriptor_and_the_boards_it_derives_from():
     for name, board in BOARDS.items():
-        path = ensure_assets() / CLUSTER_DIR / board.cluster_yaml
+        path = unpack_assets(installed()) / CLUSTER_DIR / board.cluster_yaml
         assert topology_of(links_of(path), board.chips) is board.topology, name
         if board.source is DescriptorSource.DERIVED:
             layout, chip = BOARDS[board.layout_from], BOARDS[board.chip_from]
@@ -202,28 +214,25 @@ def test_one_topology_reads_the_spellings_older_device_runs_stored():
 @pytest.mark.slow
 def test_the_shipped_descriptors_are_what_the_plugin_writes_and_a_refused_one_falls_back_to_the_plugin(
         monkeypatch, tmp_path):
-    if not system_desc.shipped_path("p150").exists():
-        pytest.skip(f"nothing shipped for jax-tt-plugin {system_desc.plugin_version()}: the plugin makes them")
+    compiler = installed()
+    shipped = system_desc.shipped_descriptor(compiler.identity, "p150")
+    if shipped is None or not shipped.exists():
+        pytest.skip(f"nothing shipped for {compiler.label}: the plugin makes them")
     # the plugin itself, in mock mode, writes the very bytes opbyop ships for its version
-    made = generate_mock("p150", tmp_path / "made" / "p150.ttsys")
-    assert made.read_bytes() == system_desc.shipped_path("p150").read_bytes()
+    made = generate_mock("p150", tmp_path / "made" / "p150.ttsys", compiler)
+    assert made.read_bytes() == shipped.read_bytes()
     # a shipped file the compiler refuses is said, and the plugin makes the descriptor instead
     corrupt = tmp_path / "shipped" / "p100.ttsys"
     corrupt.parent.mkdir()
-    data = bytearray(system_desc.shipped_path("p150").read_bytes())
+    data = bytearray(shipped.read_bytes())
     data[200:260] = bytes(60)  # a body the header checks cannot see
     corrupt.write_bytes(bytes(data))
-    asked: list[Path] = []
-
-    def mock_script(cluster_yaml: Path, out: Path) -> str:  # the plugin's mock mode takes seconds: a copy stands in
-        asked.append(cluster_yaml)
-        return f"import shutil; shutil.copy({str(made)!r}, {str(out)!r})"
-
-    monkeypatch.setattr(system_desc, "shipped_path", lambda board: tmp_path / "shipped" / f"{board}.ttsys")
-    monkeypatch.setattr(system_desc, "_mock_script", mock_script)
-    monkeypatch.setattr(system_desc, "cache_dir", lambda: tmp_path / "cache")
+    asked = mock_mode_by_copy(monkeypatch, made)
+    monkeypatch.setattr(system_desc, "shipped_descriptor", lambda identity, board: tmp_path / "shipped" / f"{board}.ttsys")
+    monkeypatch.setattr(system_desc, "cache_dir", lambda compiler: tmp_path / "cache")
     said: list[str] = []
     desc = resolve("p100", check=False, notices=Notices(say=said.append))
-    assert asked == [ensure_assets() / CLUSTER_DIR / "blackhole_P100.yaml"] and desc.path.read_bytes() == made.read_bytes()
+    assert asked == [unpack_assets(compiler) / CLUSTER_DIR / "blackhole_P100.yaml"]
+    assert desc.path.read_bytes() == made.read_bytes()
     assert any("the shipped p100 descriptor was refused" in line for line in said), said
     assert any("tt-metal's mock mode" in line for line in said), said

@@ -6,6 +6,7 @@ import pytest
 
 from core_fixtures import DATA, file_ops
 from opbyop.compiler.flatbuf import read_root
+from opbyop.compiler.builds import installed
 from opbyop.compiler.system_desc import plugin_schema_hash, resolve
 from opbyop.config import CompilerOptions
 from opbyop.device.arch import DeviceSpec
@@ -20,7 +21,7 @@ def test_the_project_makes_its_own_p150_descriptor(p150):
     assert p150.source == "mock"  # written by the plugin in tt-metal's mock mode (shipped for its version, or made here)
     data = p150.path.read_bytes()
     assert read_root(data).identifier == "TTSY"
-    assert plugin_schema_hash() == p150.schema_hash
+    assert plugin_schema_hash(installed()) == p150.schema_hash
 
 
 @pytest.mark.slow

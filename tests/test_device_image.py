@@ -8,7 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from opbyop.compiler.system_desc import plugin_version
+from opbyop.compiler.builds import installed
 from opbyop.device.image import MANIFEST, PROGRAM, DeviceImage, build_image, inputs_of
 from opbyop.device.program import load_program
 from opbyop.errors import ImageError
@@ -27,7 +27,7 @@ def image(worker, settings, mlp_graph, workspace, tmp_path_factory):
                        flatbuffer=workspace.artifacts.read(whole.compile.artifacts["flatbuffer"]),
                        spec=load_program(program).spec, inputs=inputs_of(mlp_graph.arguments),
                        parameters=parameters, outputs=[TensorDesc(shape=(4, 10), dtype="f32")],
-                       plugin_version=plugin_version())
+                       compiler=installed().identity)
 
 
 def test_round_trip_runs_without_compiling(image, mlp_graph):
@@ -97,9 +97,16 @@ def test_oversized_and_bomb_members_are_refused(image, tmp_path, monkeypatch):
 def test_version_and_checksum_mismatches_are_refused(image, tmp_path):
     def other_plugin(m):
         m["plugin_version"] = "9.9.9"
+        m.pop("compiler")  # an image written before images named their compiler build
 
     with pytest.raises(ImageError, match="compiled by jax-tt-plugin 9.9.9"):
         DeviceImage.load(rewrite(image, tmp_path / "old.zip", other_plugin))
+
+    def same_version_other_build(m):  # a local build that says the installed release's version
+        m["compiler"] = {**m["compiler"], "library_sha256": "0" * 64, "spec": "/builds/libtt.so"}
+
+    with pytest.raises(ImageError, match="--compiler /builds/libtt.so"):
+        DeviceImage.load(rewrite(image, tmp_path / "local.zip", same_version_other_build))
 
     def newer_format(m):
         m["format_version"] = 2

@@ -36,7 +36,8 @@ COMPILE_SCRIPT = textwrap.dedent("""
 
 def plugin_dumps(desc_path: Path, modules: dict[str, str], root: Path) -> dict[str, Path]:
     """Each module text compiled whole by the plugin into root/<name> (its export_path)."""
-    from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
+    from opbyop.compiler.assets import private_tmpdir, startup_lock
+    from opbyop.compiler.builds import installed, unpack_assets
 
     jobs = []
     for name, text in modules.items():
@@ -44,7 +45,7 @@ def plugin_dumps(desc_path: Path, modules: dict[str, str], root: Path) -> dict[s
         source.write_text(text)
         jobs.append((str(source), str(root / name)))
     with startup_lock():  # one plugin start at a time per machine, as the workers do
-        tmp = private_tmpdir(root / "tmp", ensure_assets())
+        tmp = private_tmpdir(root / "tmp", unpack_assets(installed()))
         env = {**os.environ, "TMPDIR": str(tmp)}
         env.pop("JAX_PLATFORMS", None)
         proc = subprocess.run([sys.executable, "-c", COMPILE_SCRIPT, str(desc_path), json.dumps(jobs)], env=env,

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from opbyop.cli.main import build_app
-from opbyop.compiler.system_desc import plugin_version
+from opbyop.compiler.builds import installed
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.image import (CONSTANTS, DEVICE, MANIFEST, PROGRAM, DeviceImage, DeviceInfo, Manifest,
                                  NamedTensor)
@@ -37,7 +37,7 @@ def write_image(path: Path, *, constants: bytes | None = None, program: bytes = 
     device = DeviceInfo(arch="blackhole", chip_ids=[0], device_type="p150", grid_size=(10, 11), harvested_rows=0,
                         harvesting_mask=0, spec=SPEC).model_dump_json().encode()
     members = {PROGRAM: program, CONSTANTS: constants if constants is not None else npz({}), DEVICE: device}
-    manifest = Manifest(opbyop_version="0.1.0", plugin_version=plugin_version(), model=model,
+    manifest = Manifest(opbyop_version="0.1.0", plugin_version=installed().identity.version, model=model,
                         created_at=datetime.now(timezone.utc),
                         inputs=[NamedTensor(name="x", tensor=TensorDesc(shape=(2, 3), dtype="f32"))], parameters=[],
                         outputs=[], members={k: hashlib.sha256(v).hexdigest() for k, v in members.items()})

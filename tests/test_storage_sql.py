@@ -104,9 +104,17 @@ def test_a_shape_whose_dims_end_in_zero_is_a_shape_not_an_address() -> None:
     assert message_pattern("operand 40000x40000xf32 at 0x7f3a, 0x10") == "operand <shape> at <addr>, <addr>"
 
 
+def test_a_build_that_says_the_same_version_is_never_served_anothers_results(history_store: Store) -> None:
+    sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
+    local = samples.compiler("0.1.3").model_copy(update={"library_sha256": samples.sha("my own build of 0.1.3")})
+    assert lookup_cached(history_store, sigs, samples.compiler("0.1.3").key, "p150", "opts-a")
+    assert lookup_cached(history_store, sigs, local.key, "p150", "opts-a") == {}
+
+
 def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -> None:
     sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
-    hits = lookup_cached(history_store, sigs + ["f" * 64], plugin_version="0.1.3", chip="p150", options_key="opts-a")
+    hits = lookup_cached(history_store, sigs + ["f" * 64], compiler=samples.compiler("0.1.3").key, chip="p150",
+                         options_key="opts-a")
     assert hits[samples.DOT.signature][0] == "n2" and hits[samples.DOT.signature][1].status is Status.SUCCESS
     assert hits[samples.ADD.signature][0] == "n1"  # n2 reused it: the origin is named
     assert hits[samples.CONV.signature][0] == "n1"  # n2 timed out: never reused
@@ -116,11 +124,12 @@ def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -
     got = hits[samples.DOT.signature][1]
     expected = next(r for r in samples.history()[2].results if r.signature == samples.DOT.signature)
     assert got == expected  # the full record, rebuilt from DuckDB's rows
-    assert lookup_cached(history_store, sigs, "0.1.4", "p150", "opts-a") == {}
-    assert lookup_cached(history_store, sigs, "0.1.3", "p150", "opts-b") == {}
-    n150 = lookup_cached(history_store, sigs, "0.1.3", "n150", "opts-a")
+    release = samples.compiler("0.1.3").key
+    assert lookup_cached(history_store, sigs, samples.compiler("0.1.4").key, "p150", "opts-a") == {}
+    assert lookup_cached(history_store, sigs, release, "p150", "opts-b") == {}
+    n150 = lookup_cached(history_store, sigs, release, "n150", "opts-a")
     assert {run for run, _ in n150.values()} == {"n0"}
-    excluded = lookup_cached(history_store, sigs, "0.1.3", "p150", "opts-a", exclude_run="n2")
+    excluded = lookup_cached(history_store, sigs, release, "p150", "opts-a", exclude_run="n2")
     assert excluded[samples.DOT.signature][1].status is Status.COMPILE_FAILED
 
 
@@ -128,5 +137,5 @@ def test_outcomes_without_a_verdict_are_never_reused(history_store: Store) -> No
     gap = samples.night("n3", 4, {**samples.NIGHT2, "dot": (Status.NOT_SIMULATED, Stage.DEVICE_RUN, "not simulated")},
                         zoo_night=2)
     history_store.write_run(gap.run, gap.ops, gap.results, gap.models)
-    hits = lookup_cached(history_store, [samples.DOT.signature], "0.1.3", "p150", "opts-a")
+    hits = lookup_cached(history_store, [samples.DOT.signature], samples.compiler("0.1.3").key, "p150", "opts-a")
     assert hits[samples.DOT.signature][0] == "n2"  # n3's not_simulated is skipped: n2's success is reused

@@ -22,7 +22,7 @@ from core_fixtures import DATA
 from flows.nightly import Target
 from opbyop.cli import coverage_cmds  # noqa: F401  (registers the corpus and coverage commands)
 from opbyop.cli.app import app
-from opbyop.compiler.assets import ensure_assets
+from opbyop.compiler.builds import installed, unpack_assets
 from opbyop.config import CompilerOptions, DtypeThreshold, Thresholds
 from opbyop.corpus.run import read_results
 from opbyop.device.program import load_program
@@ -136,7 +136,7 @@ def test_a_p300_all_gather_keeps_the_models_verdict_with_the_reason_its_mesh_did
 
 def test_ttsims_toolchain_is_a_snapshot_out_of_reach_of_the_plugins_next_unpacking(ttsim_ready):
     """Every plugin load unpacks its assets again over the same files: kernel builds use a snapshot."""
-    assets = ensure_assets().resolve()
+    assets = unpack_assets(installed()).resolve()
     assert not ttsim_ready.sfpi.resolve().is_relative_to(assets)
     compiler = ttsim_ready.sfpi / "compiler" / "bin" / "riscv-tt-elf-g++"
     assert compiler.read_bytes()[:4] == b"\x7fELF"

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from opbyop.compiler.builds import installed
 from opbyop.compiler.system_desc import plugin_schema_hash, resolve
 from opbyop.compiler.targets import Topology, target_for
 from opbyop.compiler.ttsys import HOST_MMIO, Arch, decode
@@ -41,10 +42,10 @@ def test_a_run_on_a_wormhole_mesh_is_exported_at_the_wormhole_clock():
 
 
 def _cluster_yaml(board: str):
-    from opbyop.compiler.assets import ensure_assets
+    from opbyop.compiler.builds import installed, unpack_assets
     from opbyop.compiler.system_desc import BOARDS, CLUSTER_DIR
 
-    return ensure_assets() / CLUSTER_DIR / BOARDS[board].cluster_yaml
+    return unpack_assets(installed()) / CLUSTER_DIR / BOARDS[board].cluster_yaml
 
 
 @pytest.mark.parametrize("board, chips, mmio, links", [("n300", 2, {0}, {(0, 1): 2}),
@@ -53,7 +54,7 @@ def test_a_derived_descriptor_has_wormhole_chips_the_boards_mmio_chips_and_its_l
     from opbyop.compiler.targets import links_of
 
     desc = resolve(board, check=False)
-    assert desc.source == "derived" and desc.schema_hash == plugin_schema_hash()
+    assert desc.source == "derived" and desc.schema_hash == plugin_schema_hash(installed())
     system = decode(desc.path.read_bytes()).system_desc
     assert len(system.chip_descs) == chips and system.chip_desc_indices == tuple(range(chips))
     assert {(c.arch, c.grid_size, c.num_dram_channels) for c in system.chip_descs} == {(Arch.WORMHOLE_B0, (8, 8), 12)}

@@ -22,6 +22,7 @@ import queue
 import threading
 import time
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from distributed import Client
@@ -68,6 +69,9 @@ class AnalyzeRun:
     handoff: Handoff
     logger: logging.Logger | logging.LoggerAdapter
     workspace: Workspace = field(default_factory=Workspace.default)
+    group_id: str = ""  # the runs started with this one, one per compiler build ("" alone)
+    given: Prepared | None = None  # the models already split by an earlier run of the group
+    client: Client | None = None  # a cluster already open (the group's), kept open after this run
     clock: PhaseClock = field(init=False)
     plan: RunPlan = field(init=False)
     out: RunOutcome | None = None
@@ -78,10 +82,12 @@ class AnalyzeRun:
     def __post_init__(self) -> None:
         self.clock = PhaseClock(self.handoff.phases, self.handoff.started, self.handoff.flow_called)
         self.clock.mark("flow start")
-        notices = Notices(say=self.logger.info)  # a first use of the chip makes its descriptor: said, and timed
+        # a first use of the compiler prepares it, of the chip makes its descriptor: said, and timed
+        notices = Notices(say=self.logger.info)
         with self.clock.phase("descriptor"):
             self.plan = RunPlan.from_config(self.config, notices=notices)
         self.clock.reassign("descriptor", notices.seconds)
+        self.logger.info("compiler: %s", self.plan.compiler.label)
 
     @property
     def desc(self) -> SystemDesc:
@@ -96,7 +102,7 @@ class AnalyzeRun:
         return Store(self.workspace.store)
 
     def info(self) -> RunInfo:
-        return self.plan.run_info(self.run_id)
+        return self.plan.run_info(self.run_id, self.group_id)
 
     def execute(self) -> State:
         """The whole run, from the split to the report; the flow's final state."""
@@ -123,6 +129,10 @@ class AnalyzeRun:
             self.clock.add(f"export {spec}", outcome.seconds)  # its own time, partly beside the start-up
             return outcome.triple
 
+        if self.given is not None:  # split by the group's first run: the same ops, compiled by another build
+            self.keep(self.given)
+            self.modules = store_modules(self.given, self.workspace.artifacts)
+            return self.given
         prepared = prepare_models(self.plan, self.workspace, prepare_one=one)
         for spec, error in prepared.errors.items():
             self.logger.error("model %s produced no ops: %s", spec, error)
@@ -145,14 +155,14 @@ class AnalyzeRun:
         """Warm the cluster's op workers, then the fan-out, then (if asked) the shrink of failing ops."""
         try:
             with self.clock.phase("cluster"):
-                cluster = dask_client(self.config.cluster)
+                cluster = nullcontext(self.client) if self.client is not None else dask_client(self.config.cluster)
                 client = cluster.__enter__()
         except OpbyopError as e:
             self._stop_with(str(e))
             return
         try:
             plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
-                                                     host_devices=self.plan.host_devices)
+                                                     host_devices=self.plan.host_devices, compiler=self.plan.compiler)
             with self.clock.phase("warm-up"):
                 error = warm_up(client, plugin, self.desc)
             if error:

@@ -6,6 +6,8 @@ time the run spent in it or waiting for it, so the steps add up to `total`. What
 fan-out) is kept too, with its own wall time, as `<name> (beside)`: those overlap the path.
   imports            the command's own start: Python, its imports, starting what runs beside (CLI runs)
   server, cluster    waiting for the Prefect server / the Dask cluster to answer (CLI runs)
+  compiler           the compiler build under test prepared: the first time on a machine it is fetched,
+                     unpacked and started once; after that its record is read
   descriptor         the chip's system descriptor: made the first time (the plugin's mock start, a
                      derivation, a check by compiling), read from the cache after that
   plugin assets      the plugin's first start ever on this machine: its runtime unpacked (~417 MB)
@@ -30,7 +32,7 @@ from typing import Iterator
 BESIDE = " (beside)"  # the suffix of a phase that ran beside the time line (its seconds overlap it)
 OTHER = "other"
 # The order steps are shown in when read back; a step that did not happen is left out.
-ORDER = ("imports", "server", "cluster", "descriptor", "plugin assets", "lock wait", "flow start", "export", "split", "store",
+ORDER = ("imports", "server", "cluster", "compiler", "descriptor", "plugin assets", "lock wait", "flow start", "export", "split", "store",
          "warm-up", "fan-out", "whole model", "shrink", "report", OTHER, "total")
 
 

@@ -22,9 +22,9 @@ from rich.table import Table
 from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, console, cut, fail, full_by_default,
                             input_specs, print_error, status_text, styled)
 from opbyop.cli.decode_cmds import run_decode_command
-from opbyop.cli.worker_options import (ChipOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc, OptLevel, Timeout,
-                                       analysis_settings, cli_worker, compiler_options, export_budget, stored_op,
-                                       worker_errors, worker_name)
+from opbyop.cli.worker_options import (ChipOption, CompilerOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc,
+                                       OptLevel, Timeout, analysis_settings, cli_worker, compiler_named,
+                                       compiler_options, export_budget, stored_op, worker_errors, worker_name)
 from opbyop.compiler.boards import chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
 from opbyop.compiler.assets import Notices
@@ -52,7 +52,9 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 
 def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> RunOutcome:
     """The run engine with this process's warm worker; stored under `run_id` when a sink was supplied."""
-    plan = RunPlan.from_config(config, notices=Notices(say=console.print))  # a first use makes the descriptor
+    compiler = compiler_named(config.compiler_spec)
+    # a first use makes the descriptor
+    plan = RunPlan.from_config(config, notices=Notices(say=console.print), compiler=compiler)
     warm_exports(config.models, zoo, config.seed)  # while this process starts JAX
     prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
     workspace = Workspace.default()
@@ -221,10 +223,11 @@ def compile(models: list[str] = Models, chip: str = ChipOption, optimization_lev
             whole: bool = Whole, timeout: float = Timeout, input: list[str] = Inputs, seed: int = typer.Option(0),
             full: bool = Full, manifest: Optional[Path] = ManifestOption, mesh: Optional[str] = MeshOption,
             unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
-            export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
+            export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout,
+            compiler: str = CompilerOption) -> None:
     """Compile every op through tt-mlir: per-op depth table, failures grouped, most-blocking ops first."""
     names, zoo = _with_factories(models, input)
-    config = AnalysisConfig(models=names, chip=chip, compiler=compiler_options(optimization_level, math_fidelity,
+    config = AnalysisConfig(models=names, chip=chip, compilers=[compiler], compiler=compiler_options(optimization_level, math_fidelity,
                                                                                fp32_dest_acc),
                             seed=seed, whole_model=whole, run_device=False, op_timeout_s=timeout, mesh=mesh,
                             unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False,
@@ -247,7 +250,8 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
         ttnn_report: bool = typer.Option(False, "--ttnn-report", help="with --device ttsim: keep ttnn's own TT-NN "
                                          "Visualizer report of each op's run (each program runs twice on ttsim); "
                                          "`opbyop visualize --op` opens it beside opbyop's"),
-        export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout) -> None:
+        export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout,
+        compiler: str = CompilerOption) -> None:
     """Compile, run on the simulated device and check against XLA:CPU, for every op."""
     if decode is not None:  # a causal LM's generation loop, not the op-by-op view (opbyop/cli/decode_cmds.py)
         if input or manifest or harvest_mask:
@@ -255,14 +259,14 @@ def run(models: list[str] = Models, chip: str = ChipOption, optimization_level: 
                              "drop them, or run without --decode for the op-by-op view"))
         run_decode_command(models, decode, chip=chip, seed=seed, optimization_level=optimization_level,
                            math_fidelity=math_fidelity, fp32_dest_acc=fp32_dest_acc, policy=policy,
-                           timeout=max(timeout, 600.0))
+                           timeout=max(timeout, 600.0), compiler=compiler)
         return
     names, zoo = _with_factories(models, input)
     if ttnn_report and device_backend is not DeviceBackend.ttsim:
         fail(OpbyopError("--ttnn-report needs --device ttsim", "add --device ttsim: ttnn writes the report of its own run"))
     device = DeviceOptions(harvesting_mask=harvest_mask, placement_policy=policy.value, backend=device_backend.value,
                            ttsim_report=ttnn_report)
-    config = AnalysisConfig(models=names, chip=chip, compiler=compiler_options(optimization_level, math_fidelity,
+    config = AnalysisConfig(models=names, chip=chip, compilers=[compiler], compiler=compiler_options(optimization_level, math_fidelity,
                                                                                fp32_dest_acc),
                             device=device, seed=seed, whole_model=whole, op_timeout_s=timeout, mesh=mesh,
                             unshard=unshard, pass_timing=1.0 if pass_timing else 0.0, reuse_cached=False,
@@ -276,13 +280,15 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
           fp32_dest_acc: Optional[bool] = Fp32Acc, run_device: bool = typer.Option(True, "--run/--compile-only"),
           timeout: float = Timeout,
           passes: bool = typer.Option(False, "--passes", help="compile again with the compiler's IR printing on: "
-                                      "every pass in order, the one that failed, the IR it was given")) -> None:
+                                      "every pass in order, the one that failed, the IR it was given"),
+          compiler: str = CompilerOption) -> None:
     """Re-compile (and re-run) one stored op: its stages, message and artifact paths."""
-    workspace, unique, desc = stored_op(op, chip)
+    build = compiler_named(compiler)
+    workspace, unique, desc = stored_op(op, chip, build)
     settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
     settings = settings.model_copy(update={"failed_pass": False})  # searched below, only when asked
     log = workspace.root / "repro" / f"{unique.signature[:16]}.passes.log"
-    with cli_worker(workspace, desc, "repro") as worker:
+    with cli_worker(workspace, desc, "repro", build) as worker:
         result = worker.analyze(unique, settings, timeout)
         if passes:
             result.failed_pass = worker.find_failed_pass(unique, settings, timeout, keep_log=log)
@@ -339,11 +345,13 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 
 @app.command("system-desc")
 def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
-                out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here")) -> None:
+                out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here"),
+                compiler: str = CompilerOption) -> None:
     """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""
     started = time.monotonic()
+    build = compiler_named(compiler)
     try:
-        desc = resolve(chip, notices=Notices(say=console.print))
+        desc = resolve(chip, notices=Notices(say=console.print), compiler=build)
     except OpbyopError as e:
         fail(e)
 

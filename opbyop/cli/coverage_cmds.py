@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from opbyop.cli.app import DeviceBackend, DeviceOption, app, console, fail
+from opbyop.cli.worker_options import CompilerOption, compiler_named
 from opbyop.compiler.boards import chip_help
 from opbyop.config import CompilerOptions, DeviceOptions
 from opbyop.corpus.case import element_type
@@ -62,7 +63,8 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
             timeout: float = typer.Option(120.0, "--timeout", help="seconds per op"),
             math_fidelity: Optional[str] = typer.Option(None, "--math-fidelity", help="lofi | hifi2 | hifi3 | hifi4"),
             fp32_dest_acc: Optional[bool] = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc"),
-            seed: int = typer.Option(0), device_backend: DeviceBackend = DeviceOption) -> None:
+            seed: int = typer.Option(0), device_backend: DeviceBackend = DeviceOption,
+            compiler: str = CompilerOption) -> None:
     """Analyse corpus files (compile, device, golden) in one warm worker; resumable."""
     try:
         entries = select(load_manifest(directory).entries, op, dtype, form, file)
@@ -74,9 +76,10 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
     if not entries:
         fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
     prepare_jax()
+    build = compiler_named(compiler)
     try:
         summary = run_chunk(directory, entries, out, chip, options, timeout, seed, Workspace.default(),
-                            DeviceOptions(backend=device_backend.value))
+                            DeviceOptions(backend=device_backend.value), compiler=build)
     except OpbyopError as e:
         fail(e)
     console.print(Text(f"{summary.analysed} analysed, {summary.skipped} already in {out}"))
@@ -84,11 +87,16 @@ def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with
 
 @corpus.command("nightly")
 def nightly_cmd(config: Optional[Path] = typer.Option(None, "--config", help="default: configs/corpus.yaml"),
-                seed: int = typer.Option(0)) -> None:
+                seed: int = typer.Option(0),
+                compiler: Optional[str] = typer.Option(None, "--compiler", help="the compiler build under test, in "
+                                                       "place of the configuration's compiler_build")) -> None:
     """The corpus as a nightly target: generate it, run every chip one dtype at a time, print coverage."""
     prepare_jax()
     try:
-        chips = run_nightly(load_corpus_config(config), Workspace.default(), seed,
+        settings = load_corpus_config(config)
+        if compiler is not None:
+            settings = settings.model_copy(update={"compiler_build": compiler})
+        chips = run_nightly(settings, Workspace.default(), seed,
                             say=lambda line: console.print(Text(line)))
     except OpbyopError as e:
         fail(e)

@@ -14,7 +14,8 @@ import typer
 from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, app, console, fail, print_error, status_text, styled
-from opbyop.cli.worker_options import ChipOption, Fidelity, Fp32Acc, OptLevel, analysis_settings, cli_worker
+from opbyop.cli.worker_options import (ChipOption, CompilerOption, Fidelity, Fp32Acc, OptLevel, analysis_settings,
+                                       cli_worker, compiler_named)
 from opbyop.compiler.system_desc import resolve
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
@@ -34,17 +35,20 @@ def decode(model: str = typer.Argument(..., help="a causal LM: gpt2, llama, or p
            fp32_dest_acc: Optional[bool] = Fp32Acc,
            policy: Policy = typer.Option(Policy.FEWEST_CYCLES, "--policy", help="how op models are chosen"),
            timeout: float = typer.Option(600.0, "--timeout", min=1, help="seconds per program compile"),
-           json_out: bool = typer.Option(False, "--json", help="print the report as JSON")) -> None:
+           json_out: bool = typer.Option(False, "--json", help="print the report as JSON"),
+           compiler: str = CompilerOption) -> None:
     """Prefill, then N decode steps with the key/value cache left on the device, beside a host round trip."""
     run_decode_command([model], steps, prompt_length, cache_length, chip, seed, optimization_level, math_fidelity,
-                       fp32_dest_acc, policy, timeout, json_out)
+                       fp32_dest_acc, policy, timeout, json_out, compiler)
 
 
 def run_decode_command(models: list[str], steps: int, prompt_length: int = 8, cache_length: int | None = None,
                        chip: str = "p150", seed: int = 0, optimization_level: int = 0,
                        math_fidelity: MathFidelity | None = None, fp32_dest_acc: bool | None = None,
-                       policy: Policy = Policy.FEWEST_CYCLES, timeout: float = 600.0, json_out: bool = False) -> None:
-    """Decode each model in turn (one worker compiles them all); exit 1 unless every one matched."""
+                       policy: Policy = Policy.FEWEST_CYCLES, timeout: float = 600.0, json_out: bool = False,
+                       compiler: str = "installed") -> None:
+    """Decode each model in turn (one worker compiles them all, with the build `compiler` names); exit 1
+    unless every one matched."""
     prepare_jax()  # this process runs the device (jaxlib's MLIR reads the programs); the worker compiles
     from opbyop.decode import DecodeSettings, decode_model, plan_decode  # torch: loaded only when used
 
@@ -52,13 +56,14 @@ def run_decode_command(models: list[str], steps: int, prompt_length: int = 8, ca
     settings = DecodeSettings(steps=steps, prompt_length=prompt_length, cache_length=cache_length, seed=seed,
                               options=compile_only.options, policy=policy)
     workspace = Workspace.default()
+    build = compiler_named(compiler)
     try:  # every model checked before a compiler starts
-        desc = resolve(chip)
+        desc = resolve(chip, compiler=build)
         plans = [plan_decode(model, settings) for model in models]
     except OpbyopError as e:
         fail(e)
     all_ok = True
-    with cli_worker(workspace, desc, "decode") as worker:
+    with cli_worker(workspace, desc, "decode", build) as worker:
         for plan in plans:
             try:
                 report = decode_model(plan, lambda graph: worker.analyze_whole(graph, compile_only, timeout),

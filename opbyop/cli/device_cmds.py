@@ -9,8 +9,8 @@ import numpy as np
 import typer
 
 from opbyop.cli.app import app, console, fail, input_specs
-from opbyop.cli.worker_options import worker_errors, worker_name
-from opbyop.compiler.system_desc import plugin_version, resolve
+from opbyop.cli.worker_options import CompilerOption, compiler_named, worker_errors, worker_name
+from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisSettings, load_thresholds
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.image import DeviceImage, build_image, inputs_of
@@ -33,12 +33,13 @@ app.add_typer(image, name="image")
 def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, or package.module:factory"),
           out: Path = typer.Option(..., "-o", "--out", help="image file to write (.zip)"),
           chip: str = typer.Option("p150", "--chip"), seed: int = typer.Option(0),
-          input: list[str] = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32")) -> None:
+          input: list[str] = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32"),
+          compiler: str = CompilerOption) -> None:
     """Compile MODEL whole and write its device image."""
     prepare_jax()
-
+    build = compiler_named(compiler)
     try:
-        desc = resolve(chip)
+        desc = resolve(chip, compiler=build)
         graph = load_model(model, inputs=input_specs(input), seed=seed)
     except OpbyopError as e:
         fail(e)
@@ -48,7 +49,7 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     workspace = Workspace.default()
     name = worker_name("image")
     try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
+        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name, compiler=build) as worker:
             result = worker.analyze_whole(graph, AnalysisSettings(thresholds=load_thresholds(), seed=seed))
     except OpbyopError as e:
         fail(e)
@@ -64,27 +65,32 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     try:
         build_image(out, model=graph.name, program_text=program, flatbuffer=flatbuffer,
                     spec=DeviceSpec.from_system_desc(program), inputs=inputs_of(graph.arguments),
-                    parameters=parameters, outputs=outputs, plugin_version=plugin_version())
+                    parameters=parameters, outputs=outputs, compiler=build.identity)
     except OpbyopError as e:
         fail(e)
     console.print(f"wrote {out} ({out.stat().st_size:,} bytes); whole-model run: {result.status.value}, pcc {result.pcc}")
 
 
+ImageCompiler = typer.Option("installed", "--compiler", help="the compiler build the image must come from "
+                             "(its flatbuffer is that build's): installed, or the spec `image info` names")
+
+
 @image.command("info")
-def info(path: Path) -> None:
+def info(path: Path, compiler: str = ImageCompiler) -> None:
     """Print what the image holds: versions, device, input and output shapes."""
     try:
-        console.print(DeviceImage.load(path).info())
+        console.print(DeviceImage.load(path, compiler_named(compiler).identity).info())
     except OpbyopError as e:
         fail(e)
 
 
 @image.command("run")
 def run_image(path: Path, inputs: Optional[Path] = typer.Option(None, "--inputs", help=".npz with one array per input"),
-              seed: int = typer.Option(0), iterations: int = typer.Option(1, min=1)) -> None:
+              seed: int = typer.Option(0), iterations: int = typer.Option(1, min=1),
+              compiler: str = ImageCompiler) -> None:
     """Run the image on the simulated device (inputs from an .npz, or drawn from a seed)."""
     try:
-        loaded = DeviceImage.load(path)
+        loaded = DeviceImage.load(path, compiler_named(compiler).identity)
         if inputs is not None:
             arrays = _read_inputs(inputs)
         else:

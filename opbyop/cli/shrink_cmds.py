@@ -15,8 +15,8 @@ import typer
 from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, app, console, positive_seconds, styled
-from opbyop.cli.worker_options import (ChipOption, Fidelity, Fp32Acc, OptLevel, Timeout, analysis_settings, cli_worker,
-                                       stored_op)
+from opbyop.cli.worker_options import (ChipOption, CompilerOption, Fidelity, Fp32Acc, OptLevel, Timeout,
+                                       analysis_settings, cli_worker, compiler_named, stored_op)
 from opbyop.jaxenv import prepare_jax
 from opbyop.shrink.result import Outcome, ShrinkResult
 from opbyop.shrink.saved import save_shrink
@@ -30,14 +30,16 @@ def shrink(op: str = typer.Argument(..., help="signature prefix, or model:positi
            chip: str = ChipOption, seconds: float = typer.Option(DEFAULT_BUDGET_S, "--seconds", callback=positive_seconds,
                                                                   help="time budget for the whole search (above 0)"),
            optimization_level: int = OptLevel, math_fidelity: Optional[MathFidelity] = Fidelity, fp32_dest_acc: Optional[bool] = Fp32Acc,
-           run_device: bool = typer.Option(True, "--run/--compile-only"), timeout: float = Timeout) -> None:
+           run_device: bool = typer.Option(True, "--run/--compile-only"), timeout: float = Timeout,
+           compiler: str = CompilerOption) -> None:
     """Halve and grow each dimension, try the chip's other dtypes: the smallest failing and the
     largest passing variant per dimension and dtype, each replayable with `opbyop repro`."""
     prepare_jax()  # variants are parsed and verified here; compiling happens in the worker
 
-    workspace, unique, desc = stored_op(op, chip)
+    build = compiler_named(compiler)
+    workspace, unique, desc = stored_op(op, chip, build)
     settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
-    with cli_worker(workspace, desc, "shrink") as worker:
+    with cli_worker(workspace, desc, "shrink", build) as worker:
         shrinker = Shrinker(lambda variant: worker.analyze(variant, settings, timeout), workspace.artifacts,
                             workspace.ops.put, budget_s=seconds)
         result = shrinker.shrink(unique)

@@ -9,8 +9,10 @@ from typing import Iterator
 
 import typer
 
-from opbyop.cli.app import MathFidelity, fail, positive_seconds
+from opbyop.cli.app import MathFidelity, console, fail, positive_seconds
+from opbyop.compiler.assets import Notices
 from opbyop.compiler.boards import chip_help
+from opbyop.compiler.builds import SPEC_FORMS, Compiler, prepare
 from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, ExportBudget, load_thresholds
 from opbyop.errors import OpbyopError
@@ -18,6 +20,7 @@ from opbyop.worker.process import OpWorker, WorkerStartError
 from opbyop.workspace import Workspace
 
 ChipOption = typer.Option("p150", "--chip", help=chip_help())
+CompilerOption = typer.Option("installed", "--compiler", help=f"the compiler build under test: {SPEC_FORMS}")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
 Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
 Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")
@@ -53,11 +56,24 @@ def worker_errors() -> Iterator[None]:
                           "OPBYOP_HOME/logs)") from None
 
 
-def stored_op(op: str, chip: str):
-    """(workspace, the stored op, the chip's descriptor) for a command on one stored op; fails with the fix."""
+def compiler_named(spec: str) -> Compiler:
+    """The compiler build `spec` names, prepared (what a first preparation does is said); fails with the fix."""
+    try:
+        compiler = prepare(spec, Notices(say=console.print))
+    except OpbyopError as e:
+        fail(e)
+    if spec != "installed":
+        console.print(f"compiler: {compiler.label}" + ("" if compiler.in_process else
+                                                      f", compiling in its own environment (jax {compiler.identity.jax})"))
+    return compiler
+
+
+def stored_op(op: str, chip: str, compiler: Compiler | None = None):
+    """(workspace, the stored op, the chip's descriptor for `compiler`) for a command on one stored op;
+    fails with the fix."""
     workspace = Workspace.default()
     try:
-        return workspace, workspace.ops.get(op), resolve(chip)
+        return workspace, workspace.ops.get(op), resolve(chip, compiler=compiler)
     except (KeyError, ValueError) as e:
         fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
     except OpbyopError as e:
@@ -65,11 +81,13 @@ def stored_op(op: str, chip: str):
 
 
 @contextmanager
-def cli_worker(workspace, desc, kind: str) -> Iterator:
-    """One warm OpWorker of this command (its own name and scratch); failures to start fail the command."""
+def cli_worker(workspace, desc, kind: str, compiler: Compiler | None = None) -> Iterator:
+    """One warm OpWorker of this command (its own name and scratch) compiling with `compiler` (default:
+    the installed plugin); failures to start fail the command."""
     name = worker_name(kind)
     try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name) as worker:
+        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name,
+                                       compiler=compiler) as worker:
             yield worker
     except OpbyopError as e:
         fail(e)

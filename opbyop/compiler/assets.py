@@ -1,10 +1,12 @@
 """The plugin's runtime assets and its temporary directory.
 
-On first load, jax-tt-plugin unpacks ~417 MB of tt-metal runtime assets into $TMPDIR (two processes
-doing it at once fail: 'failed to extract embedded tt-metal runtime archive'), and every process
-writes its system descriptor to $TMPDIR/tt_pjrt_system_descriptor and DELETES it when it exits,
-which breaks every other compiler process sharing that $TMPDIR ('system desc does not exist'). So
-assets are unpacked once, and each compiler process gets a private $TMPDIR that links to them.
+On first load, a build of the plugin unpacks ~417 MB of tt-metal runtime assets into $TMPDIR (two
+processes doing it at once fail: 'failed to extract embedded tt-metal runtime archive'), and every
+process writes its system descriptor to $TMPDIR/tt_pjrt_system_descriptor and DELETES it when it
+exits, which breaks every other compiler process sharing that $TMPDIR ('system desc does not
+exist'). So assets are unpacked once per build, into the build's own folder
+(opbyop.compiler.builds.unpack_assets), and each compiler process gets a private $TMPDIR that links
+to them.
 Both cost seconds a user would otherwise watch in silence: a caller's Notices is told what is happening
 and why, and keeps the seconds of each wait for the run's time line.
 """
@@ -13,8 +15,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,29 +55,6 @@ def system_tmpdir() -> Path:
 def find_assets(tmp: Path) -> Path | None:
     found = sorted(p for p in tmp.glob(ASSETS_GLOB) if p.is_dir())
     return found[-1] if found else None
-
-
-def ensure_assets(tmp: Path | None = None, notices: Notices | None = None) -> Path:
-    """The unpacked runtime assets, unpacking them first if needed (callers serialise this)."""
-    tmp = tmp or system_tmpdir()
-    assets = find_assets(tmp)
-    if assets is None:
-        notices = notices or Notices()
-        notices.say(f"jax-tt-plugin's first start on this machine: it unpacks its runtime (about 417 MB) into {tmp}")
-        with notices.timed("plugin assets"):
-            assets = _unpack(tmp)
-    if assets is None:
-        raise RuntimeError(f"jax-tt-plugin did not unpack its runtime assets into {tmp} (is the disk full?)")
-    return assets
-
-
-def _unpack(tmp: Path) -> Path | None:
-    """Loading the plugin unpacks its assets, even where no chip can be opened."""
-    code = "import jax.extend\ntry:\n    jax.extend.backend.get_backend('tt')\nexcept Exception:\n    pass\n"
-    env = {**os.environ, "JAX_PLATFORMS": "tt", "TMPDIR": str(tmp)}
-    env.pop("TT_COMPILE_ONLY_SYSTEM_DESC", None)
-    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=600)
-    return find_assets(tmp)
 
 
 def private_tmpdir(path: Path, assets: Path) -> Path:

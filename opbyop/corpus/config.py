@@ -21,6 +21,8 @@ class CorpusConfig(BaseModel):
     meshes: list[str] = Field(default_factory=list, description=f"boards ({', '.join(mesh_boards())}; "
                               "NAME:ROWSxCOLS for one shape) running the multichip cases; empty: none")
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+    compiler_build: str = Field("installed", description="the compiler build under test "
+                                "(opbyop.compiler.builds: installed, newest, NAME==VERSION, a wheel or a library)")
 
 
 def load_corpus_config(path: Path | None = None) -> CorpusConfig:

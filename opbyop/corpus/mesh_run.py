@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from opbyop.compiler.builds import Compiler
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import BOARDS, Target, target_for
 from opbyop.config import AnalysisSettings, CompilerOptions, load_thresholds
@@ -46,7 +47,7 @@ def mesh_entries(directory: Path, target: Target, dtypes: list[str] | None = Non
 
 
 def run_board(directory: Path, board: str, out: Path, options: CompilerOptions, timeout: float, seed: int,
-              workspace: Workspace, dtypes: list[str] | None = None) -> RunSummary:
+              workspace: Workspace, dtypes: list[str] | None = None, compiler: Compiler | None = None) -> RunSummary:
     """Every multichip case of `board` through one warm worker; results appended to `out`."""
     targets = board_targets(board)
     work = [(t, e) for t in targets for e in mesh_entries(directory, t, dtypes)]
@@ -54,7 +55,7 @@ def run_board(directory: Path, board: str, out: Path, options: CompilerOptions, 
     todo = pending(out, name, [e for _, e in work])
     if not todo:
         return RunSummary(skipped=len(work))
-    desc = resolve(name)
+    desc = resolve(name, compiler=compiler)
     chips = BOARDS[name].chips
     base = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed)
     settings = {t.mesh_text: base.model_copy(update={"mesh": t.mesh_text, "topology": t.topology.value})
@@ -62,7 +63,7 @@ def run_board(directory: Path, board: str, out: Path, options: CompilerOptions, 
     summary = RunSummary()
     # golden runs the sharded module on XLA:CPU with one host device per chip: JAX must be told at start
     with OpWorker(desc.path, workspace.root, chip=name, name=f"corpus-mesh-{os.getpid()}",
-                  host_devices=chips) as worker:
+                  host_devices=chips, compiler=compiler) as worker:
         for target in targets:
             entries = [e for t, e in work if t is target]
             done = run_entries(directory, entries, out, name,

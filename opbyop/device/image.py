@@ -29,14 +29,14 @@ from pydantic import BaseModel, ValidationError
 from opbyop import __version__
 from opbyop.atomic import atomic_path
 from opbyop.compiler.flatbuf import read_root
-from opbyop.compiler.system_desc import plugin_version as installed
+from opbyop.compiler.builds import installed
 from opbyop.compiler.boards import single_chip_board
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.runtime import Binary, open_device
 from opbyop.device.stitch import run_stitched
 from opbyop.errors import ImageError, ModuleError
 from opbyop.ir.parse import check_nesting
-from opbyop.records import TensorDesc
+from opbyop.records import CompilerIdentity, TensorDesc
 
 FORMAT = "opbyop-device-image"
 FORMAT_VERSION = 1
@@ -58,7 +58,8 @@ class Manifest(BaseModel):
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
     opbyop_version: str
-    plugin_version: str
+    plugin_version: str  # the compiler's release ("" for a build no release names)
+    compiler: CompilerIdentity | None = None  # the build that compiled it (images before it: only plugin_version)
     ttnn_schema_hash: str | None = None
     model: str
     created_at: datetime
@@ -88,7 +89,7 @@ MANIFEST = "manifest.json"
 
 def build_image(path: Path, *, model: str, program_text: str, flatbuffer: bytes | None, spec: DeviceSpec,
                 inputs: Sequence[NamedTensor], parameters: dict[int, np.ndarray], outputs: Sequence[TensorDesc],
-                plugin_version: str) -> Path:
+                compiler: CompilerIdentity) -> Path:
     """Write a device image (atomically: a temporary file renamed into place)."""
     constants = io.BytesIO()
     np.savez(constants, **{f"arg{i}": v for i, v in parameters.items()})
@@ -98,7 +99,7 @@ def build_image(path: Path, *, model: str, program_text: str, flatbuffer: bytes 
                                  DEVICE: device.model_dump_json(indent=2).encode()}
     if flatbuffer is not None:
         members[FLATBUFFER] = flatbuffer
-    manifest = Manifest(opbyop_version=__version__, plugin_version=plugin_version,
+    manifest = Manifest(opbyop_version=__version__, plugin_version=compiler.version, compiler=compiler,
                         ttnn_schema_hash=read_root(flatbuffer).schema_hash if flatbuffer else None, model=model,
                         created_at=datetime.now(timezone.utc), inputs=list(inputs), parameters=sorted(parameters),
                         outputs=list(outputs), members={k: hashlib.sha256(v).hexdigest() for k, v in members.items()})
@@ -127,8 +128,9 @@ class DeviceImage:
         self.constants = constants
 
     @classmethod
-    def load(cls, path: Path, plugin_version: str | None = None) -> DeviceImage:
-        """Open and verify an image; `plugin_version` (default: the installed one) must match."""
+    def load(cls, path: Path, compiler: CompilerIdentity | None = None) -> DeviceImage:
+        """Open and verify an image; it must have been compiled by `compiler` (default: the plugin
+        installed beside opbyop): the same build where the image names one, else the same release."""
         path = Path(path)
         if not path.is_file():
             raise ImageError(f"no device image at {path}", "check the path")
@@ -145,7 +147,7 @@ class DeviceImage:
                 raise ImageError(f"{path} has no {MANIFEST}: not an opbyop device image", _REBUILD) from None
             except ValidationError as e:
                 raise ImageError(f"{path} has an invalid manifest: {e.errors()[0]['msg']}", _REBUILD) from None
-            _check_version(manifest, path, plugin_version)
+            _check_version(manifest, path, compiler)
             missing = {PROGRAM, CONSTANTS, DEVICE} - set(manifest.members)
             if missing:
                 raise ImageError(f"{path}: the manifest lists no {', '.join(sorted(missing))}", _REBUILD)
@@ -180,7 +182,8 @@ class DeviceImage:
     def info(self) -> str:
         m, d = self.manifest, self.device
         lines = [
-            f"image format {m.format} v{m.format_version}; opbyop {m.opbyop_version}; jax-tt-plugin {m.plugin_version}; "
+            f"image format {m.format} v{m.format_version}; opbyop {m.opbyop_version}; compiler "
+            f"{m.compiler.label if m.compiler else f'jax-tt-plugin {m.plugin_version}'}; "
             f"TTNN schema {(m.ttnn_schema_hash or '-')[:16]}; created {m.created_at:%Y-%m-%d %H:%M} UTC",
             f"device: arch {d.arch}, chip_ids {d.chip_ids}, device type {d.device_type}, grid size "
             f"{d.grid_size[0]}x{d.grid_size[1]}, harvested rows {d.harvested_rows} (mask {d.harvesting_mask:#b})",
@@ -298,15 +301,19 @@ def _check_members(zf: zipfile.ZipFile, path: Path, budget: _Budget | None = Non
         raise ImageError(f"{where} {bad} fails its CRC check (corrupt or truncated)", _REBUILD)
 
 
-def _check_version(manifest: Manifest, path: Path, plugin_version: str | None) -> None:
+def _check_version(manifest: Manifest, path: Path, compiler: CompilerIdentity | None) -> None:
     if manifest.format != FORMAT or manifest.format_version != FORMAT_VERSION:
         raise ImageError(f"{path} is format {manifest.format} v{manifest.format_version}; this opbyop reads "
                          f"{FORMAT} v{FORMAT_VERSION}", _REBUILD)
-    if plugin_version is None:
-        plugin_version = installed()
-    if manifest.plugin_version != plugin_version:
-        raise ImageError(f"{path} was compiled by jax-tt-plugin {manifest.plugin_version}, this installation has "
-                         f"{plugin_version}: its flatbuffer schema may differ", _REBUILD)
+    compiler = compiler or installed().identity
+    built = manifest.compiler
+    same = (built.library_sha256 == compiler.library_sha256 if built is not None and built.library_sha256
+            else manifest.plugin_version == compiler.version)
+    if not same:
+        by = built.label if built is not None else f"jax-tt-plugin {manifest.plugin_version}"
+        again = f"run it with `--compiler {built.spec}`, or " if built is not None and built.spec else ""
+        raise ImageError(f"{path} was compiled by {by}, the compiler here is {compiler.label}: its flatbuffer "
+                         f"schema may differ", f"{again}{_REBUILD}")
 
 
 def inputs_of(graph_arguments: Sequence[object]) -> list[NamedTensor]:

@@ -43,7 +43,7 @@ class LocalExecutor:
     def analyze(self, plan: RunPlan, ops: list[UniqueOp], wholes: dict[str, ModelGraph], outcome: RunOutcome) -> None:
         desc, settings, progress = plan.desc, plan.settings, self.progress
         with OpWorker(desc.path, self.workspace.root, chip=desc.chip, name=self.name,
-                      host_devices=plan.host_devices) as worker:
+                      host_devices=plan.host_devices, compiler=plan.compiler) as worker:
             progress.begin(len(ops))
             for op in ops:
                 progress.step(op.op_name)

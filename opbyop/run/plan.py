@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict
 
 from opbyop import __version__
 from opbyop.compiler.assets import Notices
-from opbyop.compiler.system_desc import SystemDesc, plugin_version, resolve
+from opbyop.compiler.builds import Compiler, prepare
+from opbyop.compiler.system_desc import SystemDesc, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds
 from opbyop.records import RunInfo
@@ -25,19 +26,23 @@ class RunPlan(BaseModel):
 
     config: AnalysisConfig
     target: Target
-    desc: SystemDesc
+    compiler: Compiler  # the build under test (config.compiler_spec, prepared)
+    desc: SystemDesc  # the target's descriptor for that build
     settings: AnalysisSettings
 
     @classmethod
-    def from_config(cls, config: AnalysisConfig, notices: Notices | None = None) -> RunPlan:
-        """`notices` is told what making the chip's descriptor the first time does (opbyop.compiler.system_desc)."""
+    def from_config(cls, config: AnalysisConfig, notices: Notices | None = None,
+                    compiler: Compiler | None = None) -> RunPlan:
+        """`notices` is told what preparing the compiler and making the chip's descriptor the first time
+        do (opbyop.compiler.builds, opbyop.compiler.system_desc); `compiler`: the build already prepared."""
         target = target_for(config.chip, config.mesh)
+        compiler = compiler or prepare(config.compiler_spec, notices)
         settings = AnalysisSettings(options=config.compiler, thresholds=config.thresholds or load_thresholds(),
                                     seed=config.seed, run_device=config.run_device, run_golden=config.run_device,
                                     device=config.device, pass_timing=config.pass_timing,
                                     mesh=target.mesh_text, topology=target.topology.value)
-        return cls(config=config, target=target, desc=resolve(config.chip, notices=notices),
-                   settings=settings)
+        return cls(config=config, target=target, compiler=compiler,
+                   desc=resolve(config.chip, notices=notices, compiler=compiler), settings=settings)
 
     @property
     def host_devices(self) -> int:
@@ -48,11 +53,11 @@ class RunPlan(BaseModel):
         """A whole model's time limit: never below ten minutes, whatever the per-op limit."""
         return max(600.0, self.config.op_timeout_s)
 
-    def run_info(self, run_id: str) -> RunInfo:
-        """The run's record in the store."""
-        config = self.config
-        return RunInfo(run_id=run_id, models=config.models, chip=self.desc.chip,
-                       system_desc_sha256=self.desc.sha256, plugin_version=plugin_version(),
+    def run_info(self, run_id: str, group_id: str = "") -> RunInfo:
+        """The run's record in the store (`group_id`: the runs started with it, one per compiler)."""
+        config, identity = self.config, self.compiler.identity
+        return RunInfo(run_id=run_id, models=config.models, chip=self.desc.chip, compiler=identity, group_id=group_id,
+                       system_desc_sha256=self.desc.sha256, plugin_version=identity.version,
                        opbyop_version=__version__, git_sha=git_sha(), options_key=config.options_key(),
                        config=config.model_dump(mode="json"), mesh=self.target.mesh_text,
                        topology=self.target.topology.value)

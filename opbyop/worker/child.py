@@ -14,8 +14,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from opbyop.analysis.analyzer import OpAnalyzer, WholeModel
-from opbyop.compiler.plugin import TTCompiler
-from opbyop.compiler.system_desc import plugin_version
+from opbyop.compiler.builds import Compiler
+from opbyop.compiler.plugin import TTCompiler, session_for
 from opbyop.device.simulator import DeviceSimulator
 from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.environment import environment
@@ -41,17 +41,20 @@ def _limit_memory(extra: int) -> None:
 
 
 def serve(conn_in: Connection, conn_out: Connection, system_desc: Path, workspace: Path, chip: str,
-          host_devices: int | None = None) -> None:
-    prepare_jax(system_desc, host_devices)
+          compiler: Compiler, host_devices: int | None = None) -> None:
+    # a build that loads here is this process's `tt` platform; one made for another jaxlib compiles in
+    # its own environment's server, and this process keeps to the CPU (golden, device)
+    prepare_jax(system_desc if compiler.in_process else None, host_devices, plugin=compiler.library)
 
     scratch = workspace / "scratch" / f"child-{os.getpid()}"
 
     home, env = Workspace(workspace), environment()
     ttsim = TtsimBackend(home.root, scratch, env.ttsim, env.ttnn_python)  # set up on first use only
-    analyzer = faults.injected(OpAnalyzer(TTCompiler(), XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(),
+    compile_here = TTCompiler(session_for(compiler, system_desc))
+    analyzer = faults.injected(OpAnalyzer(compile_here, XlaCpu(cache_dir=home.xla_cache), DeviceSimulator(),
                                           home.artifacts, scratch, ttsim), env.fault_inject, "analyze")
     _limit_memory(env.worker_memory_limit)
-    conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, plugin_version=plugin_version()).model_dump_json().encode())
+    conn_out.send_bytes(Ready(pid=os.getpid(), chip=chip, compiler=compiler.key).model_dump_json().encode())
     while True:
         try:
             raw = conn_in.recv_bytes()
@@ -88,11 +91,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--system-desc", type=Path, required=True)
     parser.add_argument("--workspace", type=Path, required=True)
     parser.add_argument("--chip", required=True)
+    parser.add_argument("--compiler", type=Compiler.model_validate_json, required=True,
+                        help="the compiler build (opbyop.compiler.builds.Compiler, as JSON)")
     parser.add_argument("--host-devices", type=int, default=None, help="XLA:CPU devices for golden runs "
                         "(a sharded op's host mesh); default OPBYOP_HOST_DEVICES")
     args = parser.parse_args(argv)
     serve(Connection(args.in_fd, writable=False), Connection(args.out_fd, readable=False),
-          args.system_desc, args.workspace, args.chip, args.host_devices)
+          args.system_desc, args.workspace, args.chip, args.compiler, args.host_devices)
     sys.exit(0)
 
 

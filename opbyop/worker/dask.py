@@ -21,7 +21,9 @@ from distributed import WorkerPlugin, get_worker
 
 from opbyop import atomic
 from opbyop.artifacts import ArtifactStore
+from opbyop.compiler.builds import Compiler, portable_spec, prepare
 from opbyop.environment import environment
+from opbyop.errors import CompilerError
 from opbyop.worker import faults
 from opbyop.records import OpResult, UniqueOp, WholeModelResult
 from opbyop.worker.process import OpWorker
@@ -40,13 +42,15 @@ class OpWorkerPlugin(WorkerPlugin):
     idempotent = True
 
     def __init__(self, workspace: str, descriptors: dict[str, bytes], env: dict[str, str] | None = None,
-                 home_id: str = "", host_devices: int | None = None):
+                 home_id: str = "", host_devices: int | None = None, compiler: Compiler | None = None):
         self.workspace = workspace  # the flow's home: used only where it is this host's too (home_id)
         self.descriptors = descriptors  # chip -> .ttsys bytes: remote workers need no local copy
         self.env = env or {}
         self.home_id = home_id  # the flow's home's identity (wire.home_id); "" = the home is shared
         self.host_devices = host_devices  # each op worker's XLA:CPU devices (None: the Dask worker's environment)
-        digest = hashlib.sha256(json.dumps([workspace, sorted(self.env.items()), home_id, host_devices]).encode())
+        self.compiler = compiler  # the build under test (None: the plugin installed beside each Dask worker)
+        key = compiler.key if compiler is not None else ""
+        digest = hashlib.sha256(json.dumps([workspace, sorted(self.env.items()), home_id, host_devices, key]).encode())
         for chip, data in sorted(descriptors.items()):
             digest.update(chip.encode() + hashlib.sha256(data).digest())
         self.name = f"{PLUGIN_PREFIX}-{digest.hexdigest()[:12]}"
@@ -57,19 +61,20 @@ class OpWorkerPlugin(WorkerPlugin):
         self._lock = threading.Lock()  # a Dask worker with several threads creates each OpWorker once
 
     @classmethod
-    def for_home(cls, root: Path, descriptors: dict[str, bytes], host_devices: int = 1) -> OpWorkerPlugin:
+    def for_home(cls, root: Path, descriptors: dict[str, bytes], host_devices: int = 1,
+                 compiler: Compiler | None = None) -> OpWorkerPlugin:
         """The plugin of a flow whose home is `root`: a Dask worker without that home works in its own.
         The flow's XLA:CPU flags go with it: golden references must not depend on the host. A mesh
         target's op workers get a host mesh of `host_devices` XLA:CPU devices for their golden runs
         (fixed when a process starts JAX, so set here per target, never inherited from whichever
         target started the cluster)."""
         env = {"OPBYOP_XLA_FLAGS": environment().xla_flags}
-        return cls(str(root), descriptors, env=env, home_id=home_id(root), host_devices=host_devices)
+        return cls(str(root), descriptors, env=env, home_id=home_id(root), host_devices=host_devices, compiler=compiler)
 
     def __getstate__(self) -> dict:
         # sent to every Dask worker: the configuration only, never locks or live child processes
         return {"workspace": self.workspace, "descriptors": self.descriptors, "env": self.env,
-                "home_id": self.home_id, "host_devices": self.host_devices}
+                "home_id": self.home_id, "host_devices": self.host_devices, "compiler": self.compiler}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(**state)
@@ -120,9 +125,23 @@ class OpWorkerPlugin(WorkerPlugin):
             if not path.exists():
                 atomic.write_bytes(path, data)
             worker = OpWorker(path, self.home, chip=chip, name=f"{self._name}-{chip}-{os.getpid()}",
-                              env=self.env, host_devices=self.host_devices)
+                              env=self.env, host_devices=self.host_devices, compiler=self._local_compiler())
             self._workers[chip] = faults.injected(worker, environment().dask_fault_inject, "analyze")
         return self._workers[chip]
+
+
+    def _local_compiler(self) -> Compiler | None:
+        """The build on this Dask worker's host: the flow's where its library is here, else the same
+        build prepared here (a release is fetched from the registry); another build is refused."""
+        wanted = self.compiler
+        if wanted is None or wanted.library.is_file():
+            return wanted
+        here = prepare(portable_spec(wanted.identity))
+        if here.key != wanted.key:
+            raise CompilerError(f"this Dask worker's host has another build for {wanted.identity.spec} "
+                                f"({here.label}, not {wanted.label})",
+                                "give every host the same build (a release, or the same library at the same path)")
+        return here
 
 
 def _plugin(name: str, worker: object | None = None) -> OpWorkerPlugin:

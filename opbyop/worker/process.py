@@ -17,7 +17,8 @@ from pathlib import Path
 
 from dataclasses import dataclass
 
-from opbyop.compiler.assets import ensure_assets, private_tmpdir, startup_lock
+from opbyop.compiler.assets import private_tmpdir, startup_lock
+from opbyop.compiler.builds import Compiler, installed, unpack_assets
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.environment import environment_of
 from opbyop.frontends.graph import ArgumentKind, ModelGraph
@@ -63,11 +64,14 @@ class OpWorker:
     `analyze` always returns an OpResult: a child that dies becomes `crashed`, one that exceeds the
     time limit becomes `timeout`, both at the stage the child was in; the child is then replaced.
     `host_devices`: the child's XLA:CPU devices (a sharded op's golden runs on a host mesh as large
-    as its target's); None: the child's OPBYOP_HOST_DEVICES.
+    as its target's); None: the child's OPBYOP_HOST_DEVICES. `compiler`: the build that compiles (its
+    descriptor is `system_desc`); None: the plugin installed beside opbyop.
     """
 
     def __init__(self, system_desc: Path, workspace: Path, chip: str = "", name: str = "worker",
-                 env: dict[str, str] | None = None, start_timeout: float = 600.0, host_devices: int | None = None):
+                 env: dict[str, str] | None = None, start_timeout: float = 600.0, host_devices: int | None = None,
+                 compiler: Compiler | None = None):
+        self.compiler = compiler or installed()  # the build that compiles (opbyop.compiler.builds)
         self.system_desc = Path(system_desc)
         self.workspace = Path(workspace)
         self.chip = chip or self.system_desc.stem
@@ -99,16 +103,18 @@ class OpWorker:
         with startup_lock():  # held until the child has loaded the plugin
             # private to this process too: two workers of the same name must never share it (the plugin
             # deletes the descriptor it wrote there when its process exits)
-            tmp = private_tmpdir(self.workspace / "scratch" / f"tmp-{self.name}-{os.getpid()}", ensure_assets())
+            tmp = private_tmpdir(self.workspace / "scratch" / f"tmp-{self.name}-{os.getpid()}",
+                                 unpack_assets(self.compiler))
             self._tmp = tmp
             req_r, req_w = os.pipe()
             rep_r, rep_w = os.pipe()
             log = open(self.log_path, "ab")
             cmd = [sys.executable, "-m", "opbyop.worker.child", "--in-fd", str(req_r), "--out-fd", str(rep_w),
-                   "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip]
+                   "--system-desc", str(self.system_desc), "--workspace", str(self.workspace), "--chip", self.chip,
+                   "--compiler", self.compiler.model_dump_json()]
             if self.host_devices is not None:
                 cmd += ["--host-devices", str(self.host_devices)]
-            env = {**os.environ, **(self.env or {}), "TMPDIR": str(tmp)}
+            env = {**os.environ, **self.compiler.environment, **(self.env or {}), "TMPDIR": str(tmp)}
             if environment_of(env).worker_memory_limit:
                 # an address-space cap counts glibc's per-thread arenas (64 MB reserved each): with one
                 # arena the threads a compile or an XLA run starts cannot spend the cap on reservations
@@ -180,11 +186,13 @@ class OpWorker:
             depth, failed = self._lost_stage(request.id, answer)
             message = op_memory_message(op, answer.message) if answer.killed else answer.message
             lost = OpResult.failure(op.signature, op.op_name, answer.status, message, depth=depth, failed_stage=failed,
-                                    started_at=started, ended_at=utcnow(), worker=self.name)
+                                    started_at=started, ended_at=utcnow(), worker=self.name,
+                                    compiler=self.compiler.key)
             return self._with_pass_timing(op, settings, timeout, tag,
                                           self._with_failed_pass(op, settings, timeout, tag, lost))
         assert isinstance(answer, Reply)
         answer.result.worker = self.name
+        answer.result.compiler = self.compiler.key
         return self._with_pass_timing(op, settings, timeout, tag,
                                       self._with_failed_pass(op, settings, timeout, tag, answer.result))
 
@@ -213,13 +221,17 @@ class OpWorker:
 
     def _pass_timer(self) -> PassTimer:
         if self._timer is None:
-            self._timer = PassTimer(OpWorker, self.system_desc, self.workspace, self.chip, self.name, self.env)
+            self._timer = PassTimer(self._spawn, self.system_desc, self.workspace, self.chip, self.name, self.env)
         return self._timer
 
     def _pass_finder(self) -> PassFinder:
         if self._passes is None:
-            self._passes = PassFinder(OpWorker, self.system_desc, self.workspace, self.chip, self.name, self.env)
+            self._passes = PassFinder(self._spawn, self.system_desc, self.workspace, self.chip, self.name, self.env)
         return self._passes
+
+    def _spawn(self, *args: object, **kwargs: object) -> OpWorker:
+        """A side child's worker: the same compiler build as this one."""
+        return OpWorker(*args, compiler=self.compiler, **kwargs)  # type: ignore[arg-type]
 
     def close_passes(self) -> None:
         """Stop the verbose and pass-timing compile children (the main child is stopped by close())."""

@@ -37,7 +37,7 @@ class Ready(BaseModel):
     kind: Literal["ready"] = "ready"
     pid: int
     chip: str
-    plugin_version: str
+    compiler: str  # the key of the build it loaded (CompilerIdentity.key)
 
 
 class Progress(BaseModel):
