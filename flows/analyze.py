@@ -1,4 +1,5 @@
-"""The `analyze` flow: models -> single ops -> one task per unique op on Dask -> the result store.
+"""The `analyze` flow: models -> single ops -> one task per unique op on Dask -> the result store;
+under several compiler builds (config.compilers), one run per build, compared op by op.
 
 This module declares the flow (its parameters are the Prefect UI's form); flows/engine/analyze_run.py
 carries the run out. A run started without a run id gets one derived from its flow run, so Prefect's
@@ -12,6 +13,7 @@ from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.engine.analyze_run import AnalyzeRun
+from flows.engine.group_run import run_group
 from flows.engine.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
 from flows.engine.summary import RunFailed, RunSummary  # noqa: F401  (the results a caller reads)
 from flows.hosting import handoff as handoffs
@@ -46,6 +48,9 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     logger = get_run_logger()
     run_id = run_id or run_id_for(get_run_context().flow_run)
     claim_flow_run(logger)
-    run = AnalyzeRun(config=config, run_id=run_id, shrink=shrink, handoff=handoffs.current() or handoffs.Handoff(),
-                     logger=logger)
+    handoff = handoffs.current() or handoffs.Handoff()
+    configs = config.per_compiler()
+    if len(configs) > 1:  # one run per compiler build, compared op by op
+        return run_group(configs, run_id, shrink, handoff, logger)
+    run = AnalyzeRun(config=config, run_id=run_id, shrink=shrink, handoff=handoff, logger=logger)
     return run.execute()

@@ -1,7 +1,9 @@
 """The nightly flow: the zoo from configs/nightly.yaml on every target, compared night over night.
 
-Each target (chip x compiler options) is one `analyze` subflow run; its aggregation, report and
-artifacts come with it. With a `corpus` block, the single-op corpus runs too, through the same fan-out (one
+Each target (chip x compiler options x compiler build) is one `analyze` subflow run; its
+aggregation, report and artifacts come with it. A target's build may be a release, a wheel, a library
+or `newest` (resolved each night and recorded), and it may be compared with other builds the same
+night (`compare_with`: one run per build, compared op by op) besides the previous night. With a `corpus` block, the single-op corpus runs too, through the same fan-out (one
 `corpus` subflow run per chip, and per mesh of each board of its `meshes` for the multichip
 cases: one task per unique op on the cluster, results stored as the model `corpus`), and the summary
 gains the simulator's coverage. The nightly then compares each
@@ -28,7 +30,9 @@ from flows.analyze import analyze, claim_flow_run, run_id_for
 from flows.corpus import corpus
 from flows.hosting import handoff as handoffs
 from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
+from flows.engine.run_ids import group_run_ids
 from flows.engine.summary import summary_of
+from opbyop.compiler.spec import check_spec
 from opbyop.compiler.targets import target_for
 from opbyop.config import (AnalysisConfig, ClusterConfig, CompilerOptions, DeviceOptions, Zoo, config_dir, load_config,
                            load_zoo)
@@ -46,6 +50,10 @@ from tasks.corpus import CorpusOutcome, corpus_selection, coverage_markdown, sto
 class Target(BaseModel):
     chip: str = "p150"
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
+    compiler_build: str = Field("installed", description="the compiler build under test: installed, newest "
+                                "(resolved each night, recorded), NAME==VERSION, a wheel or a PJRT library path")
+    compare_with: list[str] = Field(default_factory=list, description="other compiler builds analysed on the same "
+                                    "ops the same night, each compared op by op (besides the previous night)")
     mesh: str | None = Field(None, description="the chips' mesh ROWSxCOLS where the board allows several")
     models: list[str] | None = Field(None, description="this target's models (default: the nightly's): a mesh "
                                                        "target runs the sharded models made for it")
@@ -72,11 +80,27 @@ class Target(BaseModel):
         return [m.name for m in zoo.models if set(m.tags) & set(self.tags)
                 and (m.sharding is None or tuple(m.sharding.shape()) == tuple(mesh))]
 
+    @field_validator("compiler_build", "compare_with")
+    @classmethod
+    def _builds(cls, value: str | list[str]) -> str | list[str]:
+        """A build that no spec form names fails when the configuration is read, not at 2 a.m."""
+        for spec in [value] if isinstance(value, str) else value:
+            check_spec(spec)
+        return value
+
+    @property
+    def compilers(self) -> list[str]:
+        """The builds this target analyses: those it compares with first, its own last (each step of
+        the group compares a build with the one before it)."""
+        return [*dict.fromkeys(b for b in self.compare_with if b != self.compiler_build), self.compiler_build]
+
     @property
     def title(self) -> str:
         options = self.compiler.model_dump(exclude_none=True, exclude_defaults=True)
+        build = "" if self.compiler_build == "installed" else f" compiled by {self.compiler_build}"
+        against = f" against {', '.join(self.compare_with)}" if self.compare_with else ""
         return f"{self.chip}{f' {self.mesh}' if self.mesh else ''} " \
-            + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options") \
+            + (", ".join(f"{k}={v}" for k, v in options.items()) or "default options") + build + against \
             + (f" on {self.device.backend}" if self.device.backend != "model" else "") \
             + (f" (models tagged {', '.join(self.tags)})" if self.tags else "")
 
@@ -143,12 +167,14 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
 
 def _run_target(index: int, target: Target, base: str, config: NightlyConfig, models: list[str] | None,
                 cluster: ClusterConfig, store: Store, expectations: Expectations) -> TargetOutcome:
-    run_id = f"{base}-t{index}"
+    group = f"{base}-t{index}"
     analysis = AnalysisConfig(models=models or target.chosen_models(config.models), chip=target.chip,
-                              compiler=target.compiler, mesh=target.mesh, device=target.device,
-                              op_timeout_s=config.op_timeout_s, reuse_cached=config.reuse_cached,
-                              whole_model=config.whole_model, cluster=cluster, pass_timing=config.pass_timing)
-    state = analyze(config=analysis, run_id=run_id, return_state=True)
+                              compilers=target.compilers, compiler=target.compiler, mesh=target.mesh,
+                              device=target.device, op_timeout_s=config.op_timeout_s,
+                              reuse_cached=config.reuse_cached, whole_model=config.whole_model, cluster=cluster,
+                              pass_timing=config.pass_timing)
+    state = analyze(config=analysis, run_id=group, return_state=True)
+    run_id = group_run_ids(group, len(target.compilers))[-1]  # the target's own build's run
     outcome = TargetOutcome(title=target.title, run_id=run_id, state=state.name, message=state.message or "")
     try:
         data = state.result(raise_on_failure=False) if state.is_final() else None
@@ -157,6 +183,7 @@ def _run_target(index: int, target: Target, base: str, config: NightlyConfig, mo
     summary = summary_of(data)
     if summary is not None:
         outcome.model_errors = summary.model_errors
+        outcome.compilers = [c["line"] for c in summary.comparisons]
     if store.has_run(run_id):
         outcome.expectations = compare(run_id, run_outcomes(store.root, run_id), expectations)
         outcome.comparisons = model_comparisons_for(store.root, run_id)

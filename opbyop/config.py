@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import psutil
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from opbyop.compiler.boards import chip_help, mesh_help
+from opbyop.compiler.spec import check_spec
 from opbyop.environment import environment
 from opbyop.errors import ConfigError, UnknownModelError
 from opbyop.frontends.sharding_plan import ShardingPlan
@@ -230,7 +231,7 @@ class AnalysisConfig(BaseModel):
     # Plain defaults, not default_factory: Prefect's run form shows only plain defaults.
     models: list[str] = Field(["mlp"], description="zoo names, .mlir/.mlirbc paths or package.module:factory")
     chip: str = Field("p150", description=chip_help())
-    compilers: list[str] = Field(["installed"], min_length=1, description=(
+    compilers: list[Annotated[str, AfterValidator(check_spec)]] = Field(["installed"], min_length=1, description=(
         "the compiler builds under test, each a run of its own, compared op by op: installed, newest, "
         "jax-tt-plugin==VERSION, a wheel, or a PJRT plugin library (.so) or its package directory"))
     compiler: CompilerOptions = Field(CompilerOptions(), description="tt-mlir compile options")

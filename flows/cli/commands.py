@@ -26,11 +26,12 @@ import typer
 from flows.cli.early import DEFAULT_CHIP, Services, defaults_for_laptop, started_early
 from flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
 from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
-from flows.engine.run_ids import new_run_id
+from flows.engine.run_ids import group_run_ids, new_run_id
 from flows.engine.summary import summary_of
 from flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
 from opbyop.cli.app import DeviceBackend, DeviceOption, positive_seconds
 from opbyop.compiler.boards import chip_help, mesh_help
+from opbyop.compiler.spec import SPEC_FORMS, CompilerSpec
 from opbyop.cli.worker_options import ExportMemory, ExportTimeout, export_budget
 from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
@@ -41,8 +42,9 @@ from opbyop.workspace import Workspace
 
 
 def resume_command(names: list[str], chip: str, workers: int | None, address: str | None, reuse: bool, whole: bool,
-                   timeout: float, run_id: str, device: str = "model") -> str:
+                   timeout: float, run_id: str, device: str = "model", compilers: list[str] | None = None) -> str:
     words = ["opbyop", "analyze", *names, "--chip", chip]
+    words += [w for spec in compilers or [] if spec != "installed" or len(compilers) > 1 for w in ("--compiler", spec)]
     words += ["--workers", str(workers)] if workers else []
     words += ["--address", address] if address else []
     words += [] if reuse else ["--no-reuse"]
@@ -63,6 +65,11 @@ class AnalyzeCommand:
     resume: str
     manifest: Optional[Path]
     workspace_root: Path
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The store's runs of this command: one per compiler build."""
+        return group_run_ids(self.run_id, len(self.config.per_compiler()))
 
 
 def analyze(ctx: typer.Context,
@@ -91,6 +98,9 @@ def analyze(ctx: typer.Context,
                                              "not timed: add --no-reuse)"),
             device_backend: DeviceBackend = DeviceOption,
             export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout,
+            compilers: list[str] = typer.Option(None, "--compiler", help=f"the compiler build under test: {SPEC_FORMS}. "
+                                                "Repeat it: each build analyses every op, each a run of its own, "
+                                                "compared op by op with the one before (default: installed)"),
             ) -> None:
     """Run the analyze flow: every op of MODELS compiled, simulated and checked, results stored."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 PID: where a stuck run is
@@ -100,7 +110,10 @@ def analyze(ctx: typer.Context,
     address = address or environment().dask_address  # an existing cluster: none is started here
     try:
         names = models or [m.name for m in load_zoo().tagged("default")]
-        config = AnalysisConfig(models=names, chip=chip, reuse_cached=reuse, whole_model=whole,
+        for spec in compilers or []:
+            CompilerSpec.parse(spec)  # a spec that names no build fails here, before anything starts
+        config = AnalysisConfig(models=names, chip=chip, compilers=compilers or ["installed"], reuse_cached=reuse,
+                                whole_model=whole,
                                 op_timeout_s=timeout, cluster=ClusterConfig(address=address, workers=workers),
                                 mesh=mesh, unshard=unshard, pass_timing=1.0 if pass_timing else 0.0,
                                 device=DeviceOptions(backend=device_backend.value),
@@ -115,7 +128,7 @@ def analyze(ctx: typer.Context,
     command = AnalyzeCommand(names=names, config=config, run_id=run_id,
                              shrink=ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds),
                              resume=resume_command(names, chip, workers, address, reuse, whole, timeout, run_id,
-                                                   device_backend.value),
+                                                   device_backend.value, config.compilers),
                              manifest=manifest, workspace_root=Workspace.default().root)
     service = None if address or workers else standing_service(command.workspace_root)
     if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
@@ -142,7 +155,7 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
         flow_thread = FlowThread("analyze-flow", lambda: analyze_flow(
             config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch)
         flow_thread.start()
-        progress_from_store(flow_thread.running, Workspace(command.workspace_root).store, command.run_id)
+        progress_from_store(flow_thread.running, Workspace(command.workspace_root).store, command.run_ids)
     except KeyboardInterrupt:
         if flow_thread is None:
             flow_thread = FlowThread("analyze-flow", lambda: None, launch)
@@ -182,7 +195,7 @@ def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
         return outcome is None
 
     try:
-        progress_from_store(running, Workspace(command.workspace_root).store, command.run_id)
+        progress_from_store(running, Workspace(command.workspace_root).store, command.run_ids)
     except KeyboardInterrupt:
         say(("interrupted:", "yellow"), " the service stores what was analysed and stops the run")
         stop_and_wait(ticket)

@@ -23,24 +23,29 @@ def say(*parts: str | tuple[str, str]) -> None:
     console.print(styled(*parts), soft_wrap=True)
 
 
-def progress_from_store(running: Callable[[], bool], store_root: Path | str, run_id: str) -> None:
-    """A progress bar fed from the store (results land there in batches) while `running()` says so;
-    `running()` paces the loop (a short wait: the end shows at once), the store is read every
-    PROGRESS_SECONDS (each read costs CPU the run could use)."""
+def progress_from_store(running: Callable[[], bool], store_root: Path | str, run_ids: list[str]) -> None:
+    """A progress bar fed from the store (results land there in batches) while `running()` says so,
+    over the runs `run_ids` (one per compiler build); `running()` paces the loop (a short wait: the
+    end shows at once), the store is read every PROGRESS_SECONDS (each read costs CPU the run could use)."""
     from storage.dataset import Store  # pyarrow: loaded only when used
 
     store = Store(store_root)
+    name = run_ids[0] if len(run_ids) == 1 else f"{run_ids[0].removesuffix('-c1')} ({len(run_ids)} compilers)"
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
-        task = progress.add_task(f"run {run_id}: starting", total=None)
-        total, read = 0, time.monotonic()
+        task = progress.add_task(f"run {name}: starting", total=None)
+        totals, read = dict.fromkeys(run_ids, 0), time.monotonic()
         while running():
             if time.monotonic() - read < PROGRESS_SECONDS:
                 continue
             read = time.monotonic()
-            total = total or _total(store, run_id)  # the run's ops are stored once, before the fan-out
-            if total:
-                progress.update(task, total=total, completed=_done(store, run_id), description=f"run {run_id}: ops")
+            for run_id in run_ids:  # a run's ops are stored once, before its fan-out
+                totals[run_id] = totals[run_id] or _total(store, run_id)
+            started = [r for r in run_ids if totals[r]]
+            if started:  # a build not started yet has as many ops as the first (the same split)
+                total = sum(totals.values()) + (len(run_ids) - len(started)) * totals[started[0]]
+                progress.update(task, total=total, completed=sum(_done(store, r) for r in started),
+                                description=f"run {name}: ops")
 
 
 def _total(store, run_id: str) -> int:  # noqa: ANN001
@@ -57,7 +62,11 @@ def _done(store, run_id: str) -> int:  # noqa: ANN001
         return 0
 
 
-def print_summary(summary) -> None:  # noqa: ANN001
+def print_summary(summary) -> None:  # noqa: ANN001  (flows.engine.summary.RunSummary)
+    for earlier in summary.group:  # a run under several compiler builds: each build's run, then the steps
+        print_summary(earlier)
+    if summary.compiler:
+        say(f"compiler: {summary.compiler}")
     table = Table("status", "unique ops", title=f"run {summary.run_id}")
     for status, n in sorted(summary.statuses.items(), key=lambda kv: -kv[1]):
         table.add_row(status, str(n))
@@ -72,6 +81,11 @@ def print_summary(summary) -> None:  # noqa: ANN001
     if summary.report:
         say(f"report: {summary.report}")
     say(f"query it: opbyop sql \"SELECT status, count(*) FROM results WHERE run_id = '{summary.run_id}' GROUP BY 1\"")
+    for step in summary.comparisons:
+        say(("compared: ", "bold"), step["line"])
+    if summary.comparisons:
+        group = summary.run_id.rsplit("-c", 1)[0]
+        say(f"every op: opbyop compare --group {group}")
 
 
 def copy_manifest(root: Path, run_id: str, target: Optional[Path]) -> None:

@@ -240,7 +240,7 @@ class AnalyzeRun:
                           ops_unique=len(prepared.unique), reused=sum(1 for r in results.values() if r.reused_from),
                           statuses=dict(Counter(r.status.value for r in results.values())), failures=dict(failures),
                           model_errors=prepared.errors, whole={m: w.status.value for m, w in self.out.wholes.items()},
-                          error=self.out.error)
+                          error=self.out.error, compiler=self.plan.compiler.label)
 
     def conclude(self, run: RunInfo) -> State:
         """The summary, the artifacts and the report; the flow's final state."""
@@ -305,8 +305,9 @@ def warm_up(client: Client, plugin: on_dask.OpWorkerPlugin, desc: SystemDesc) ->
         failures.append(error)
     first = failures[0]
     kind = "descriptor or compiler" if isinstance(first, WorkerStartError) else "cluster"
+    compiler = f" and {plugin.compiler.label}" if plugin.compiler is not None else ""
     return (f"no op worker could start on any of the {len(workers)} Dask workers with the {desc.chip} system "
-            f"descriptor {desc.path} (a {kind} problem, nothing analysed): {type(first).__name__}: {first}; "
+            f"descriptor {desc.path}{compiler} (a {kind} problem, nothing analysed): {type(first).__name__}: {first}; "
             f"fix: check the descriptor with `opbyop system-desc {desc.path}`, or choose another --chip")
 
 

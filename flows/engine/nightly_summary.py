@@ -23,6 +23,7 @@ class TargetOutcome:
     comparisons: list[ModelComparison] = field(default_factory=list)
     expectations: ExpectationReport | None = None
     model_errors: dict[str, str] = field(default_factory=dict)
+    compilers: list[str] = field(default_factory=list)  # the target's build against each it is compared with
 
     @property
     def ok(self) -> bool:
@@ -72,6 +73,8 @@ def nightly_markdown(name: str, outcomes: list[TargetOutcome]) -> str:
             e = o.expectations
             lines.append(f"Expectations: {len(e.unexpected_failures)} unexpected failures, "
                          f"{len(e.unexpected_passes)} unexpected passes, {e.matched} of {e.checked} ops as expected.\n")
+        for line in o.compilers:
+            lines.append(f"Compilers: {line} (`opbyop compare --group {o.run_id.rsplit('-c', 1)[0]}`)\n")
         for model, error in o.model_errors.items():
             lines.append(f"### {model}: could not be split\n\n```\n{error[:2000].replace('```', '` ` `')}\n```\n")
         lines += [model_markdown(c, o.expectations) for c in o.comparisons]

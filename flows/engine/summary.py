@@ -6,6 +6,8 @@ import Prefect.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 
@@ -22,6 +24,9 @@ class RunSummary(BaseModel):
     phases: dict[str, float] = Field(default_factory=dict)  # phase -> seconds
     error: str | None = None  # why the run stopped before its end
     report: str | None = None  # path of the HTML report
+    compiler: str = ""  # the compiler build under test (its label)
+    group: list[RunSummary] = Field(default_factory=list)  # the runs before it in its group (one per compiler)
+    comparisons: list[dict[str, Any]] = Field(default_factory=list)  # each run of the group against the one before
 
     def line(self) -> str:
         counts = ", ".join(f"{n} {s}" for s, n in sorted(self.statuses.items(), key=lambda kv: -kv[1]))

@@ -24,6 +24,7 @@ from typing import Iterator
 import dask
 from distributed import Client, LocalCluster
 
+from opbyop.compiler.builds import installed
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import target_for
 from opbyop.config import ClusterConfig
@@ -92,9 +93,11 @@ def serve(workers: int, chip: str) -> None:
     with local_cluster(workers) as cluster, Client(cluster) as client:
         print(json.dumps({"address": cluster.scheduler_address}), flush=True)
         try:
-            desc = resolve(chip)
+            compiler = installed()  # the default run's: a run of another build warms its own workers
+            desc = resolve(chip, compiler=compiler)
             plugin = on_dask.OpWorkerPlugin.for_home(Workspace.default().root, {desc.chip: desc.path.read_bytes()},
-                                                     host_devices=target_for(chip).chips)  # the run's own plugin
+                                                     host_devices=target_for(chip).chips,
+                                                     compiler=compiler)  # the run's own plugin
             client.register_plugin(plugin)
             client.run(on_dask.warm_up, plugin.name, desc.chip)
         except Exception as e:  # the flow's own warm-up meets the same error and reports it

@@ -12,7 +12,8 @@ import typer
 from opbyop.cli.app import MathFidelity, console, fail, positive_seconds
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.boards import chip_help
-from opbyop.compiler.builds import SPEC_FORMS, Compiler, prepare
+from opbyop.compiler.builds import Compiler, prepare
+from opbyop.compiler.spec import SPEC_FORMS
 from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, ExportBudget, load_thresholds
 from opbyop.errors import OpbyopError

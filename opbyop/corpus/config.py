@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from opbyop.compiler.boards import mesh_boards
+from opbyop.compiler.spec import check_spec
 from opbyop.config import CompilerOptions, config_dir, load_config
 
 
@@ -21,7 +24,7 @@ class CorpusConfig(BaseModel):
     meshes: list[str] = Field(default_factory=list, description=f"boards ({', '.join(mesh_boards())}; "
                               "NAME:ROWSxCOLS for one shape) running the multichip cases; empty: none")
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
-    compiler_build: str = Field("installed", description="the compiler build under test "
+    compiler_build: Annotated[str, AfterValidator(check_spec)] = Field("installed", description="the compiler build under test "
                                 "(opbyop.compiler.builds: installed, newest, NAME==VERSION, a wheel or a library)")
 
 

@@ -124,8 +124,12 @@ class OpWorkerPlugin(WorkerPlugin):
             path = self.home / "system_descs" / f"{hashlib.sha256(data).hexdigest()[:16]}.ttsys"
             if not path.exists():
                 atomic.write_bytes(path, data)
-            worker = OpWorker(path, self.home, chip=chip, name=f"{self._name}-{chip}-{os.getpid()}",
-                              env=self.env, host_devices=self.host_devices, compiler=self._local_compiler())
+            compiler = self._local_compiler()
+            # its own name: its scratch, $TMPDIR and log are never another build's (each build's worker
+            # of this Dask worker lives beside the others)
+            build = f"-{compiler.key[:8]}" if compiler is not None else ""
+            worker = OpWorker(path, self.home, chip=chip, name=f"{self._name}-{chip}{build}-{os.getpid()}",
+                              env=self.env, host_devices=self.host_devices, compiler=compiler)
             self._workers[chip] = faults.injected(worker, environment().dask_fault_inject, "analyze")
         return self._workers[chip]
 

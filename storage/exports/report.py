@@ -14,12 +14,13 @@ from typing import Any
 import jinja2
 
 from opbyop.atomic import write_text
-from opbyop.records import Status
+from opbyop.records import RunInfo, Status
 from opbyop.shrink.saved import load_shrink
 from opbyop.workspace import Workspace
 from storage.aggregate import NightlySummary, nightly, run_query
 from storage.colours import DEPTH_COLOURS, status_colours
-from storage.convert import shrink_rows
+from storage.compare import compare_group, compiler_label
+from storage.convert import run_row, shrink_rows
 from storage.dataset import Store
 from storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from storage.expectations import default_path as default_expectations_path
@@ -52,6 +53,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         failed_passes = run_query(con, "failed_passes", run_id=run_id).records()
         slowest_passes = run_query(con, "slowest_passes", run_id=run_id, limit=5).records()
         accuracy_trace = run_query(con, "accuracy_trace", run_id=run_id).records()
+        compilers = compilers_data(con, run)
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
     if expectations is not None:
@@ -77,6 +79,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "failed_passes": failed_passes,
         "slowest_passes": slowest_passes,
         "accuracy_trace": accuracy_trace,
+        "compilers": compilers,
         "expectations": expectation_report,
         "skipped": skipped,
         "shrinks": shrinks_of(store, run_id, [o["signature"] for o in ops if o.get("signature")]),
@@ -84,6 +87,24 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         **status_data(),
         "depth_colours": DEPTH_COLOURS,
     }
+
+
+def compilers_data(con: StoreConnection, run: RunInfo) -> dict[str, Any]:
+    """The run's compiler build and, for a run of a group (one run per build), its ops beside the run
+    of the build before it, and where each op of the group starts or stops failing."""
+    data: dict[str, Any] = {"compiler": compiler_label(run_row(run)), "group_id": run.group_id, "previous": None,
+                            "history": []}
+    if not run.group_id:
+        return data
+    group = compare_group(con, run.group_id)
+    step = next((s for s in group.steps if s.run_id == run.run_id), None)
+    if step is not None:
+        data["previous"] = {**step.summary(), "line": step.line(),
+                            "ops": [r for r in step.rows if r["change"] in ("regression", "progression", "message")],
+                            "compile_time": step.compile_time_changes(20)}
+    data["history"] = [h for h in group.history if h["starts_failing_under"] or h["stops_failing_under"]]
+    data["compilers"] = group.compilers
+    return data
 
 
 def status_data() -> dict[str, Any]:
