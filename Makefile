@@ -14,6 +14,10 @@ PYTEST := $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile
 TTNN_VENV ?= .venv-ttnn
 TTSIM_SRC ?= ../shared/third_party/ttsim
 TTSIM_LIB := .ttsim/libttsim_bh.so
+# opbyop's patches to ttsim (where it refuses what Tenstorrent's ISA documentation defines), in the order
+# their `series` file lists them: a changed patch rebuilds the library
+TTSIM_PATCHES := opbyop/device/ttsim/patches
+TTSIM_SERIES := $(TTSIM_PATCHES)/series $(addprefix $(TTSIM_PATCHES)/,$(shell cat $(TTSIM_PATCHES)/series 2>/dev/null))
 # TT-NN Visualizer (`opbyop visualize`) in its own environment: it pins pydantic and tt-perf-report
 # versions the project's environment cannot share.
 VISUALIZER_VENV ?= .venv-visualizer
@@ -57,10 +61,12 @@ $(TTNN_VENV)/.installed: $(STAMP)
 	$(UV) pip install --quiet --python $(TTNN_VENV)/bin/python $(UV_SOURCES) "ttnn==0.81.1"
 	touch $@
 
-# ttsim's source is copied first: its tree may be read-only.
-$(TTSIM_LIB):
+# ttsim's source is copied first (its tree may be read-only), then patched with opbyop's series; the
+# patched tree stays beside the library (the library's name and multichip builds come from it).
+$(TTSIM_LIB): $(TTSIM_SERIES) opbyop/device/ttsim/series.py
 	@test -f $(TTSIM_SRC)/make.py || { echo "no ttsim source at $(TTSIM_SRC): set TTSIM_SRC=" >&2; exit 1; }
-	rm -rf .ttsim/src && mkdir -p .ttsim && cp -r $(TTSIM_SRC) .ttsim/src && chmod -R u+w .ttsim/src
+	rm -rf .ttsim/src $@ && mkdir -p .ttsim && cp -r $(TTSIM_SRC) .ttsim/src && chmod -R u+w .ttsim/src
+	python3 opbyop/device/ttsim/series.py apply .ttsim/src
 	cd .ttsim/src && python3 make.py -j2 src/_out/release_bh/libttsim.so
 	cp .ttsim/src/src/_out/release_bh/libttsim.so $@
 

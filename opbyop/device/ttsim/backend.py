@@ -227,7 +227,10 @@ class TtsimBackend:
                 return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=str(e)))
             log = self.home / "logs" / f"ttsim-{os.getpid()}{'' if mesh == (1, 1) else '-' + key.split()[1]}.log"
             self._runners[key] = TtsimRunner(setup, self.scratch, log, None if mesh == (1, 1) else mesh)
-        return self._runners[key].run(program, inputs, timeout, report)
+        runner = self._runners[key]
+        result = runner.run(program, inputs, timeout, report)
+        result.run.simulator = runner.setup.simulator  # which ttsim and patch set gave this outcome
+        return result
 
     def close(self) -> None:
         for runner in self._runners.values():

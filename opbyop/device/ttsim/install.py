@@ -2,8 +2,9 @@
 
 Two parts, each found from a setting or from where `make ttsim` puts it in this checkout:
 - ttsim itself: OPBYOP_TTSIM is either a built `libttsim.so` (Tenstorrent's release binaries are
-  `libttsim_bh.so` / `libttsim_wh.so`) or a ttsim source tree, built here with its own `make.py`;
-  default: `.ttsim/libttsim_bh.so` of this checkout.
+  `libttsim_bh.so` / `libttsim_wh.so`) or a ttsim source tree, built here with its own `make.py` after
+  opbyop's patch series (opbyop.device.ttsim.series) is applied to a copy; default:
+  `.ttsim/libttsim_bh.so` of this checkout, which `make ttsim` builds the same way.
 - an interpreter with PyPI's `ttnn`: OPBYOP_TTNN_PYTHON; default `.venv-ttnn/bin/python` of this
   checkout. ttnn has wheels for Python 3.10 and 3.12 only and pins numpy < 2 (opbyop needs numpy 2
   for jax), so it runs in an interpreter of its own, started per worker (opbyop.device.ttsim.backend).
@@ -22,6 +23,7 @@ Ethernet links itself.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -29,7 +31,9 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from opbyop.compiler.assets import ensure_assets, startup_lock
+from opbyop.compiler.assets import startup_lock
+from opbyop.compiler.builds import installed, unpack_assets
+from opbyop.device.ttsim.series import SeriesError, apply, carried, label, simulator_name, version
 from opbyop.errors import OpbyopError
 
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -56,6 +60,7 @@ class TtsimSetup:
     simulator_dir: Path  # libttsim.so beside soc_descriptor.yaml, as tt-metal wants them
     sfpi: Path  # tt-metal's RISC-V toolchain
     cache: Path  # tt-metal's kernel cache (TT_METAL_CACHE): a second run is warm
+    simulator: str = "ttsim"  # which ttsim: its version and opbyop's patch set (series.simulator_name)
 
     @property
     def library(self) -> Path:
@@ -96,7 +101,7 @@ def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None
         _copy_if_changed(library, folder / "libttsim.so")
         _copy_if_changed(_soc_descriptor(python, arch), folder / "soc_descriptor.yaml")
     return TtsimSetup(python=python, simulator_dir=folder, sfpi=_stable_sfpi(python),
-                      cache=home / "ttsim" / f"cache-{arch}")
+                      cache=home / "ttsim" / f"cache-{arch}", simulator=simulator_name(library))
 
 
 def _stable_sfpi(python: Path) -> Path:
@@ -107,7 +112,7 @@ def _stable_sfpi(python: Path) -> Path:
     'could not run lto-wrapper', an assembler refusing its own -march): a false device failure. The
     snapshot (hard links where the file system allows, taken while no opbyop process loads the
     plugin) keeps the files it was taken with; every runner of this interpreter shares it."""
-    source = ensure_assets() / "runtime" / "sfpi"
+    source = unpack_assets(installed()) / "runtime" / "sfpi"  # a program of any build runs on these kernels
     if not source.is_dir():
         raise TtsimUnavailable(f"jax-tt-plugin's runtime assets hold no sfpi toolchain ({source})",
                                "reinstall jax-tt-plugin (its first start unpacks the assets)")
@@ -152,18 +157,27 @@ def _library(config: str, ttsim: Path, home: Path) -> Path:
 
 
 def build(source: Path, config: str, into: Path) -> Path:
-    """Build ttsim's release library of `config` (bh, wh, bh_x2 ...) from a source tree (copied: the tree
-    may be read-only)."""
-    target = into / f"libttsim_{config}.so"
-    into.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(into / "build.lock")):
+    """Build ttsim's release library of `config` (bh, wh, bh_x2 ...) from a source tree: a copy (the tree
+    may be read-only), patched with opbyop's series unless the tree already carries one (`make ttsim`'s
+    does). Each version and series builds in a folder of its own, its tree kept beside its libraries."""
+    patched = carried(source)
+    folder = into / re.sub(r"[^\w.+-]", "_", f"{version(source)}+{patched or label()}")
+    target = folder / f"libttsim_{config}.so"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / "build.lock")):
         if target.exists():
             return target
-        tree = into / "src"
+        tree = folder / "src"
         shutil.rmtree(tree, ignore_errors=True)
         shutil.copytree(source, tree)
         for path in [tree, *tree.rglob("*")]:
             path.chmod(path.stat().st_mode | 0o200)
+        if patched is None:
+            try:
+                apply(tree)
+            except SeriesError as e:
+                raise TtsimUnavailable(f"opbyop's ttsim patches do not apply: {e}",
+                                       "point OPBYOP_TTSIM at ttsim v1.10.0's source, or at a built .so") from e
         built = f"src/_out/release_{config}/libttsim.so"
         done = subprocess.run(["python3", "make.py", f"-j{os.cpu_count() or 1}", built], cwd=tree,
                               capture_output=True, text=True)
