@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from pathlib import Path
 
 import pytest
 from distributed import Client, LocalCluster
@@ -215,12 +216,53 @@ def test_the_nightly_runs_the_corpus_target_and_reports_its_coverage(harness, ho
     assert sorted(r.status.value for r in store.results(corpus_run)) == ["success"] * 8
 
 
+F64_SCALE = str(Path(__file__).resolve().parent / "data" / "f64_scale.mlir")  # 0.1.2 refuses it, 0.1.3 compiles it
+
+
+@pytest.mark.slow
+def test_analyze_under_two_compiler_builds_runs_each_and_compares_them_op_by_op(harness, home):
+    state, last = run(config(F64_SCALE, compilers=["jax-tt-plugin==0.1.2", "installed"]), run_id="two-builds")
+    assert state.is_completed(), state.message
+    store = Store(home / "store")
+    (earlier,) = last.group
+    assert (earlier.run_id, last.run_id) == ("two-builds-c1", "two-builds-c2")
+    assert set(earlier.statuses) == {"compile_failed"} and set(last.statuses) == {"success"}
+    assert "jax-tt-plugin 0.1.2" in earlier.compiler and "0.1.3" in last.compiler
+    (step,) = last.comparisons
+    assert step["progression"] == last.ops_unique and step["regression"] == 0
+    runs = {r: store.run(r) for r in ("two-builds-c1", "two-builds-c2")}
+    assert {r.group_id for r in runs.values()} == {"two-builds"}
+    assert runs["two-builds-c1"].compiler.version == "0.1.2" and runs["two-builds-c2"].compiler.spec == "installed"
+    assert {r.compiler for r in store.results("two-builds-c1")} == {runs["two-builds-c1"].compiler.key}
+    artifacts = _artifacts(state.state_details.flow_run_id)
+    assert "compiler-comparison" in artifacts and "progression" in artifacts["compiler-comparison"]
+    html = (home / "reports" / "two-builds-c2.html").read_text()
+    assert 'id="compilers-section"' in html and "starts_failing_under" in html
+
+
+@pytest.mark.slow
+def test_a_nightly_target_follows_a_build_and_is_compared_with_another_the_same_night(harness, home, tmp_path):
+    nightly_file = tmp_path / "nightly.yaml"
+    nightly_file.write_text(f"models: ['{F64_SCALE}']\nwhole_model: false\n"
+                            "targets: [{chip: p150, compiler_build: installed, compare_with: [jax-tt-plugin==0.1.2]}]\n")
+    state = nightly(config_file=str(nightly_file), cluster=ClusterConfig(workers=1), return_state=True)
+    assert state.is_completed(), state.message
+    summary = _artifacts(state.state_details.flow_run_id)["nightly-summary"]
+    assert "compiled by" not in summary.split("\n")[1] and "against jax-tt-plugin==0.1.2" in summary
+    assert "Compilers: jax-tt-plugin 0.1.2" in summary and "progressions" in summary
+    base = f"{_run_id_of(state)}-t0"
+    store = Store(home / "store")
+    # the target's own build is the last of its group: the run its night-over-night comparison reads
+    assert store.run(f"{base}-c2").compiler.spec == "installed" and store.run(f"{base}-c1").compiler.version == "0.1.2"
+
+
 def test_the_run_form_is_built_from_the_pydantic_parameters():
     from prefect.utilities.callables import parameter_schema
 
     schema = parameter_schema(analyze).model_dump()
     config_schema = schema["definitions"]["AnalysisConfig"]["properties"]
-    assert {"models", "chip", "compiler", "thresholds", "seed", "reuse_cached", "cluster"} <= set(config_schema)
+    assert {"models", "chip", "compiler", "compilers", "thresholds", "seed", "reuse_cached", "cluster"} <= set(config_schema)
+    assert config_schema["compilers"]["default"] == ["installed"] and "newest" in config_schema["compilers"]["description"]
     assert config_schema["chip"]["default"] == "p150" and "descriptor" in config_schema["chip"]["description"]
     fidelity = schema["definitions"]["CompilerOptions"]["properties"]["math_fidelity"]
     assert "lofi" in str(fidelity)

@@ -10,6 +10,7 @@ import store_samples as samples
 
 from opbyop.errors import StoreError
 from opbyop.records import Stage, Status
+from storage.aggregate import previous_run_id, run_query
 from storage.cache import lookup_cached
 from storage.catalog import build_catalog
 from storage.dataset import Store
@@ -139,3 +140,19 @@ def test_outcomes_without_a_verdict_are_never_reused(history_store: Store) -> No
     history_store.write_run(gap.run, gap.ops, gap.results, gap.models)
     hits = lookup_cached(history_store, [samples.DOT.signature], samples.compiler("0.1.3").key, "p150", "opts-a")
     assert hits[samples.DOT.signature][0] == "n2"  # n3's not_simulated is skipped: n2's success is reused
+
+
+def test_the_previous_night_is_the_last_run_of_the_same_build_as_named(store_root) -> None:
+    """A night of `newest` follows the last `newest` whatever it resolved to, never the installed build's
+    run of the same night; runs stored before builds were named count as the installed one."""
+    store = Store(store_root)
+    nights = [("old", 1, "installed", "0.1.3"), ("n1", 2, "newest", "0.1.2"), ("i2", 3, "installed", "0.1.3"),
+              ("n2", 3, "newest", "0.1.3")]
+    for run_id, day, spec, version in nights:
+        run = samples.night(run_id, day, samples.NIGHT1)
+        identity = samples.compiler(version).model_copy(update={"spec": spec})
+        store.write_run(run.run.model_copy(update={"compiler": identity}), run.ops, run.results, run.models)
+    with StoreConnection(store.root) as con:
+        assert previous_run_id(con, "n2") == "n1"
+        assert previous_run_id(con, "i2") == "old"
+        assert run_query(con, "window_runs", run_id="n2", n=10).column("run_id") == ["n2", "n1"]

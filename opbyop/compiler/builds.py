@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import zipfile
@@ -40,6 +41,7 @@ from opbyop.atomic import write_text
 from opbyop.compiler import pjrt
 from opbyop.compiler.assets import Notices, find_assets, private_tmpdir, startup_lock
 from opbyop.compiler.spec import DEFAULT_PACKAGE, INSTALLED, NEWEST, SPEC_FORMS, CompilerSpec, SpecKind
+from opbyop.compiler.flatbuf import FlatbufferError
 from opbyop.compiler.ttsys import decode
 from opbyop.config import config_dir
 from opbyop.environment import environment
@@ -399,7 +401,7 @@ def _first_preparation(spec: CompilerSpec, located: _Located, digest: str, home:
     death = _probe(compiler, notices)
     if death is not None:
         raise CompilerError(f"{name} died loading under jax {jax} too ({death})",
-                            f"name the jax it was built for: --compiler '{located.library if spec.kind in (SpecKind.LIBRARY, SpecKind.PACKAGE) else spec.text.split(',')[0]},jax==VERSION'")
+                            f"name the jax it was built for: --compiler '{spec.text.split(',')[0]},jax==VERSION'")
     return _finished(compiler)
 
 
@@ -411,7 +413,13 @@ def _finished(compiler: Compiler) -> Compiler:
     updates = {"ttsim_version": ttsim.read_text().strip() if ttsim and ttsim.exists() else ""}
     probe = compiler.descriptors / f"{PROBE_BOARD}.ttsys"
     if probe.exists():
-        commit = decode(probe.read_bytes()).ttmlir_git_hash
+        try:
+            commit = decode(probe.read_bytes()).ttmlir_git_hash
+        except (FlatbufferError, ValueError, struct.error) as e:
+            raise CompilerError(f"opbyop cannot read the system descriptors {compiler.label} writes ({probe}: {e}): "
+                                "their SystemDesc schema is not one opbyop.compiler.ttsys knows",
+                                "teach opbyop.compiler.ttsys the build's schema (tt-mlir's system_desc.fbs of its "
+                                "commit), or use an older build") from None
         updates["tt_mlir_commit"] = "" if commit in ("", "unknown") else commit
     return compiler.model_copy(update={"identity": compiler.identity.model_copy(update=updates)})
 
@@ -441,7 +449,10 @@ def _probe(compiler: Compiler, notices: Notices) -> str | None:
     """Start the build once and have it describe a p150: None when it did (the descriptor kept in its
     folder), else how its process died. A build that starts but cannot describe a p150 (no Blackhole
     firmware toolchain, say) still loads: that is None too, and its descriptors come from elsewhere."""
-    assets = unpack_assets(compiler, notices)
+    try:
+        assets = unpack_assets(compiler, notices)
+    except BuildDied as e:
+        return e.death
     shipped = shipped_descriptor(compiler.identity, PROBE_BOARD)
     out = compiler.descriptors / f"{PROBE_BOARD}.ttsys"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -520,20 +531,25 @@ def unpack_assets(compiler: Compiler, notices: Notices | None = None) -> Path:
     compiler.tmp_root.mkdir(parents=True, exist_ok=True)
     with startup_lock(notices), notices.timed("plugin assets"):
         if find_assets(compiler.tmp_root) is None:
-            subprocess.run(compiler.command("unpack"), env=compiler.process_environment(compiler.tmp_root),
-                           capture_output=True, timeout=_PROBE_TIMEOUT, cwd=compiler.tmp_root)
+            done = subprocess.run(compiler.command("unpack"), env=compiler.process_environment(compiler.tmp_root),
+                                  capture_output=True, text=True, timeout=_PROBE_TIMEOUT, cwd=compiler.tmp_root)
+            if done.returncode < 0:
+                raise BuildDied(_signal_name(-done.returncode), compiler, done.stderr)
     found = find_assets(compiler.tmp_root)
     if found is None:
-        raise CompilerError(f"{compiler.label} did not unpack its runtime assets into {compiler.tmp_root}",
-                            "check the disk has room (about 400 MB), or that the library is a TT PJRT plugin")
+        raise CompilerError(f"{compiler.label} loaded but unpacked no tt-metal runtime into {compiler.tmp_root}",
+                            "check the disk has room (about 400 MB), and that the library is a TT PJRT plugin "
+                            "(jax-tt-plugin's libtt.so, tt-xla's pjrt_plugin_tt.so)")
     return found
 
 
-def describe_compilers(compilers: list[Compiler]) -> str:
-    """One line per compiler: what it is and how it is driven."""
-    lines = []
-    for c in compilers:
-        how = "in opbyop's workers" if c.in_process else f"in its own environment (jax {c.identity.jax})"
-        commit = f", tt-metal {c.identity.tt_metal_commit[:12]}" if c.identity.tt_metal_commit else ""
-        lines.append(f"{c.identity.spec}: {c.label}{commit}, {how}")
-    return "\n".join(lines)
+class BuildDied(CompilerError):
+    """A build whose process died while it loaded (a signal): often a build made for another jaxlib."""
+
+    def __init__(self, death: str, compiler: Compiler, output: str = ""):
+        self.death = death
+        last = Ran(output=output).last_words()
+        super().__init__(f"{compiler.label} died loading under jax {compiler.identity.jax} ({death})"
+                         + (f": {last}" if last else ""),
+                         f"name the jax it was built for: --compiler '{portable_spec(compiler.identity).split(',')[0]},"
+                         "jax==VERSION'")

@@ -33,12 +33,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import signal
 import struct
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
+from typing import Callable
 
 from pydantic import BaseModel
 
@@ -117,13 +114,24 @@ def _vendored(board: str, compiler: Compiler, notices: Notices) -> Path:
     if _describe(carried, board, DescriptorSource.VENDORED.value).schema_hash == own.schema_hash:
         return carried
     out = cache_dir(compiler) / f"{board}.ttsys"
-    data = wormhole_mesh(own.path.read_bytes(), carried.read_bytes(),
-                         unpack_assets(compiler, notices) / CLUSTER_DIR / BOARDS[board].cluster_yaml)
+    data = _reencoded(compiler, lambda: wormhole_mesh(own.path.read_bytes(), carried.read_bytes(),
+                                                      unpack_assets(compiler, notices) / CLUSTER_DIR / BOARDS[board].cluster_yaml))
     if not out.exists() or out.read_bytes() != data:
         notices.say(f"{board} system descriptor for {compiler.label}: the one opbyop carries has another schema; "
                     f"its chip is re-encoded under this build's p150 header into {out}")
         write_bytes(out, data)
     return out
+
+
+def _reencoded(compiler: Compiler, encode: Callable[[], bytes]) -> bytes:
+    """A descriptor opbyop re-encodes from `compiler`'s own, or the error that says it cannot read them."""
+    try:
+        return encode()
+    except (FlatbufferError, struct.error, ValueError) as e:
+        raise SystemDescError(f"opbyop cannot read the system descriptors {compiler.label} writes ({e}): their "
+                              "SystemDesc schema is not one opbyop.compiler.ttsys knows, so it cannot derive a "
+                              "Wormhole descriptor for it", "use a Blackhole board (the compiler writes those itself), "
+                              "or bring a descriptor collected for this build: --chip PATH") from None
 
 
 def generate_wormhole(board: str, out: Path, compiler: Compiler, notices: Notices | None = None) -> Path:
@@ -135,7 +143,8 @@ def generate_wormhole(board: str, out: Path, compiler: Compiler, notices: Notice
                               f"use one of {', '.join(boards_from(DescriptorSource.DERIVED))}")
     base = resolve(record.layout_from, check=False, notices=notices, compiler=compiler).path.read_bytes()
     chip = resolve(record.chip_from, check=False, notices=notices, compiler=compiler).path.read_bytes()
-    data = wormhole_mesh(base, chip, unpack_assets(compiler, notices) / CLUSTER_DIR / record.cluster_yaml)
+    data = _reencoded(compiler, lambda: wormhole_mesh(base, chip, unpack_assets(compiler, notices) / CLUSTER_DIR
+                                                      / record.cluster_yaml))
     if not out.exists() or out.read_bytes() != data:
         notices.say(f"{board} system descriptor: derived by opbyop ({record.chips} Wormhole chips of the {record.chip_from} "
                     f"on the {record.layout_from}'s layout, links from UMD's {record.cluster_yaml}): the plugin's mock "
