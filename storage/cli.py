@@ -123,6 +123,7 @@ def query(name: Optional[str] = typer.Argument(None, help="a named aggregation f
                                                  "completed run of the same chip and options)"),
           n: int = typer.Option(30, "--n", min=1, help="number of runs for trends and pass rates"),
           limit: int = typer.Option(50, "--limit", min=0),
+          group: Optional[str] = typer.Option(None, "--group", help="a group of runs (one per compiler build)"),
           fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
           store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP),
           list_queries: bool = typer.Option(False, "--list", help="list the named queries and their parameters"),
@@ -143,7 +144,7 @@ def query(name: Optional[str] = typer.Argument(None, help="a named aggregation f
             raise OpbyopError(f"query {name!r} is about one run", "pass --run RUN_ID (`opbyop runs` lists them)")
         with StoreConnection(_root(store), memory_limit=memory_limit, timeout=timeout) as con:
             prev = previous or (previous_run_id(con, run) if run else None)
-            result = run_query(con, name, run_id=run, prev_run_id=prev, n=n, limit=limit)
+            result = run_query(con, name, run_id=run, prev_run_id=prev, n=n, limit=limit, group_id=group)
     except OpbyopError as e:
         _query_failed(e)
     _warn_skipped(result.skipped)

@@ -82,6 +82,13 @@ def test_opbyop_compare_prints_each_step_and_refuses_what_it_cannot_compare(grou
     assert [s["regression"] for s in data["steps"]] == [1, 1] and len(data["history"]) == 7
     got = cli("compare", "--group", "g", "--store", group_store.root)
     assert "starts failing under" in got.stdout and "jax-tt-plugin==0.1.3" in got.stdout
+    got = cli("query", "compiler_history", "--group", "g", "-f", "json", "--store", group_store.root)
+    assert got.exit_code == 0 and len(json.loads(got.stdout)) == 7
+    got = cli("query", "compare", "--run", "g-c2", "--previous", "g-c1", "-f", "json", "--store", group_store.root)
+    assert sorted(r["change"] for r in json.loads(got.stdout)).count("regression") == 1
+    got = cli("runs", "-f", "json", "--store", group_store.root)
+    assert {(r["compiler"], r["group_id"]) for r in json.loads(got.stdout)} == \
+        {(f"jax-tt-plugin=={v}", "g") for v in ("0.1.1", "0.1.2", "0.1.3")}
     got = cli("compare", "g-c1", "--store", group_store.root)
     assert got.exit_code == 2 and "fix:" in got.output
     got = cli("compare", "g-c1", "nope", "--store", group_store.root)

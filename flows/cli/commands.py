@@ -143,7 +143,7 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
               early: Services | None) -> None:
     """The flow in this process, on a server and a cluster started (or named) for this run (`early`:
     what main's early start began, adopted if it was for the same)."""
-    launch = Launch(workers, address, chip, command.workspace_root / "logs", early)
+    launch = Launch(workers, address, chip, command.workspace_root / "logs", early, command.config.compilers)
     flow_thread: FlowThread | None = None
     try:
         launch.handoff.start_splits(command.config.models, command.config.seed, host_devices(command.config),

@@ -22,6 +22,7 @@ from flows.hosting.handoff import Handoff, handing_off
 from flows.hosting.server import drain_prefect, without_heartbeats
 from flows.cli.progress import say
 from opbyop.compiler.assets import Notices
+from opbyop.compiler.builds import prepare
 from opbyop.compiler.system_desc import resolve
 from opbyop.errors import OpbyopError
 
@@ -31,11 +32,11 @@ STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it
 class Launch:
     """What one CLI run starts, all at once from this (the main) thread, and stops together: the
     Prefect server and the Dask cluster (adopted when flows/cli/early.py started them for this run
-    before the command line's imports); beside them the chip's system descriptor is made if this is
-    its first use (said on screen, with why)."""
+    before the command line's imports); beside them each compiler build is prepared and the chip's
+    system descriptor made for it if this is their first use (said on screen, with why)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
-                 started: Services | None = None):
+                 started: Services | None = None, compilers: list[str] | None = None):
         self.handoff = Handoff(started=_process_started())
         # what main started before the command line's imports, if it was for this run; else started now
         started = adopt(started, workers, address, chip, log_dir) or start(workers, address, chip, log_dir)
@@ -44,7 +45,11 @@ class Launch:
         if self.cluster is not None:
             self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
         self.notices = Notices(say=lambda text: say(text))
-        self._waits["descriptor"] = _Started.watch(lambda: resolve(chip, notices=self.notices), self.handoff.started)
+        # each compiler build prepared (its first use on a machine fetches and starts it) and its descriptor
+        self._waits["descriptor"] = _Started.watch(lambda: [resolve(chip, notices=self.notices,
+                                                                    compiler=prepare(spec, self.notices))
+                                                            for spec in compilers or ["installed"]],
+                                                   self.handoff.started)
 
     def wait(self, busy_until: float) -> str | None:
         """Wait for the server, the cluster and the descriptor; put the start-up on the run's time line
