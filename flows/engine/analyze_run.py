@@ -160,9 +160,9 @@ class AnalyzeRun:
         except OpbyopError as e:
             self._stop_with(str(e))
             return
+        plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
+                                                 host_devices=self.plan.host_devices, compiler=self.plan.compiler)
         try:
-            plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
-                                                     host_devices=self.plan.host_devices, compiler=self.plan.compiler)
             with self.clock.phase("warm-up"):
                 error = warm_up(client, plugin, self.desc)
             if error:
@@ -177,6 +177,7 @@ class AnalyzeRun:
                     shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.desc.chip,
                                        self.settings, self.config.op_timeout_s, plugin.name, self.sink.writer, self.logger)
         finally:
+            rest(client, plugin.name, self.logger)  # a cluster that outlives the run keeps only main children
             with self.clock.phase("cluster"):  # a cluster of the run's own takes seconds to stop
                 cluster.__exit__(None, None, None)
 
@@ -309,6 +310,15 @@ def warm_up(client: Client, plugin: on_dask.OpWorkerPlugin, desc: SystemDesc) ->
     return (f"no op worker could start on any of the {len(workers)} Dask workers with the {desc.chip} system "
             f"descriptor {desc.path}{compiler} (a {kind} problem, nothing analysed): {type(first).__name__}: {first}; "
             f"fix: check the descriptor with `opbyop system-desc {desc.path}`, or choose another --chip")
+
+
+def rest(client: Client, plugin: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
+    """The op workers' side children stopped on every Dask worker (best effort: a worker that is gone
+    has none)."""
+    try:
+        client.run(on_dask.rest, plugin)
+    except Exception as e:  # noqa: BLE001  (memory, not results: the run stands)
+        logger.warning("could not stop the op workers' side children: %s: %s", type(e).__name__, e)
 
 
 def _label(op: UniqueOp) -> str:

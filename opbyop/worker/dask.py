@@ -209,6 +209,18 @@ def abort_in_flight(plugin: str, tag: str, dask_worker: object | None = None) ->
     return found.abort(tag) if isinstance(found, OpWorkerPlugin) else 0
 
 
+def rest(plugin: str, dask_worker: object | None = None) -> int:
+    """Runs on every Dask worker (Client.run) when a run's fan-out ends: stop its op workers' side
+    children (the verbose and pass-timing compiles, 0.3-0.4 GB each, started by failed compiles);
+    the main children stay warm for the next run of the same build. How many op workers rested."""
+    found = (dask_worker or get_worker()).plugins.get(plugin)  # type: ignore[attr-defined]
+    if not isinstance(found, OpWorkerPlugin):
+        return 0
+    for worker in list(found._workers.values()):
+        worker.close_passes()
+    return len(found._workers)
+
+
 def warm_up(plugin: str, chip: str, dask_worker: object | None = None) -> int:
     """Start this Dask worker's OpWorker now (so the first op does not pay for it); returns its pid.
     Raises WorkerStartError when it cannot start (a descriptor no compiler accepts, a broken plugin).
