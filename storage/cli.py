@@ -57,6 +57,11 @@ def _check_run(store: Optional[Path], run: str) -> None:
     Store(_root(store)).check_readable(run)
 
 
+def _model(store: Store, run: str, model: str | None) -> str | None:
+    """--model as the run recorded it, whichever form was typed (None: every model)."""
+    return None if model is None else store.model_named(run, model)
+
+
 def _warn_skipped(skipped: list[SkippedFile]) -> None:
     if skipped:
         err_console.print(styled(("warning: ", "yellow"), f"{len(skipped)} unreadable file(s) skipped:"))
@@ -340,7 +345,7 @@ def export_visualizer_cmd(run: str = typer.Option(..., "--run", help="run id"),
     try:
         s = Store(_root(store))
         s.check_readable(run)
-        report = export_visualizer(s, run, out, model, op)
+        report = export_visualizer(s, run, out, _model(s, run, model), op)
     except OpbyopError as e:
         _fail(e)
     _warn_skipped(s.skipped)
@@ -365,7 +370,7 @@ def export_model_explorer_cmd(run: str = typer.Option(..., "--run", help="run id
         chosen = _metric(metric)
         s = Store(_root(store))
         s.check_readable(run)
-        count = export_node_data(s, run, model, chosen, out)
+        count = export_node_data(s, run, _model(s, run, model), chosen, out)
     except OpbyopError as e:
         _fail(e)
     console.print(f"wrote {metric} of {count} nodes to {out}  (load it in Model Explorer beside the model's graph)")
@@ -393,7 +398,7 @@ def explore(run: str = typer.Option(..., "--run", help="run id"),
     try:
         s = Store(_root(store))
         s.check_readable(run)
-        serve(s, run, model, port, open_browser, announce)
+        serve(s, run, _model(s, run, model), port, open_browser, announce)
     except OpbyopError as e:
         _fail(e)
     except KeyboardInterrupt:
@@ -419,7 +424,7 @@ def visualize(run: str = typer.Option(..., "--run", help="run id"),
     try:
         s = Store(_root(store))
         s.check_readable(run)
-        serve_visualizer(s, run, model, op, port, visualizer, announce)
+        serve_visualizer(s, run, _model(s, run, model), op, port, visualizer, announce)
     except OpbyopError as e:
         _fail(e)
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ from filelock import FileLock, Timeout
 import pyarrow.compute as pc
 
 from opbyop.errors import StoreError
+from opbyop.frontends.loader import recorded_name
 from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus, Stage, Status, utcnow
 from opbyop.shrink.result import ShrinkResult
 from storage import convert
@@ -218,6 +219,17 @@ class Store:
 
     def models(self, run_id: str) -> list[StoredModel]:
         return [convert.model_from_row(r) for r in self.read_table("models", run_id).to_pylist()]
+
+    def model_named(self, run_id: str, typed: str) -> str:
+        """The model of `run_id` a user means by `typed`: its recorded name, or any form that records
+        as it (a factory's package.module:name, a file's path: opbyop.frontends.loader.recorded_name)."""
+        recorded = sorted({m.summary.model for m in self.models(run_id)})
+        for candidate in (typed, recorded_name(typed)):
+            if candidate in recorded:
+                return candidate
+        raise StoreError(f"run {run_id} has no model {typed!r}",
+                         f"its models: {', '.join(recorded) or 'none'} (a factory's package.module:name and a "
+                         "file's path are accepted too)")
 
     def shrinks(self, run_id: str, signature: str | None = None) -> list[dict[str, Any]]:
         """The rows of the shrinks table (one per variant tried) of a run, optionally of one op."""

@@ -277,3 +277,15 @@ def test_every_field_of_a_ttsim_run_has_its_column_and_comes_back():
                    agreement="within_ulps", max_ulps=float("inf"), pcc=0.99, peak_l1_bytes=1, peak_cb_bytes=2,
                    peak_dram_bytes=3, report="digest", report_error="words")
     assert _ttsim_from(_ttsim_columns(run, "whole_"), "whole_") == run
+
+
+def test_a_model_is_found_by_every_name_a_user_types_for_it(store_root) -> None:
+    store = Store(store_root)
+    started = datetime(2026, 11, 29, tzinfo=timezone.utc)
+    models = [samples.summary("mymodels.build", []), samples.summary("f64_scale", [], frontend="stablehlo")]
+    store.write_run(samples.run_info("names", started, ["mymodels:build", "data/f64_scale.mlir"]), [], [], models)
+    assert store.model_named("names", "mymodels:build") == store.model_named("names", "mymodels.build") == "mymodels.build"
+    assert store.model_named("names", "tests/data/f64_scale.mlir") == "f64_scale"
+    with pytest.raises(StoreError, match="has no model 'gpt2'") as refused:
+        store.model_named("names", "gpt2")
+    assert "mymodels.build" in refused.value.fix and "package.module:name" in refused.value.fix

@@ -149,6 +149,15 @@ def factory_name(spec: str) -> str:
     return name or "model"
 
 
+def recorded_name(spec: str) -> str:
+    """The one name a model given as `spec` is recorded under, whichever way a user types it: a zoo
+    name as it is, a factory's `package.module:name` as factory_name, a StableHLO file as its stem."""
+    if ":" in spec and dumps.split_spec(spec) is None and Path(spec).suffix not in MLIR_SUFFIXES:
+        return factory_name(spec)
+    path = Path(spec)
+    return path.stem if path.suffix in MLIR_SUFFIXES else spec
+
+
 def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
                budget: ExportBudget | None = None) -> ModelGraph:
     """A zoo entry (with its sharding plan applied, when it has one) -> ModelGraph. A factory's model
