@@ -11,12 +11,13 @@ from flows.analyze import TASK_THREADS, claim_flow_run
 from flows.engine.corpus_run import CorpusRun
 from flows.engine.run_ids import run_id_for
 from flows.hosting import handoff as handoffs
+from opbyop.boards import DEFAULT_CHIP
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, ShrinkOption
 from opbyop.corpus.ops import CorpusSelection
 
 
 @flow(name="corpus", task_runner=ThreadPoolTaskRunner(max_workers=TASK_THREADS), persist_result=False)
-def corpus(selection: CorpusSelection = CorpusSelection(), chip: str = "p150",
+def corpus(selection: CorpusSelection = CorpusSelection(), chip: str = DEFAULT_CHIP,
            compiler: CompilerOptions = CompilerOptions(), op_timeout_s: float = 120.0, reuse_cached: bool = True,
            cluster: ClusterConfig = ClusterConfig(), run_id: str | None = None, compile_only: bool = False):
     """Analyse the selected corpus cases on `chip`, one task per unique op, and store every result.

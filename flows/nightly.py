@@ -32,7 +32,8 @@ from flows.hosting import handoff as handoffs
 from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
 from flows.engine.run_ids import group_run_ids
 from flows.engine.summary import summary_of
-from opbyop.compiler.spec import check_spec
+from opbyop.boards import DEFAULT_CHIP
+from opbyop.compiler_spec import check_spec
 from opbyop.compiler.targets import target_for
 from opbyop.config import (AnalysisConfig, ClusterConfig, CompilerOptions, DeviceOptions, Zoo, config_dir, load_config,
                            load_zoo)
@@ -48,7 +49,7 @@ from tasks.corpus import CorpusOutcome, corpus_selection, coverage_markdown, sto
 
 
 class Target(BaseModel):
-    chip: str = "p150"
+    chip: str = DEFAULT_CHIP
     compiler: CompilerOptions = Field(default_factory=CompilerOptions)
     compiler_build: str = Field("installed", description="the compiler build under test: installed, newest "
                                 "(resolved each night, recorded), NAME==VERSION, a wheel or a PJRT library path")

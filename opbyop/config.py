@@ -14,11 +14,11 @@ import psutil
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from opbyop.compiler.boards import chip_help, mesh_help
-from opbyop.compiler.spec import check_spec
+from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
+from opbyop.compiler_spec import check_spec
 from opbyop.environment import environment
 from opbyop.errors import ConfigError, UnknownModelError
-from opbyop.frontends.sharding_plan import ShardingPlan
+from opbyop.sharding_plan import ShardingPlan
 from opbyop.golden.compare import DtypeThreshold, Thresholds
 
 __all__ = ["AnalysisConfig", "AnalysisSettings", "ClusterConfig", "ExportBudget", "ShrinkOption", "CompilerOptions", "DtypeThreshold", "InputSpec", "Thresholds", "Zoo",
@@ -202,7 +202,7 @@ class AnalysisSettings(BaseModel):
     run_golden: bool = True
     device: DeviceOptions = Field(default_factory=lambda: DeviceOptions())
     mesh: str = "1x1"  # the target's mesh of chips (ROWSxCOLS), written into every result
-    topology: str = "single"  # how the target's chips are linked (opbyop.compiler.boards.Topology)
+    topology: str = "single"  # how the target's chips are linked (opbyop.boards.Topology)
     memory_budget_bytes: int | None = Field(None, ge=1, description="host memory one op's worker may use: an op "
                                             "whose operands and results exceed it is refused (infra_error)")
     # A compile that failed, crashed or hung is compiled again with the compiler's IR printing on
@@ -230,7 +230,7 @@ class AnalysisConfig(BaseModel):
 
     # Plain defaults, not default_factory: Prefect's run form shows only plain defaults.
     models: list[str] = Field(["mlp"], description="zoo names, .mlir/.mlirbc paths or package.module:factory")
-    chip: str = Field("p150", description=chip_help())
+    chip: str = Field(DEFAULT_CHIP, description=chip_help())
     compilers: list[Annotated[str, AfterValidator(check_spec)]] = Field(["installed"], min_length=1, description=(
         "the compiler builds under test, each a run of its own, compared op by op: installed, newest, "
         "jax-tt-plugin==VERSION, a wheel, or a PJRT plugin library (.so) or its package directory"))

@@ -20,7 +20,7 @@ from opbyop.config import ExportBudget, Zoo, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.frontends.dumps import spec_name
 from opbyop.frontends.failures import failure_records
-from opbyop.frontends.graph import ArgumentKind, ModelGraph
+from opbyop.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.loader import expand_specs, load_model
 from opbyop.golden.upstream import attach
 from opbyop.golden.xla_cpu import XlaCpu
@@ -28,7 +28,7 @@ from opbyop.ir.dedupe import dedupe
 from opbyop.ir.mesh import check_fits, module_mesh
 from opbyop.ir.sharding import strip_shardings
 from opbyop.ir.split import SplitResult, split_module
-from opbyop.analysis.op_memory import process_out_of_memory
+from opbyop.op_memory import process_out_of_memory
 from opbyop.records import ModelSummary, Occurrence, OpRecord, OpResult, Stage, Status, UniqueOp, WholeModelResult
 
 

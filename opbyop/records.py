@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from opbyop.compiler.boards import Topology
+from opbyop.boards import Topology
 
 
 def utcnow() -> datetime:
@@ -345,7 +345,7 @@ class DeviceRun(BaseModel):
     message: str | None = None
     # a mesh program (several chips): empty / None / 0 for one chip
     mesh_shape: list[int] = Field(default_factory=list)  # rows, columns
-    topology: str | None = None  # linear | ring | 2d | torus (opbyop.compiler.boards.Topology)
+    topology: str | None = None  # linear | ring | 2d | torus (opbyop.boards.Topology)
     chip_peak_l1_bytes: list[int] = Field(default_factory=list)  # per chip (row-major), per core
     chip_peak_dram_bytes: list[int] = Field(default_factory=list)  # per chip
     collectives: list[CollectiveRun] = Field(default_factory=list)
@@ -474,7 +474,7 @@ class OpResult(BaseModel):
     # A dtype the compiled program changed, by name: "compiled as si32: value ... not representable"
     narrowing: str | None = None
     mesh: str | None = None  # the target's mesh of chips, ROWSxCOLS ("1x2"); None in older records
-    topology: str | None = None  # single | linear | ring | 2d | unknown (opbyop.compiler.boards.Topology)
+    topology: str | None = None  # single | linear | ring | 2d | unknown (opbyop.boards.Topology)
     # The single-op module's arguments (arg0 ..) whose values were the model's own (computed from
     # producers that do not depend on weights), and those drawn from the seed instead
     real_inputs: list[str] = Field(default_factory=list)

@@ -11,7 +11,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from opbyop.config import ExportBudget, Zoo
-from opbyop.frontends.graph import ModelGraph
+from opbyop.graph import ModelGraph
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.ir.split import SplitResult
 from opbyop.pipeline import prepare_model

@@ -28,9 +28,9 @@ from prefect.cache_policies import NONE
 from prefect.states import Cancelled
 
 from opbyop.artifacts import ArtifactStore
-from opbyop.analysis.op_memory import op_size
+from opbyop.op_memory import op_size
 from opbyop.records import OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
-from opbyop.run.call import StageCall
+from opbyop.stage_call import StageCall
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import RunStopped
 from opbyop.worker.wire import Parcel, pack

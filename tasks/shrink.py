@@ -14,7 +14,7 @@ from prefect import task
 from prefect.cache_policies import NONE
 
 from opbyop.records import OpResult, Status, UniqueOp, utcnow
-from opbyop.run.call import StageCall
+from opbyop.stage_call import StageCall
 from opbyop.shrink.result import Outcome, ShrinkResult, outcome_of
 from opbyop.shrink.search import Shrinker
 from opbyop.worker import dask as on_dask

@@ -1,4 +1,4 @@
-"""A board is one record (opbyop.compiler.boards.BOARDS): its target, its system descriptor, the help
+"""A board is one record (opbyop.boards.BOARDS): its target, its system descriptor, the help
 texts and errors that list boards, the board a device image names and the links the mesh simulator
 routes over all derive from it. Boards added here at runtime reach each of them with nothing else
 edited."""
@@ -19,7 +19,7 @@ from opbyop.analysis.analyzer import OpAnalyzer
 from opbyop.compiler import system_desc
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.builds import Ran, installed, unpack_assets
-from opbyop.compiler.boards import BOARDS, Board, DescriptorSource, Topology
+from opbyop.boards import BOARDS, Board, DescriptorSource, Topology
 from opbyop.compiler.system_desc import CLUSTER_DIR, generate_mock, resolve
 from opbyop.compiler.targets import links_of, target_for, topology_of
 from opbyop.config import AnalysisSettings
@@ -159,7 +159,7 @@ def test_help_texts_list_a_board_added_before_the_commands_are_built():
     # help texts are made when the commands are: the board is added first, in a process of its own
     boards = {name: board.model_dump(mode="json") for name, board in NEW_BOARDS.items()}
     script = f"""
-from opbyop.compiler.boards import BOARDS, Board
+from opbyop.boards import BOARDS, Board
 BOARDS.update({{name: Board.model_validate(b) for name, b in {boards!r}.items()}})
 from typer.testing import CliRunner
 from opbyop.cli.main import build_app

@@ -18,7 +18,7 @@ import pytest
 from core_fixtures import DATA
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.builds import Compiler, installed, portable_spec, prepare
-from opbyop.compiler.spec import CompilerSpec, SpecKind
+from opbyop.compiler_spec import CompilerSpec, SpecKind
 from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisConfig, AnalysisSettings, load_zoo
 from opbyop.errors import CompilerError, SystemDescError

@@ -12,7 +12,7 @@ from opbyop.compiler.builds import installed
 from opbyop.device.image import MANIFEST, PROGRAM, DeviceImage, build_image, inputs_of
 from opbyop.device.program import load_program
 from opbyop.errors import ImageError
-from opbyop.frontends.graph import ArgumentKind
+from opbyop.graph import ArgumentKind
 from opbyop.records import TensorDesc
 
 

@@ -433,7 +433,7 @@ def test_a_whole_model_s_failed_run_is_the_device_s_verdict_and_any_other_except
     from opbyop.analysis.analyzer import whole_run_failure
     from opbyop.device.executor import NotSimulatedError
     from opbyop.records import CompileOutcome
-    from opbyop.run.call import StageCall
+    from opbyop.stage_call import StageCall
 
     def raising(error: Exception) -> StageCall:
         def fail():

@@ -206,3 +206,21 @@ def test_a_function_level_import_of_the_project_says_why_it_is_deferred() -> Non
     unexplained = [f"{i.module}:{i.line} imports {i.target}" for i in project_imports() if i.deferred and not i.explained]
     assert unexplained == [], ("import these at the top of the module; defer only a heavy optional dependency "
                                "(jax, torch, prefect, dask, the plugin), with a comment saying so")
+
+
+def room(module: str) -> str:
+    """The room a module lives in, as the layout draws it: one of opbyop's subpackages or top-level
+    modules, or one of the other top-level packages whole."""
+    parts = module.split(".")
+    if parts[0] != "opbyop" or len(parts) == 1:
+        return parts[0]
+    return ".".join(parts[:2])
+
+
+def test_no_import_runs_back_up_the_floors() -> None:
+    """Between rooms (opbyop's subpackages and top-level modules, flows, tasks, storage) the imports
+    go one way: a fact that two floors share lives on the floor below both (opbyop/boards.py,
+    opbyop/stage_call.py, opbyop/op_memory.py, opbyop/graph.py, opbyop/dtypes.py ...)."""
+    edges = [Import(room(i.module), room(i.target), i.line, i.deferred, i.explained) for i in project_imports()
+             if room(i.module) != room(i.target)]
+    assert cycles(edges) == [], "an import runs back up: move what the lower room needs down to a room below both"

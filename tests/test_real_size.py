@@ -148,17 +148,22 @@ def test_an_op_beyond_the_worker_memory_limit_is_an_infra_error_and_the_worker_c
 
 
 def test_a_whole_model_beyond_the_chip_s_dram_is_left_out_with_its_figures_and_a_small_one_is_run():
-    from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
-    from opbyop.analysis.op_memory import whole_model_misfit_on
+    from opbyop.compiler.system_desc import dram_bytes, resolve
+    from opbyop.graph import Argument, ArgumentKind, ModelGraph
+    from opbyop.op_memory import whole_model_misfit_on
 
     def graph(rows: int) -> ModelGraph:
         weight = Argument("w", ArgumentKind.PARAMETER, TensorDesc(shape=(rows, 8192), dtype="bf16"))
         return ModelGraph(name="m", frontend="stablehlo", module_text="", arguments=[weight] * 80)
 
-    misfit = whole_model_misfit_on(graph(28672), "n150")  # 80 llama-70B MLP weights: 37.6 GB
+    n150 = dram_bytes(resolve("n150"))  # 12 channels of 1 GiB, less what the runtime reserves
+    misfit = whole_model_misfit_on(graph(28672), n150)  # 80 llama-70B MLP weights: 37.6 GB
     assert misfit.startswith("whole model not run: its arguments (weights included) are 37.58 GB")
-    assert "the chip's DRAM holds 12.88 GB" in misfit
-    assert whole_model_misfit_on(graph(32), "n150") is None
+    assert "the chip's DRAM holds 12.86 GB" in misfit
+    assert whole_model_misfit_on(graph(32), n150) is None
+    # every board has its DRAM from its descriptor: a p100 has 7 channels to the p150's 8, a p300 two p150s
+    p150, p100, p300 = (dram_bytes(resolve(board)) for board in ("p150", "p100", "p300"))
+    assert p100 * 8 == p150 * 7 and p300 == 2 * p150
 
 
 def test_which_inputs_were_real_and_which_synthetic_survive_the_store(mlp_ops):

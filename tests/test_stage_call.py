@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from opbyop.records import OpResult, Stage, Status
-from opbyop.run.call import OUT_OF_MEMORY, StageCall
+from opbyop.stage_call import OUT_OF_MEMORY, StageCall
 
 
 def _raise(error: BaseException):

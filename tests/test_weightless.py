@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from opbyop.config import InputSpec, Zoo, ZooEntry
-from opbyop.frontends.graph import ArgumentKind
+from opbyop.graph import ArgumentKind
 from opbyop.frontends.loader import example_inputs, load_model
 from opbyop.golden import upstream
 from opbyop.golden.xla_cpu import XlaCpu

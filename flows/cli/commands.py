@@ -23,15 +23,15 @@ from typing import Any, Optional
 
 import typer
 
-from flows.cli.early import DEFAULT_CHIP, Services, defaults_for_laptop, started_early
+from flows.cli.early import Services, defaults_for_laptop, started_early
 from flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
 from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
 from flows.engine.run_ids import group_run_ids, new_run_id
 from flows.engine.summary import summary_of
 from flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
 from opbyop.cli.app import DeviceBackend, DeviceOption, positive_seconds
-from opbyop.compiler.boards import chip_help, mesh_help
-from opbyop.compiler.spec import SPEC_FORMS, CompilerSpec
+from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
+from opbyop.compiler_spec import SPEC_FORMS, CompilerSpec
 from opbyop.cli.worker_options import ExportMemory, ExportTimeout, export_budget
 from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
@@ -254,7 +254,7 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
         say(("error:", "red"), f" {e}")
         raise typer.Exit(2)
     address = address or environment().dask_address
-    chip = chosen.targets[0].chip if chosen.targets else "p150"  # the cluster's op workers warm up for it
+    chip = chosen.targets[0].chip if chosen.targets else DEFAULT_CHIP  # the cluster's op workers warm up for it
     root = Workspace.default().root
 
     service = None if address or workers else standing_service(root)
@@ -324,7 +324,7 @@ def _nightly_on_service(root: Path, service, config_file: Optional[Path], models
         raise typer.Exit(1)
 
 
-def serve(chip: str = typer.Option("p150", "--chip", help="warm the op workers for this chip"),
+def serve(chip: str = typer.Option(DEFAULT_CHIP, "--chip", help="warm the op workers for this chip"),
           workers: Optional[int] = typer.Option(None, "--workers", min=1, help="Dask workers (default: one per core)"),
           port: Optional[int] = typer.Option(None, "--port", min=1, max=65535,
                                              help="the Prefect server's port (default: a free one)"),

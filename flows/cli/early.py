@@ -21,9 +21,9 @@ from flows.hosting.cluster_process import ClusterProcess
 from flows.hosting.server import PrefectApi, configured_api_url
 from flows.hosting.service_record import record_path
 from flows.hosting.settings import apply_defaults
+from opbyop.boards import DEFAULT_CHIP
 from opbyop.environment import environment, workspace_root
 
-DEFAULT_CHIP = "p150"  # analyze's --chip default
 
 
 @dataclass

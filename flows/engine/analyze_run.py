@@ -40,7 +40,7 @@ from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
 from opbyop.errors import OpbyopError
 from opbyop.pipeline import Prepared, run_manifest_path, store_modules, write_manifest
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
-from opbyop.run.call import StageCall
+from opbyop.stage_call import StageCall
 from opbyop.run.engine import RunOutcome, prepare_models
 from opbyop.run.engine import execute as run_engine
 from opbyop.run.plan import RunPlan

@@ -17,7 +17,7 @@ import numpy as np
 from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
 from opbyop.artifacts import ArtifactStore
 from opbyop.analysis.attribution import judge
-from opbyop.compiler.boards import Topology
+from opbyop.boards import Topology
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.config import AnalysisSettings
 from opbyop.device.placement import Policy
@@ -30,17 +30,17 @@ from opbyop.frontends.values import read_values
 from opbyop.golden import upstream
 from opbyop.golden.blocked import golden_outputs
 from opbyop.golden.compare import compare, verdict
-from opbyop.golden.dtypes import mlir_dtype
+from opbyop.dtypes import mlir_dtype
 from opbyop.golden.inputs import make_inputs
 from opbyop.golden.narrowing import narrowed_type, narrowing
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
-from opbyop.analysis.op_memory import op_memory_message, over_budget
+from opbyop.op_memory import op_memory_message, over_budget
 from opbyop.records import (CompileOutcome, OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult,
                             utcnow)
-from opbyop.run.call import OUT_OF_MEMORY, StageCall
+from opbyop.stage_call import OUT_OF_MEMORY, StageCall
 
 ProgressFn = Callable[[str], None]
 RANDOM_OPS = frozenset({"stablehlo.rng", "stablehlo.rng_bit_generator"})

@@ -25,7 +25,7 @@ from opbyop.cli.decode_cmds import run_decode_command
 from opbyop.cli.worker_options import (ChipOption, CompilerOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc,
                                        OptLevel, Timeout, analysis_settings, cli_worker, compiler_named,
                                        compiler_options, export_budget, stored_op, worker_errors, worker_name)
-from opbyop.compiler.boards import chip_help, mesh_help
+from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
@@ -344,7 +344,7 @@ def print_passes(result: OpResult, log: Path, workspace) -> None:
 
 
 @app.command("system-desc")
-def system_desc(chip: str = typer.Argument("p150", help=f"{chip_help()} to validate"),
+def system_desc(chip: str = typer.Argument(DEFAULT_CHIP, help=f"{chip_help()} to validate"),
                 out: Optional[Path] = typer.Option(None, "--out", help="copy the descriptor here"),
                 compiler: str = CompilerOption) -> None:
     """Produce (the plugin's mock mode, or derived by opbyop), provide (vendored) or validate a system descriptor."""

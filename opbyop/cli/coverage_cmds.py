@@ -16,7 +16,7 @@ from rich.text import Text
 
 from opbyop.cli.app import DeviceBackend, DeviceOption, app, console, fail
 from opbyop.cli.worker_options import CompilerOption, compiler_named
-from opbyop.compiler.boards import chip_help
+from opbyop.boards import chip_help
 from opbyop.config import CompilerOptions, DeviceOptions
 from opbyop.corpus.case import element_type
 from opbyop.corpus.catalog import BUILDERS

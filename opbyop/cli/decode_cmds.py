@@ -16,6 +16,7 @@ from rich.table import Table
 from opbyop.cli.app import MathFidelity, app, console, fail, print_error, status_text, styled
 from opbyop.cli.worker_options import (ChipOption, CompilerOption, Fidelity, Fp32Acc, OptLevel, analysis_settings,
                                        cli_worker, compiler_named)
+from opbyop.boards import DEFAULT_CHIP
 from opbyop.compiler.system_desc import resolve
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
@@ -43,7 +44,7 @@ def decode(model: str = typer.Argument(..., help="a causal LM: gpt2, llama, or p
 
 
 def run_decode_command(models: list[str], steps: int, prompt_length: int = 8, cache_length: int | None = None,
-                       chip: str = "p150", seed: int = 0, optimization_level: int = 0,
+                       chip: str = DEFAULT_CHIP, seed: int = 0, optimization_level: int = 0,
                        math_fidelity: MathFidelity | None = None, fp32_dest_acc: bool | None = None,
                        policy: Policy = Policy.FEWEST_CYCLES, timeout: float = 600.0, json_out: bool = False,
                        compiler: str = "installed") -> None:

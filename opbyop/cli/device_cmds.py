@@ -9,16 +9,16 @@ import numpy as np
 import typer
 
 from opbyop.cli.app import app, console, fail, input_specs
-from opbyop.cli.worker_options import CompilerOption, compiler_named, worker_errors, worker_name
+from opbyop.cli.worker_options import ChipOption, CompilerOption, compiler_named, worker_errors, worker_name
 from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisSettings, load_thresholds
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.image import DeviceImage, build_image, inputs_of
 from opbyop.errors import ImageError, OpbyopError
-from opbyop.frontends.graph import ArgumentKind
+from opbyop.graph import ArgumentKind
 from opbyop.frontends.loader import load_model
 from opbyop.frontends.values import filled
-from opbyop.golden.dtypes import numpy_dtype
+from opbyop.dtypes import numpy_dtype
 from opbyop.jaxenv import prepare_jax
 from opbyop.records import TensorDesc
 from opbyop.worker.process import OpWorker
@@ -32,7 +32,7 @@ app.add_typer(image, name="image")
 @image.command("build")
 def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, or package.module:factory"),
           out: Path = typer.Option(..., "-o", "--out", help="image file to write (.zip)"),
-          chip: str = typer.Option("p150", "--chip"), seed: int = typer.Option(0),
+          chip: str = ChipOption, seed: int = typer.Option(0),
           input: list[str] = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32"),
           compiler: str = CompilerOption) -> None:
     """Compile MODEL whole and write its device image."""

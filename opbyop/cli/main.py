@@ -71,7 +71,7 @@ def _run_command(argv: list[str]) -> int | str | None:
     prepared = _prepare_plugins(argv)
     app = build_app()
     # deferred with the commands (build_app): imported once the plugins have prepared
-    from opbyop.analysis.op_memory import process_out_of_memory
+    from opbyop.op_memory import process_out_of_memory
     from opbyop.cli.app import print_error
 
     try:

@@ -11,16 +11,16 @@ import typer
 
 from opbyop.cli.app import MathFidelity, console, fail, positive_seconds
 from opbyop.compiler.assets import Notices
-from opbyop.compiler.boards import chip_help
+from opbyop.boards import DEFAULT_CHIP, chip_help
 from opbyop.compiler.builds import Compiler, prepare
-from opbyop.compiler.spec import SPEC_FORMS
+from opbyop.compiler_spec import SPEC_FORMS
 from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, ExportBudget, load_thresholds
 from opbyop.errors import OpbyopError
 from opbyop.worker.process import OpWorker, WorkerStartError
 from opbyop.workspace import Workspace
 
-ChipOption = typer.Option("p150", "--chip", help=chip_help())
+ChipOption = typer.Option(DEFAULT_CHIP, "--chip", help=chip_help())
 CompilerOption = typer.Option("installed", "--compiler", help=f"the compiler build under test: {SPEC_FORMS}")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
 Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")

@@ -38,9 +38,10 @@ from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field
 
 from opbyop.atomic import write_text
+from opbyop.boards import BOARDS
 from opbyop.compiler import pjrt
 from opbyop.compiler.assets import Notices, find_assets, private_tmpdir, startup_lock
-from opbyop.compiler.spec import DEFAULT_PACKAGE, INSTALLED, NEWEST, SPEC_FORMS, CompilerSpec, SpecKind
+from opbyop.compiler_spec import DEFAULT_PACKAGE, INSTALLED, NEWEST, SPEC_FORMS, CompilerSpec, SpecKind
 from opbyop.compiler.flatbuf import FlatbufferError
 from opbyop.compiler.ttsys import decode
 from opbyop.config import config_dir
@@ -50,7 +51,8 @@ from opbyop.records import CompilerIdentity
 
 PJRT_SYMBOL = b"GetPjrtApi"  # every PJRT plugin library exports it
 CLUSTER_DIR = "tt_metal/third_party/umd/tests/cluster_descriptor_examples"
-PROBE_BOARD, PROBE_CLUSTER = "p150", "blackhole_P150.yaml"  # the board a build describes to prove it loads
+# the board a build describes to prove it loads: one Blackhole chip, whose firmware every build can build
+PROBE_BOARD = "p150"
 _PROBE_TIMEOUT = 600.0
 _SHA40 = re.compile(rb"\x00([0-9a-f]{8})\x00+git_sha_short\x00")  # tt-metal's build info, beside its short sha
 
@@ -465,7 +467,7 @@ def _probe(compiler: Compiler, notices: Notices) -> str | None:
         if ran.died or ran.ok:
             return ran.died
     written = compiler.home / f".{PROBE_BOARD}-{os.getpid()}.ttsys"
-    ran = run_verb(compiler, "describe", str(written), TT_METAL_MOCK_CLUSTER_DESC_PATH=str(assets / CLUSTER_DIR / PROBE_CLUSTER))
+    ran = run_verb(compiler, "describe", str(written), TT_METAL_MOCK_CLUSTER_DESC_PATH=str(assets / CLUSTER_DIR / BOARDS[PROBE_BOARD].cluster_yaml))
     if ran.ok and written.exists():
         os.replace(written, out)
     written.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """System descriptors (.ttsys): what chip the compiler targets when there is no chip.
 
-Where a board's descriptor comes from is its record's `source` (opbyop.compiler.boards):
+Where a board's descriptor comes from is its record's `source` (opbyop.boards):
 - mock (Blackhole boards): written by the compiler itself, running in tt-metal's mock mode with UMD's
   cluster descriptor for that board (a subprocess; the plugin deletes its descriptor file when the
   process exits, so the subprocess copies it while alive). Made once per compiler build, cached in
@@ -41,9 +41,10 @@ from pydantic import BaseModel
 
 from opbyop.atomic import atomic_path, write_bytes
 from opbyop.compiler.assets import Notices
-from opbyop.compiler.builds import CLUSTER_DIR, Compiler, installed, run_verb, shipped_descriptor, unpack_assets
+from opbyop.compiler.builds import CLUSTER_DIR, PROBE_BOARD, Compiler, installed, run_verb, shipped_descriptor, unpack_assets
 from opbyop.compiler.flatbuf import FlatbufferError, read_root
-from opbyop.compiler.boards import BOARDS, DescriptorSource, boards_from
+from opbyop.boards import BOARDS, DescriptorSource, boards_from
+from opbyop.compiler.ttsys import decode
 from opbyop.compiler.wormhole_descs import wormhole_mesh
 from opbyop.config import config_dir
 from opbyop.errors import SystemDescError
@@ -57,7 +58,16 @@ class SystemDesc(BaseModel):
     path: Path
     schema_hash: str
     sha256: str
-    source: str  # mock | vendored | derived (opbyop.compiler.boards.DescriptorSource) | user
+    source: str  # mock | vendored | derived (opbyop.boards.DescriptorSource) | user
+
+
+def dram_bytes(desc: SystemDesc) -> int:
+    """The DRAM a target's programs may use, over all its chips, as its descriptor says (each chip's
+    channels, less what the runtime reserves at the bottom of each)."""
+    chips = decode(desc.path.read_bytes()).system_desc
+    return sum(chips.chip_descs[i].num_dram_channels
+               * (chips.chip_descs[i].dram_channel_size - chips.chip_descs[i].dram_unreserved_base)
+               for i in chips.chip_desc_indices)
 
 
 def cache_dir(compiler: Compiler) -> Path:
@@ -110,7 +120,7 @@ def _vendored(board: str, compiler: Compiler, notices: Notices) -> Path:
     """The vendored descriptor, or for a build of another schema the same chip under that build's own
     p150 header (re-encoded, as the Wormhole meshes are; checked by compiling like them)."""
     carried = vendored_path(board)
-    own = resolve("p150", check=False, notices=notices, compiler=compiler)
+    own = resolve(PROBE_BOARD, check=False, notices=notices, compiler=compiler)
     if _describe(carried, board, DescriptorSource.VENDORED.value).schema_hash == own.schema_hash:
         return carried
     out = cache_dir(compiler) / f"{board}.ttsys"
@@ -221,12 +231,12 @@ def _board_descriptor(board: str, source: DescriptorSource, compiler: Compiler, 
 
 def plugin_schema_hash(compiler: Compiler, notices: Notices | None = None) -> str:
     """The schema hash of descriptors `compiler` writes (read from its own p150 descriptor)."""
-    return resolve("p150", check=False, notices=notices, compiler=compiler).schema_hash
+    return resolve(PROBE_BOARD, check=False, notices=notices, compiler=compiler).schema_hash
 
 
 def resolve(chip: str, check: bool = True, notices: Notices | None = None,
             compiler: Compiler | None = None) -> SystemDesc:
-    """A validated descriptor for `chip` (a board of opbyop.compiler.boards) or for a .ttsys path, for
+    """A validated descriptor for `chip` (a board of opbyop.boards) or for a .ttsys path, for
     `compiler` (default: the plugin installed beside opbyop); `notices` is told what is made the first
     time (a mock start, a derivation, a check) and why."""
     notices = notices or Notices()

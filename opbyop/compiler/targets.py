@@ -2,7 +2,7 @@
 
 A board of several chips is one target: the compiler sees every chip of its system descriptor as a
 device and compiles a sharded module for a mesh of them (num_partitions = chips of the mesh). Its
-record (opbyop.compiler.boards) states the topology; topology_of reads it from a UMD cluster
+record (opbyop.boards) states the topology; topology_of reads it from a UMD cluster
 descriptor's ethernet links (a path: linear; a cycle: ring; anything else: 2d), which is how a
 record's topology is checked.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from opbyop.compiler.boards import BOARDS, Board, Topology, mesh_text
+from opbyop.boards import BOARDS, Board, Topology, mesh_text, parse_mesh
 from opbyop.errors import SystemDescError
 
 __all__ = ["BOARDS", "Board", "Target", "Topology", "ethernet_connections", "links_of", "parse_mesh",
@@ -37,20 +37,6 @@ class Target(BaseModel):
     @property
     def mesh_text(self) -> str:
         return mesh_text(self.mesh)
-
-
-def parse_mesh(text: str) -> tuple[int, int]:
-    """'1x2' -> (1, 2); '8' -> (1, 8)."""
-    parts = text.lower().replace(" ", "").split("x")
-    try:
-        dims = [int(p) for p in parts]
-    except ValueError:
-        dims = []
-    if len(dims) == 1:
-        dims = [1, dims[0]]
-    if len(dims) != 2 or min(dims) < 1:
-        raise SystemDescError(f"mesh {text!r} is not a mesh shape", "write it as ROWSxCOLS, e.g. 1x2, 2x4 or 4x8")
-    return dims[0], dims[1]
 
 
 def target_for(chip: str, mesh: str | None = None) -> Target:

@@ -9,7 +9,7 @@ DRAM in 12 channels), and the board's MMIO chips and ethernet links are read fro
 descriptor of that board. Derived from the p150's descriptor, a T3K is byte for byte the one derived
 from the plugin's own 8-chip Blackhole mesh, which costs the plugin minutes of firmware and fabric
 builds to write. Which boards are derived so, and from which, their records say
-(opbyop.compiler.boards).
+(opbyop.boards).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from enum import Enum
 
 import numpy as np
 
-from opbyop.golden.dtypes import numpy_dtype
+from opbyop.dtypes import numpy_dtype
 
 
 class Form(str, Enum):

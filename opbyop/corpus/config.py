@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from opbyop.compiler.boards import mesh_boards
-from opbyop.compiler.spec import check_spec
+from opbyop.boards import mesh_boards
+from opbyop.compiler_spec import check_spec
 from opbyop.config import CompilerOptions, config_dir, load_config
 
 

@@ -15,7 +15,7 @@ from typing import Iterator
 
 from pydantic import BaseModel, Field
 
-from opbyop.compiler.targets import parse_mesh
+from opbyop.boards import parse_mesh
 from opbyop.corpus.case import Case, Form, TType, element_type
 from opbyop.corpus.catalog import cases
 from opbyop.corpus.generate import CorpusEntry, entries_of

@@ -20,7 +20,7 @@ from opbyop.errors import OpbyopError
 from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import split_module
 from opbyop.records import OpResult, Stage, Status, UniqueOp
-from opbyop.run.call import StageCall
+from opbyop.stage_call import StageCall
 
 RESULTS = "results.jsonl"
 

@@ -26,7 +26,7 @@ from torch import nn
 from opbyop.config import Zoo, load_zoo
 from opbyop.errors import OpbyopError
 from opbyop.frontends import loader
-from opbyop.frontends.graph import ArgumentKind, ModelGraph
+from opbyop.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.torch_export import export_torch
 
 _NOT_AN_LM_FIX = ("decode the zoo's gpt2 or llama, or a package.module:factory that returns a transformers causal LM "

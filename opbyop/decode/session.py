@@ -22,7 +22,7 @@ from opbyop.decode.loop import DecodePrograms, run_decode
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary, close_device, open_device
 from opbyop.errors import OpbyopError
-from opbyop.frontends.graph import ModelGraph
+from opbyop.graph import ModelGraph
 from opbyop.golden.compare import pcc
 from opbyop.records import Stage, Status, WholeModelResult
 

@@ -30,7 +30,7 @@ from opbyop import __version__
 from opbyop.atomic import atomic_path
 from opbyop.compiler.flatbuf import read_root
 from opbyop.compiler.builds import installed
-from opbyop.compiler.boards import single_chip_board
+from opbyop.boards import single_chip_board
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.runtime import Binary, open_device
 from opbyop.device.stitch import run_stitched

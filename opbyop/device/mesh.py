@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 import numpy as np
 
-from opbyop.compiler.boards import Topology
+from opbyop.boards import Topology
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.program import split_top
 from opbyop.device.tensor import Device

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opbyop.compiler.boards import Topology
+from opbyop.boards import Topology
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError
 from opbyop.device.layout import Layout

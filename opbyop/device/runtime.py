@@ -32,7 +32,7 @@ from opbyop.device.memory import OutOfMemory
 from opbyop.device.placement import Policy
 from opbyop.device.program import Program, TensorType, load_program
 from opbyop.device.tensor import Device, DeviceTensor, host_layout
-from opbyop.golden.dtypes import mlir_dtype, numpy_dtype
+from opbyop.dtypes import mlir_dtype, numpy_dtype
 from opbyop.records import DeviceRun
 
 __all__ = ["Binary", "Device", "DeviceTensor", "deallocate", "get_layout", "host_layout", "open_device", "submit",

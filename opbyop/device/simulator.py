@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from opbyop.compiler.boards import Topology
+from opbyop.boards import Topology
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
 from opbyop.device.mesh_runtime import MeshSimulator

@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from opbyop.compiler.boards import Topology
+from opbyop.boards import Topology
 from opbyop.device.executor import SimulationError
 from opbyop.device.mesh import Mesh
 from opbyop.device.mesh_runtime import run_stitched_mesh

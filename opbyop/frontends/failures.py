@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from opbyop.frontends.graph import FrontendFailure, ModelGraph
+from opbyop.graph import FrontendFailure, ModelGraph
 from opbyop.records import OpRecord, Provenance, SourceFrame
 
 

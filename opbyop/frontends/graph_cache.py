@@ -22,7 +22,7 @@ from pathlib import Path
 from opbyop.atomic import atomic_path
 from opbyop.config import Zoo
 from opbyop.environment import environment
-from opbyop.frontends.graph import ModelGraph
+from opbyop.graph import ModelGraph
 
 MAX_BYTES = 4 << 30
 FRAMEWORKS = ("torch", "torch-mlir", "jax", "jaxlib", "transformers")

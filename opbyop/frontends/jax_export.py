@@ -13,8 +13,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from opbyop.errors import ExportError
-from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
-from opbyop.golden.dtypes import mlir_dtype
+from opbyop.graph import Argument, ArgumentKind, ModelGraph
+from opbyop.dtypes import mlir_dtype
 from opbyop.ir.mesh import module_mesh
 from opbyop.records import TensorDesc
 

@@ -25,9 +25,9 @@ from opbyop.errors import ExportError, ModuleError, OpbyopError, UnknownModelErr
 from opbyop.frontends import dumps, graph_cache
 from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, forkserver, run_in_child, start_forkserver,
                                         write_result)
-from opbyop.frontends.graph import Argument, ArgumentKind, ModelGraph
+from opbyop.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.frontends.jax_export import export_jax
-from opbyop.frontends.sharding_plan import apply_plan
+from opbyop.sharding_plan import apply_plan
 from opbyop.ir.context import make_context
 from opbyop.jaxenv import prepare_jax
 from opbyop.ir.parse import bytecode_to_text, check_nesting, parse_module, read_module_source

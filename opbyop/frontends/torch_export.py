@@ -38,7 +38,7 @@ from opbyop.errors import ExportError
 from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, descendants, gigabytes, processes_memory,
                                         run_in_child, write_result)
 from opbyop.frontends.torch_bisect import Attempt, Unit, bisect, subgraph, units
-from opbyop.frontends.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
+from opbyop.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
 from opbyop.frontends.torch_decompositions import decompositions, fold_complex_views
 from opbyop.frontends.torch_meta import fix_meta_graph, is_meta, to_meta
 from opbyop.frontends.torch_partition import cut, failing_nodes, mlir_name, nodes_at, unlowered_ops

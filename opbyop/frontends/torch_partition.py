@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from opbyop.frontends.graph import FrontendFailure
+from opbyop.graph import FrontendFailure
 from opbyop.records import TensorDesc
 
 _ILLEGAL = re.compile(r"failed to legalize operation '([\w.]+)'")

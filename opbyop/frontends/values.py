@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from opbyop.atomic import atomic_path
-from opbyop.frontends.graph import ModelGraph
+from opbyop.graph import ModelGraph
 from opbyop.golden.inputs import make_inputs
 from opbyop.records import TensorDesc
 

@@ -19,7 +19,7 @@ import numpy as np
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.context import make_context
 from opbyop.ir.rewrite import body_ops, main_func
-from opbyop.analysis.op_memory import tensor_bytes
+from opbyop.op_memory import tensor_bytes
 from opbyop.records import UniqueOp
 
 # An operand above this many bytes is split: a block's operand, and XLA's f32 copy of it, stay near this size.

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from opbyop.golden.dtypes import is_float, numpy_dtype
+from opbyop.dtypes import is_float, numpy_dtype
 from opbyop.records import OperandDesc, TensorDesc
 
 # op name -> operand indices that must be drawn from (0.5, 2.0)

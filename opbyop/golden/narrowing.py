@@ -12,7 +12,7 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-from opbyop.golden.dtypes import mlir_dtype
+from opbyop.dtypes import mlir_dtype
 
 # What the program's element type is called in the StableHLO the op came from.
 _SAME = {("f32", "f32"), ("bf16", "bf16"), ("f16", "f16"), ("i32", "si32"), ("i1", "i1"), ("ui32", "u32"),

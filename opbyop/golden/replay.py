@@ -9,7 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from opbyop.frontends.graph import ModelGraph
+from opbyop.graph import ModelGraph
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.split import SplitResult
 from opbyop.records import ValueRef

@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from opbyop.artifacts import ArtifactStore
-from opbyop.golden.dtypes import numpy_dtype
+from opbyop.dtypes import numpy_dtype
 from opbyop.golden.inputs import POSITIVE_OPERANDS
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.ir.split import SplitResult

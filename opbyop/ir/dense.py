@@ -15,7 +15,7 @@ import re
 import ml_dtypes
 import numpy as np
 
-from opbyop.golden.dtypes import numpy_dtype
+from opbyop.dtypes import numpy_dtype
 
 _TYPE = re.compile(r":\s*tensor<([^>]*(?:<[^>]*>)?)>\s*$")
 _TOKEN = re.compile(r"\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)|true|false|[-+]?0x[0-9A-Fa-f]+|"

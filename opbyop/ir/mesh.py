@@ -12,7 +12,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict
 
-from opbyop.compiler.boards import mesh_boards
+from opbyop.boards import mesh_boards
 from opbyop.errors import OpbyopError
 
 _MESH = re.compile(r'^\s*sdy\.mesh\s+@([\w.$-]+)\s*=\s*<\s*\[([^\]]*)\]', re.M)

@@ -14,7 +14,7 @@ import re
 
 from jaxlib.mlir import ir, passmanager
 
-from opbyop.compiler.boards import mesh_boards
+from opbyop.boards import mesh_boards
 from opbyop.errors import ModuleError
 from opbyop.ir.context import make_context
 

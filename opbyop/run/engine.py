@@ -13,8 +13,9 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from opbyop.frontends.graph import ModelGraph
-from opbyop.analysis.op_memory import misfits
+from opbyop.graph import ModelGraph
+from opbyop.compiler.system_desc import dram_bytes
+from opbyop.op_memory import misfits
 from opbyop.pipeline import Prepared, PrepareOne, prepare, summarize
 from opbyop.config import Zoo, load_zoo
 from opbyop.records import ModelSummary, OpResult, RunStatus, Stage, Status, UniqueOp, WholeModelResult
@@ -115,7 +116,7 @@ def fitting_wholes(plan: RunPlan, outcome: RunOutcome, logger: logging.Logger | 
     """The models whose whole-model run fits the chip and the host; the others are skipped here,
     with their figures (weights' bytes against DRAM and host memory), never run out of memory."""
     graphs = outcome.prepared.graphs
-    for name, misfit in misfits(graphs, plan.desc.chip).items():
+    for name, misfit in misfits(graphs, dram_bytes(plan.desc)).items():
         outcome.add_whole(name, WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit))
         logger.info("%s: %s", name, misfit)
     return {name: graph for name, graph in graphs.items() if name not in outcome.wholes}

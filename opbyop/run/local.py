@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from opbyop.frontends.graph import ModelGraph
+from opbyop.graph import ModelGraph
 from opbyop.records import UniqueOp
 from opbyop.run.engine import RunOutcome
 from opbyop.run.plan import RunPlan

@@ -21,7 +21,7 @@ from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.environment import environment
 from opbyop.golden.xla_cpu import XlaCpu
 from opbyop.jaxenv import prepare_jax
-from opbyop.run.call import describe_exception
+from opbyop.stage_call import describe_exception
 from opbyop.worker import faults
 from opbyop.worker.protocol import MESSAGE, Failure, Progress, Ready, Reply, Request, WholeReply, WholeRequest
 from opbyop.workspace import Workspace

@@ -21,10 +21,10 @@ from opbyop.compiler.assets import private_tmpdir, startup_lock
 from opbyop.compiler.builds import Compiler, installed, unpack_assets
 from opbyop.compiler.stages import failed_after, read_dumps
 from opbyop.environment import environment_of
-from opbyop.frontends.graph import ArgumentKind, ModelGraph
+from opbyop.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.values import write_values as write
 from opbyop.ir.rewrite import rewritten_text
-from opbyop.analysis.op_memory import op_memory_message
+from opbyop.op_memory import op_memory_message
 from opbyop.records import FailedPass, OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.passes import PassFinder, PassTimer, timed_by_sample, wants_failed_pass
 from opbyop.worker.protocol import (MESSAGE, AnalysisSettings, Failure, Progress, Ready, Reply, Request, WholeReply,

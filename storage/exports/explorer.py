@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from opbyop.atomic import write_text
+from opbyop.boards import DEFAULT_CHIP
 from opbyop.errors import StoreError
 from opbyop.records import OpRecord, OpResult, Stage, Status
 from opbyop.workspace import Workspace
@@ -126,7 +127,7 @@ def run_models(store: Store, run_id: str) -> list[str]:
 
 def model_facts(store: Store, run_id: str, model: str, module_path: Path) -> list[NodeFacts]:
     """Every op occurrence of `model` that Model Explorer draws, with its result in the run."""
-    chip = store.run(run_id).chip or "p150"
+    chip = store.run(run_id).chip or DEFAULT_CHIP
     results = {r.signature: r for r in store.results(run_id)}
     ops = store.ops(run_id, model)
     graph = next((g for g in adapter_graphs(module_path) if g.get("id") == GRAPH_ID), None)

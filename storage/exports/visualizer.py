@@ -33,7 +33,7 @@ from typing import Iterable
 
 from pydantic import BaseModel, Field
 
-from opbyop.analysis.op_memory import tensor_bytes
+from opbyop.op_memory import tensor_bytes
 from opbyop.atomic import atomic_path, write_text
 from opbyop.device.arch import DeviceSpec
 from opbyop.errors import StoreError

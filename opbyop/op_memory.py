@@ -3,16 +3,13 @@ words opbyop uses when memory runs out (an op's worker, or the process that runs
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from opbyop.device.arch import PRESETS, dram_bytes
-from opbyop.golden.dtypes import numpy_dtype
+from opbyop.dtypes import numpy_dtype
+from opbyop.graph import ModelGraph
 from opbyop.records import TensorDesc, UniqueOp
-
-if TYPE_CHECKING:
-    from opbyop.frontends.graph import ModelGraph
 
 # What to do when an op does not fit: said wherever memory runs out.
 MEMORY_FIX = ("run it on a machine (or Dask worker) with more memory, run fewer workers at once "
@@ -104,14 +101,12 @@ def process_out_of_memory(what: str) -> str:
             "jax.ShapeDtypeStruct arguments, or a StableHLO file)")
 
 
-def whole_model_misfit_on(graph: ModelGraph, chip: str) -> str | None:
-    """whole_model_misfit for a model's @main arguments on a named chip (n150, p150; a user's
-    descriptor is checked against the host's memory only)."""
-    spec = PRESETS.get(chip)
-    dram = dram_bytes(spec) if spec is not None else 1 << 62
-    return whole_model_misfit([a.tensor for a in graph.arguments], dram, host_memory_bytes())
+def whole_model_misfit_on(graph: ModelGraph, dram_bytes: int) -> str | None:
+    """whole_model_misfit for a model's @main arguments on a target with `dram_bytes` of DRAM (all its
+    chips: opbyop.compiler.system_desc.dram_bytes reads it from the target's descriptor)."""
+    return whole_model_misfit([a.tensor for a in graph.arguments], dram_bytes, host_memory_bytes())
 
 
-def misfits(graphs: dict[str, ModelGraph], chip: str) -> dict[str, str]:
+def misfits(graphs: dict[str, ModelGraph], dram_bytes: int) -> dict[str, str]:
     """Model name -> why its whole-model run is left out, for the models that do not fit."""
-    return {name: reason for name, graph in graphs.items() if (reason := whole_model_misfit_on(graph, chip))}
+    return {name: reason for name, graph in graphs.items() if (reason := whole_model_misfit_on(graph, dram_bytes))}

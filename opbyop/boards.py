@@ -14,6 +14,8 @@ from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from opbyop.errors import SystemDescError
+
 
 class Topology(str, Enum):
     """How a target's chips are linked. The values are what records store."""
@@ -73,6 +75,8 @@ class Board(BaseModel):
         return self
 
 
+DEFAULT_CHIP = "p150"  # the target of every command, flow and configuration that names none
+
 BOARDS: dict[str, Board] = {
     "p150": Board(chips=1, meshes=((1, 1),), cluster_yaml="blackhole_P150.yaml"),
     "p100": Board(chips=1, meshes=((1, 1),), cluster_yaml="blackhole_P100.yaml"),
@@ -111,6 +115,20 @@ def single_chip_board(arch: str) -> str | None:
 
 def mesh_text(shape: tuple[int, int]) -> str:
     return f"{shape[0]}x{shape[1]}"
+
+
+def parse_mesh(text: str) -> tuple[int, int]:
+    """'1x2' -> (1, 2); '8' -> (1, 8)."""
+    parts = text.lower().replace(" ", "").split("x")
+    try:
+        dims = [int(p) for p in parts]
+    except ValueError:
+        dims = []
+    if len(dims) == 1:
+        dims = [1, dims[0]]
+    if len(dims) != 2 or min(dims) < 1:
+        raise SystemDescError(f"mesh {text!r} is not a mesh shape", "write it as ROWSxCOLS, e.g. 1x2, 2x4 or 4x8")
+    return dims[0], dims[1]
 
 
 def chip_help() -> str:

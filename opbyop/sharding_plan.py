@@ -16,7 +16,7 @@ from typing import Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from opbyop.compiler.targets import parse_mesh
+from opbyop.boards import parse_mesh
 from opbyop.errors import ConfigError
 
 AxisSpec = Union[str, list[str], None]
