@@ -17,6 +17,7 @@ import numpy as np
 from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
 from opbyop.artifacts import ArtifactStore
 from opbyop.analysis.attribution import judge
+from opbyop.analysis.steps import STEPS, Ending, finish
 from opbyop.boards import Topology
 from opbyop.compiler.plugin import TTCompiler
 from opbyop.config import AnalysisSettings
@@ -50,6 +51,20 @@ TTSIM_VERDICTS = {TtsimOutcome.REJECTED: Status.RUN_FAILED, TtsimOutcome.LIMIT: 
 DeviceFailure = tuple[Status, str]
 
 
+@dataclass
+class Attempt:
+    """One op's analysis as it goes: what each step hands to the next."""
+
+    op: UniqueOp
+    settings: AnalysisSettings
+    request_id: str
+    result: OpResult
+    outcome: CompileOutcome | None = None  # the compile's
+    inputs: list | None = None  # the op's input values (the device's and the golden's)
+    binary: Binary | None = None  # its program, loaded on the device model
+    outputs: list[np.ndarray] | None = None  # the device's outputs
+
+
 class OpAnalyzer:
     """Everything one op needs, kept warm across ops."""
 
@@ -69,59 +84,58 @@ class OpAnalyzer:
 
     def analyze(self, op: UniqueOp, settings: AnalysisSettings, request_id: str,
                 progress: ProgressFn = lambda stage: None) -> OpResult:
-        result = OpResult(signature=op.signature, op_name=op.op_name, status=Status.COMPILE_FAILED,
-                          depth=Stage.SPLIT, started_at=utcnow(),
-                          mesh=settings.mesh, topology=settings.topology)
-        stage = [Stage.SPLIT]  # the deepest stage done, for an op that runs out of memory
+        """The op through STEPS, in order, until one ends it; its depth and failed stage come from the
+        step that ended it (a step's table row), never paired by hand."""
+        attempt = Attempt(op, settings, request_id, OpResult(
+            signature=op.signature, op_name=op.op_name, status=Status.SUCCESS, depth=Stage.SPLIT,
+            started_at=utcnow(), mesh=settings.mesh, topology=settings.topology))
+        for step in STEPS:
+            progress(step.name)
+            # the worker's memory limit: this op's fault of size, never the worker's end
+            call = StageCall.of(lambda: getattr(self, step.method)(attempt), step.first, catch=OUT_OF_MEMORY)
+            ending = call.value if call.ok else Ending(
+                Status.INFRA_ERROR, op_memory_message(op, f"MemoryError during {step.first.value}"))
+            if ending is not None:
+                return step.finish(attempt.result, ending)
+        return finish(attempt.result, Status.SUCCESS, STEPS[-1].last, None, None)
 
-        def staged(step: str) -> None:
-            stage[0] = {"device_run": Stage.FLATBUFFER, "golden": Stage.DEVICE_RUN}.get(step, Stage.SPLIT)
-            progress(step)
-
-        # the worker's memory limit: this op's fault of size, never the worker's end
-        call = StageCall.of(lambda: self._analyze(op, settings, request_id, result, staged), catch=OUT_OF_MEMORY)
-        if call.ok:
-            return call.value
-        failed = {Stage.FLATBUFFER: Stage.DEVICE_RUN, Stage.DEVICE_RUN: Stage.GOLDEN}.get(stage[0], Stage.STABLEHLO)
-        return _finish(result, Status.INFRA_ERROR, stage[0], failed,
-                       op_memory_message(op, f"MemoryError during {failed.value}"))
-
-    def _analyze(self, op: UniqueOp, settings: AnalysisSettings, request_id: str, result: OpResult,
-                 progress: ProgressFn) -> OpResult:
+    def _compile(self, attempt: Attempt) -> Ending | None:
+        op, settings = attempt.op, attempt.settings
         if op.frontend_error is not None:  # the framework's exporter could not lower it: nothing to compile
-            return _finish(result, Status.FRONTEND_FAILED, Stage.SPLIT, Stage.STABLEHLO, op.frontend_error)
+            return Ending(Status.FRONTEND_FAILED, op.frontend_error)
         reason = not_a_model_op(op.op_name, op.attributes)
         if reason is not None:  # a test-harness check: nothing of the model to compile
-            return _finish(result, Status.SKIPPED, Stage.SPLIT, None, reason)
-
-        progress("compile")
+            return Ending(Status.SKIPPED, reason, skipped=True)
         try:
-            outcome = self.compiler.compile(op.module_text, settings.options, self.scratch / request_id, self.artifacts)
+            outcome = self.compiler.compile(op.module_text, settings.options, self.scratch / attempt.request_id,
+                                            self.artifacts)
         except MeshMismatchError as e:  # the target has too few chips for the op's mesh: never the compiler's fault
-            return _finish(result, Status.INFRA_ERROR, Stage.SPLIT, Stage.STABLEHLO, str(e))
-        result.compile = outcome
-        if not outcome.ok:
-            return _finish(result, Status.COMPILE_FAILED, outcome.reached or Stage.SPLIT,
-                           outcome.failed_stage, outcome.message)
-        if not settings.run_device:
-            return _finish(result, Status.SKIPPED, Stage.FLATBUFFER, None, "device run not requested")
+            return Ending(Status.INFRA_ERROR, str(e))
+        attempt.result.compile = attempt.outcome = outcome
+        if not outcome.ok:  # it stopped inside the compile: the dumps say how far it got
+            return Ending(Status.COMPILE_FAILED, outcome.message, reached=outcome.reached or Stage.SPLIT,
+                          failed=outcome.failed_stage)
+        return None
 
+    def _run_on_device(self, attempt: Attempt) -> Ending | None:
+        op, settings, result = attempt.op, attempt.settings, attempt.result
+        if not settings.run_device:
+            return Ending(Status.SKIPPED, "device run not requested", skipped=True)
         refused = over_budget(op, settings.memory_budget_bytes)
         if refused is not None:
-            return _finish(result, Status.INFRA_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN, refused)
-        progress("device_run")
+            return Ending(Status.INFRA_ERROR, refused)
         self.configure_device(settings)
         result.real_inputs, result.synthetic_inputs = input_kinds(op)
         failure: DeviceFailure | None = None
         outputs: list[np.ndarray] | None = None
-        loaded = StageCall.of(lambda: self._load(op, settings, outcome), Stage.DEVICE_RUN, reraise=OUT_OF_MEMORY)
+        loaded = StageCall.of(lambda: self._load(op, settings, attempt.outcome), Stage.DEVICE_RUN,
+                              reraise=OUT_OF_MEMORY)
         if not loaded.ok:  # a bug in opbyop's reading of the op or its program
-            return _finish(result, Status.ANALYZER_ERROR, Stage.FLATBUFFER, Stage.DEVICE_RUN,
-                           f"simulator error: {loaded.described}")
-        inputs, binary, result.narrowing = loaded.value
+            return Ending(Status.ANALYZER_ERROR, f"simulator error: {loaded.described}")
+        attempt.inputs, attempt.binary, result.narrowing = loaded.value
         result.device_backend = "model"
-        ran = StageCall.of(lambda: self.device.run_binary(binary, inputs, stablehlo=op.module_text), Stage.DEVICE_RUN,
-                           reraise=OUT_OF_MEMORY)
+        ran = StageCall.of(lambda: self.device.run_binary(attempt.binary, attempt.inputs, stablehlo=op.module_text),
+                           Stage.DEVICE_RUN, reraise=OUT_OF_MEMORY)
         if ran.ok:
             outputs, result.device = ran.value
         elif isinstance(ran.error, SimulationError):
@@ -129,34 +143,35 @@ class OpAnalyzer:
         else:  # a bug in opbyop's simulator, named as such
             failure = (Status.ANALYZER_ERROR, f"simulator error: {ran.described}")
         if settings.device.backend == "ttsim":
-            outputs, failure = self._on_ttsim(result, binary, inputs, outputs, failure, settings.device.ttsim_timeout_s,
-                                              settings.device.ttsim_report)
+            outputs, failure = self._on_ttsim(result, attempt.binary, attempt.inputs, outputs, failure,
+                                              settings.device.ttsim_timeout_s, settings.device.ttsim_report)
         if failure is not None:
-            return _finish(result, failure[0], Stage.FLATBUFFER, Stage.DEVICE_RUN, failure[1])
-        assert outputs is not None
-        if not settings.run_golden:
-            return _finish(result, Status.SKIPPED, Stage.DEVICE_RUN, None, "golden check not requested")
-        if op.op_name in RANDOM_OPS:  # the device's draw is its own: nothing to compare it with
-            return _finish(result, Status.SKIPPED, Stage.DEVICE_RUN, None,
-                           f"no golden reference for {op.op_name}: it draws random values")
+            return Ending(*failure)
+        attempt.outputs = outputs
+        return None
 
-        progress("golden")
+    def _check_golden(self, attempt: Attempt) -> Ending | None:
+        op, settings, result = attempt.op, attempt.settings, attempt.result
+        if not settings.run_golden:
+            return Ending(Status.SKIPPED, "golden check not requested", skipped=True)
+        if op.op_name in RANDOM_OPS:  # the device's draw is its own: nothing to compare it with
+            return Ending(Status.SKIPPED, f"no golden reference for {op.op_name}: it draws random values", skipped=True)
         start = time.perf_counter()
-        golden = StageCall.of(lambda: golden_outputs(self.golden, op, inputs), Stage.GOLDEN, reraise=OUT_OF_MEMORY)
+        golden = StageCall.of(lambda: golden_outputs(self.golden, op, attempt.inputs), Stage.GOLDEN,
+                              reraise=OUT_OF_MEMORY)
         if not golden.ok:  # XLA:CPU cannot run the op: no reference, opbyop's gap, not the device's
-            return _finish(result, Status.ANALYZER_ERROR, Stage.DEVICE_RUN, Stage.GOLDEN,
-                           f"golden reference unavailable: XLA:CPU failed: {golden.brief}")
+            return Ending(Status.ANALYZER_ERROR, f"golden reference unavailable: XLA:CPU failed: {golden.brief}")
         expected = golden.value
-        comparison = compare(outputs, expected, [o.dtype for o in op.outputs], settings.thresholds)
+        comparison = compare(attempt.outputs, expected, [o.dtype for o in op.outputs], settings.thresholds)
         comparison.seconds = time.perf_counter() - start
         result.golden = comparison
         if not comparison.passed:  # whose fault: the lowering, the simulator, or the chip's numerics
-            judgment = judge(binary, inputs, expected, [o.dtype for o in op.outputs], settings.thresholds,
-                             self.device, verdict(comparison), result.narrowing, stablehlo=op.module_text,
-                             on_ttsim=result.device_backend == "ttsim")
+            judgment = judge(attempt.binary, attempt.inputs, expected, [o.dtype for o in op.outputs],
+                             settings.thresholds, self.device, verdict(comparison), result.narrowing,
+                             stablehlo=op.module_text, on_ttsim=result.device_backend == "ttsim")
             comparison.seconds = time.perf_counter() - start
-            return _finish(result, judgment.status, Stage.DEVICE_RUN, Stage.GOLDEN, judgment.message)
-        return _finish(result, Status.SUCCESS, Stage.GOLDEN, None, None)
+            return Ending(judgment.status, judgment.message)
+        return None
 
     def _load(self, op: UniqueOp, settings: AnalysisSettings, outcome: CompileOutcome) -> tuple[list, Binary, str | None]:
         """The op's inputs, its program loaded on the device model, and a dtype the program narrowed."""
@@ -341,9 +356,5 @@ def _narrowing(op: UniqueOp, binary: Binary, inputs: list) -> str | None:
     return narrowing(op.inputs, main.argument_types, op.outputs, main.return_types, inputs, constants)
 
 
-def _finish(result: OpResult, status: Status, depth: Stage, failed: Stage | None, message: str | None) -> OpResult:
-    result.status, result.depth, result.failed_stage, result.message = status, depth, failed, message
-    result.ended_at = utcnow()
-    return result
 
 

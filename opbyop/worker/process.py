@@ -24,6 +24,7 @@ from opbyop.environment import environment_of
 from opbyop.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.values import write_values as write
 from opbyop.ir.rewrite import rewritten_text
+from opbyop.analysis.steps import STEP_NAMED
 from opbyop.op_memory import op_memory_message
 from opbyop.records import FailedPass, OpResult, Stage, Status, UniqueOp, WholeModelResult, utcnow
 from opbyop.worker.passes import PassFinder, PassTimer, timed_by_sample, wants_failed_pass
@@ -53,9 +54,6 @@ class _Lost:
     @property
     def message(self) -> str:
         return self.what + (f"; last output: {self.log_tail}" if self.log_tail else "")
-
-
-_STAGE_OF_STEP = {"compile": None, "device_run": Stage.DEVICE_RUN, "golden": Stage.GOLDEN}
 
 
 class OpWorker:
@@ -349,14 +347,15 @@ class OpWorker:
             return EOFError(str(e))
 
     def _lost_stage(self, request_id: str, lost: _Lost) -> tuple[Stage, Stage]:
-        """(depth reached, stage failed) of a request whose child died or hung."""
-        if lost.step == "compile":
+        """(depth reached, stage failed) of a request whose child died or hung in step `lost.step` (the
+        analyzer's stage table); in the compile, the dumps it left say how far it got."""
+        step = STEP_NAMED[lost.step]
+        if step.name == "compile":
             export_dir = self.workspace / "scratch" / f"child-{lost.child_pid}" / request_id
             reached = read_dumps(export_dir, 0.0).reached if export_dir.exists() else None
             shutil.rmtree(export_dir, ignore_errors=True)  # a lost child cannot clean up after itself
-            return reached or Stage.SPLIT, failed_after(reached)
-        failed = _STAGE_OF_STEP[lost.step]
-        return (Stage.FLATBUFFER if failed is Stage.DEVICE_RUN else Stage.DEVICE_RUN), failed
+            return reached or step.before, failed_after(reached)
+        return step.before, step.first
 
     @property
     def _last_pid(self) -> int | None:
