@@ -21,8 +21,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from storage.dataset import Store
-from storage.exports.explorer import prepare_model, run_models
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports.explorer import prepare_model, run_models
 
 
 def _free_port() -> int:
@@ -67,7 +67,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             t = time.monotonic()
             prepared = prepare_model(store, args.run, model, Path(tmp))
-            from storage.exports.explorer_adapter.main import OpbyopMlirAdapter
+            from opbyop_storage.exports.explorer_adapter.main import OpbyopMlirAdapter
 
             graphs = OpbyopMlirAdapter().convert(str(prepared.module), {})["graphCollections"][0].graphs
             convert_s = time.monotonic() - t

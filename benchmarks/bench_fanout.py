@@ -110,11 +110,11 @@ def one(n: int, workers: int, chip: str, full: bool, work: Path) -> dict:
     """One size in this process: baseline, then the flow; the figures as a dict."""
     os.environ.update({"OPBYOP_HOME": str(work / "home"), "PREFECT_HOME": str(work / "prefect"),
                        "DASK_LOGGING__DISTRIBUTED": "error"})
-    from flows.hosting.settings import apply_defaults
+    from opbyop_flows.hosting.settings import apply_defaults
 
     apply_defaults()
-    from flows.hosting.cluster_process import ClusterProcess
-    from flows.hosting.server import PrefectApi
+    from opbyop_flows.hosting.cluster_process import ClusterProcess
+    from opbyop_flows.hosting.server import PrefectApi
 
     api = PrefectApi(work / "logs", temporary=True)
     cluster = ClusterProcess(workers, chip, work / "logs")
@@ -131,8 +131,8 @@ def one(n: int, workers: int, chip: str, full: bool, work: Path) -> dict:
 def measure(n: int, chip: str, full: bool, url: str, address: str, server: psutil.Process, work: Path) -> dict:
     from distributed import Client, as_completed
 
-    from flows.corpus import corpus
-    from flows.engine.analyze_run import warm_up
+    from opbyop_flows.corpus import corpus
+    from opbyop_flows.engine.analyze_run import warm_up
     from opbyop.compiler.system_desc import resolve
     from opbyop.config import AnalysisSettings, ClusterConfig, load_thresholds
     from opbyop.corpus.ops import CorpusSelection, corpus_records

@@ -34,9 +34,9 @@ from pathlib import Path
 
 from common import Figures, console
 
-from flows.engine.phases import BESIDE, format_phases
+from opbyop_flows.engine.phases import BESIDE, format_phases
 from opbyop.environment import environment
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 BEFORE = {"make run": "258 s (set-up ~180 s, run 64.8 s)", "t3k": "first 271 s (4 min 31 s)"}

@@ -55,7 +55,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=1000, help="tasks of the server-lag flow")
     args = parser.parse_args()
 
-    from flows.hosting.settings import apply_defaults
+    from opbyop_flows.hosting.settings import apply_defaults
 
     apply_defaults()  # the server below starts with the batching the product uses
     work = Path(tempfile.mkdtemp(prefix="bench-orchestration-"))
@@ -78,14 +78,14 @@ def run(args: argparse.Namespace, work: Path) -> None:
     args.models = args.models or [m.name for m in load_zoo().small()]
     from distributed import Client, LocalCluster
 
-    from flows.analyze import analyze, new_run_id
+    from opbyop_flows.analyze import analyze, new_run_id
     from opbyop.compiler.system_desc import resolve
     from opbyop.config import AnalysisConfig, ClusterConfig
     from opbyop.worker import dask as on_dask
     from opbyop.worker.process import OpWorker
     from opbyop.config import AnalysisSettings
     from opbyop.workspace import Workspace
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
 
     desc = resolve("p150")
     _, ops = zoo_ops(args.models)

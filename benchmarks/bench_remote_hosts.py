@@ -67,7 +67,7 @@ def on_hosts(config, work: Path, flow_dir: Path, own_home: bool, label: str):  #
 
 
 def run(config):  # noqa: ANN001, ANN201
-    from flows.analyze import RunFailed, analyze, new_run_id
+    from opbyop_flows.analyze import RunFailed, analyze, new_run_id
 
     state = analyze(config=config, run_id=new_run_id(), return_state=True)
     data = state.result(raise_on_failure=False)
@@ -82,7 +82,7 @@ def traffic(home: Path, run_id: str) -> tuple[int, int]:
     from opbyop.artifacts import ArtifactStore
     from opbyop.worker.wire import named_digests, pack
     from opbyop.workspace import OpIndex
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
 
     artifacts, ops = ArtifactStore(home / "artifacts"), OpIndex(home / "ops")
     results = Store(home / "store").results(run_id)
@@ -101,7 +101,7 @@ def main() -> None:
     if reason:
         sys.exit(f"cannot build hosts here: {reason}")
     from bench_orchestration import start_server
-    from flows.hosting.settings import apply_defaults
+    from opbyop_flows.hosting.settings import apply_defaults
 
     apply_defaults()
     work = Path(tempfile.mkdtemp(prefix="bench-remote-hosts-"))

@@ -140,7 +140,7 @@ def analyze(tree: Path, models: list[str], home: Path, prefect_home: Path, run_i
         return Measure(error=f"exit {proc.returncode}: {failure_line(proc.stdout + proc.stderr)} (log: {log})")
     measure = Measure(seconds, load=os.getloadavg()[0], cpu=cpu)
     try:
-        from storage.dataset import Store
+        from opbyop_storage.dataset import Store
 
         store = Store(home / "store")
         measure.phases = store.run(run_id).phases
@@ -176,7 +176,7 @@ def failure_line(output: str) -> str:
 
 
 def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
-    from flows.hosting.settings import server_env
+    from opbyop_flows.hosting.settings import server_env
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -185,7 +185,7 @@ def start_server(prefect_home: Path) -> tuple[subprocess.Popen, str]:
     env = {**server_env(ui_api_url=url), "PREFECT_HOME": str(prefect_home)}
     proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    from flows.hosting.server import healthy
+    from opbyop_flows.hosting.server import healthy
 
     deadline = time.monotonic() + 180
     while not healthy(url):
@@ -208,11 +208,11 @@ if __name__ == "__main__":
 
 
 def start_cluster(tree: Path, work: Path) -> tuple[subprocess.Popen, str]:
-    """A standing LocalCluster with opbyop's scheduler settings (flows.hosting.cluster), its workers importing
+    """A standing LocalCluster with opbyop's scheduler settings (opbyop_flows.hosting.cluster), its workers importing
     `tree`'s code (each implementation gets a cluster that runs its own functions)."""
     import json
 
-    from flows.hosting.cluster import SCHEDULER_SETTINGS
+    from opbyop_flows.hosting.cluster import SCHEDULER_SETTINGS
 
     script, log = work / f"{tree.name}-cluster.py", work / f"{tree.name}-cluster.log"
     script.write_text(_CLUSTER)
@@ -413,7 +413,7 @@ def verdicts(results: dict[str, dict[str, Measure]]) -> list[str]:
 
 
 def show(results: dict[str, dict[str, Measure]]) -> None:
-    from flows.engine.phases import format_phases
+    from opbyop_flows.engine.phases import format_phases
 
     figures = Figures("opbyop analyze, wall seconds: median [fastest-slowest] of the repeats (2-core machine; same run)",
                       ["scenario", "goal", "baseline", "current", "verdict (current)",

@@ -32,12 +32,12 @@ from rich.console import Console
 from rich.table import Table
 
 from opbyop.messages import message_pattern
-from storage.cache import lookup_cached
-from storage.aggregate import run_query
-from storage.dataset import RUN_PART
-from storage.files import data_files, run_dir, write_parquet_atomic
-from storage.readonly import StoreConnection
-from storage.schema import DEPTH_COUNT_COLUMNS, STATUS_COUNT_COLUMNS, TENSOR, schema_of
+from opbyop_storage.cache import lookup_cached
+from opbyop_storage.aggregate import run_query
+from opbyop_storage.dataset import RUN_PART
+from opbyop_storage.files import data_files, run_dir, write_parquet_atomic
+from opbyop_storage.readonly import StoreConnection
+from opbyop_storage.schema import DEPTH_COUNT_COLUMNS, STATUS_COUNT_COLUMNS, TENSOR, schema_of
 
 STAGES = np.array(["SPLIT", "STABLEHLO", "TTIR", "TTNN", "FLATBUFFER", "DEVICE_RUN", "GOLDEN"], dtype=object)
 FAILED_AT = np.array(["STABLEHLO", "TTIR", "TTNN", "FLATBUFFER", "DEVICE_RUN", "GOLDEN", None], dtype=object)
@@ -396,7 +396,7 @@ def main() -> None:
     all_sigs = run_query(con, "run_ops", run_id=run_id).column("signature")
     sigs = all_sigs[:1000]
 
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
     store = Store(args.root)
     duck: dict[str, Callable[[], object]] = {
         name: (lambda name=name: run_query(con, name, run_id=run_id, prev_run_id=prev, n=args.n, limit=50))

@@ -29,9 +29,9 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from opbyop.records import OpResult, Status  # noqa: E402
-from storage.batches import BATCH_SIZE  # noqa: E402
-from storage.dataset import Store  # noqa: E402
-from storage.readonly import StoreConnection  # noqa: E402
+from opbyop_storage.batches import BATCH_SIZE  # noqa: E402
+from opbyop_storage.dataset import Store  # noqa: E402
+from opbyop_storage.readonly import StoreConnection  # noqa: E402
 from tests import store_samples as samples  # noqa: E402
 from tests.object_store import moto_server  # noqa: E402 (the tests' moto fixture, as a context manager)
 

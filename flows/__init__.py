@@ -7,6 +7,6 @@ flows/nightly.py`) starts Prefect's temporary server, which needs more than Pref
 start on a 2-core machine.
 """
 
-from flows.hosting.settings import apply_defaults
+from opbyop_flows.hosting.settings import apply_defaults
 
 apply_defaults()

@@ -12,12 +12,12 @@ from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.engine.analyze_run import AnalyzeRun
-from flows.engine.group_run import run_group
-from flows.engine.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
-from flows.engine.summary import RunFailed, RunSummary  # noqa: F401  (the results a caller reads)
-from flows.hosting import handoff as handoffs
-from flows.hosting.crashed import label_flow_run, sweep
+from opbyop_flows.engine.analyze_run import AnalyzeRun
+from opbyop_flows.engine.group_run import run_group
+from opbyop_flows.engine.run_ids import new_run_id, run_id_for  # noqa: F401  (new_run_id: part of this module's API)
+from opbyop_flows.engine.summary import RunFailed, RunSummary  # noqa: F401  (the results a caller reads)
+from opbyop_flows.hosting import handoff as handoffs
+from opbyop_flows.hosting.crashed import label_flow_run, sweep
 from opbyop.config import AnalysisConfig, ShrinkOption
 from opbyop.jaxenv import prepare_jax
 from opbyop.run.plan import host_devices

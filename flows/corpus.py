@@ -7,10 +7,10 @@ from prefect import flow, get_run_logger
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.analyze import TASK_THREADS, claim_flow_run
-from flows.engine.corpus_run import CorpusRun
-from flows.engine.run_ids import run_id_for
-from flows.hosting import handoff as handoffs
+from opbyop_flows.analyze import TASK_THREADS, claim_flow_run
+from opbyop_flows.engine.corpus_run import CorpusRun
+from opbyop_flows.engine.run_ids import run_id_for
+from opbyop_flows.hosting import handoff as handoffs
 from opbyop.boards import DEFAULT_CHIP
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions, ShrinkOption
 from opbyop.corpus.ops import CorpusSelection

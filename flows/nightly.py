@@ -19,33 +19,33 @@ from pathlib import Path
 
 # first: importing the package applies the product's Prefect settings, which Prefect reads once, on its
 # own import (`python flows/nightly.py` runs this file before anything else imports the package)
-import flows  # noqa: F401, I001
+import opbyop_flows  # noqa: F401, I001
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import get_run_context
 from prefect.states import Completed, Failed
 from pydantic import BaseModel, Field, field_validator
 
-from flows.analyze import analyze, claim_flow_run, run_id_for
-from flows.corpus import corpus
-from flows.hosting import handoff as handoffs
-from flows.engine.nightly_summary import TargetOutcome, nightly_markdown
-from flows.engine.run_ids import group_run_ids
-from flows.engine.summary import summary_of
+from opbyop_flows.analyze import analyze, claim_flow_run, run_id_for
+from opbyop_flows.corpus import corpus
+from opbyop_flows.hosting import handoff as handoffs
+from opbyop_flows.engine.nightly_summary import TargetOutcome, nightly_markdown
+from opbyop_flows.engine.run_ids import group_run_ids
+from opbyop_flows.engine.summary import summary_of
 from opbyop.boards import DEFAULT_CHIP
 from opbyop.compiler_spec import check_spec
 from opbyop.compiler.targets import target_for
 from opbyop.config import (AnalysisConfig, ClusterConfig, CompilerOptions, DeviceOptions, Zoo, config_dir, load_config,
                            load_zoo)
 from opbyop.workspace import Workspace
-from storage.aggregate import model_comparisons_for
-from storage.dataset import Store
-from storage.expectations import Expectations, compare, load_expectations, run_outcomes
+from opbyop_storage.aggregate import model_comparisons_for
+from opbyop_storage.dataset import Store
+from opbyop_storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from opbyop.corpus.config import CorpusConfig, load_corpus_config
 from opbyop.corpus.mesh_run import board_targets
 from opbyop.corpus.ops import CorpusSelection, selected
 from opbyop.errors import OpbyopError
-from tasks.corpus import CorpusOutcome, corpus_selection, coverage_markdown, store_coverage
+from opbyop_tasks.corpus import CorpusOutcome, corpus_selection, coverage_markdown, store_coverage
 
 
 class Target(BaseModel):

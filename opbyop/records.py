@@ -395,7 +395,7 @@ class TtsimRun(BaseModel):
     peak_cb_bytes: int | None = None
     peak_dram_bytes: int | None = None
     # ttnn's own TT-NN Visualizer report of the run (db.sqlite ...), when asked for: the artifact digest
-    # of its folder as a .tar.gz (storage.exports.visualizer unpacks it beside opbyop's report)
+    # of its folder as a .tar.gz (opbyop_storage.exports.visualizer unpacks it beside opbyop's report)
     report: str | None = None
     report_error: str | None = None  # why it was asked for and not written (ttnn's words)
     # which ttsim ran it: its version and the patch set opbyop applied ("v1.10.0+opbyop.3"); None: not known

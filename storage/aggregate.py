@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from opbyop.errors import StoreError
-from storage.files import SkippedFile
-from storage.queries import get_query
-from storage.readonly import QueryResult, StoreConnection
+from opbyop_storage.files import SkippedFile
+from opbyop_storage.queries import get_query
+from opbyop_storage.readonly import QueryResult, StoreConnection
 
 DEFAULT_PARAMS: dict[str, Any] = {"n": 30, "limit": 50}
 

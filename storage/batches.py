@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from opbyop.records import OpResult
-from storage.dataset import RunWriter
+from opbyop_storage.dataset import RunWriter
 
 BATCH_SIZE = 25
 BATCH_SECONDS = 10.0

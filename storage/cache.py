@@ -18,12 +18,12 @@ import duckdb
 import pyarrow as pa
 
 from opbyop.records import RETRYABLE, Fault, OpResult, Status
-from storage import convert
-from storage.catalog import create_views
-from storage.schema import schema_of
+from opbyop_storage import convert
+from opbyop_storage.catalog import create_views
+from opbyop_storage.schema import schema_of
 
 if TYPE_CHECKING:
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
 
 RUNS_SQL = """
 SELECT run_id FROM runs

@@ -21,11 +21,11 @@ import pyarrow as pa
 
 from opbyop.atomic import atomic_path
 from opbyop.records import LEGACY_RECLASSIFICATION, Stage, Status
-from storage.dataset import DatasetScan, Store
-from storage.location import DataFile, StoreRoot, is_object_url
-from storage.message_pattern import macro_sql
-from storage.object_views import register_objects
-from storage.schema import SCHEMA_VERSION, TABLES, schema_of
+from opbyop_storage.dataset import DatasetScan, Store
+from opbyop_storage.location import DataFile, StoreRoot, is_object_url
+from opbyop_storage.message_pattern import macro_sql
+from opbyop_storage.object_views import register_objects
+from opbyop_storage.schema import SCHEMA_VERSION, TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
 

@@ -15,23 +15,23 @@ from rich.table import Table
 from opbyop.cli.app import make_console, positive_seconds, print_error, styled
 from opbyop.errors import OpbyopError
 from opbyop.run.sinks import supply_sink
-from storage.aggregate import previous_run_id, run_query
-from storage.catalog import build_catalog
-from storage.compare import compare_group, compare_runs
-from storage.dataset import Store
-from storage.expectations import (compare, default_path, from_outcomes, load_expectations, run_outcomes,
+from opbyop_storage.aggregate import previous_run_id, run_query
+from opbyop_storage.catalog import build_catalog
+from opbyop_storage.compare import compare_group, compare_runs
+from opbyop_storage.dataset import Store
+from opbyop_storage.expectations import (compare, default_path, from_outcomes, load_expectations, run_outcomes,
                                   save_expectations)
-from storage.exports.explorer import Metric, export_node_data
-from storage.files import SkippedFile, default_root
-from storage.location import StoreRoot, parse_root
-from storage.exports.optest import export_optest
-from storage.exports.perf_csv import export_perf
-from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, export_visualizer
-from storage.exports.visualizer_server import serve as serve_visualizer
-from storage.queries import get_query, load_queries
-from storage.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, StoreConnection, run_sql
-from storage.exports.report import write_report
-from storage.run_sink import store_sink
+from opbyop_storage.exports.explorer import Metric, export_node_data
+from opbyop_storage.files import SkippedFile, default_root
+from opbyop_storage.location import StoreRoot, parse_root
+from opbyop_storage.exports.optest import export_optest
+from opbyop_storage.exports.perf_csv import export_perf
+from opbyop_storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, export_visualizer
+from opbyop_storage.exports.visualizer_server import serve as serve_visualizer
+from opbyop_storage.queries import get_query, load_queries
+from opbyop_storage.readonly import DEFAULT_TIMEOUT_S, QueryInterrupted, StoreConnection, run_sql
+from opbyop_storage.exports.report import write_report
+from opbyop_storage.run_sink import store_sink
 
 console = make_console()  # data printed literally; a pipe gets whole lines
 err_console = make_console(stderr=True)
@@ -229,7 +229,7 @@ def compare_cmd(runs: list[str] = typer.Argument(None, help="RUN_BEFORE RUN_AFTE
                    title=f"where ops change across the group ({len(changed)} of {len(history)} ops change)")
 
 
-def _print_step(step, limit: int, fmt: str) -> None:  # noqa: ANN001  (storage.compare.RunComparison)
+def _print_step(step, limit: int, fmt: str) -> None:  # noqa: ANN001  (opbyop_storage.compare.RunComparison)
     console.print(styled((step.line(), "bold")), soft_wrap=True)
     for change in SHOWN_CHANGES:
         rows = step.of(change)
@@ -376,7 +376,7 @@ def export_model_explorer_cmd(run: str = typer.Option(..., "--run", help="run id
     console.print(f"wrote {metric} of {count} nodes to {out}  (load it in Model Explorer beside the model's graph)")
 
 
-def _metric(name: str):  # -> storage.exports.explorer.Metric
+def _metric(name: str):  # -> opbyop_storage.exports.explorer.Metric
     try:
         return Metric(name)
     except ValueError:
@@ -390,7 +390,7 @@ def explore(run: str = typer.Option(..., "--run", help="run id"),
             store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Open a run's models in Model Explorer on 127.0.0.1, coloured by status, depth, PCC, cycles and
     peak L1 (the node data menu); each op's attributes name its signature and repro command. Ctrl-C stops it."""
-    from storage.exports.explorer_server import serve  # model_explorer (and torch): loaded only when used
+    from opbyop_storage.exports.explorer_server import serve  # model_explorer (and torch): loaded only when used
 
     def announce(url: str) -> None:
         console.print(f"Model Explorer for run {run}: {url}", soft_wrap=True)

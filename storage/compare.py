@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opbyop.errors import StoreError
-from storage.aggregate import run_query
-from storage.readonly import StoreConnection
+from opbyop_storage.aggregate import run_query
+from opbyop_storage.readonly import StoreConnection
 
 CHANGES = ("regression", "progression", "message", "no_verdict", "same")
 

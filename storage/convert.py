@@ -22,7 +22,7 @@ from opbyop.records import (
     WholeModelResult, legacy_status,
 )
 from opbyop.shrink.result import ShrinkResult
-from storage import schema as S
+from opbyop_storage import schema as S
 
 
 def utc(dt: datetime | None) -> datetime | None:

@@ -25,11 +25,11 @@ from opbyop.errors import StoreError
 from opbyop.frontends.loader import recorded_name
 from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus, Stage, Status, utcnow
 from opbyop.shrink.result import ShrinkResult
-from storage import convert
-from storage.convert import ModelCounts, StoredModel
-from storage.files import SkippedFile, Vanished, check_run_id, default_root
-from storage.location import DataFile, StoreFiles, StoreRoot, store_files
-from storage.schema import TABLES, schema_of
+from opbyop_storage import convert
+from opbyop_storage.convert import ModelCounts, StoredModel
+from opbyop_storage.files import SkippedFile, Vanished, check_run_id, default_root
+from opbyop_storage.location import DataFile, StoreFiles, StoreRoot, store_files
+from opbyop_storage.schema import TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
 

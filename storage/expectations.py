@@ -21,8 +21,8 @@ from opbyop.atomic import write_text
 from opbyop.config import config_dir, load_yaml
 from opbyop.errors import ConfigError
 from opbyop.records import OpRecord, OpResult, Stage, Status
-from storage.aggregate import run_query
-from storage.readonly import StoreConnection
+from opbyop_storage.aggregate import run_query
+from opbyop_storage.readonly import StoreConnection
 
 SIGNATURE_PREFIX = 16  # hex digits written by `expectations update`: unique in any realistic zoo
 

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from opbyop.atomic import atomic_path
 from opbyop.errors import StoreError
 from opbyop.workspace import Workspace
-from storage.schema import TABLES, VERSION_KEY, conform, schema_of
+from opbyop_storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opbyop.records import RETRYABLE, OpResult, RunInfo, UniqueOp
-from storage.cache import lookup_cached
-from storage.dataset import RunWriter, Store
+from opbyop_storage.cache import lookup_cached
+from opbyop_storage.dataset import RunWriter, Store
 
 
 @dataclass

@@ -20,10 +20,10 @@ from typing import Any, Protocol, Union
 import pyarrow as pa
 from filelock import FileLock
 
-from storage import files
-from storage.files import DataFile, SkippedFile, Vanished
-from storage.object_files import ObjectFiles
-from storage.schema import TABLES
+from opbyop_storage import files
+from opbyop_storage.files import DataFile, SkippedFile, Vanished
+from opbyop_storage.object_files import ObjectFiles
+from opbyop_storage.schema import TABLES
 
 OBJECT_SCHEMES = ("s3://",)
 StoreRoot = Union[Path, str]  # a directory, or an object-store URL such as s3://bucket/prefix

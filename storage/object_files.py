@@ -37,8 +37,8 @@ from pyarrow import fs as pafs
 
 from opbyop.errors import StoreError
 from opbyop.workspace import Workspace
-from storage.files import DataFile, SkippedFile, Vanished, check_run_id
-from storage.schema import TABLES, VERSION_KEY, conform, schema_of
+from opbyop_storage.files import DataFile, SkippedFile, Vanished, check_run_id
+from opbyop_storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")
 
@@ -47,7 +47,7 @@ MANIFEST_READS = 8  # reads of a manifest that keep meeting its writer's replace
 REQUESTS_IN_FLIGHT = 16  # manifests and footers are small reads whose time is the round trip: overlap them
 
 # Objects are never rewritten (a new version gets a new name): a footer read once holds for every
-# reader of this process, like storage.files' cache of local footers.
+# reader of this process, like opbyop_storage.files' cache of local footers.
 _footers: dict[str, int | None] = {}
 
 

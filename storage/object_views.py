@@ -14,9 +14,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from storage.files import DataFile
-from storage.object_files import ObjectFiles
-from storage.schema import schema_of
+from opbyop_storage.files import DataFile
+from opbyop_storage.object_files import ObjectFiles
+from opbyop_storage.schema import schema_of
 
 HIVE_DATE = pa.schema([pa.field("date", pa.date32())])  # the Hive `date` column, typed as DuckDB's glob types it
 

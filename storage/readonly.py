@@ -24,10 +24,10 @@ from typing import Any
 import duckdb
 
 from opbyop.errors import StoreError
-from storage.catalog import create_views
-from storage.dataset import DatasetScan, Store
-from storage.files import SkippedFile
-from storage.location import StoreRoot, is_object_url
+from opbyop_storage.catalog import create_views
+from opbyop_storage.dataset import DatasetScan, Store
+from opbyop_storage.files import SkippedFile
+from opbyop_storage.location import StoreRoot, is_object_url
 
 ALLOWED = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 RESCANS = 5  # a query whose files a writer replaced meanwhile runs again over a new scan, so many times

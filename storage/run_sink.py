@@ -13,9 +13,9 @@ from opbyop.records import OpResult, RunInfo
 from opbyop.run.engine import RunOutcome
 from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
-from storage.batches import ResultBatches
-from storage.dataset import RunWriter, Store
-from storage.known import KnownResults, known_results
+from opbyop_storage.batches import ResultBatches
+from opbyop_storage.dataset import RunWriter, Store
+from opbyop_storage.known import KnownResults, known_results
 
 log = logging.getLogger("opbyop.storage")
 

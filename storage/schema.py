@@ -141,7 +141,7 @@ def device_fields(prefix: str = "") -> list[pa.Field]:
 
 
 # A run on ttsim (records.TtsimRun), flattened: its field -> (column after `<prefix>ttsim_`, type).
-# One list for the schema and for storage.convert's both directions; `<prefix>ttsim_outcome` is null
+# One list for the schema and for opbyop_storage.convert's both directions; `<prefix>ttsim_outcome` is null
 # exactly when there was none.
 TTSIM_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "outcome": ("outcome", pa.string()),  # ran | rejected | limit | unmapped | mapping | timeout | ...
@@ -192,7 +192,7 @@ PASS_TIMING_FIELDS = [
 ]
 
 # The whole model's accuracy trace (records.AccuracyTrace): one element per op compared along its
-# depth, read as its own view `accuracy_trace` (storage.catalog); `whole_trace_ops` is null exactly
+# depth, read as its own view `accuracy_trace` (opbyop_storage.catalog); `whole_trace_ops` is null exactly
 # when the whole-model result has no trace.
 TRACE_POINT = pa.struct([
     pa.field("position", pa.int64()),

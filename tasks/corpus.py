@@ -10,8 +10,8 @@ from opbyop.corpus.config import CorpusConfig
 from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
 from opbyop.corpus.ops import MODEL, CorpusSelection, selected
 from opbyop.corpus.run import CorpusResult, ttnn_ops_of
-from storage.dataset import Store
-from tasks.store import markdown_rows
+from opbyop_storage.dataset import Store
+from opbyop_tasks.store import markdown_rows
 
 
 @dataclass

@@ -36,7 +36,7 @@ from opbyop.worker.process import RunStopped
 from opbyop.worker.wire import Parcel, pack
 from opbyop.workspace import Workspace
 from opbyop.config import AnalysisSettings
-from tasks.gate import ClusterGate, GateClosed
+from opbyop_tasks.gate import ClusterGate, GateClosed
 
 T = TypeVar("T")
 P = TypeVar("P")

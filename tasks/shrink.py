@@ -1,7 +1,7 @@
 """Shrink the failing ops of a run (opbyop.shrink), one Prefect task per op, after the fan-out.
 
 Each task runs the search in a flow thread; every variant goes to the cluster's warm op workers like
-any op (tasks.ops.run_isolated), so the search costs the cluster what its variants cost. Results go
+any op (opbyop_tasks.ops.run_isolated), so the search costs the cluster what its variants cost. Results go
 to the store's `shrinks` table of the run.
 """
 
@@ -21,8 +21,8 @@ from opbyop.worker import dask as on_dask
 from opbyop.config import AnalysisSettings, ShrinkOption
 from opbyop.workspace import Workspace
 from opbyop.worker.wire import Parcel, pack
-from tasks.gate import ClusterGate
-from tasks.ops import KilledTwice, run_shipping
+from opbyop_tasks.gate import ClusterGate
+from opbyop_tasks.ops import KilledTwice, run_shipping
 
 
 @task(name="shrink-op", task_run_name="shrink-{label}", cache_policy=NONE, persist_result=False)

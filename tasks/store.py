@@ -13,13 +13,13 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 
-from storage.aggregate import NightlySummary, nightly_for
-from storage.catalog import build_catalog
-from storage.dataset import Store
-from storage.location import StoreRoot, is_object_url
-from storage.object_views import upload_file
-from storage.readonly import QueryResult
-from storage.exports.report import device_time, write_report
+from opbyop_storage.aggregate import NightlySummary, nightly_for
+from opbyop_storage.catalog import build_catalog
+from opbyop_storage.dataset import Store
+from opbyop_storage.location import StoreRoot, is_object_url
+from opbyop_storage.object_views import upload_file
+from opbyop_storage.readonly import QueryResult
+from opbyop_storage.exports.report import device_time, write_report
 
 
 def _cell(value: Any) -> str:

@@ -37,7 +37,7 @@ def own_services(proc: subprocess.Popen) -> list[psutil.Process]:
     """Every process `proc` started, which must include a Prefect server and a Dask cluster of its own."""
     found = psutil.Process(proc.pid).children(recursive=True)
     assert any("uvicorn" in " ".join(p.cmdline()) for p in found)  # its own Prefect server
-    assert any("flows.hosting.cluster" in " ".join(p.cmdline()) for p in found)  # its own Dask cluster
+    assert any("opbyop_flows.hosting.cluster" in " ".join(p.cmdline()) for p in found)  # its own Dask cluster
     return found
 
 

@@ -29,7 +29,7 @@ def history_store(store_root: Path):
     """A store holding store_samples.history(): nights n0 (n150), n1 and n2 (p150)."""
     from store_samples import history
 
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
 
     store = Store(store_root)
     for night in history():

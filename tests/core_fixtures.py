@@ -13,7 +13,7 @@ import pytest
 from opbyop.jaxenv import prepare_jax
 
 prepare_jax()
-from flows.hosting.settings import apply_defaults  # noqa: E402
+from opbyop_flows.hosting.settings import apply_defaults  # noqa: E402
 
 apply_defaults()
 

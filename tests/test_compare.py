@@ -9,10 +9,10 @@ import typer
 from typer.testing import CliRunner
 
 import store_samples as samples
-from storage.cli import register
-from storage.compare import compare_group, compare_runs
-from storage.dataset import Store
-from storage.readonly import StoreConnection
+from opbyop_storage.cli import register
+from opbyop_storage.compare import compare_group, compare_runs
+from opbyop_storage.dataset import Store
+from opbyop_storage.readonly import StoreConnection
 
 
 @pytest.fixture

@@ -124,9 +124,9 @@ def test_coverage_on_ttsim_counts_ran_programs_per_op_and_stops_against_the_op_n
 def test_coverage_from_a_run_in_the_store(tmp_path: Path, monkeypatch):
     """A stored result whose compiled program is in the workspace's artifact store: the named query
     lists it, `opbyop coverage --rows` reads its TTNN ops from the artifact."""
-    from storage.aggregate import run_query
-    from storage.dataset import Store
-    from storage.readonly import StoreConnection
+    from opbyop_storage.aggregate import run_query
+    from opbyop_storage.dataset import Store
+    from opbyop_storage.readonly import StoreConnection
 
     from opbyop.artifacts import ArtifactStore
     from opbyop.records import CompileOutcome, OpRecord, OpResult, RunInfo, Stage, TensorDesc

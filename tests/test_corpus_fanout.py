@@ -36,10 +36,10 @@ def harness():
 
 @pytest.mark.slow
 def test_a_compile_only_corpus_run_stores_its_cases_apart_from_full_results(harness, tmp_path, monkeypatch):
-    from flows.corpus import corpus
+    from opbyop_flows.corpus import corpus
     from opbyop.config import ClusterConfig
     from opbyop.records import Stage
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
 
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
     selection = CorpusSelection(ops=["add"], dtypes=["f32"], forms=["args"], limit=3)
@@ -67,11 +67,11 @@ def test_a_mesh_selection_yields_that_shapes_collectives_and_nothing_for_dtypes_
 @pytest.mark.slow
 def test_the_nightly_runs_a_mesh_boards_collectives_through_the_fan_out_and_reads_their_coverage(
         harness, tmp_path, monkeypatch):
-    from flows.nightly import CorpusTarget, NightlyConfig, _run_corpus
+    from opbyop_flows.nightly import CorpusTarget, NightlyConfig, _run_corpus
     from opbyop.config import ClusterConfig
     from opbyop.records import Status
     from opbyop.workspace import Workspace
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
 
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
     config = tmp_path / "corpus.yaml"

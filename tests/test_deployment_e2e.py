@@ -21,7 +21,7 @@ import pytest
 
 from cli_processes import all_gone, hanging_op, own_services, poll
 from opbyop.sessions import stop_session
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -38,7 +38,7 @@ def readme_setup(port: int, logs: Path) -> str:
     """The set-up block of deployments/README.md, on another port, its logs in `logs`."""
     text = (ROOT / "deployments" / "README.md").read_text()
     block = re.search(r"```bash\n(.*?)```", text, re.S).group(1)
-    assert "python -m flows.hosting.server --wait" in block and "prefect worker start" in block
+    assert "python -m opbyop_flows.hosting.server --wait" in block and "prefect worker start" in block
     return (block.replace(". .venv/bin/activate", f". {BIN}/activate").replace("4200", str(port))
             .replace("${TMPDIR:-/tmp}", str(logs)))
 
@@ -369,7 +369,7 @@ def test_kill_9_of_the_cli_leaves_nothing_behind_and_its_run_is_marked_crashed_b
 
 
 def _outcome(tmp_path: Path, run_id: str):  # noqa: ANN202
-    from flows.hosting.service import AnalyzeOutcome
+    from opbyop_flows.hosting.service import AnalyzeOutcome
 
     path = tmp_path / "home" / "service" / f"{run_id}.outcome.json"
     return AnalyzeOutcome.model_validate_json(path.read_text()) if path.exists() else None
@@ -381,7 +381,7 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
     goes on serving (an unreadable request gets an answer, not a dead service), and its own Ctrl-C
     in the middle of a run stores that run's results, tells its CLI, and leaves nothing behind.
     `opbyop nightly` runs on it alike, and Ctrl-C of that CLI stops the nightly in the service."""
-    from flows.hosting.service import AnalyzeOutcome
+    from opbyop_flows.hosting.service import AnalyzeOutcome
 
     victim, n_ops = hanging_op()
     env = _cli_env(tmp_path, OPBYOP_FAULT_INJECT=f"hang:{victim}")  # jax-mlp cannot end by itself
@@ -480,7 +480,7 @@ def test_opbyop_serve_runs_the_workspace_s_analyze_runs_and_stops_them_with_thei
 
 
 def test_a_service_record_whose_process_is_gone_or_whose_api_is_silent_is_ignored(tmp_path, monkeypatch):
-    from flows.hosting.service import ServiceRecord, record_path, standing_service, store_and_configs
+    from opbyop_flows.hosting.service import ServiceRecord, record_path, standing_service, store_and_configs
 
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -174,7 +174,7 @@ def test_one_module_loads_by_folder_or_file_and_a_folder_of_several_is_refused(t
 def test_the_flow_task_splits_each_module_on_its_own(tree):
     """What the analyze flow and the deployments do with a folder in their `models` parameter."""
     from opbyop.pipeline import prepare
-    from tasks.models import split_outcome
+    from opbyop_tasks.models import split_outcome
 
     seen: list[str] = []
 

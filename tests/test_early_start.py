@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from flows.cli import early
-from flows.cli.early import adopt, prepare
-from flows.cli.launching import Launch
+from opbyop_flows.cli import early
+from opbyop_flows.cli.early import adopt, prepare
+from opbyop_flows.cli.launching import Launch
 from opbyop.environment import workspace_root
 
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from flows.analyze import RunFailed, RunSummary, analyze, new_run_id
-from flows.engine.phases import time_line
-from flows.nightly import nightly
+from opbyop_flows.analyze import RunFailed, RunSummary, analyze, new_run_id
+from opbyop_flows.engine.phases import time_line
+from opbyop_flows.nightly import nightly
 from opbyop.config import AnalysisConfig, ClusterConfig, CompilerOptions
 from opbyop.records import Status
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 
 
 @pytest.fixture(scope="module")
@@ -272,7 +272,7 @@ def test_the_run_form_is_built_from_the_pydantic_parameters():
 def _run_id_of(state) -> str:
     from prefect.client.orchestration import get_client
 
-    from flows.engine.run_ids import run_id_for
+    from opbyop_flows.engine.run_ids import run_id_for
 
     with get_client(sync_client=True) as client:
         return run_id_for(client.read_flow_run(state.state_details.flow_run_id))
@@ -314,7 +314,7 @@ def _artifacts(flow_run_id) -> dict[str, str]:
 SPLIT_AHEAD = """
 import sys
 import psutil
-from flows.hosting.handoff import Handoff
+from opbyop_flows.hosting.handoff import Handoff
 
 handoff = Handoff()
 handoff.start_splits([sys.argv[1]], 0)
@@ -348,7 +348,7 @@ def test_a_flow_runs_process_counts_as_gone_when_its_pid_is_dead_or_reused():
     import subprocess
     import sys
 
-    from flows.hosting.crashed import HOST, PID, PID_START, process_gone, process_labels
+    from opbyop_flows.hosting.crashed import HOST, PID, PID_START, process_gone, process_labels
 
     assert not process_gone(process_labels())  # this very process
     ended = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -84,7 +84,7 @@ def test_torch_models_exported_from_several_threads_at_once_all_export():
 def test_a_run_asked_to_stop_splits_no_further_model():
     """Once the run is stopped, the models its split-ahead thread has not started are not exported
     (a zoo's exports take minutes), and the flow learns why from each model's error."""
-    from flows.hosting.handoff import Handoff
+    from opbyop_flows.hosting.handoff import Handoff
 
     handoff = Handoff()
     handoff.stop.set()

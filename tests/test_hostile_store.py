@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from opbyop.cli.main import build_app
-from storage.dataset import Store
-from storage.readonly import QueryInterrupted, StoreConnection
+from opbyop_storage.dataset import Store
+from opbyop_storage.readonly import QueryInterrupted, StoreConnection
 
 ENDLESS = ("SELECT count(*) FROM range(100000) a, range(100000) b, range(100000) c "
            "WHERE a.range + b.range + c.range = -1")
@@ -122,7 +122,7 @@ FILL_DISK = r"""
 import resource, signal, sys
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writing past the limit fails with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 from tests.store_samples import history
 from opbyop.errors import StoreError
 night = history()[1]

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("opbyop", "flows", "tasks", "storage")
+# Each top-level folder and the name it installs as (pyproject.toml's package-dir)
+PACKAGES = {"opbyop": "opbyop", "flows": "opbyop_flows", "tasks": "opbyop_tasks", "storage": "opbyop_storage"}
 # The layout's direction (flows -> tasks -> opbyop <- storage): what each package must never import.
-FORBIDDEN = {"opbyop": {"flows", "tasks", "storage"}, "storage": {"flows", "tasks"}, "tasks": {"flows"}}
+FORBIDDEN = {"opbyop": {"opbyop_flows", "opbyop_tasks", "opbyop_storage"},
+             "opbyop_storage": {"opbyop_flows", "opbyop_tasks"}, "opbyop_tasks": {"opbyop_flows"}}
 _PRAGMA = re.compile(r"noqa(:\s*[A-Z]+[0-9]+(,\s*[A-Z]+[0-9]+)*)?|type:\s*ignore(\[[^\]]*\])?")
 
 
@@ -35,12 +37,14 @@ class Import:
     explained: bool  # a comment on its line, or above its run of imports, says why
 
 
-def module_files(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
-    """Dotted module name -> file, for every module of `packages` under `root`."""
+def module_files(root: Path, packages: dict[str, str] | tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Dotted module name (as imported) -> file, for every module of `packages` (folder -> import name)
+    under `root`."""
+    named = packages if isinstance(packages, dict) else {p: p for p in packages}
     found: dict[str, Path] = {}
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = list(path.relative_to(root).with_suffix("").parts)
+    for folder, name in named.items():
+        for path in sorted((root / folder).rglob("*.py")):
+            parts = [name, *path.relative_to(root / folder).with_suffix("").parts]
             if parts[-1] == "__init__":
                 parts.pop()
             found[".".join(parts)] = path
@@ -224,3 +228,17 @@ def test_no_import_runs_back_up_the_floors() -> None:
     edges = [Import(room(i.module), room(i.target), i.line, i.deferred, i.explained) for i in project_imports()
              if room(i.module) != room(i.target)]
     assert cycles(edges) == [], "an import runs back up: move what the lower room needs down to a room below both"
+
+
+def test_every_package_is_installed_under_its_own_name() -> None:
+    """pyproject.toml lists the packages it installs: a folder of modules left out of it would import
+    from a checkout and fail from an installed wheel."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    installed = set(project["packages"])
+    folders = {".".join([PACKAGES[path.parent.relative_to(ROOT).parts[0]],
+                         *path.parent.relative_to(ROOT).parts[1:]])
+               for folder in PACKAGES for path in (ROOT / folder).rglob("*.py") if "__pycache__" not in path.parts}
+    assert folders - installed == set(), "add these to [tool.setuptools] packages in pyproject.toml"
+    assert {name: folder for folder, name in PACKAGES.items() if name != folder} == project["package-dir"]

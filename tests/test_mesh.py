@@ -134,7 +134,7 @@ def test_the_sharded_dot_compiles_on_p300_with_the_all_reduce_the_model_needs(p3
 
 
 def test_mesh_fields_survive_the_store(tmp_path):
-    from storage.convert import op_from_row, op_row, result_from_row, result_row, run_from_row, run_row
+    from opbyop_storage.convert import op_from_row, op_row, result_from_row, result_row, run_from_row, run_row
     from opbyop.records import OpRecord, OpResult, RunInfo, Stage, Status
 
     op = OpRecord(model="m", position=0, op_name="stablehlo.dot_general", signature="s", mesh="x=2",
@@ -151,9 +151,9 @@ def test_mesh_fields_survive_the_store(tmp_path):
 
 def test_sql_lists_a_runs_sharded_ops_with_their_shardings_and_the_target_mesh(store_root):
     from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, Stage, Status
-    from storage.aggregate import run_query
-    from storage.dataset import Store
-    from storage.readonly import StoreConnection
+    from opbyop_storage.aggregate import run_query
+    from opbyop_storage.dataset import Store
+    from opbyop_storage.readonly import StoreConnection
 
     sharding = '#sdy.sharding<@mesh, [{}, {"x"}]>'
     ops = [OpRecord(model="m", position=0, op_name="stablehlo.dot_general", signature="a", mesh="x=2",

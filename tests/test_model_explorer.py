@@ -18,8 +18,8 @@ from store_samples import MLP, history
 
 from opbyop.records import Status
 from opbyop.workspace import Workspace
-from storage.dataset import Store
-from storage.exports.explorer import (
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports.explorer import (
     GRAPH_ID,
     Metric,
     adapter_graphs,
@@ -85,7 +85,7 @@ def test_gradients_carry_pcc_cycles_and_peak_l1(graph_store: Store, tmp_path: Pa
 
 
 def test_the_opbyop_adapter_adds_signature_and_repro_to_the_builtin_adapters_nodes(graph_store: Store, tmp_path: Path) -> None:
-    from storage.exports.explorer_adapter.main import OpbyopMlirAdapter
+    from opbyop_storage.exports.explorer_adapter.main import OpbyopMlirAdapter
 
     prepared = prepare_model(graph_store, "n2", "mlp", tmp_path / "me")
     builtin = next(g for g in adapter_graphs(prepared.module) if g["id"] == GRAPH_ID)

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from cli_processes import all_gone, hanging_op, own_services, poll
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -123,7 +123,7 @@ def test_opbyop_nightly_runs_on_opbyop_serve_s_server_and_cluster_when_it_runs(t
 
 
 def test_the_service_reads_a_nightly_request_beside_analyze_requests_and_refuses_garbage():
-    from flows.hosting.service import AnalyzeRequest, NightlyRequest, read_request
+    from opbyop_flows.hosting.service import AnalyzeRequest, NightlyRequest, read_request
     from opbyop.config import AnalysisConfig
 
     nightly = NightlyRequest(run_id="n1", config_file="/abs/nightly.yaml", client_pid=1)

@@ -12,8 +12,8 @@ import pytest
 from store_samples import DOT, history
 
 from opbyop.records import OpPlacement
-from storage.dataset import Store
-from storage.exports.perf_csv import COLUMNS, export_perf, op_class, perf_rows
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports.perf_csv import COLUMNS, export_perf, op_class, perf_rows
 
 TT_PERF_REPORT = shutil.which("tt-perf-report") or str(Path(sys.executable).with_name("tt-perf-report"))
 DOT_NUMBERS = {"lhs_batching_dimensions": [], "lhs_contracting_dimensions": [1], "rhs_batching_dimensions": [],
@@ -121,7 +121,7 @@ def test_export_perf_on_the_command_line_writes_the_csv(perf_store: Store, tmp_p
 
 
 def test_the_report_and_the_flow_show_the_ops_with_the_most_device_time(perf_store: Store) -> None:
-    from storage.exports.report import render_html, report_data
+    from opbyop_storage.exports.report import render_html, report_data
 
     data = report_data(perf_store.root, "n2")
     top = data["device_time"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.hosting.prefect_db import DatabaseTemplate
-from flows.hosting.server import PrefectApi
+from opbyop_flows.hosting.prefect_db import DatabaseTemplate
+from opbyop_flows.hosting.server import PrefectApi
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -167,7 +167,7 @@ def test_a_whole_model_beyond_the_chip_s_dram_is_left_out_with_its_figures_and_a
 
 
 def test_which_inputs_were_real_and_which_synthetic_survive_the_store(mlp_ops):
-    from storage.convert import result_from_row, result_row
+    from opbyop_storage.convert import result_from_row, result_row
 
     from opbyop.analysis.analyzer import input_kinds
     from opbyop.records import OpResult

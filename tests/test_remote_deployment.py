@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 from test_deployment_e2e import ARTIFACTS, _target_run_ids, api, deployed, postgres, wait_final  # noqa: F401
 from test_remote_hosts import network, rows, start_scheduler, start_worker  # noqa: F401  (fixtures too)
 

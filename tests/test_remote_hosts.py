@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 from distributed import Client
 
-from flows.analyze import RunFailed, RunSummary, analyze, new_run_id
+from opbyop_flows.analyze import RunFailed, RunSummary, analyze, new_run_id
 from netns_hosts import Host, HostNetwork, unavailable
 from opbyop.artifacts import ArtifactStore
 from opbyop.config import AnalysisConfig, ClusterConfig
 from opbyop.records import Status
 from opbyop.worker.wire import home_id
 from opbyop.workspace import OpIndex
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 
 pytestmark = pytest.mark.slow
 
@@ -184,10 +184,10 @@ def test_a_whole_model_runs_on_a_worker_host_that_has_not_got_its_values(harness
 
 
 def test_the_nightly_on_worker_hosts_stores_the_same_rows_as_on_one_host(harness, network, tmp_path, monkeypatch):
-    from flows.nightly import nightly
+    from opbyop_flows.nightly import nightly
     from prefect.client.orchestration import get_client
 
-    from flows.engine.run_ids import run_id_for
+    from opbyop_flows.engine.run_ids import run_id_for
 
     nightly_file = tmp_path / "nightly.yaml"
     nightly_file.write_text("models: [jax-mlp]\ntargets: [{chip: p150}, {chip: n150}]\nwhole_model: false\n")

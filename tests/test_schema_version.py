@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from storage import schema
+from opbyop_storage import schema
 
 
 def test_the_tables_columns_are_those_the_schema_version_records() -> None:

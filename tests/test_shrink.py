@@ -133,7 +133,7 @@ def test_the_boundary_of_a_ui8_contraction_replays_on_both_sides(worker, setting
 def test_shrinks_are_stored_per_op_under_their_run_and_shown_in_the_report(history_store, tmp_path):
     from opbyop.records import Status, TensorDesc
     from opbyop.shrink.result import ShrinkBoundary, ShrinkResult, ShrinkVariant
-    from storage.exports.report import report_data
+    from opbyop_storage.exports.report import report_data
 
     run_id = history_store.runs()[-1].run_id
     signature = history_store.results(run_id)[0].signature
@@ -167,9 +167,9 @@ def flow_harness():
 
 @pytest.mark.slow
 def test_the_flow_shrinks_its_failing_ops_when_asked_and_writes_the_manifest(flow_harness, tmp_path, monkeypatch):
-    from flows.analyze import RunFailed, analyze, new_run_id
+    from opbyop_flows.analyze import RunFailed, analyze, new_run_id
     from opbyop.config import AnalysisConfig, ClusterConfig
-    from storage.dataset import Store
+    from opbyop_storage.dataset import Store
     from opbyop.config import ShrinkOption
 
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))

@@ -12,12 +12,12 @@ import pytest
 
 from opbyop.cli.app import status_text
 from opbyop.records import LEGACY_RECLASSIFICATION, Fault, Status, StatusFacts, legacy_status
-from storage.catalog import create_status_views, legacy_status_sql
-from storage.colours import status_colours
-from storage.exports.explorer import GRAPH_ID, Metric, node_data
-from storage.queries import SQL_DIR, get_query
-from storage.exports.report import TEMPLATE, status_data
-from storage.schema import schema_of
+from opbyop_storage.catalog import create_status_views, legacy_status_sql
+from opbyop_storage.colours import status_colours
+from opbyop_storage.exports.explorer import GRAPH_ID, Metric, node_data
+from opbyop_storage.queries import SQL_DIR, get_query
+from opbyop_storage.exports.report import TEMPLATE, status_data
+from opbyop_storage.schema import schema_of
 
 # Two statuses no file of opbyop knows: one the compiler's (a verdict), one opbyop's own gap (not).
 NEW_VERDICT = ("EXAMPLE_VERDICT", "example_verdict", StatusFacts(Fault.COMPILER, "bold blue", "#123456",

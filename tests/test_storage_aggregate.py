@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import store_samples as samples
 
-from storage.aggregate import nightly, previous_run_id, run_query
-from storage.dataset import Store
-from storage.queries import load_queries
-from storage.readonly import StoreConnection
+from opbyop_storage.aggregate import nightly, previous_run_id, run_query
+from opbyop_storage.dataset import Store
+from opbyop_storage.queries import load_queries
+from opbyop_storage.readonly import StoreConnection
 
 
 @pytest.fixture

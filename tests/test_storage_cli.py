@@ -10,8 +10,8 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from storage.cli import register
-from storage.dataset import Store
+from opbyop_storage.cli import register
+from opbyop_storage.dataset import Store
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ import store_samples as samples
 
 from opbyop.errors import StoreError
 from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun
-from storage import schema
-from storage.dataset import Store
-from storage.files import data_files, run_dirs
-from storage.readonly import run_sql
+from opbyop_storage import schema
+from opbyop_storage.dataset import Store
+from opbyop_storage.files import data_files, run_dirs
+from opbyop_storage.readonly import run_sql
 
 
 def _files(root: Path, table: str, run_id: str) -> list[Path]:
@@ -165,8 +165,8 @@ def test_one_writer_per_run_id(store_root: Path) -> None:
 CRASHING_WRITER = textwrap.dedent("""
     import os, signal, sys
     import pyarrow.parquet as pq
-    import storage.files
-    from storage.dataset import Store
+    import opbyop_storage.files
+    from opbyop_storage.dataset import Store
     from tests import store_samples as samples
 
     night = samples.night("n1", 2, samples.NIGHT1)
@@ -183,7 +183,7 @@ CRASHING_WRITER = textwrap.dedent("""
         where.seek(0); where.truncate(100); where.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    storage.files.pq.write_table = dying_write
+    opbyop_storage.files.pq.write_table = dying_write
     w.add_results([night.results[2]])
 """)
 
@@ -216,7 +216,7 @@ def test_crash_mid_write_leaves_no_partial_file_and_the_next_run_completes_it(st
 
 def test_crash_between_the_renames_of_a_compaction_is_finished_on_restart(store_root: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    import storage.files as files
+    import opbyop_storage.files as files
 
     store = Store(store_root)
     night = samples.night("n1", 2, samples.NIGHT1)
@@ -270,7 +270,7 @@ def test_corrupt_file_is_reported_with_its_path_skipped_and_counted(history_stor
 
 
 def test_every_field_of_a_ttsim_run_has_its_column_and_comes_back():
-    from storage.convert import _ttsim_columns, _ttsim_from
+    from opbyop_storage.convert import _ttsim_columns, _ttsim_from
 
     assert set(schema.TTSIM_COLUMNS) == set(TtsimRun.model_fields)  # a new field needs its column
     run = TtsimRun(outcome=TtsimOutcome.RAN, message="m", op="ttnn.add", seconds=1.5, runner_seconds=1.0,

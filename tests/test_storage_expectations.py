@@ -10,8 +10,8 @@ import yaml
 
 from opbyop.errors import ConfigError
 from opbyop.records import Stage
-from storage.dataset import Store
-from storage.expectations import (
+from opbyop_storage.dataset import Store
+from opbyop_storage.expectations import (
     Expectation,
     Expectations,
     compare,

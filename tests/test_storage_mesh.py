@@ -7,7 +7,7 @@ from pathlib import Path
 
 import store_samples as samples
 from opbyop.records import CollectiveRun, Status
-from storage import Store
+from opbyop_storage import Store
 
 
 def _mesh_result():
@@ -40,8 +40,8 @@ def _store_with_mesh_run(store_root: Path) -> tuple[Store, object]:
 
 
 def test_the_mesh_collectives_query_lists_only_ops_that_ran_on_a_mesh(store_root: Path) -> None:
-    from storage.aggregate import run_query
-    from storage.readonly import StoreConnection
+    from opbyop_storage.aggregate import run_query
+    from opbyop_storage.readonly import StoreConnection
 
     store, mesh = _store_with_mesh_run(store_root)
     with StoreConnection(store.root) as con:
@@ -52,8 +52,8 @@ def test_the_mesh_collectives_query_lists_only_ops_that_ran_on_a_mesh(store_root
 
 
 def test_report_and_optest_show_a_mesh_runs_collectives(store_root: Path) -> None:
-    from storage.exports import optest
-    from storage.exports.report import report_data
+    from opbyop_storage.exports import optest
+    from opbyop_storage.exports.report import report_data
 
     store, _ = _store_with_mesh_run(store_root)
     data = report_data(store.root, "mesh")

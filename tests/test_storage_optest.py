@@ -10,8 +10,8 @@ import pytest
 
 import store_samples as samples
 from opbyop.records import Stage, Status
-from storage.dataset import Store
-from storage.exports import optest
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports import optest
 
 
 def test_export_fills_status_stage_and_per_op_times(history_store: Store, tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.dataset import Store
-from storage.expectations import from_outcomes, outcomes
-from storage.exports.report import render_html, report_data, write_report
+from opbyop_storage.dataset import Store
+from opbyop_storage.expectations import from_outcomes, outcomes
+from opbyop_storage.exports.report import render_html, report_data, write_report
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -102,7 +102,7 @@ def test_the_report_shows_the_compiler_pass_each_failure_stopped_in(history_stor
 
 
 def test_the_accuracy_trace_is_its_own_table_and_names_the_first_op_below_the_threshold(history_store: Store) -> None:
-    from storage.readonly import run_sql
+    from opbyop_storage.readonly import run_sql
 
     rows = run_sql("SELECT model, position, op_name, first_below FROM accuracy_trace WHERE run_id = 'n2' "
                    "ORDER BY position", history_store.root).rows

@@ -10,12 +10,12 @@ import store_samples as samples
 
 from opbyop.errors import StoreError
 from opbyop.records import Stage, Status
-from storage.aggregate import previous_run_id, run_query
-from storage.cache import lookup_cached
-from storage.catalog import build_catalog
-from storage.dataset import Store
-from storage.message_pattern import macro_sql, message_pattern
-from storage.readonly import StoreConnection, check_read_only, run_sql
+from opbyop_storage.aggregate import previous_run_id, run_query
+from opbyop_storage.cache import lookup_cached
+from opbyop_storage.catalog import build_catalog
+from opbyop_storage.dataset import Store
+from opbyop_storage.message_pattern import macro_sql, message_pattern
+from opbyop_storage.readonly import StoreConnection, check_read_only, run_sql
 
 
 @pytest.mark.parametrize("statement", [

@@ -10,11 +10,11 @@ import pytest
 import store_samples as samples
 
 from opbyop.records import Stage, Status
-from storage.aggregate import run_query
-from storage.dataset import Store
-from storage.files import data_files
-from storage.readonly import StoreConnection
-from storage.schema import VERSION_KEY
+from opbyop_storage.aggregate import run_query
+from opbyop_storage.dataset import Store
+from opbyop_storage.files import data_files
+from opbyop_storage.readonly import StoreConnection
+from opbyop_storage.schema import VERSION_KEY
 
 NOT_SIMULATED = "not simulated: ttnn.sort"
 

@@ -19,10 +19,10 @@ from object_store import S3Server
 from pyarrow import fs as pafs
 
 from opbyop.errors import StoreError
-from storage.catalog import build_catalog
-from storage.dataset import Store
-from storage.object_files import MANIFESTS, ObjectFiles
-from storage.readonly import StoreConnection, run_sql
+from opbyop_storage.catalog import build_catalog
+from opbyop_storage.dataset import Store
+from opbyop_storage.object_files import MANIFESTS, ObjectFiles
+from opbyop_storage.readonly import StoreConnection, run_sql
 
 pytestmark = pytest.mark.slow
 
@@ -117,8 +117,8 @@ def test_a_run_s_writer_on_s3_reads_its_manifest_once_per_start_and_keeps_what_i
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
     from tests import store_samples as samples
-    from storage.dataset import Store
-    from storage.object_files import ObjectFiles
+    from opbyop_storage.dataset import Store
+    from opbyop_storage.object_files import ObjectFiles
 
     url, kill_at = sys.argv[1], sys.argv[2]
     commit, commits = ObjectFiles._commit, []

@@ -14,8 +14,8 @@ import pytest
 from store_samples import SAMPLE_OPS, result, run_info, summary
 
 from opbyop.records import Status
-from storage.dataset import Store
-from storage.readonly import StoreConnection
+from opbyop_storage.dataset import Store
+from opbyop_storage.readonly import StoreConnection
 
 BATCHES = 10
 RUNS = 10

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from flows.engine.phases import BESIDE, OTHER, PhaseClock, format_phases, time_line
-from storage.dataset import Store
+from opbyop_flows.engine.phases import BESIDE, OTHER, PhaseClock, format_phases, time_line
+from opbyop_storage.dataset import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

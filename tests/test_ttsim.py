@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from core_fixtures import DATA
-from flows.nightly import Target
+from opbyop_flows.nightly import Target
 from opbyop.cli import coverage_cmds  # noqa: F401  (registers the corpus and coverage commands)
 from opbyop.cli.app import app
 from opbyop.compiler.builds import installed, unpack_assets

@@ -20,9 +20,9 @@ from store_samples import DOT, history
 
 from opbyop.records import OpPlacement
 from opbyop.visualizer import VisualizerUnavailable, locate
-from storage.dataset import Store
-from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, build_report, export_visualizer
-from storage.exports.visualizer_server import running
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, build_report, export_visualizer
+from opbyop_storage.exports.visualizer_server import running
 
 MATMUL_L1 = 212_992  # the largest circular buffers of the sample run, per core
 

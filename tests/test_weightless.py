@@ -240,7 +240,7 @@ def test_the_real_size_configurations_are_in_the_zoo_tagged_for_a_nightly(zoo):
 
 
 def test_a_nightly_target_can_choose_the_real_size_models_by_tag(zoo):
-    from flows.nightly import Target
+    from opbyop_flows.nightly import Target
 
     target = Target.model_validate({"chip": "p150", "tags": ["real-size"]})
     one_chip = {m.name for m in zoo.tagged("real-size") if m.sharding is None}

@@ -19,8 +19,8 @@ from opbyop.records import CompileOutcome, FailedPass, OpResult, PassOutcome, St
 from opbyop.worker.dask import OpWorkerPlugin
 from opbyop.worker.wire import home_id, named_digests, pack, shares_home, unpack
 from opbyop.workspace import Workspace
-from tasks.gate import ClusterGate
-from tasks.ops import analyze_op
+from opbyop_tasks.gate import ClusterGate
+from opbyop_tasks.ops import analyze_op
 
 _COLLECTORS: list[list[Path]] = []  # the lists opened_files() is filling
 

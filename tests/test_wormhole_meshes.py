@@ -35,7 +35,7 @@ def test_the_1x8_tensor_parallel_llama_fits_a_t3k_used_as_1x8_only(zoo):
 
 
 def test_a_run_on_a_wormhole_mesh_is_exported_at_the_wormhole_clock():
-    from storage.exports.perf_csv import chip_spec
+    from opbyop_storage.exports.perf_csv import chip_spec
 
     assert chip_spec("n300").arch == chip_spec("t3k").arch == "wormhole_b0"
     assert chip_spec("p150x8").arch == "blackhole"

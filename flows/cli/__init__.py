@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import typer
 
-from flows.cli.early import prepare  # noqa: F401  (opbyop's main calls it first, before any command is built)
+from opbyop_flows.cli.early import prepare  # noqa: F401  (opbyop's main calls it first, before any command is built)
 
 
 def register(app: typer.Typer) -> None:
-    """The entry point flows.cli:register: add analyze, nightly and serve to `app`."""
-    from flows.cli.commands import register as add_commands  # deferred: seconds of imports, after prepare's starts
+    """The entry point opbyop_flows.cli:register: add analyze, nightly and serve to `app`."""
+    from opbyop_flows.cli.commands import register as add_commands  # deferred: seconds of imports, after prepare's starts
 
     add_commands(app)

@@ -23,12 +23,12 @@ from typing import Any, Optional
 
 import typer
 
-from flows.cli.early import Services, defaults_for_laptop, started_early
-from flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
-from flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
-from flows.engine.run_ids import group_run_ids, new_run_id
-from flows.engine.summary import summary_of
-from flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
+from opbyop_flows.cli.early import Services, defaults_for_laptop, started_early
+from opbyop_flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
+from opbyop_flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
+from opbyop_flows.engine.run_ids import group_run_ids, new_run_id
+from opbyop_flows.engine.summary import summary_of
+from opbyop_flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
 from opbyop.cli.app import DeviceBackend, DeviceOption, positive_seconds
 from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
 from opbyop.compiler_spec import SPEC_FORMS, CompilerSpec
@@ -148,7 +148,7 @@ def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None,
     try:
         launch.handoff.start_splits(command.config.models, command.config.seed, host_devices(command.config),
                                     command.config.export)
-        from flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
+        from opbyop_flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
 
         with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
             config = _on_address(command.config, launch.wait(busy_until=time.monotonic()))
@@ -247,7 +247,7 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     defaults_for_laptop()
 
     try:
-        from flows.nightly import load_nightly  # prefect, dask: loaded only when used
+        from opbyop_flows.nightly import load_nightly  # prefect, dask: loaded only when used
 
         chosen = load_nightly(config_file)
     except OpbyopError as e:
@@ -265,7 +265,7 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
     resume = shlex.join(["opbyop", "nightly"] + (["--config", str(config_file)] if config_file else []))
     flow_thread: FlowThread | None = None
     try:
-        from flows.nightly import nightly as nightly_flow  # prefect, dask: loaded only when used
+        from opbyop_flows.nightly import nightly as nightly_flow  # prefect, dask: loaded only when used
 
         cluster = ClusterConfig(address=launch.wait(busy_until=time.monotonic()) or address, workers=workers)
         flow_thread = FlowThread("nightly-flow", lambda: nightly_flow(
@@ -335,7 +335,7 @@ def serve(chip: str = typer.Option(DEFAULT_CHIP, "--chip", help="warm the op wor
     analyze and nightly in this workspace then hand their runs to them instead of starting their own. Ctrl-C (or
     SIGTERM) stops them."""
     defaults_for_laptop()
-    from flows.hosting.serve import Service, terminate_as_interrupt, warm_imports  # dask: loaded only when used
+    from opbyop_flows.hosting.serve import Service, terminate_as_interrupt, warm_imports  # dask: loaded only when used
 
     terminate_as_interrupt()
     root = Workspace.default().root

@@ -17,10 +17,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows.hosting.cluster_process import ClusterProcess
-from flows.hosting.server import PrefectApi, configured_api_url
-from flows.hosting.service_record import record_path
-from flows.hosting.settings import apply_defaults
+from opbyop_flows.hosting.cluster_process import ClusterProcess
+from opbyop_flows.hosting.server import PrefectApi, configured_api_url
+from opbyop_flows.hosting.service_record import record_path
+from opbyop_flows.hosting.settings import apply_defaults
 from opbyop.boards import DEFAULT_CHIP
 from opbyop.environment import environment, workspace_root
 

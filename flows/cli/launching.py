@@ -16,11 +16,11 @@ from typing import Any, Callable, NoReturn
 import psutil
 import typer
 
-from flows.cli.early import Services, adopt, start
-from flows.engine.phases import BESIDE, OTHER
-from flows.hosting.handoff import Handoff, handing_off
-from flows.hosting.server import drain_prefect, without_heartbeats
-from flows.cli.progress import say
+from opbyop_flows.cli.early import Services, adopt, start
+from opbyop_flows.engine.phases import BESIDE, OTHER
+from opbyop_flows.hosting.handoff import Handoff, handing_off
+from opbyop_flows.hosting.server import drain_prefect, without_heartbeats
+from opbyop_flows.cli.progress import say
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.builds import prepare
 from opbyop.compiler.system_desc import resolve

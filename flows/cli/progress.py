@@ -11,7 +11,7 @@ from typing import Callable, Optional
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from flows.engine.phases import format_phases
+from opbyop_flows.engine.phases import format_phases
 from opbyop.cli.app import make_console, styled
 from opbyop.pipeline import run_manifest_path
 
@@ -27,7 +27,7 @@ def progress_from_store(running: Callable[[], bool], store_root: Path | str, run
     """A progress bar fed from the store (results land there in batches) while `running()` says so,
     over the runs `run_ids` (one per compiler build); `running()` paces the loop (a short wait: the
     end shows at once), the store is read every PROGRESS_SECONDS (each read costs CPU the run could use)."""
-    from storage.dataset import Store  # pyarrow: loaded only when used
+    from opbyop_storage.dataset import Store  # pyarrow: loaded only when used
 
     store = Store(store_root)
     name = run_ids[0] if len(run_ids) == 1 else f"{run_ids[0].removesuffix('-c1')} ({len(run_ids)} compilers)"
@@ -62,7 +62,7 @@ def _done(store, run_id: str) -> int:  # noqa: ANN001
         return 0
 
 
-def print_summary(summary) -> None:  # noqa: ANN001  (flows.engine.summary.RunSummary)
+def print_summary(summary) -> None:  # noqa: ANN001  (opbyop_flows.engine.summary.RunSummary)
     for earlier in summary.group:  # a run under several compiler builds: each build's run, then the steps
         print_summary(earlier)
     if summary.compiler:

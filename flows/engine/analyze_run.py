@@ -30,10 +30,10 @@ from prefect.artifacts import create_progress_artifact, create_table_artifact, u
 from prefect.futures import PrefectFuture
 from prefect.states import Cancelled, Completed, Failed, State
 
-from flows.engine.phases import PhaseClock, format_phases
-from flows.engine.summary import RunFailed, RunSummary
-from flows.hosting.cluster import dask_client
-from flows.hosting.handoff import Handoff
+from opbyop_flows.engine.phases import PhaseClock, format_phases
+from opbyop_flows.engine.summary import RunFailed, RunSummary
+from opbyop_flows.hosting.cluster import dask_client
+from opbyop_flows.hosting.handoff import Handoff
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import SystemDesc
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
@@ -47,13 +47,13 @@ from opbyop.run.plan import RunPlan
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import WorkerStartError, parameter_indices
 from opbyop.workspace import Workspace
-from storage.dataset import Store
-from storage.run_sink import StoreSink
-from tasks.gate import ClusterGate
-from tasks.models import split_model, stage_whole_model
-from tasks.ops import analyze_op, whole_model
-from tasks.shrink import shrink_failing_ops
-from tasks.store import publish
+from opbyop_storage.dataset import Store
+from opbyop_storage.run_sink import StoreSink
+from opbyop_tasks.gate import ClusterGate
+from opbyop_tasks.models import split_model, stage_whole_model
+from opbyop_tasks.ops import analyze_op, whole_model
+from opbyop_tasks.shrink import shrink_failing_ops
+from opbyop_tasks.store import publish
 
 POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between results
 

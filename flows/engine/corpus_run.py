@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from flows.engine.analyze_run import AnalyzeRun
+from opbyop_flows.engine.analyze_run import AnalyzeRun
 from opbyop.corpus.generate import CorpusEntry
 from opbyop.corpus.ops import MODEL, CorpusSelection, corpus_records
 from opbyop.ir.dedupe import dedupe

@@ -1,7 +1,7 @@
 """One analyze flow run under several compiler builds: the models split once, then one run per build
 (each its own run in the store, `<run_id>-c1` ...; the group's id is the flow's run id) on one
 cluster, whose op workers are each build's own, then every run compared with the one before it
-(storage.compare: regressions, progressions, changed messages; `opbyop compare --group` shows more).
+(opbyop_storage.compare: regressions, progressions, changed messages; `opbyop compare --group` shows more).
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from contextlib import ExitStack
 from prefect.artifacts import create_table_artifact
 from prefect.states import Completed, Failed, State
 
-from flows.engine.analyze_run import AnalyzeRun
-from flows.engine.run_ids import group_run_ids
-from flows.engine.summary import RunFailed, RunSummary, summary_of
-from flows.hosting.cluster import dask_client
-from flows.hosting.handoff import Handoff
+from opbyop_flows.engine.analyze_run import AnalyzeRun
+from opbyop_flows.engine.run_ids import group_run_ids
+from opbyop_flows.engine.summary import RunFailed, RunSummary, summary_of
+from opbyop_flows.hosting.cluster import dask_client
+from opbyop_flows.hosting.handoff import Handoff
 from opbyop.config import AnalysisConfig, ShrinkOption
 from opbyop.errors import OpbyopError
 from opbyop.workspace import Workspace
-from storage.compare import compare_runs
-from storage.readonly import StoreConnection
+from opbyop_storage.compare import compare_runs
+from opbyop_storage.readonly import StoreConnection
 
 
 def run_group(configs: list[AnalysisConfig], run_id: str, shrink: ShrinkOption | None, handoff: Handoff,

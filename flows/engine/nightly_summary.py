@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from storage.aggregate import ModelComparison
-from storage.expectations import ExpectationReport, Mismatch
-from tasks.store import markdown_rows
+from opbyop_storage.aggregate import ModelComparison
+from opbyop_storage.expectations import ExpectationReport, Mismatch
+from opbyop_tasks.store import markdown_rows
 
 ROWS = 15  # per table: the artifact is a summary, the report and SQL hold the rest
 

@@ -6,7 +6,7 @@ on the next worker, which the culprit would kill too), and a worker is sent no o
 runs (worker-saturation 1.0). A scheduler reads those settings at start-up, into attributes; on an
 existing scheduler the attributes are set (and read back) through Client.run_on_scheduler.
 
-`python -m flows.hosting.cluster` is the LocalCluster the CLI starts in a child process at once, beside the
+`python -m opbyop_flows.hosting.cluster` is the LocalCluster the CLI starts in a child process at once, beside the
 Prefect server and the export, warming its op workers before the flow asks for them
 (flows/hosting/cluster_process.py).
 """

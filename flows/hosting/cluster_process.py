@@ -1,4 +1,4 @@
-"""The LocalCluster of one CLI run, in a child process (`python -m flows.hosting.cluster`) started at
+"""The LocalCluster of one CLI run, in a child process (`python -m opbyop_flows.hosting.cluster`) started at
 once, beside the Prefect server and the export; this side imports neither Dask nor JAX, so the CLI
 can start it before its own imports."""
 
@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from flows.hosting.tied import spawn_tied
+from opbyop_flows.hosting.tied import spawn_tied
 from opbyop.errors import OpbyopError
 from opbyop.sessions import stop_session
 
@@ -26,7 +26,7 @@ class ClusterProcess:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / "dask-cluster.log"
         with open(self.log_path, "wb") as log:
-            self._proc = spawn_tied([sys.executable, "-m", "flows.hosting.cluster", "--workers", str(workers), "--chip", chip],
+            self._proc = spawn_tied([sys.executable, "-m", "opbyop_flows.hosting.cluster", "--workers", str(workers), "--chip", chip],
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
         self.address: str | None = None
 

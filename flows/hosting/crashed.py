@@ -3,9 +3,9 @@
 Prefect leaves a flow run whose process was killed with SIGKILL Running for good, with its task runs,
 unless a Prefect worker ran it (the process worker reports the exit). Two remedies:
 - every analyze / nightly run labels itself with its host, pid and the pid's start time; at the start
-  of every run (and by `python -m flows.hosting.crashed`), this host's Running runs of those flows whose
+  of every run (and by `python -m opbyop_flows.hosting.crashed`), this host's Running runs of those flows whose
   process is gone are set to Crashed, with their Running task runs (`sweep`);
-- on a long-lived server, Prefect's zombie detection (`python -m flows.hosting.crashed --automation`): an
+- on a long-lived server, Prefect's zombie detection (`python -m opbyop_flows.hosting.crashed --automation`): an
   automation marks Crashed a flow run that stopped sending heartbeats (one every 30 s,
   flows/hosting/settings.py) for 90 s.
 """

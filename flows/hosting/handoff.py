@@ -39,7 +39,7 @@ class Handoff:
 
         def work() -> None:
             prepare_jax(host_devices=host_devices)  # before anything in this process imports JAX
-            from tasks.models import SplitOutcome, split_outcome  # prefect: loaded only when used
+            from opbyop_tasks.models import SplitOutcome, split_outcome  # prefect: loaded only when used
 
             for (spec, _), future in futures.items():
                 if not future.set_running_or_notify_cancel():

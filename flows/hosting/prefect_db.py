@@ -8,7 +8,7 @@ machine cache (the schema version and the block types only: nothing a run wrote)
 whose home has no database yet starts from a copy of it, and does not register the block types the
 copy holds again. A database that exists, or is not SQLite, is left alone.
 
-    uvicorn --factory flows.hosting.prefect_db:create_app    (what flows/hosting/server.py runs)
+    uvicorn --factory opbyop_flows.hosting.prefect_db:create_app    (what flows/hosting/server.py runs)
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flows.engine.summary import summary_of
-from flows.hosting.cluster_process import ClusterProcess
-from flows.hosting.handoff import Handoff, handing_off
-from flows.hosting.server import PrefectApi, drain_prefect
-from flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, NightlyRequest, ServiceRecord, alive,
+from opbyop_flows.engine.summary import summary_of
+from opbyop_flows.hosting.cluster_process import ClusterProcess
+from opbyop_flows.hosting.handoff import Handoff, handing_off
+from opbyop_flows.hosting.server import PrefectApi, drain_prefect
+from opbyop_flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, NightlyRequest, ServiceRecord, alive,
                            read_request, record_path, service_dir, store_and_configs)
 from opbyop.atomic import write_text
 from opbyop.config import ClusterConfig
@@ -129,7 +129,7 @@ def _answer(folder: Path, outcome: AnalyzeOutcome) -> None:
 
 def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The analyze flow for one request, on the service's cluster; never raises."""
-    from flows.analyze import analyze  # prefect, pyarrow: loaded only when used
+    from opbyop_flows.analyze import analyze  # prefect, pyarrow: loaded only when used
 
     config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
         update={"address": address})})
@@ -143,7 +143,7 @@ def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome: 
 
 def run_nightly(request: NightlyRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
     """The nightly flow for one request, every target on the service's cluster; never raises."""
-    from flows.nightly import nightly  # prefect, pyarrow: loaded only when used
+    from opbyop_flows.nightly import nightly  # prefect, pyarrow: loaded only when used
 
     def flow() -> State:
         return nightly(config_file=request.config_file, models=request.models,
@@ -171,8 +171,8 @@ def warm_imports() -> None:
     """What every run needs, imported before the first request: the flow (Prefect, Dask), JAX."""
     prepare_jax()
     # imported here, after prepare_jax and not at the top: warming them is this function's whole point
-    import flows.analyze  # noqa: F401
-    import flows.nightly  # noqa: F401
+    import opbyop_flows.analyze  # noqa: F401
+    import opbyop_flows.nightly  # noqa: F401
     import opbyop.frontends.loader  # noqa: F401
 
 

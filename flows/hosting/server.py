@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from flows.hosting.settings import server_env
-from flows.hosting.tied import spawn_tied
+from opbyop_flows.hosting.settings import server_env
+from opbyop_flows.hosting.tied import spawn_tied
 from opbyop.errors import OpbyopError
 from opbyop.sessions import stop_session
 
@@ -80,7 +80,7 @@ class PrefectApi:
             # database migrated once per Prefect version (flows/hosting/prefect_db.py)
             self._proc = spawn_tied(
                 [sys.executable, "-m", "uvicorn", "--app-dir", _project_root(), "--factory",
-                 "flows.hosting.prefect_db:create_app", "--host", "127.0.0.1", "--port", str(port),
+                 "opbyop_flows.hosting.prefect_db:create_app", "--host", "127.0.0.1", "--port", str(port),
                  "--log-level", "error", "--lifespan", "on"],
                 env=server_env(ui_api_url=self.url, temporary=temporary), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL)

@@ -26,9 +26,9 @@ from typing import Literal
 import psutil
 from pydantic import BaseModel
 
-from flows.engine.summary import RunSummary
-from flows.hosting.server import configured_api_url, healthy
-from flows.hosting.service_record import record_path
+from opbyop_flows.engine.summary import RunSummary
+from opbyop_flows.hosting.server import configured_api_url, healthy
+from opbyop_flows.hosting.service_record import record_path
 from opbyop.atomic import write_text
 from opbyop.config import AnalysisConfig, ShrinkOption, config_dir
 from opbyop.errors import OpbyopError
@@ -88,7 +88,7 @@ class AnalyzeOutcome(BaseModel):
 
 
 def store_and_configs() -> tuple[str, str]:
-    from storage.location import is_object_url  # pyarrow: loaded only when used
+    from opbyop_storage.location import is_object_url  # pyarrow: loaded only when used
 
     store = Workspace.default().store
     return str(store if is_object_url(store) else store.resolve()), str(config_dir().resolve())

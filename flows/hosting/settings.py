@@ -6,7 +6,7 @@ UI minutes behind a large fan-out (measured in benchmarks/bench_orchestration.py
 environment defaults (a user's own values win). A server started by hand needs them in its
 environment too:
 
-    env $(python -m flows.hosting.settings --server --port 4200) prefect server start --host 127.0.0.1 --port 4200
+    env $(python -m opbyop_flows.hosting.settings --server --port 4200) prefect server start --host 127.0.0.1 --port 4200
 """
 
 from __future__ import annotations

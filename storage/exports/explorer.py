@@ -26,8 +26,8 @@ from opbyop.boards import DEFAULT_CHIP
 from opbyop.errors import StoreError
 from opbyop.records import OpRecord, OpResult, Stage, Status
 from opbyop.workspace import Workspace
-from storage.colours import DEPTH_COLOURS
-from storage.dataset import Store
+from opbyop_storage.colours import DEPTH_COLOURS
+from opbyop_storage.dataset import Store
 
 GRAPH_ID = "main"  # the adapter names a function's graph after it; the split analyses @main
 SIDECAR_SUFFIX = ".opbyop.json"  # beside a module: the attributes the opbyop adapter adds to its nodes

@@ -19,11 +19,11 @@ from typing import Any, Callable
 
 from opbyop.errors import StoreError
 from opbyop.sessions import stop_session
-from storage.dataset import Store
-from storage.exports.explorer import PreparedModel, iter_models, prepare_model
-from storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports.explorer import PreparedModel, iter_models, prepare_model
+from opbyop_storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
 
-ADAPTER_MODULE = "storage.exports.explorer_adapter"
+ADAPTER_MODULE = "opbyop_storage.exports.explorer_adapter"
 START_TIMEOUT_S = 60.0
 
 
@@ -31,7 +31,7 @@ def explorer_config(spec: dict[str, Any]):  # -> model_explorer.config.ModelExpl
     """The models (read by the opbyop adapter) and each one's node data, one entry per metric."""
     import model_explorer
 
-    from storage.exports.explorer_adapter.main import ADAPTER_ID  # model_explorer (and torch): loaded only when used
+    from opbyop_storage.exports.explorer_adapter.main import ADAPTER_ID  # model_explorer (and torch): loaded only when used
 
     config = model_explorer.config()
     for model in spec["models"]:
@@ -63,7 +63,7 @@ def serve(store: Store, run_id: str, model: str | None, port: int | None, open_b
             spec = _spec(prepared, port, open_browser)
             spec_path = Path(tmp) / "explore.json"
             spec_path.write_text(json.dumps(spec))
-            child = subprocess.Popen([sys.executable, "-m", "storage.exports.explorer_server", str(spec_path)],
+            child = subprocess.Popen([sys.executable, "-m", "opbyop_storage.exports.explorer_server", str(spec_path)],
                                      stdout=subprocess.DEVNULL, start_new_session=True)
             try:
                 wait_until_served(child, f"http://{HOST}:{port}/check_health", "the Model Explorer server",

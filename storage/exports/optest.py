@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from opbyop.atomic import write_text
 from opbyop.records import COMPILE_STAGES, DeviceRun, OpRecord, OpResult, RunInfo, Stage, Status, TensorDesc
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 
 BACKEND = "tt-mlir"
 # What the runtime does with a tensor unless a program asks otherwise (to_device default: DRAM

@@ -28,7 +28,7 @@ from opbyop.compiler.targets import BOARDS
 from opbyop.device.arch import BLACKHOLE_P150, WORMHOLE_N150, DeviceSpec
 from opbyop.records import DeviceRun, OpPlacement, OpRecord, TensorDesc
 from opbyop.workspace import Workspace
-from storage.dataset import Store
+from opbyop_storage.dataset import Store
 
 TILE = 32
 DIMS = ("W", "Z", "Y", "X")

@@ -17,15 +17,15 @@ from opbyop.atomic import write_text
 from opbyop.records import RunInfo, Status
 from opbyop.shrink.saved import load_shrink
 from opbyop.workspace import Workspace
-from storage.aggregate import NightlySummary, nightly, run_query
-from storage.colours import DEPTH_COLOURS, status_colours
-from storage.compare import compare_group, compiler_label
-from storage.convert import run_row, shrink_rows
-from storage.dataset import Store
-from storage.expectations import Expectations, compare, load_expectations, run_outcomes
-from storage.expectations import default_path as default_expectations_path
-from storage.exports.perf_csv import perf_rows, top_ops
-from storage.readonly import StoreConnection
+from opbyop_storage.aggregate import NightlySummary, nightly, run_query
+from opbyop_storage.colours import DEPTH_COLOURS, status_colours
+from opbyop_storage.compare import compare_group, compiler_label
+from opbyop_storage.convert import run_row, shrink_rows
+from opbyop_storage.dataset import Store
+from opbyop_storage.expectations import Expectations, compare, load_expectations, run_outcomes
+from opbyop_storage.expectations import default_path as default_expectations_path
+from opbyop_storage.exports.perf_csv import perf_rows, top_ops
+from opbyop_storage.readonly import StoreConnection
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "report.html"
 

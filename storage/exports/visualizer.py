@@ -39,8 +39,8 @@ from opbyop.device.arch import DeviceSpec
 from opbyop.errors import StoreError
 from opbyop.records import OpPlacement, OpRecord, OpResult, Status, TensorDesc
 from opbyop.workspace import Workspace
-from storage.dataset import Store
-from storage.exports.perf_csv import chip_spec, perf_rows, to_csv, tt_datatype
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports.perf_csv import chip_spec, perf_rows, to_csv, tt_datatype
 
 MEMORY_FOLDER = "memory"  # db.sqlite, config.json, cluster_descriptor.yaml
 PERFORMANCE_FOLDER = "performance"  # ops_perf_results.csv, profile_log_device.csv

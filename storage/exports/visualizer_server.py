@@ -24,9 +24,9 @@ from typing import Callable, Iterator
 from opbyop.errors import StoreError
 from opbyop.sessions import stop_session
 from opbyop.visualizer import locate
-from storage.dataset import Store
-from storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
-from storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, Report, export_visualizer
+from opbyop_storage.dataset import Store
+from opbyop_storage.exports.local_server import HOST, check_port, free_port, interrupt, wait_until_served
+from opbyop_storage.exports.visualizer import MEMORY_FOLDER, PERFORMANCE_FOLDER, TTNN_FOLDER, Report, export_visualizer
 
 START_TIMEOUT_S = 90.0
 

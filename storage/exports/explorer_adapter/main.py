@@ -1,7 +1,7 @@
 """Model Explorer adapter (loaded by `opbyop explore` as an extension): the built-in MLIR adapter's
 graphs, unchanged, with each analysed op's opbyop attributes (signature, repro command, status, depth,
 message, PCC, cycles, peak L1) added to its node. The attributes come from a sidecar file written
-beside the module (storage.exports.explorer.prepare_model); node ids stay the built-in adapter's, so node data
+beside the module (opbyop_storage.exports.explorer.prepare_model); node ids stay the built-in adapter's, so node data
 keyed for that adapter applies here too."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Dict
 from model_explorer import Adapter, AdapterMetadata, ModelExplorerGraphs
 from model_explorer.graph_builder import GraphCollection
 
-from storage.exports.explorer import SIDECAR_SUFFIX, adapter_graphs
+from opbyop_storage.exports.explorer import SIDECAR_SUFFIX, adapter_graphs
 
 ADAPTER_ID = "opbyop_mlir"
 
