@@ -1,10 +1,13 @@
 """`opbyop analyze`, `opbyop nightly` and `opbyop serve`: the flows on a laptop, nothing started by hand.
 
-At once, side by side: a Prefect server (or the one PREFECT_API_URL names), a LocalCluster whose op
-workers warm up (or the scheduler --address names), and this process importing the flow. Then the
-flow, in a thread of this process, with a progress bar fed from the store (results land there in
-batches); at the end the summary, where the time went, and the report's path. A running `opbyop
-serve` of the workspace takes the run instead when no cluster is asked for.
+Each command parses its options into a request (flows/hosting/service.py), hands it to carry_out, the
+one path of a run, and prints the outcome. A running `opbyop serve` of the workspace takes the request
+when no cluster is asked for; otherwise it runs here, at once, side by side: a Prefect server (or the
+one PREFECT_API_URL names), a LocalCluster whose op workers warm up (or the scheduler --address
+names), and this process importing the flow, then the flow, in a thread of this process, run by the
+same function the service runs (flows/hosting/requests.py). Either way a progress bar is fed from
+the store (results land there in batches); at the end the summary, where the time went, and the
+report's path.
 
 Ctrl-C asks the flow to stop: what was analysed is stored, the run is marked failed, the server and
 the cluster are stopped, and the command to resume the run is printed.
@@ -17,9 +20,10 @@ import os
 import shlex
 import signal
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -27,8 +31,8 @@ from opbyop_flows.cli.early import Services, defaults_for_laptop, started_early
 from opbyop_flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
 from opbyop_flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
 from opbyop_flows.engine.run_ids import group_run_ids, new_run_id
-from opbyop_flows.engine.summary import summary_of
-from opbyop_flows.hosting.service import AnalyzeRequest, NightlyRequest, Ticket, standing_service
+from opbyop_flows.hosting.requests import run_request, warm_flow
+from opbyop_flows.hosting.service import AnalyzeOutcome, AnalyzeRequest, NightlyRequest, Ticket, standing_service
 from opbyop.cli.app import DeviceBackend, DeviceOption, positive_seconds
 from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
 from opbyop.compiler_spec import SPEC_FORMS, CompilerSpec
@@ -52,24 +56,6 @@ def resume_command(names: list[str], chip: str, workers: int | None, address: st
     words += ["--timeout", f"{timeout:g}"] if timeout != 120.0 else []
     words += ["--device", device] if device != "model" else []
     return shlex.join(words + ["--run-id", run_id])
-
-
-@dataclass
-class AnalyzeCommand:
-    """What `opbyop analyze` was asked, as the flow's configuration and the command that resumes it."""
-
-    names: list[str]
-    config: Any  # opbyop.config.AnalysisConfig
-    run_id: str
-    shrink: Any  # opbyop.config.ShrinkOption
-    resume: str
-    manifest: Optional[Path]
-    workspace_root: Path
-
-    @property
-    def run_ids(self) -> list[str]:
-        """The store's runs of this command: one per compiler build."""
-        return group_run_ids(self.run_id, len(self.config.per_compiler()))
 
 
 def analyze(ctx: typer.Context,
@@ -125,109 +111,18 @@ def analyze(ctx: typer.Context,
         say(("error:", "red"), f" {e}")
         raise typer.Exit(2)
     run_id = run_id or new_run_id()
-    command = AnalyzeCommand(names=names, config=config, run_id=run_id,
-                             shrink=ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds),
-                             resume=resume_command(names, chip, workers, address, reuse, whole, timeout, run_id,
-                                                   device_backend.value, config.compilers),
-                             manifest=manifest, workspace_root=Workspace.default().root)
-    service = None if address or workers else standing_service(command.workspace_root)
-    if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
-        if early:
-            early.close()
-        _run_on_service(command, service)
-    else:
-        _run_here(command, workers, address, chip, early)
-
-
-def _run_here(command: AnalyzeCommand, workers: int | None, address: str | None, chip: str,
-              early: Services | None) -> None:
-    """The flow in this process, on a server and a cluster started (or named) for this run (`early`:
-    what main's early start began, adopted if it was for the same)."""
-    launch = Launch(workers, address, chip, command.workspace_root / "logs", early, command.config.compilers)
-    flow_thread: FlowThread | None = None
-    try:
-        launch.handoff.start_splits(command.config.models, command.config.seed, host_devices(command.config),
-                                    command.config.export)
-        from opbyop_flows.analyze import analyze as analyze_flow  # imported while the server and cluster start
-
-        with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
-            config = _on_address(command.config, launch.wait(busy_until=time.monotonic()))
-        flow_thread = FlowThread("analyze-flow", lambda: analyze_flow(
-            config=config, run_id=command.run_id, shrink=command.shrink, return_state=True), launch)
-        flow_thread.start()
-        progress_from_store(flow_thread.running, Workspace(command.workspace_root).store, command.run_ids)
-    except KeyboardInterrupt:
-        if flow_thread is None:
-            flow_thread = FlowThread("analyze-flow", lambda: None, launch)
-        flow_thread.stop(command.resume)
-    except OpbyopError as e:
-        launch.close()
-        say(("error:", "red"), f" {e}")
-        raise typer.Exit(1)
-    try:
-        copy_manifest(command.workspace_root, command.run_id, command.manifest)
-        _finish(flow_thread, command.resume)  # the outcome first, then the clean-up
-    finally:
-        launch.close()
-
-
-def _on_address(config, address: str | None):  # noqa: ANN001, ANN202
-    """The configuration with the cluster this CLI started (None: the one it was given)."""
-    if not address:
-        return config
-    return config.model_copy(update={"cluster": config.cluster.model_copy(update={"address": address})})
-
-
-def _run_on_service(command: AnalyzeCommand, service) -> None:  # noqa: ANN001
-    """Hand the run to `opbyop serve`, show its progress from the store, then its summary. Ctrl-C
-    asks the service to stop the run (what was analysed is stored) and prints how to resume it."""
-    say(f"run {command.run_id} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
-    ticket = Ticket(command.workspace_root, service, AnalyzeRequest(
-        run_id=command.run_id, config=command.config, shrink=command.shrink, client_pid=os.getpid()))
-    ticket.submit()
-    outcome = None
-
-    def running() -> bool:
-        nonlocal outcome
-        outcome = ticket.outcome()
-        if outcome is None:
-            time.sleep(0.1)
-        return outcome is None
-
-    try:
-        progress_from_store(running, Workspace(command.workspace_root).store, command.run_ids)
-    except KeyboardInterrupt:
-        say(("interrupted:", "yellow"), " the service stores what was analysed and stops the run")
-        stop_and_wait(ticket)
-        say(f"resume it with: {command.resume}")
-        raise typer.Exit(130)
-    except OpbyopError as e:
-        say(("error:", "red"), f" {e}")
-        say(f"resume it with: {command.resume}")
-        raise typer.Exit(1)
-    copy_manifest(command.workspace_root, command.run_id, command.manifest)
+    root = Workspace.default().root
+    request = AnalyzeRequest(run_id=run_id, config=config, client_pid=os.getpid(),
+                             shrink=ShrinkOption(failing=shrink, seconds_per_op=shrink_seconds))
+    resume = resume_command(names, chip, workers, address, reuse, whole, timeout, run_id, device_backend.value,
+                            config.compilers)
+    outcome = carry_out(request, Where(workers, address, chip, root, early), resume)
+    copy_manifest(root, run_id, manifest)
     if outcome.summary is not None:
         print_summary(outcome.summary)
     if not outcome.completed:
         say((f"{outcome.state}:", "red"), f" {outcome.message}")
-        say(f"resume it with: {command.resume}")
-        raise typer.Exit(1)
-
-
-def _finish(flow_thread: FlowThread, resume: str) -> None:
-    if flow_thread.error is not None:
-        say(("the run failed:", "red"), f" {flow_thread.error}")
         say(f"resume it with: {resume}")
-        raise typer.Exit(1)
-    state = flow_thread.state
-    summary = summary_of(state.result(raise_on_failure=False))
-    if summary is None:
-        say((f"{state.name}:", "red"), f" {state.message or ''}")
-        say(f"resume it with: {resume}")
-        raise typer.Exit(1)
-    print_summary(summary)
-    if not state.is_completed():
-        say((f"{state.name}:", "red"), f" {summary.error or state.message or ''}")
         raise typer.Exit(1)
 
 
@@ -255,73 +150,118 @@ def nightly(config_file: Optional[Path] = typer.Option(None, "--config", help="t
         raise typer.Exit(2)
     address = address or environment().dask_address
     chip = chosen.targets[0].chip if chosen.targets else DEFAULT_CHIP  # the cluster's op workers warm up for it
-    root = Workspace.default().root
-
-    service = None if address or workers else standing_service(root)
-    if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the nightly
-        _nightly_on_service(root, service, config_file, models, expectations)
-        return
-    launch = Launch(workers, address, chip, root / "logs")
+    request = NightlyRequest(run_id=f"nightly-{uuid.uuid4().hex[:12]}", client_pid=os.getpid(), models=models or None,
+                             config_file=str(config_file.resolve()) if config_file else None,
+                             expectations_file=str(expectations.resolve()) if expectations else None)
     resume = shlex.join(["opbyop", "nightly"] + (["--config", str(config_file)] if config_file else []))
+    outcome = carry_out(request, Where(workers, address, chip, Workspace.default().root), resume)
+    say(f"nightly: {outcome.state}")
+    for line in outcome.message.split("; "):
+        say(f"  {line}")
+    if not outcome.completed:
+        raise typer.Exit(1)
+
+
+@dataclass
+class Where:
+    """Where a command's run goes: the workspace's `opbyop serve` unless a cluster is asked for (workers,
+    address), else this process with a server and a cluster of its own (`early`: what main's early
+    start began for the command)."""
+
+    workers: int | None
+    address: str | None
+    chip: str  # the op workers of a cluster started here warm up for it
+    root: Path
+    early: Services | None = None
+
+
+def carry_out(request: AnalyzeRequest | NightlyRequest, where: Where, resume: str) -> AnalyzeOutcome:
+    """The one path of every run asked on the command line: handed to `opbyop serve`, or carried out
+    here by the same function the service runs (flows/hosting/requests.py); either way its progress
+    shown from the store (an analyze's), Ctrl-C stopping it (what was analysed is stored, `resume`
+    printed, exit 130), and its outcome returned."""
+    service = None if where.address or where.workers else standing_service(where.root)
+    if service is not None:  # no cluster asked for, and the workspace's `opbyop serve` runs: it runs the flow
+        if where.early:
+            where.early.close()
+        return _on_service(request, service, where.root, resume)
+    return _here(request, where, resume)
+
+
+def _progress_ids(request: AnalyzeRequest | NightlyRequest) -> list[str]:
+    """The store's runs an analyze request makes (one per compiler build); a nightly shows no bar."""
+    return group_run_ids(request.run_id, len(request.config.per_compiler())) if isinstance(request, AnalyzeRequest) \
+        else []
+
+
+def _wait(running, store_root, ids: list[str]) -> None:  # noqa: ANN001
+    if ids:
+        progress_from_store(running, store_root, ids)
+    else:
+        wait_while(running, 0.0)
+
+
+def _on_service(request: AnalyzeRequest | NightlyRequest, service, root: Path, resume: str) -> AnalyzeOutcome:  # noqa: ANN001
+    """Hand the run to `opbyop serve` and follow it; Ctrl-C asks the service to stop it."""
+    what = "nightly" if isinstance(request, NightlyRequest) else f"run {request.run_id}"
+    say(f"{what} on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
+    ticket = Ticket(root, service, request)
+    ticket.submit()
+    outcome = None
+
+    def running() -> bool:
+        nonlocal outcome
+        outcome = ticket.outcome()
+        if outcome is None:
+            time.sleep(0.1)
+        return outcome is None
+
+    try:
+        _wait(running, Workspace(root).store, _progress_ids(request))
+    except KeyboardInterrupt:
+        noun = "nightly" if isinstance(request, NightlyRequest) else "run"
+        say(("interrupted:", "yellow"), f" the service stores what was analysed and stops the {noun}")
+        stop_and_wait(ticket)
+        say(f"resume it with: {resume}")
+        raise typer.Exit(130)
+    except OpbyopError as e:
+        say(("error:", "red"), f" {e}")
+        say(f"resume it with: {resume}")
+        raise typer.Exit(1)
+    return outcome
+
+
+def _here(request: AnalyzeRequest | NightlyRequest, where: Where, resume: str) -> AnalyzeOutcome:
+    """The run in this process, on a server and a cluster started (or named) for it, the models split
+    while they start."""
+    compilers = request.config.compilers if isinstance(request, AnalyzeRequest) else None
+    launch = Launch(where.workers, where.address, where.chip, where.root / "logs", where.early, compilers)
     flow_thread: FlowThread | None = None
     try:
-        from opbyop_flows.nightly import nightly as nightly_flow  # prefect, dask: loaded only when used
-
-        cluster = ClusterConfig(address=launch.wait(busy_until=time.monotonic()) or address, workers=workers)
-        flow_thread = FlowThread("nightly-flow", lambda: nightly_flow(
-            config_file=str(config_file) if config_file else None, models=models or None,
-            expectations_file=str(expectations) if expectations else None, cluster=cluster, return_state=True),
-            launch)
+        if isinstance(request, AnalyzeRequest):
+            config = request.config
+            launch.handoff.start_splits(config.models, config.seed, host_devices(config), config.export)
+        warm_flow(request)  # imported while the server and cluster start
+        with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
+            address = launch.wait(busy_until=time.monotonic()) or where.address
+        flow_thread = FlowThread(f"run-{request.run_id}", lambda: run_request(request, launch.handoff, address), launch)
         flow_thread.start()
-        wait_while(flow_thread.running, 0.0)
+        _wait(flow_thread.running, Workspace(where.root).store, _progress_ids(request))
     except KeyboardInterrupt:
         if flow_thread is None:
-            flow_thread = FlowThread("nightly-flow", lambda: None, launch)
+            flow_thread = FlowThread(f"run-{request.run_id}", lambda: None, launch)
         flow_thread.stop(resume)
     except OpbyopError as e:
         launch.close()
         say(("error:", "red"), f" {e}")
         raise typer.Exit(1)
     try:
-        if flow_thread.error is not None:
-            say(("the nightly failed:", "red"), f" {flow_thread.error}")
-            raise typer.Exit(1)
-        state = flow_thread.state
-        say(f"nightly: {state.name}")
-        for line in (state.message or "").split("; "):
-            say(f"  {line}")
-        if not state.is_completed():
-            raise typer.Exit(1)
+        if flow_thread.outcome is not None:
+            return flow_thread.outcome
+        return AnalyzeOutcome(run_id=request.run_id, state="Error", completed=False,
+                              message=f"the run failed: {flow_thread.error}")
     finally:
         launch.close()
-
-
-def _nightly_on_service(root: Path, service, config_file: Optional[Path], models: list[str] | None,  # noqa: ANN001
-                        expectations: Optional[Path]) -> None:
-    """Hand the nightly to `opbyop serve` and wait for its outcome; Ctrl-C asks the service to stop it."""
-    import uuid
-
-    request = NightlyRequest(run_id=f"nightly-{uuid.uuid4().hex[:12]}", client_pid=os.getpid(), models=models or None,
-                             config_file=str(config_file.resolve()) if config_file else None,
-                             expectations_file=str(expectations.resolve()) if expectations else None)
-    say(f"nightly on `opbyop serve` (pid {service.pid}, Prefect API {service.api_url})")
-    ticket = Ticket(root, service, request)
-    ticket.submit()
-    try:
-        wait_while(lambda: ticket.outcome() is None, 0.2)
-    except KeyboardInterrupt:
-        say(("interrupted:", "yellow"), " the service stores what was analysed and stops the nightly")
-        stop_and_wait(ticket)
-        raise typer.Exit(130)
-    except OpbyopError as e:
-        say(("error:", "red"), f" {e}")
-        raise typer.Exit(1)
-    outcome = ticket.outcome()
-    say(f"nightly: {outcome.state}")
-    for line in outcome.message.split("; "):
-        say(f"  {line}")
-    if not outcome.completed:
-        raise typer.Exit(1)
 
 
 def serve(chip: str = typer.Option(DEFAULT_CHIP, "--chip", help="warm the op workers for this chip"),

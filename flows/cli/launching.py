@@ -154,14 +154,14 @@ def stop_and_wait(ticket) -> None:  # noqa: ANN001
 
 @dataclass
 class FlowThread:
-    """A flow called in a thread of this process, handed what the CLI started (`launch`); its state or
-    error. On a server of the run's own the flow sends no heartbeats (nothing reads them there)."""
+    """A run carried out in a thread of this process, handed what the CLI started (`launch`); its
+    outcome or error. On a server of the run's own the flow sends no heartbeats (nothing reads them)."""
 
     name: str
-    call: Callable[[], Any]  # the flow, called with return_state=True
+    call: Callable[[], Any]  # the request run (flows/hosting/requests.py): its AnalyzeOutcome
     launch: Launch
     thread: threading.Thread | None = None
-    state: Any = None  # prefect State
+    outcome: Any = None  # flows.hosting.service.AnalyzeOutcome
     error: BaseException | None = None
 
     def start(self) -> None:
@@ -169,7 +169,7 @@ class FlowThread:
             try:
                 with (handing_off(self.launch.handoff),
                       without_heartbeats() if self.launch.api.started_here else nullcontext()):
-                    self.state = self.call()
+                    self.outcome = self.call()
             except BaseException as e:  # shown to the user, with the command to resume
                 self.error = e
 

@@ -30,10 +30,14 @@ class Handoff:
                      budget: ExportBudget | None = None) -> None:
         """Split the models one after another in a thread of their own (torch.export is not
         thread-safe: this thread is the only one that exports); the flow's split tasks take the
-        outcomes from here. Once the run is asked to stop, the models not yet started are not
-        split (an export can take minutes; nothing of it would be used)."""
+        outcomes from here. A model already being split ahead is not split again. Once the run is asked
+        to stop, the models not yet started are not split (an export can take minutes; nothing of it
+        would be used)."""
         zoo = load_zoo()
-        futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))}
+        futures = {(spec, seed): Future() for spec in dict.fromkeys(expand_specs(specs))
+                   if (spec, seed) not in self.splits}  # a model split ahead once, whoever asks first
+        if not futures:
+            return
         warm_exports([spec for spec, _ in futures], zoo, seed)  # while the server and cluster start
         self.splits.update(futures)
 

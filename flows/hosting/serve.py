@@ -7,24 +7,17 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from opbyop_flows.engine.summary import summary_of
 from opbyop_flows.hosting.cluster_process import ClusterProcess
-from opbyop_flows.hosting.handoff import Handoff, handing_off
+from opbyop_flows.hosting.handoff import Handoff
+from opbyop_flows.hosting.requests import run_request
 from opbyop_flows.hosting.server import PrefectApi, drain_prefect
 from opbyop_flows.hosting.service import (POLL_SECONDS, AnalyzeOutcome, AnalyzeRequest, NightlyRequest, ServiceRecord, alive,
                            read_request, record_path, service_dir, store_and_configs)
 from opbyop.atomic import write_text
-from opbyop.config import ClusterConfig
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
-from opbyop.run.plan import host_devices
-
-if TYPE_CHECKING:
-    from prefect.states import State
 
 STOP_GRACE_SECONDS = 20.0  # how long a run stopped with the service has to store what it has
 
@@ -82,9 +75,8 @@ class Service:
         """The flow in a thread; this one stops it when the CLI asks or is gone."""
         handoff = Handoff()
         box: dict[str, AnalyzeOutcome] = {}
-        runner = run_nightly if isinstance(request, NightlyRequest) else run_flow
-        thread = threading.Thread(target=lambda: box.update(outcome=runner(request, handoff, self.address)),
-                                  name=f"{runner.__name__}-{request.run_id}", daemon=True)
+        thread = threading.Thread(target=lambda: box.update(outcome=run_request(request, handoff, self.address)),
+                                  name=f"run-{request.run_id}", daemon=True)
         thread.start()
         stop = folder / f"{request.run_id}.stop"
         stopping = False
@@ -125,46 +117,6 @@ class Service:
 
 def _answer(folder: Path, outcome: AnalyzeOutcome) -> None:
     write_text(folder / f"{outcome.run_id}.outcome.json", outcome.model_dump_json())
-
-
-def run_flow(request: AnalyzeRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
-    """The analyze flow for one request, on the service's cluster; never raises."""
-    from opbyop_flows.analyze import analyze  # prefect, pyarrow: loaded only when used
-
-    config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
-        update={"address": address})})
-
-    def flow() -> State:
-        handoff.start_splits(config.models, config.seed, host_devices(config))
-        return analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
-
-    return _outcome(request.run_id, handoff, flow, summarised=True)
-
-
-def run_nightly(request: NightlyRequest, handoff, address: str) -> AnalyzeOutcome:  # noqa: ANN001
-    """The nightly flow for one request, every target on the service's cluster; never raises."""
-    from opbyop_flows.nightly import nightly  # prefect, pyarrow: loaded only when used
-
-    def flow() -> State:
-        return nightly(config_file=request.config_file, models=request.models,
-                       expectations_file=request.expectations_file, cluster=ClusterConfig(address=address),
-                       return_state=True)
-
-    return _outcome(request.run_id, handoff, flow, summarised=False)
-
-
-def _outcome(run_id: str, handoff, flow: Callable[[], State], summarised: bool) -> AnalyzeOutcome:  # noqa: ANN001
-    """`flow()` run with the service's handoff, its end told to the CLI: every exception becomes an
-    "Error" outcome (with the run id to resume), never raised. `summarised`: the flow's result is
-    an analyze run's summary, carried in the outcome (the nightly's state carries none)."""
-    try:
-        with handing_off(handoff):
-            state = flow()
-        summary = summary_of(state.result(raise_on_failure=False)) if summarised else None
-    except BaseException as e:  # noqa: BLE001  (told to the CLI)
-        return AnalyzeOutcome(run_id=run_id, state="Error", completed=False, message=f"{type(e).__name__}: {e}")
-    return AnalyzeOutcome(run_id=run_id, state=state.name, completed=state.is_completed(),
-                          message=state.message or "", summary=summary)
 
 
 def warm_imports() -> None:
