@@ -23,7 +23,7 @@ from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, cons
                             input_specs, print_error, status_text, styled)
 from opbyop.cli.decode_cmds import run_decode_command
 from opbyop.cli.worker_options import (ChipOption, CompilerOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc,
-                                       OptLevel, Timeout, analysis_settings, cli_worker, compiler_named,
+                                       OptLevel, Timeout, analysis_settings, cli_worker, compiler_named, plan_for,
                                        compiler_options, export_budget, stored_op, worker_errors, worker_name)
 from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
 from opbyop.compiler.passes import pass_events
@@ -283,12 +283,12 @@ def repro(op: str = typer.Argument(..., help="signature prefix, or model:positio
                                       "every pass in order, the one that failed, the IR it was given"),
           compiler: str = CompilerOption) -> None:
     """Re-compile (and re-run) one stored op: its stages, message and artifact paths."""
-    build = compiler_named(compiler)
-    workspace, unique, desc = stored_op(op, chip, build)
+    plan = plan_for(chip, compiler)
+    workspace, unique = stored_op(op)
     settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
     settings = settings.model_copy(update={"failed_pass": False})  # searched below, only when asked
     log = workspace.root / "repro" / f"{unique.signature[:16]}.passes.log"
-    with cli_worker(workspace, desc, "repro", build) as worker:
+    with cli_worker(workspace, plan, "repro") as worker:
         result = worker.analyze(unique, settings, timeout)
         if passes:
             result.failed_pass = worker.find_failed_pass(unique, settings, timeout, keep_log=log)

@@ -15,9 +15,8 @@ from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, app, console, fail, print_error, status_text, styled
 from opbyop.cli.worker_options import (ChipOption, CompilerOption, Fidelity, Fp32Acc, OptLevel, analysis_settings,
-                                       cli_worker, compiler_named)
+                                       cli_worker, plan_for)
 from opbyop.boards import DEFAULT_CHIP
-from opbyop.compiler.system_desc import resolve
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
@@ -57,14 +56,14 @@ def run_decode_command(models: list[str], steps: int, prompt_length: int = 8, ca
     settings = DecodeSettings(steps=steps, prompt_length=prompt_length, cache_length=cache_length, seed=seed,
                               options=compile_only.options, policy=policy)
     workspace = Workspace.default()
-    build = compiler_named(compiler)
+    run = plan_for(chip, compiler)
+    desc = run.desc
     try:  # every model checked before a compiler starts
-        desc = resolve(chip, compiler=build)
         plans = [plan_decode(model, settings) for model in models]
     except OpbyopError as e:
         fail(e)
     all_ok = True
-    with cli_worker(workspace, desc, "decode", build) as worker:
+    with cli_worker(workspace, run, "decode") as worker:
         for plan in plans:
             try:
                 report = decode_model(plan, lambda graph: worker.analyze_whole(graph, compile_only, timeout),

@@ -9,8 +9,7 @@ import numpy as np
 import typer
 
 from opbyop.cli.app import app, console, fail, input_specs
-from opbyop.cli.worker_options import ChipOption, CompilerOption, compiler_named, worker_errors, worker_name
-from opbyop.compiler.system_desc import resolve
+from opbyop.cli.worker_options import ChipOption, CompilerOption, cli_worker, compiler_named, plan_for
 from opbyop.config import AnalysisSettings, load_thresholds
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.image import DeviceImage, build_image, inputs_of
@@ -21,7 +20,6 @@ from opbyop.frontends.values import filled
 from opbyop.dtypes import numpy_dtype
 from opbyop.jaxenv import prepare_jax
 from opbyop.records import TensorDesc
-from opbyop.worker.process import OpWorker
 from opbyop.workspace import Workspace
 
 image = typer.Typer(help="Device images: one zip that runs a compiled model without compiling.",
@@ -37,9 +35,8 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
           compiler: str = CompilerOption) -> None:
     """Compile MODEL whole and write its device image."""
     prepare_jax()
-    build = compiler_named(compiler)
+    plan = plan_for(chip, compiler)
     try:
-        desc = resolve(chip, compiler=build)
         graph = load_model(model, inputs=input_specs(input), seed=seed)
     except OpbyopError as e:
         fail(e)
@@ -47,12 +44,8 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
         fail(OpbyopError(f"{model} has no example values for its arguments ({'; '.join(graph.notes) or 'unknown'})",
                          "build the image from a zoo model or a factory, or give @main tensor arguments"))
     workspace = Workspace.default()
-    name = worker_name("image")
-    try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name, compiler=build) as worker:
-            result = worker.analyze_whole(graph, AnalysisSettings(thresholds=load_thresholds(), seed=seed))
-    except OpbyopError as e:
-        fail(e)
+    with cli_worker(workspace, plan, "image") as worker:
+        result = worker.analyze_whole(graph, AnalysisSettings(thresholds=load_thresholds(), seed=seed))
     if result.compile is None or not result.compile.ok:
         fail(OpbyopError(f"{model} did not compile whole: {result.message}", f"see `opbyop compile {model}`"), code=1)
     artifacts = workspace.artifacts
@@ -65,7 +58,7 @@ def build(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     try:
         build_image(out, model=graph.name, program_text=program, flatbuffer=flatbuffer,
                     spec=DeviceSpec.from_system_desc(program), inputs=inputs_of(graph.arguments),
-                    parameters=parameters, outputs=outputs, compiler=build.identity)
+                    parameters=parameters, outputs=outputs, compiler=plan.compiler.identity)
     except OpbyopError as e:
         fail(e)
     console.print(f"wrote {out} ({out.stat().st_size:,} bytes); whole-model run: {result.status.value}, pcc {result.pcc}")

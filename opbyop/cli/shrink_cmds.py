@@ -16,7 +16,7 @@ from rich.table import Table
 
 from opbyop.cli.app import MathFidelity, app, console, positive_seconds, styled
 from opbyop.cli.worker_options import (ChipOption, CompilerOption, Fidelity, Fp32Acc, OptLevel, Timeout,
-                                       analysis_settings, cli_worker, compiler_named, stored_op)
+                                       analysis_settings, cli_worker, plan_for, stored_op)
 from opbyop.jaxenv import prepare_jax
 from opbyop.shrink.result import Outcome, ShrinkResult
 from opbyop.shrink.saved import save_shrink
@@ -36,10 +36,10 @@ def shrink(op: str = typer.Argument(..., help="signature prefix, or model:positi
     largest passing variant per dimension and dtype, each replayable with `opbyop repro`."""
     prepare_jax()  # variants are parsed and verified here; compiling happens in the worker
 
-    build = compiler_named(compiler)
-    workspace, unique, desc = stored_op(op, chip, build)
+    plan = plan_for(chip, compiler)
+    workspace, unique = stored_op(op)
     settings = analysis_settings(optimization_level, math_fidelity, fp32_dest_acc, run_device, 0)
-    with cli_worker(workspace, desc, "shrink", build) as worker:
+    with cli_worker(workspace, plan, "shrink") as worker:
         shrinker = Shrinker(lambda variant: worker.analyze(variant, settings, timeout), workspace.artifacts,
                             workspace.ops.put, budget_s=seconds)
         result = shrinker.shrink(unique)

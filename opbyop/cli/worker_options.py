@@ -14,9 +14,9 @@ from opbyop.compiler.assets import Notices
 from opbyop.boards import DEFAULT_CHIP, chip_help
 from opbyop.compiler.builds import Compiler, prepare
 from opbyop.compiler_spec import SPEC_FORMS
-from opbyop.compiler.system_desc import resolve
-from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, ExportBudget, load_thresholds
+from opbyop.config import AnalysisConfig, AnalysisSettings, CompilerOptions, DeviceOptions, ExportBudget, load_thresholds
 from opbyop.errors import OpbyopError
+from opbyop.run.plan import RunPlan
 from opbyop.worker.process import OpWorker, WorkerStartError
 from opbyop.workspace import Workspace
 
@@ -57,6 +57,17 @@ def worker_errors() -> Iterator[None]:
                           "OPBYOP_HOME/logs)") from None
 
 
+def plan_for(chip: str, compiler: str, mesh: str | None = None) -> RunPlan:
+    """The run plan of a one-op or one-model command (repro, shrink, decode, image build): its chip and
+    compiler build, as a run's (what a first use makes is said); fails with the fix."""
+    build = compiler_named(compiler)
+    try:
+        return RunPlan.from_config(AnalysisConfig(models=[], chip=chip, compilers=[compiler], mesh=mesh),
+                                   notices=Notices(say=console.print), compiler=build)
+    except OpbyopError as e:
+        fail(e)
+
+
 def compiler_named(spec: str) -> Compiler:
     """The compiler build `spec` names, prepared (what a first preparation does is said); fails with the fix."""
     try:
@@ -69,26 +80,21 @@ def compiler_named(spec: str) -> Compiler:
     return compiler
 
 
-def stored_op(op: str, chip: str, compiler: Compiler | None = None):
-    """(workspace, the stored op, the chip's descriptor for `compiler`) for a command on one stored op;
-    fails with the fix."""
+def stored_op(op: str):
+    """(workspace, the stored op) for a command on one stored op; fails with the fix."""
     workspace = Workspace.default()
     try:
-        return workspace, workspace.ops.get(op), resolve(chip, compiler=compiler)
+        return workspace, workspace.ops.get(op)
     except (KeyError, ValueError) as e:
         fail(OpbyopError(str(e).strip("'\""), "run `opbyop compile MODEL` first, or check the signature"))
-    except OpbyopError as e:
-        fail(e)
 
 
 @contextmanager
-def cli_worker(workspace, desc, kind: str, compiler: Compiler | None = None) -> Iterator:
-    """One warm OpWorker of this command (its own name and scratch) compiling with `compiler` (default:
-    the installed plugin); failures to start fail the command."""
-    name = worker_name(kind)
+def cli_worker(workspace, plan: RunPlan, kind: str) -> Iterator[OpWorker]:
+    """One warm op worker of this command's plan (its own name and scratch); failures to start fail
+    the command."""
     try:
-        with worker_errors(), OpWorker(desc.path, workspace.root, chip=desc.chip, name=name,
-                                       compiler=compiler) as worker:
+        with worker_errors(), plan.op_worker(workspace.root, worker_name(kind)) as worker:
             yield worker
     except OpbyopError as e:
         fail(e)

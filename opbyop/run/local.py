@@ -9,7 +9,6 @@ from opbyop.graph import ModelGraph
 from opbyop.records import UniqueOp
 from opbyop.run.engine import RunOutcome
 from opbyop.run.plan import RunPlan
-from opbyop.worker.process import OpWorker
 from opbyop.workspace import Workspace
 
 
@@ -41,9 +40,8 @@ class LocalExecutor:
         self.workspace, self.name, self.progress = workspace, name, progress or Quiet()
 
     def analyze(self, plan: RunPlan, ops: list[UniqueOp], wholes: dict[str, ModelGraph], outcome: RunOutcome) -> None:
-        desc, settings, progress = plan.desc, plan.settings, self.progress
-        with OpWorker(desc.path, self.workspace.root, chip=desc.chip, name=self.name,
-                      host_devices=plan.host_devices, compiler=plan.compiler) as worker:
+        settings, progress = plan.settings, self.progress
+        with plan.op_worker(self.workspace.root, self.name) as worker:
             progress.begin(len(ops))
             for op in ops:
                 progress.step(op.op_name)

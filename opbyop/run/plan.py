@@ -17,6 +17,7 @@ from opbyop.compiler.system_desc import SystemDesc, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds
 from opbyop.records import RunInfo
+from opbyop.worker.process import OpWorker
 
 
 class RunPlan(BaseModel):
@@ -43,6 +44,12 @@ class RunPlan(BaseModel):
                                     mesh=target.mesh_text, topology=target.topology.value)
         return cls(config=config, target=target, compiler=compiler,
                    desc=resolve(config.chip, notices=notices, compiler=compiler), settings=settings)
+
+    def op_worker(self, home: Path, name: str) -> OpWorker:
+        """An op worker of this run (not started): its target's descriptor, its compiler build, a host mesh
+        as large as its target for golden runs. Every worker of a run on this machine is made here."""
+        return OpWorker(self.desc.path, home, chip=self.desc.chip, name=name, host_devices=self.host_devices,
+                        compiler=self.compiler)
 
     @property
     def host_devices(self) -> int:
