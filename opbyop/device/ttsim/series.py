@@ -16,6 +16,7 @@ the series).
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,8 @@ def apply(tree: Path, folder: Path = PATCHES) -> str:
     if found is not None:
         raise SeriesError(f"the ttsim tree {tree} carries another patch series ({found}, not {wanted}): copy an "
                           "unpatched ttsim source there again (`make ttsim` does) and apply the series to it")
+    if shutil.which("patch") is None:
+        raise SeriesError("the `patch` tool is not installed: install it (Debian: `apt-get install patch`)")
     for path in patches(folder):
         done = subprocess.run(["patch", "-p1", "--batch", "--forward", "--fuzz=0", "--no-backup-if-mismatch",
                                "-d", str(tree), "-i", str(path)], capture_output=True, text=True)
