@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 
 from core_fixtures import DATA
 from opbyop_flows.nightly import Target
+from opbyop_storage.dataset import Store
 from opbyop.cli import coverage_cmds  # noqa: F401  (registers the corpus and coverage commands)
 from opbyop.cli.app import app
 from opbyop.compiler.builds import installed, unpack_assets
 from opbyop.config import CompilerOptions, DtypeThreshold, Thresholds
-from opbyop.corpus.run import read_results
 from opbyop.device.program import load_program
 from opbyop.device.ttsim.agreement import agreement, ulps
 from opbyop.device.ttsim.backend import TtsimBackend
@@ -42,11 +42,11 @@ MATMUL_BF16 = """func.func @main(%a: tensor<64x128xbf16>, %b: tensor<128x64xbf16
   return %0 : tensor<64x64xbf16>
 }
 """
-# ttsim v1.10 does not model the SFPU compare that tt-metal's relu uses (UnsupportedFunctionality)
-RELU_F32 = """func.func @main(%a: tensor<32x32xf32>) -> tensor<32x32xf32> {
-  %z = stablehlo.constant dense<0.0> : tensor<32x32xf32>
-  %0 = stablehlo.maximum %a, %z : tensor<32x32xf32>
-  return %0 : tensor<32x32xf32>
+# ttsim v1.10.0 does not model the packer's uint8 format conversion tt-metal's concat uses
+# (UnimplementedFunctionality: tensix_pacr)
+CONCAT_UI8 = """func.func @main(%a: tensor<13xui8>, %b: tensor<13xui8>) -> tensor<26xui8> {
+  %0 = stablehlo.concatenate %a, %b, dim = 0 : (tensor<13xui8>, tensor<13xui8>) -> tensor<26xui8>
+  return %0 : tensor<26xui8>
 }
 """
 
@@ -87,9 +87,9 @@ def test_the_compilers_matmul_runs_on_ttsim_with_its_own_program_config(tmp_path
 
 @pytest.mark.slow
 def test_a_feature_ttsim_does_not_model_costs_only_its_op(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
-    limited = worker.analyze(only_op(tmp_path, workspace, RELU_F32, "relu.mlir"), on_ttsim, timeout=600)
+    limited = worker.analyze(only_op(tmp_path, workspace, CONCAT_UI8, "concat.mlir"), on_ttsim, timeout=600)
     assert limited.status is Status.SIMULATOR_LIMIT, limited.message
-    assert "UnsupportedFunctionality" in limited.message
+    assert "UnimplementedFunctionality: tensix_pacr" in limited.message  # ttsim's words, naming the instruction
     assert not limited.status.is_verdict  # no verdict on the chip: outside pass rates
     assert limited.ttsim.op is not None  # the op ttsim stopped in, from the runner's log
     after = worker.analyze(only_op(tmp_path, workspace, ADD_BF16), on_ttsim, timeout=600)
@@ -172,56 +172,61 @@ def test_f32_outputs_are_measured_in_units_in_the_last_place():
     assert agreement([a], [a[:2]]) == ("differ", None)
 
 
-@pytest.mark.slow
-def test_opbyop_run_with_device_ttsim_prints_how_ops_fared_there(tmp_path, workspace_root, ttsim_ready):
+def _run_on_ttsim(tmp_path, workspace_root, *args: str, **env: str) -> subprocess.CompletedProcess:
     path = tmp_path / "add.mlir"
     path.write_text(ADD_BF16)
-    env = {**os.environ, "OPBYOP_HOME": str(workspace_root), "COLUMNS": "200"}
-    env.pop("JAX_PLATFORMS", None)  # the command decides for itself
-    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(path), "--device", "ttsim"],
-                          capture_output=True, text=True, env=env, timeout=900)
+    environment = {**os.environ, "OPBYOP_HOME": str(workspace_root), "COLUMNS": "200", **env}
+    environment.pop("JAX_PLATFORMS", None)  # the command decides for itself
+    return subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(path), "--device", "ttsim", *args],
+                          capture_output=True, text=True, env=environment, timeout=900)
+
+
+@pytest.mark.slow
+def test_opbyop_run_with_device_ttsim_prints_how_ops_fared_there(tmp_path, workspace_root, ttsim_ready):
+    done = _run_on_ttsim(tmp_path, workspace_root)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ttsim: 1 ran; the device model against ttsim: 1 " in done.stdout
     assert "whole on ttsim: ran, pcc 1.00000" in done.stdout  # the whole program too, beside the model's
 
 
-@pytest.mark.slow
-def test_opbyop_ttnn_python_points_the_backend_at_another_interpreter(tmp_path, workspace_root):
-    path = tmp_path / "add.mlir"
-    path.write_text(ADD_BF16)
-    env = {**os.environ, "OPBYOP_HOME": str(workspace_root), "COLUMNS": "200",
-           "OPBYOP_TTNN_PYTHON": str(tmp_path / "no-such-python")}
-    env.pop("JAX_PLATFORMS", None)
-    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", str(path), "--device", "ttsim", "--no-whole"],
-                          capture_output=True, text=True, env=env, timeout=900)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ttsim: 1 unavailable" in done.stdout and "success: 1" in done.stdout  # the model's verdict stands
+def test_a_run_asked_for_ttsim_on_a_wormhole_chip_is_refused_before_any_op(tmp_path, workspace_root):
+    done = _run_on_ttsim(tmp_path, workspace_root, "--chip", "n150")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no RISC-V toolchain for wormhole_b0 kernels" in done.stderr and "use a Blackhole target" in done.stderr
+    assert "analysed" not in done.stdout and "unavailable" not in done.stdout  # nothing compiled or run
+
+
+def test_opbyop_ttnn_python_points_the_backend_at_another_interpreter_and_a_wrong_one_stops_the_run(
+        tmp_path, workspace_root):
+    done = _run_on_ttsim(tmp_path, workspace_root, "--no-whole", OPBYOP_TTNN_PYTHON=str(tmp_path / "no-such-python"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"no Python interpreter with ttnn at {tmp_path / 'no-such-python'}" in done.stderr
+    assert "make ttsim" in done.stderr  # the fix
 
 
 @pytest.mark.slow
-def test_opbyop_corpus_run_with_device_ttsim_records_ttsim_and_its_memory_per_op(tmp_path, workspace_root,
-                                                                                 ttsim_ready, monkeypatch):
-    """One corpus file (add, bf16) on p150 through `opbyop corpus run --device ttsim`: its record says
-    it ran on ttsim with what tt-metal allocated, and `opbyop coverage` counts it per TTNN op."""
+def test_opbyop_corpus_run_with_device_ttsim_records_ttsim_and_its_memory_per_op(workspace_root, ttsim_ready,
+                                                                                 monkeypatch):
+    """One corpus case (add, bf16) on p150 through `opbyop corpus run --device ttsim`: its stored record
+    says it ran on ttsim with what tt-metal allocated, and `opbyop coverage` counts it per TTNN op."""
     monkeypatch.setenv("OPBYOP_HOME", str(workspace_root))
     cli = CliRunner()
-    made = cli.invoke(app, ["corpus", "generate", str(tmp_path / "corpus"), "--op", "add", "--dtype", "bf16"])
-    assert made.exit_code == 0, made.output
-    ran = cli.invoke(app, ["corpus", "run", str(tmp_path / "corpus"), "--out", str(tmp_path / "out"), "--chip", "p150",
-                           "--file", "add-bf16-2x32x64-args.mlir", "--device", "ttsim"])
-    assert ran.exit_code == 0 and ran.output.startswith("1 analysed"), ran.output
-    (record,) = read_results(tmp_path / "out")
-    assert record.result.status is Status.SUCCESS and record.result.device_backend == "ttsim", record.result.message
-    run = record.result.ttsim
+    ran = cli.invoke(app, ["corpus", "run", "--chip", "p150", "--op", "add", "--dtype", "bf16",
+                           "--file", "add-bf16-2x32x64-args.mlir", "--device", "ttsim", "--run-id", "ttsim-add"])
+    assert ran.exit_code == 0 and "1 unique ops: 1 analysed" in ran.output, ran.output
+    (result,) = Store(workspace_root / "store").results("ttsim-add")
+    assert result.status is Status.SUCCESS and result.device_backend == "ttsim", result.message
+    run = result.ttsim
     assert run.outcome is TtsimOutcome.RAN
     # tt-metal's own figures beside the model's: the add's three circular buffers of two bf16 tiles each
     # (double-buffered), and its DRAM tensors (two inputs and the output at least)
     assert run.peak_cb_bytes == 3 * 2 * 32 * 32 * 2 and run.peak_l1_bytes >= run.peak_cb_bytes
-    assert run.peak_dram_bytes >= 3 * 2 * 32 * 64 * 2 and record.result.device.peak_l1_bytes > 0
-    table = cli.invoke(app, ["coverage", str(tmp_path / "out")])
+    assert run.peak_dram_bytes >= 3 * 2 * 32 * 64 * 2 and result.device.peak_l1_bytes > 0
+    table = cli.invoke(app, ["coverage", "--run", "ttsim-add"])
     assert table.exit_code == 0, table.output
     assert "on ttsim: 1 of 1 programs ran" in table.output
-    ops = {o["ttnn_op"]: o for o in json.loads(cli.invoke(app, ["coverage", str(tmp_path / "out"), "-f", "json"]).output)["ops"]}
+    report = json.loads(cli.invoke(app, ["coverage", "--run", "ttsim-add", "-f", "json"]).output)
+    ops = {o["ttnn_op"]: o for o in report["ops"]}
     assert ops["ttnn.add"]["ttsim"] == {"ran": 1}
 
 

@@ -16,6 +16,7 @@ from opbyop.compiler.builds import Compiler, prepare
 from opbyop.compiler.system_desc import SystemDesc, resolve
 from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds
+from opbyop.device.ttsim.install import check_target
 from opbyop.records import RunInfo
 from opbyop.worker.process import OpWorker
 
@@ -42,8 +43,10 @@ class RunPlan(BaseModel):
                                     seed=config.seed, run_device=config.run_device, run_golden=config.run_device,
                                     device=config.device, pass_timing=config.pass_timing,
                                     mesh=target.mesh_text, topology=target.topology.value)
-        return cls(config=config, target=target, compiler=compiler,
-                   desc=resolve(config.chip, notices=notices, compiler=compiler), settings=settings)
+        desc = resolve(config.chip, notices=notices, compiler=compiler)
+        if config.device.backend == "ttsim" and config.run_device:  # asked for ttsim: refused before any work
+            check_target(desc.path, target.chips)
+        return cls(config=config, target=target, compiler=compiler, desc=desc, settings=settings)
 
     def op_worker(self, home: Path, name: str) -> OpWorker:
         """An op worker of this run (not started): its target's descriptor, its compiler build, a host mesh

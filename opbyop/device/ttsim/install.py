@@ -33,7 +33,9 @@ from filelock import FileLock
 
 from opbyop.compiler.assets import startup_lock
 from opbyop.compiler.builds import installed, unpack_assets
+from opbyop.compiler.ttsys import decode
 from opbyop.device.ttsim.series import SeriesError, apply, carried, label, simulator_name, version
+from opbyop.environment import environment
 from opbyop.errors import OpbyopError
 
 CHECKOUT = Path(__file__).resolve().parents[3]
@@ -74,8 +76,18 @@ class TtsimSetup:
                 "TT_LOGGER_LEVEL": "error", "LOGURU_LEVEL": "WARNING"}
 
 
-def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None = None, chips: int = 1) -> TtsimSetup:
-    """The ttsim set-up for `chips` chips of `arch` (blackhole, wormhole_b0), prepared under `home`."""
+def check_target(descriptor: Path, chips: int) -> None:
+    """Raise TtsimUnavailable, naming what is missing and how to get it, when this machine cannot run
+    the target's programs on ttsim (`descriptor`: the target's system descriptor; the set-up
+    OPBYOP_TTSIM / OPBYOP_TTNN_PYTHON name, or this checkout's). Only looks: nothing is built or copied,
+    so a run asked for ttsim is refused before any op is compiled."""
+    env = environment()
+    check(_arch_of(descriptor), chips, env.ttsim, env.ttnn_python)
+
+
+def check(arch: str, chips: int = 1, ttsim: Path | None = None, python: Path | None = None) -> tuple[Path, str, Path]:
+    """(the interpreter with ttnn, ttsim's build config (bh, bh_x2 ...), the built library or the source
+    tree to build it from) for `chips` chips of `arch`; TtsimUnavailable, with the fix, where one is missing."""
     if arch not in SOC_DESCRIPTORS:
         raise TtsimUnavailable(f"ttsim has no model of the {arch} architecture", "use a Blackhole or Wormhole target")
     if arch != "blackhole":
@@ -86,13 +98,20 @@ def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None
     python = python or DEFAULT_PYTHON
     if not python.exists():
         raise TtsimUnavailable(f"no Python interpreter with ttnn at {python}", SETUP_FIX)
+    _ttnn_package(python)
     config = BUILD_TARGETS[arch].removeprefix("release_")
     if chips > 1:
         config = MULTICHIP.get(arch, {}).get(chips)
         if config is None:
             raise TtsimUnavailable(f"ttsim has no multichip build of {chips} {arch} chips "
                                    f"(it has {sorted(MULTICHIP.get(arch, {}))})", "use the default device model")
-    library = _library(config, ttsim or DEFAULT_LIBRARY, home)
+    return python, config, _found_library(config, ttsim or DEFAULT_LIBRARY)
+
+
+def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None = None, chips: int = 1) -> TtsimSetup:
+    """The ttsim set-up for `chips` chips of `arch` (blackhole, wormhole_b0), prepared under `home`."""
+    python, config, found = check(arch, chips, ttsim, python)
+    library = found if found.is_file() else build(found, config, home / "ttsim" / "build")
     name = arch if chips == 1 else f"{arch}-{config}"
     folder = home / "ttsim" / name
     (home / "ttsim").mkdir(parents=True, exist_ok=True)
@@ -102,6 +121,11 @@ def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None
         _copy_if_changed(_soc_descriptor(python, arch), folder / "soc_descriptor.yaml")
     return TtsimSetup(python=python, simulator_dir=folder, sfpi=_stable_sfpi(python),
                       cache=home / "ttsim" / f"cache-{arch}", simulator=simulator_name(library))
+
+
+def _arch_of(descriptor: Path) -> str:
+    """The architecture of a system descriptor's chips, as the compiler names it (blackhole, wormhole_b0)."""
+    return decode(descriptor.read_bytes()).system_desc.chip_descs[0].arch.name.lower()
 
 
 def _stable_sfpi(python: Path) -> Path:
@@ -136,10 +160,10 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def _library(config: str, ttsim: Path, home: Path) -> Path:
-    """A built libttsim of ttsim's `config` (bh, bh_x2 ...): the path itself, a multichip build beside it
-    (a release binary's sibling, or built from the source tree kept beside it), or a source tree's build
-    (made once, under `home`)."""
+def _found_library(config: str, ttsim: Path) -> Path:
+    """A built libttsim of ttsim's `config` (bh, bh_x2 ...), or the source tree to build it from: the
+    path itself, a multichip build beside it (a release binary's sibling, or the source tree kept
+    beside it), or the source tree it is."""
     if ttsim.is_file():
         if "_x" not in config:
             return ttsim
@@ -147,12 +171,12 @@ def _library(config: str, ttsim: Path, home: Path) -> Path:
         if sibling.is_file():
             return sibling
         if (ttsim.parent / "src" / "make.py").is_file():
-            return build(ttsim.parent / "src", config, home / "ttsim" / "build")
+            return ttsim.parent / "src"
         raise TtsimUnavailable(f"no multichip ttsim ({config}) beside {ttsim}: neither {sibling.name} nor a "
                                "ttsim source tree in src/", f"put ttsim's {config} build there, or point "
                                "OPBYOP_TTSIM at a ttsim source tree")
     if (ttsim / "make.py").is_file():
-        return build(ttsim, config, home / "ttsim" / "build")
+        return ttsim
     raise TtsimUnavailable(f"no ttsim at {ttsim} (neither a libttsim .so nor a ttsim source tree)", SETUP_FIX)
 
 
