@@ -62,6 +62,9 @@ def on_ttsim(settings):
     ("scatter-rows_replace-f32-8x4-args.mlir", "ttnn.rows_scatter"),
     ("scatter-rows_add-f32-8x4-args.mlir", "ttnn.rows_scatter"),
     ("collective_permute-f32-4x32-args.mlir", "ttnn.assign"),
+    ("sort-GT-f32-3x50-args.mlir", "ttnn.sort"),  # these three ran into ttsim v1.10.0's SFPU compare checks
+    ("batch_norm_inference-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_inference"),
+    ("batch_norm_training-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_training"),
 ])
 def test_the_op_kind_runs_on_ttsim_and_matches_xla(tmp_path, workspace, worker, on_ttsim, ttsim_ready, file, kind):
     result = worker.analyze(corpus_op(tmp_path, workspace, file), on_ttsim, timeout=600)
@@ -81,9 +84,8 @@ def test_rand_runs_on_ttsim_with_the_compilers_bounds(tmp_path, workspace, worke
 
 @pytest.mark.slow
 @pytest.mark.parametrize("file, kind, words", [
-    ("sort-GT-f32-3x50-args.mlir", "ttnn.sort", "tensix_sfpswap"),
-    ("batch_norm_inference-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_inference", "tensix_sfpgt"),
-    ("batch_norm_training-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_training", "tensix_sfpgt"),
+    ("concatenate-ui8-13-args.mlir", "ttnn.concat", "tensix_pacr"),
+    ("reduce-max-ui32-3x50-args.mlir", "ttnn.max", "tensix_unpacr"),
 ])
 def test_a_mapped_op_kind_that_ttsim_cannot_run_is_ttsims_limit_named_in_that_op(tmp_path, workspace, worker, on_ttsim,
                                                                                   ttsim_ready, file, kind, words):
