@@ -1,17 +1,16 @@
-"""The simulator's coverage on the single-op corpus: this checkout against a baseline revision's simulator.
+"""The simulator's coverage on the single-op corpus: this checkout's run against a baseline run.
 
-    .venv/bin/python benchmarks/bench_coverage.py --chip n150 --after DIR [--before DIR | --baseline-ref REF]
-        [--dtype f32 ...] [--op add ...] [--corpus DIR]
+    .venv/bin/python benchmarks/bench_coverage.py --chip n150 [--before-run RUN | --before-compiler SPEC]
+        [--dtype f32 ...] [--op add ...] [--device ttsim]
 
-The corpus (every StableHLO op of opbyop/corpus/catalog.py x dtypes x shapes x forms) is written
-into --corpus (default $OPBYOP_HOME/corpus) and run through the real pipeline (tt-mlir, the
-simulated device, XLA:CPU) one dtype at a time, each chunk in a fresh worker; --after holds the
-current simulator's results (resumed if present). The baseline is measured in the same run from
---baseline-ref (any git revision that has `opbyop corpus run`,
-e.g. one whose simulator lacks kernels this one has), its results kept in --before; or --before names results measured earlier.
-A full corpus takes about 15-20 minutes per chip and simulator on 2 shared cores.
+The corpus (every StableHLO op of opbyop/corpus/catalog.py x dtypes x shapes x forms) goes through
+`opbyop corpus run` (tt-mlir, the simulated device, XLA:CPU), one dtype at a time, each chunk in a
+fresh process, stored as run `bench-coverage-<chip>` (a second invocation resumes it). The baseline
+is measured in the same invocation with another compiler build (--before-compiler: a release such as
+0.1.2, a wheel, a library; stored as `bench-coverage-<chip>-before`), or is a corpus run stored
+earlier (--before-run). A full corpus takes about 15-20 minutes per chip and build on 2 shared cores.
 
-Printed: TTNN ops emitted and how many each simulator ran, per-op pass rates before/after, per-dtype
+Printed: TTNN ops emitted and how many each run simulated, per-op pass rates before/after, per-dtype
 golden pass rates before/after, and compiled ops left without a verdict by opbyop itself
 (not simulated, or an analyzer error: a simulator exception, or no golden reference).
 """
@@ -19,53 +18,43 @@ golden pass rates before/after, and compiled ops left without a verdict by opbyo
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
-from io import BytesIO
-from pathlib import Path
 
 from common import Figures, console
 
+from opbyop.cli.coverage_cmds import coverage_rows
 from opbyop.corpus.catalog import ALL_DTYPES
-from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
-from opbyop.corpus.generate import generate
-from opbyop.corpus.run import read_results, results_path
+from opbyop.corpus.coverage import Coverage, coverage
 from opbyop.records import Status
-from opbyop.workspace import Workspace
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def snapshot(ref: str, into: Path) -> Path:
-    """The tree of `ref` (git archive), importable with PYTHONPATH."""
-    data = subprocess.run(["git", "-C", str(REPO), "archive", ref], check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=BytesIO(data)) as tar:
-        tar.extractall(into, filter="data")
-    return into
+from opbyop_storage.aggregate import run_query
+from opbyop_storage.dataset import Store
+from opbyop_storage.files import default_root
+from opbyop_storage.readonly import StoreConnection
 
 
-def run_corpus(corpus: Path, out: Path, chip: str, dtypes: list[str], ops: list[str], code: Path | None) -> float:
-    """Each dtype chunk through `opbyop corpus run` (the checkout's code, or `code`'s); seconds."""
-    env = dict(os.environ)
-    if code is not None:
-        env["PYTHONPATH"] = str(code)
+def run_corpus(run_id: str, chip: str, dtypes: list[str], ops: list[str], compiler: str, device: str) -> float:
+    """Each dtype chunk through `opbyop corpus run` into run `run_id`; seconds."""
     started = time.perf_counter()
     for dtype in dtypes:
-        command = [sys.executable, "-m", "opbyop.cli.main", "corpus", "run", str(corpus), "--out", str(out),
-                   "--chip", chip, "--dtype", dtype] + [a for op in ops for a in ("--op", op)]
-        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=str(code or REPO))
+        command = [sys.executable, "-m", "opbyop.cli.main", "corpus", "run", "--chip", chip, "--dtype", dtype,
+                   "--run-id", run_id, "--compiler", compiler, "--device", device]
+        command += [a for op in ops for a in ("--op", op)]
+        done = subprocess.run(command, capture_output=True, text=True)
         last = (done.stdout.strip().splitlines() or [""])[-1]
-        console.print(f"  {chip} {dtype} ({'baseline' if code else 'current'}): {last or done.stderr[-300:]}",
-                      highlight=False)
+        console.print(f"  {chip} {dtype} ({compiler}): {last or done.stderr[-300:]}", highlight=False)
     return time.perf_counter() - started
 
 
-def load(out: Path, chip: str) -> Coverage:
-    return coverage(CoverageRow.from_corpus(r) for r in read_results(out) if r.chip == chip)
+def load(run_id: str) -> Coverage:
+    """The coverage of a stored run (none when the store does not have it)."""
+    root = default_root()
+    if not Store(root).has_run(run_id):
+        console.print(f"no run {run_id} in the store {root}")
+        return coverage([])
+    with StoreConnection(root) as con:
+        return coverage(coverage_rows(run_query(con, "ttnn_programs", run_id=run_id).records()))
 
 
 def show(before: Coverage, after: Coverage, chip: str) -> None:
@@ -117,35 +106,26 @@ def _rate(o) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--chip", nargs="*", default=["n150"])
-    parser.add_argument("--after", type=Path, required=True, help="results of the current simulator (resumed)")
-    parser.add_argument("--before", type=Path, help="results of the baseline (resumed when --baseline-ref is given)")
-    parser.add_argument("--baseline-ref", help="git revision to measure the baseline with (has `opbyop corpus run`)")
-    parser.add_argument("--corpus", type=Path, default=Workspace.default().root / "corpus")
+    parser.add_argument("--before-run", help="a stored corpus run to compare with (one chip)")
+    parser.add_argument("--before-compiler", help="measure the baseline with this compiler build (as --compiler)")
+    parser.add_argument("--compiler", default="installed", help="the build measured (default: installed)")
+    parser.add_argument("--device", default="model", help="model | ttsim")
     parser.add_argument("--dtype", nargs="*", default=[], help="chunks to run (default: all)")
     parser.add_argument("--op", nargs="*", default=[], help="catalog builders (default: all)")
     args = parser.parse_args()
 
-    dtypes = [d for d in ALL_DTYPES if not args.dtype or d in args.dtype or
-              d.replace("complex<f32>", "complex64") in args.dtype]
-    manifest = generate(args.corpus, args.op or None, dtypes)
-    console.print(f"corpus: {len(manifest.entries)} modules in {args.corpus}")
-    with tempfile.TemporaryDirectory(prefix="bench-coverage-") as tmp:
-        code = snapshot(args.baseline_ref, Path(tmp)) if args.baseline_ref else None
-        for chip in args.chip:
-            chunks = [d.replace("complex<f32>", "complex64") for d in dtypes]
-            after = args.after / chip
-            seconds = run_corpus(args.corpus, after, chip, chunks, args.op, None)
-            console.print(f"{chip}: current simulator {seconds:.0f} s")
-            before = (args.before / chip) if args.before else None
-            if code is not None and before is not None:
-                seconds = run_corpus(args.corpus, before, chip, chunks, args.op, code)
-                console.print(f"{chip}: baseline {args.baseline_ref} {seconds:.0f} s")
-            if before is None or not results_path(before).exists():
-                console.print(f"{chip}: no baseline results (give --before, or --before with --baseline-ref)")
-                before_cov = coverage([])
-            else:
-                before_cov = load(before, chip)
-            show(before_cov, load(after, chip), chip)
+    chunks = [d.replace("complex<f32>", "complex64") for d in ALL_DTYPES
+              if not args.dtype or d in args.dtype or d.replace("complex<f32>", "complex64") in args.dtype]
+    for chip in args.chip:
+        after = f"bench-coverage-{chip}"
+        seconds = run_corpus(after, chip, chunks, args.op, args.compiler, args.device)
+        console.print(f"{chip}: {args.compiler} {seconds:.0f} s")
+        before = args.before_run
+        if args.before_compiler:
+            before = f"{after}-before"
+            seconds = run_corpus(before, chip, chunks, args.op, args.before_compiler, args.device)
+            console.print(f"{chip}: baseline {args.before_compiler} {seconds:.0f} s")
+        show(load(before) if before else coverage([]), load(after), chip)
 
 
 if __name__ == "__main__":

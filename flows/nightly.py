@@ -43,7 +43,7 @@ from opbyop_storage.dataset import Store
 from opbyop_storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from opbyop.corpus.config import CorpusConfig, load_corpus_config
 from opbyop.corpus.mesh_run import board_targets
-from opbyop.corpus.ops import CorpusSelection, selected
+from opbyop.corpus.ops import CorpusSelection, mesh_selection, selected
 from opbyop.errors import OpbyopError
 from opbyop_tasks.corpus import CorpusOutcome, corpus_selection, coverage_markdown, store_coverage
 
@@ -200,7 +200,7 @@ def _run_corpus(target: CorpusTarget, base: str, config: NightlyConfig, cluster:
     runs: list[tuple[str, str, CorpusSelection | Exception]] = [(chip, chip, selection) for chip in settings.chips]
     for board in settings.meshes:
         try:
-            runs += [(t.chip, f"{t.chip} {t.mesh_text}", selection.model_copy(update={"mesh": t.mesh_text}))
+            runs += [(t.chip, f"{t.chip} {t.mesh_text}", mesh_selection(selection, t.mesh_text))
                      for t in board_targets(board)]
         except OpbyopError as e:  # a board the configuration misnames: said in the summary
             runs.append((board, board, e))

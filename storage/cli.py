@@ -1,5 +1,5 @@
 """The store's commands, added to `opbyop` through the `opbyop.cli` entry point:
-sql, query, runs, report, compare, catalog, expectations update/check, export optest."""
+sql, query, runs, report, compare, coverage, catalog, expectations update/check, export optest."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import typer
 from rich.table import Table
 
 from opbyop.cli.app import make_console, positive_seconds, print_error, styled
+from opbyop.cli.coverage_cmds import coverage_rows, print_coverage
+from opbyop.corpus.coverage import coverage
 from opbyop.errors import OpbyopError
 from opbyop.run.sinks import supply_sink
 from opbyop_storage.aggregate import previous_run_id, run_query
@@ -85,7 +87,7 @@ def print_rows(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title:
     if fmt == "json":
         sys.stdout.write(json.dumps([dict(zip(columns, r)) for r in rows], default=str, indent=1) + "\n")
     elif fmt == "csv":
-        writer = csv.writer(sys.stdout)
+        writer = csv.writer(sys.stdout, lineterminator="\n")  # a shell reads its lines (csv.writer writes \r\n)
         writer.writerow(columns)
         writer.writerows([[_cell(v) for v in r] for r in rows])
     else:
@@ -154,6 +156,28 @@ def query(name: Optional[str] = typer.Argument(None, help="a named aggregation f
         _query_failed(e)
     _warn_skipped(result.skipped)
     print_rows(result.columns, result.rows, fmt, title=f"{name} {run or ''} {f'vs {prev}' if prev else ''}")
+
+
+def coverage_cmd(run: list[str] = typer.Option(..., "--run", help="a run in the store (a corpus run, or any); "
+                                               "repeat it to count several together"),
+                 chip: list[str] = typer.Option([], "--chip", help="only ops of runs on this chip; repeatable"),
+                 failures: bool = typer.Option(False, "--failures", help="also list every op short of a pass"),
+                 fmt: str = typer.Option("table", "--format", "-f", help="table | json"),
+                 store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """The simulator's coverage of the TTNN ops a run's programs use: simulated or not, golden pass rate per
+    TTNN op and dtype, and how they fared on ttsim."""
+    try:
+        for one in run:
+            _check_run(store, one)
+        with StoreConnection(_root(store)) as con:
+            programs = [row for one in run for row in run_query(con, "ttnn_programs", run_id=one).records()]
+    except OpbyopError as e:
+        _fail(e)
+    rows = [r for r in coverage_rows(programs) if not chip or r.chip in chip]
+    if not rows:
+        _fail(OpbyopError(f"run(s) {', '.join(run)} hold no analysed op" + (f" on {', '.join(chip)}" if chip else ""),
+                          "name a run that analysed ops (`opbyop runs` lists them)"))
+    print_coverage(coverage(rows), failures, fmt)
 
 
 def runs(limit: int = typer.Option(50, "--limit", min=0),
@@ -441,6 +465,7 @@ def register(app: typer.Typer) -> None:
     app.command("runs")(runs)
     app.command("report")(report)
     app.command("compare")(compare_cmd)
+    app.command("coverage")(coverage_cmd)
     app.command("catalog")(catalog)
     app.command("explore")(explore)
     app.command("visualize")(visualize)

@@ -21,15 +21,14 @@ log = logging.getLogger("opbyop.storage")
 
 
 class StoreSink:
-    """Writes run `run_id` through `writer`; with `reuse`, results of earlier runs of the same
-    compiler, chip and options are taken instead of analysing those ops again. `phases()` gives the
-    run's time line when it finishes."""
+    """Writes run `run_id` through `writer`; when the run's configuration says `reuse_cached`, results
+    of earlier runs of the same compiler build, chip and options are taken instead of analysing those
+    ops again. `phases()` gives the run's time line when it finishes."""
 
-    def __init__(self, writer: RunWriter, run_id: str, reuse: bool = False,
-                 phases: Callable[[], dict[str, float]] = dict, run: RunInfo | None = None,
-                 logger: logging.Logger | logging.LoggerAdapter = log):
+    def __init__(self, writer: RunWriter, run_id: str, phases: Callable[[], dict[str, float]] = dict,
+                 run: RunInfo | None = None, logger: logging.Logger | logging.LoggerAdapter = log):
         """`run`: the run's record when the caller's differs from its plan's (a corpus run's)."""
-        self.writer, self.run_id, self.reuse, self.phases, self.logger = writer, run_id, reuse, phases, logger
+        self.writer, self.run_id, self.phases, self.logger = writer, run_id, phases, logger
         self.batches = ResultBatches(writer)
         self.known = KnownResults()
         self.run = run
@@ -37,7 +36,8 @@ class StoreSink:
     def start(self, plan: RunPlan, prepared: Prepared) -> dict[str, OpResult]:
         self.run = self.writer.start(self.run or plan.run_info(self.run_id))
         self.writer.add_ops(prepared.records)
-        self.known = known_results(self.writer, self.writer.store, prepared.unique, self.run, self.reuse)
+        self.known = known_results(self.writer, self.writer.store, prepared.unique, self.run,
+                                   plan.config.reuse_cached)
         self.logger.info(self.known.line(len(prepared.unique)))
         return self.known.results
 
@@ -52,6 +52,7 @@ class StoreSink:
 
 @contextmanager
 def store_sink(run_id: str) -> Iterator[StoreSink]:
-    """The sink of a command-line run: the workspace's store, nothing reused (the run shows what it analysed)."""
+    """The sink of a command-line run: the workspace's store (`opbyop run` asks for no reuse: it shows
+    what it analysed)."""
     with Store(Workspace.default().store).writer() as writer:
         yield StoreSink(writer, run_id)

@@ -13,7 +13,10 @@ from opbyop.corpus.case import Form
 from opbyop.corpus.catalog import ALL_DTYPES, BUILDERS, cases
 from opbyop.corpus.coverage import CoverageRow, coverage
 from opbyop.corpus.generate import generate, load_manifest
-from opbyop.corpus.run import read_results, run_entries, select
+from opbyop.config import AnalysisConfig
+from opbyop.corpus.ops import CorpusSelection
+from opbyop.corpus.run import run_corpus
+from opbyop.workspace import Workspace
 from opbyop.errors import OpbyopError
 from opbyop.records import Status, TtsimOutcome
 
@@ -50,44 +53,58 @@ def test_an_empty_selection_is_refused_with_a_fix(tmp_path: Path):
         generate(tmp_path, ["sort"], ["complex<f32>"])
 
 
+CASES = ["add-f32-3x50-args.mlir", "scatter-rows_add-f32-8x4-args.mlir", "while-doubling-f32-s-args.mlir",
+         "sort-GT-f32-3x50-const.mlir"]
+
+
 @pytest.fixture(scope="module")
-def corpus_run(tmp_path_factory, worker, workspace, settings):
-    """Four corpus files through the session's real worker (p150): compile, device, XLA golden."""
-    root = tmp_path_factory.mktemp("corpus")
-    manifest = generate(root / "corpus", ["add", "scatter", "while", "sort"], ["f32"])
-    entries = select(manifest.entries, names=["add-f32-3x50-args.mlir", "scatter-rows_add-f32-8x4-args.mlir",
-                                              "while-doubling-f32-s-args.mlir", "sort-GT-f32-3x50-const.mlir"])
-    analyse = lambda u: worker.analyze(u, settings, 300)  # noqa: E731
-    first = run_entries(root / "corpus", entries, root / "out", "p150", analyse, workspace.artifacts.read_text)
-    again = run_entries(root / "corpus", entries, root / "out", "p150", analyse, workspace.artifacts.read_text)
-    return root, first, again
+def corpus_run(tmp_path_factory):
+    """Four corpus cases through the run engine (p150): compile, device, XLA golden, into a real store;
+    then the same run id again."""
+    from opbyop_storage.dataset import Store
+    from opbyop_storage.run_sink import StoreSink
+
+    home = tmp_path_factory.mktemp("corpus-home")
+    workspace, store = Workspace(home), Store(home / "store")
+    selection = CorpusSelection(ops=["add", "scatter", "while", "sort"], dtypes=["f32"], files=CASES)
+    config = AnalysisConfig(models=[], chip="p150", whole_model=False)
+    done = []
+    for _ in range(2):
+        with store.writer() as writer:
+            done.append(run_corpus(selection, config, workspace, StoreSink(writer, "corpus-1"), "corpus-test"))
+    return home, store, done
 
 
-def test_corpus_files_run_through_the_real_pipeline_and_resume(corpus_run):
-    root, first, again = corpus_run
-    assert (first.analysed, first.skipped) == (4, 0)
-    assert (again.analysed, again.skipped) == (0, 4)  # a second run only does what is missing
-    results = {r.entry.file: r for r in read_results(root / "out")}
-    assert len(results) == 4
+def test_corpus_cases_run_through_the_run_engine_into_the_store_and_resume(corpus_run):
+    _, store, (first, again) = corpus_run
+    assert (len(first.outcome.results), first.outcome.known) == (4, 0)
+    assert again.outcome.known == 4  # the run id again: what it stored is not analysed again
+    results = {r.entry.file: r for r in first.cases}
+    assert sorted(results) == sorted(CASES)
     for r in results.values():
         assert r.result.status is Status.SUCCESS, (r.entry.file, r.result.message)
         assert r.ttnn_ops and all(op.startswith(("ttnn.", "ttcore.")) for op in r.ttnn_ops)
     assert "ttnn.rows_scatter" in results["scatter-rows_add-f32-8x4-args.mlir"].ttnn_ops
     assert "ttcore.while_loop" in results["while-doubling-f32-s-args.mlir"].ttnn_ops
+    assert {r.status for r in store.results("corpus-1")} == {Status.SUCCESS}  # queryable like a model's
+    assert {o.model for o in store.ops("corpus-1")} == {"corpus"}
 
 
-def test_coverage_table_from_a_results_directory(corpus_run):
-    root, _, _ = corpus_run
-    report = coverage(CoverageRow.from_corpus(r) for r in read_results(root / "out"))
+def test_coverage_table_of_a_corpus_run_and_of_the_stored_run(corpus_run, monkeypatch):
+    home, store, (first, _) = corpus_run
+    report = coverage(CoverageRow.from_corpus(r) for r in first.cases)
     seen = {o.ttnn_op: o for o in report.ops}
     assert seen["ttnn.rows_scatter"].simulated and seen["ttnn.rows_scatter"].passes["f32"] == 1
     assert report.simulated_share == 1.0
     assert [d.dtype for d in report.dtypes] == ["f32"] and report.dtypes[0].pass_rate == 1.0
-    out = CliRunner().invoke(_app(), ["coverage", str(root / "out"), "--failures"])
+    monkeypatch.setenv("OPBYOP_HOME", str(home))
+    out = CliRunner().invoke(_app(), ["coverage", "--run", "corpus-1", "--failures"])
     assert out.exit_code == 0, out.output
     assert "ttnn.rows_scatter" in out.output and "ttcore.while_loop" in out.output
-    as_json = json.loads(CliRunner().invoke(_app(), ["coverage", str(root / "out"), "-f", "json"]).output)
+    as_json = json.loads(CliRunner().invoke(_app(), ["coverage", "--run", "corpus-1", "-f", "json"]).output)
     assert as_json["dtypes"][0]["pass_rate"] == 1.0 and not as_json["failures"]
+    missing = CliRunner().invoke(_app(), ["coverage", "--run", "no-such-run"])
+    assert missing.exit_code == 2 and "no-such-run" in missing.output
 
 
 def test_coverage_counts_not_simulated_runs_by_the_op_they_name():
@@ -123,7 +140,7 @@ def test_coverage_on_ttsim_counts_ran_programs_per_op_and_stops_against_the_op_n
 
 def test_coverage_from_a_run_in_the_store(tmp_path: Path, monkeypatch):
     """A stored result whose compiled program is in the workspace's artifact store: the named query
-    lists it, `opbyop coverage --rows` reads its TTNN ops from the artifact."""
+    lists it, `opbyop coverage --run` reads its TTNN ops from the artifact."""
     from opbyop_storage.aggregate import run_query
     from opbyop_storage.dataset import Store
     from opbyop_storage.readonly import StoreConnection
@@ -138,15 +155,13 @@ def test_coverage_from_a_run_in_the_store(tmp_path: Path, monkeypatch):
                       outputs=[TensorDesc(shape=(3, 50), dtype="f32")], module_text="module {}")
     result = OpResult(signature="s1", op_name="stablehlo.case", status=Status.SUCCESS, depth=Stage.GOLDEN,
                       compile=CompileOutcome(reached=Stage.FLATBUFFER, artifacts={"ttnn_runtime": digest}))
-    store = Store(tmp_path / "store")
+    store = Store(home / "store")
     store.write_run(RunInfo(run_id="corpus-1", chip="n150", status="completed"), [record], [result], [])
     with StoreConnection(store.root) as con:
         rows = run_query(con, "ttnn_programs", run_id="corpus-1").records()
     assert rows[0]["ttnn_runtime"] == digest and rows[0]["dtype"] == "i32" and rows[0]["chip"] == "n150"
-    rows_file = tmp_path / "rows.json"
-    rows_file.write_text(json.dumps(rows, default=str))
     monkeypatch.setenv("OPBYOP_HOME", str(home))
-    out = CliRunner().invoke(_app(), ["coverage", "--rows", str(rows_file), "-f", "json"])
+    out = CliRunner().invoke(_app(), ["coverage", "--run", "corpus-1", "-f", "json"])
     assert out.exit_code == 0, out.output
     ops = {o["ttnn_op"]: o for o in json.loads(out.output)["ops"]}
     assert ops["ttcore.case"]["simulated"] and ops["ttcore.case"]["per_dtype"]["i32"] == {"passes": 1, "verdicts": 1}
@@ -163,31 +178,31 @@ def test_the_corpus_commands_generate_run_resume_and_run_nightly(tmp_path: Path,
     assert f"wrote {written} modules" in made.output and written >= 2
     complex64 = cli.invoke(_app(), ["corpus", "generate", str(tmp_path / "c64"), "--op", "add", "--dtype", "complex64"])
     assert complex64.exit_code == 0 and {e.dtype for e in load_manifest(tmp_path / "c64").entries} == {"complex<f32>"}
-    run = ["corpus", "run", str(tmp_path / "corpus"), "--out", str(tmp_path / "out"), "--chip", "p150",
-           "--file", "add-f32-3x50-*"]
+    run = ["corpus", "run", "--chip", "p150", "--op", "add", "--dtype", "f32", "--file", "add-f32-3x50-*",
+           "--run-id", "add-f32"]
     first, again = cli.invoke(_app(), run), cli.invoke(_app(), run)
     assert first.exit_code == 0 and again.exit_code == 0, first.output + again.output
-    analysed = int(first.output.split()[0])
-    assert analysed >= 1 and f"0 analysed, {analysed} already in" in again.output  # resumed, nothing redone
-    assert all(r.result.status is Status.SUCCESS for r in read_results(tmp_path / "out"))
-    nothing = cli.invoke(_app(), run[:-1] + ["no-such-file-*.mlir"])
-    assert nothing.exit_code != 0 and "no corpus file matches" in nothing.output
+    assert "2 unique ops: 2 analysed, 0 reused from earlier runs" in first.output
+    assert "2 unique ops: 0 analysed, 0 reused from earlier runs, 2 already in this run" in again.output  # resumed
+    assert "stored as run add-f32" in first.output
+    other = cli.invoke(_app(), run[:-1] + ["add-f32-again"])  # another run: the same ops reused
+    assert "0 analysed, 2 reused from earlier runs" in other.output, other.output
+    nothing = cli.invoke(_app(), run[:8] + ["--file", "no-such-case-*.mlir"])
+    assert nothing.exit_code != 0 and "no corpus case matches" in nothing.output
     (tmp_path / "corpus.yaml").write_text("chips: [p150]\nops: [exponential]\ndtypes: [f32]\nforms: [args]\n")
     nightly = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
     assert nightly.exit_code == 0, nightly.output
     assert "ttnn.exp" in nightly.output and "100.0%" in nightly.output  # its coverage tables
-    assert len(list((tmp_path / "home" / "corpus-results" / "p150").glob("jax-tt-plugin-*/results.jsonl"))) == 1
+    assert "p150: 4 unique ops, 0 reused" in nightly.output
     second_night = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
-    assert second_night.exit_code == 0 and "p150 f32: 0 analysed" in second_night.output  # same compiler, options: kept
+    assert second_night.exit_code == 0 and "p150: 4 unique ops, 4 reused" in second_night.output  # same build, options
     with open(tmp_path / "corpus.yaml", "a") as config:
         config.write("compiler: {math_fidelity: lofi}\n")
-    other = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
-    assert other.exit_code == 0 and "p150 f32: 0 analysed" not in other.output  # other options: run anew
-    assert len(list((tmp_path / "home" / "corpus-results" / "p150").glob("jax-tt-plugin-*/results.jsonl"))) == 2
+    lofi = cli.invoke(_app(), ["corpus", "nightly", "--config", str(tmp_path / "corpus.yaml")])
+    assert lofi.exit_code == 0 and "p150: 4 unique ops, 0 reused" in lofi.output  # other options: run anew
 
 
 def _app():
-    from opbyop.cli import coverage_cmds  # noqa: F401  (registers the commands)
-    from opbyop.cli.app import app
+    from opbyop.cli.main import build_app  # every command, the store's too (its entry point)
 
-    return app
+    return build_app()

@@ -21,8 +21,7 @@ from typer.testing import CliRunner
 from core_fixtures import DATA
 from opbyop_flows.nightly import Target
 from opbyop_storage.dataset import Store
-from opbyop.cli import coverage_cmds  # noqa: F401  (registers the corpus and coverage commands)
-from opbyop.cli.app import app
+from opbyop.cli.main import build_app
 from opbyop.compiler.builds import installed, unpack_assets
 from opbyop.config import CompilerOptions, DtypeThreshold, Thresholds
 from opbyop.device.program import load_program
@@ -211,7 +210,7 @@ def test_opbyop_corpus_run_with_device_ttsim_records_ttsim_and_its_memory_per_op
     says it ran on ttsim with what tt-metal allocated, and `opbyop coverage` counts it per TTNN op."""
     monkeypatch.setenv("OPBYOP_HOME", str(workspace_root))
     cli = CliRunner()
-    ran = cli.invoke(app, ["corpus", "run", "--chip", "p150", "--op", "add", "--dtype", "bf16",
+    ran = cli.invoke(build_app(), ["corpus", "run", "--chip", "p150", "--op", "add", "--dtype", "bf16",
                            "--file", "add-bf16-2x32x64-args.mlir", "--device", "ttsim", "--run-id", "ttsim-add"])
     assert ran.exit_code == 0 and "1 unique ops: 1 analysed" in ran.output, ran.output
     (result,) = Store(workspace_root / "store").results("ttsim-add")
@@ -222,10 +221,10 @@ def test_opbyop_corpus_run_with_device_ttsim_records_ttsim_and_its_memory_per_op
     # (double-buffered), and its DRAM tensors (two inputs and the output at least)
     assert run.peak_cb_bytes == 3 * 2 * 32 * 32 * 2 and run.peak_l1_bytes >= run.peak_cb_bytes
     assert run.peak_dram_bytes >= 3 * 2 * 32 * 64 * 2 and result.device.peak_l1_bytes > 0
-    table = cli.invoke(app, ["coverage", "--run", "ttsim-add"])
+    table = cli.invoke(build_app(), ["coverage", "--run", "ttsim-add"])
     assert table.exit_code == 0, table.output
     assert "on ttsim: 1 of 1 programs ran" in table.output
-    report = json.loads(cli.invoke(app, ["coverage", "--run", "ttsim-add", "-f", "json"]).output)
+    report = json.loads(cli.invoke(build_app(), ["coverage", "--run", "ttsim-add", "-f", "json"]).output)
     ops = {o["ttnn_op"]: o for o in report["ops"]}
     assert ops["ttnn.add"]["ttsim"] == {"ran": 1}
 

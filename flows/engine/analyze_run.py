@@ -109,7 +109,7 @@ class AnalyzeRun:
         prepared = self.prepare()
         with self.store.writer() as writer:
             self.clock.mark("store")  # the store's run lock, taken (another run may hold it)
-            self.sink = StoreSink(writer, self.run_id, reuse=self.config.reuse_cached, phases=self.clock.as_dict,
+            self.sink = StoreSink(writer, self.run_id, phases=self.clock.as_dict,
                                   run=self.info(), logger=self.logger)
             self.out = run_engine(self.plan, prepared, self, self.sink, modules=self.modules,
                                   stop=self.handoff.stop.is_set, phase=self.clock.phase, logger=self.logger)

@@ -12,10 +12,8 @@ import time
 from dataclasses import dataclass, field
 
 from opbyop_flows.engine.analyze_run import AnalyzeRun
-from opbyop.corpus.generate import CorpusEntry
-from opbyop.corpus.ops import MODEL, CorpusSelection, corpus_records
-from opbyop.ir.dedupe import dedupe
-from opbyop.ir.split import SplitResult
+from opbyop.corpus.ops import MODEL, CorpusSelection
+from opbyop.corpus.run import corpus_prepared
 from opbyop.pipeline import Prepared
 from opbyop.records import RunInfo
 from opbyop.run.engine import keep_ops
@@ -27,7 +25,6 @@ COMPILE_ONLY_KEY = "compile-only"
 class CorpusRun(AnalyzeRun):
     selection: CorpusSelection = field(default_factory=CorpusSelection)
     compile_only: bool = False
-    entries: dict[str, CorpusEntry] = field(default_factory=dict)  # signature -> the case it came from
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -42,12 +39,10 @@ class CorpusRun(AnalyzeRun):
         return info.model_copy(update={"models": [MODEL], "options_key": key})
 
     def prepare(self) -> Prepared:
-        """The selected cases split into their ops (no export, no upstream values: a case's constant
-        operands stay in its module), deduplicated; kept in the workspace like a model's."""
+        """The selected cases split into their ops (opbyop.corpus.run.corpus_prepared); kept in the
+        workspace like a model's."""
         start = time.monotonic()
-        records, self.entries = corpus_records(self.selection)
-        split = SplitResult(model=MODEL, arguments=[], outputs=[], ops=records)
-        prepared = Prepared(splits={MODEL: split}, unique=dedupe(records), sources={MODEL: MODEL})
+        prepared = corpus_prepared(self.selection)
         self.clock.add("split", time.monotonic() - start)
         keep_ops(prepared, self.workspace)
         self.keep(prepared)

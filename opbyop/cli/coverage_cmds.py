@@ -1,5 +1,6 @@
-"""`opbyop corpus generate|run` and `opbyop coverage`: the single-op corpus and the simulator's
-coverage of the TTNN ops the compiler emits, with golden pass rates per TTNN op and dtype."""
+"""`opbyop corpus generate|run|nightly`: the single-op corpus, run through the run engine and stored
+like any run, and the simulator's coverage of the TTNN ops the compiler emits, with golden pass rates
+per TTNN op and dtype (`opbyop coverage --run`, the store's command, prints it for a stored run)."""
 
 from __future__ import annotations
 
@@ -15,20 +16,23 @@ from rich.table import Table
 from rich.text import Text
 
 from opbyop.cli.app import DeviceBackend, DeviceOption, app, console, fail
-from opbyop.cli.worker_options import CompilerOption, compiler_named
-from opbyop.boards import chip_help
-from opbyop.config import CompilerOptions, DeviceOptions
+from opbyop.cli.worker_options import ChipOption, CompilerOption, compiler_named, worker_name
+from opbyop.compiler.assets import Notices
+from opbyop.config import AnalysisConfig, CompilerOptions, DeviceOptions
 from opbyop.corpus.case import element_type
 from opbyop.corpus.catalog import BUILDERS
 from opbyop.corpus.config import load_corpus_config
 from opbyop.corpus.coverage import CoverageRow, coverage
-from opbyop.corpus.generate import generate, load_manifest
-from opbyop.corpus.nightly import run_chunk, run_nightly
-from opbyop.corpus.run import read_results, select
+from opbyop.corpus.generate import generate
+from opbyop.corpus.nightly import run_nightly
+from opbyop.corpus.ops import CorpusSelection, selected
+from opbyop.corpus.run import run_corpus
 from opbyop.device.program import emitted_ops
 from opbyop.errors import OpbyopError
 from opbyop.jaxenv import prepare_jax
 from opbyop.records import Status, TtsimOutcome, legacy_status
+from opbyop.run.plan import RunPlan, new_run_id
+from opbyop.run.sinks import open_sink, storing
 from opbyop.workspace import Workspace
 
 corpus = typer.Typer(help="The single-op StableHLO corpus (ops x dtypes x shapes x forms).", no_args_is_help=True)
@@ -54,35 +58,48 @@ def generate_cmd(out: Path = typer.Argument(..., help="directory to write the .m
 
 
 @corpus.command("run")
-def run_cmd(directory: Path = typer.Argument(..., help="a corpus directory (with corpus.json)"),
-            out: Path = typer.Option(..., "--out", help="results directory (results.jsonl is appended to)"),
-            chip: str = typer.Option("n150", "--chip", help=chip_help()),
-            op: list[str] = OpFilter, dtype: list[str] = DtypeFilter,
+def run_cmd(chip: str = ChipOption, op: list[str] = OpFilter, dtype: list[str] = DtypeFilter,
             form: list[str] = typer.Option([], "--form", help="args | const"),
-            file: list[str] = typer.Option([], "--file", help="file name glob; repeatable"),
+            file: list[str] = typer.Option([], "--file", help="case file name glob (as `corpus generate` names "
+                                           "them); repeatable"),
+            limit: Optional[int] = typer.Option(None, "--limit", min=1, help="at most this many cases (the first)"),
+            mesh: Optional[str] = typer.Option(None, "--mesh", help="ROWSxCOLS: the multichip cases of this mesh "
+                                               "shape on --chip's board instead of the single-chip ones"),
             timeout: float = typer.Option(120.0, "--timeout", help="seconds per op"),
             math_fidelity: Optional[str] = typer.Option(None, "--math-fidelity", help="lofi | hifi2 | hifi3 | hifi4"),
             fp32_dest_acc: Optional[bool] = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc"),
             seed: int = typer.Option(0), device_backend: DeviceBackend = DeviceOption,
-            compiler: str = CompilerOption) -> None:
-    """Analyse corpus files (compile, device, golden) in one warm worker; resumable."""
+            compiler: str = CompilerOption,
+            run_id: Optional[str] = typer.Option(None, "--run-id", help="resume or replace this run"),
+            failures: bool = typer.Option(False, "--failures", help="also list every case short of a pass"),
+            fmt: str = typer.Option("table", "--format", "-f", help="table | json")) -> None:
+    """The selected corpus cases (compile, device, golden) as one run in one warm worker: stored like any
+    run (results analysed before for the same compiler, chip and options are reused), then the coverage."""
+    selection = CorpusSelection(ops=op, dtypes=[element_type(d) for d in dtype], forms=form, files=file, limit=limit,
+                                mesh=mesh)
+    if next(selected(selection), None) is None:
+        fail(OpbyopError("no corpus case matches the filters", "check --op, --dtype, --form and --file (opbyop "
+                         "corpus generate DIR writes every case, corpus.json names them)"))
     try:
-        entries = select(load_manifest(directory).entries, op, dtype, form, file)
         options = CompilerOptions(math_fidelity=math_fidelity, fp32_dest_acc_en=fp32_dest_acc)
-    except OpbyopError as e:
-        fail(e)
     except ValueError as e:
         fail(OpbyopError(f"invalid compiler option: {e}", "use --math-fidelity lofi|hifi2|hifi3|hifi4"))
-    if not entries:
-        fail(OpbyopError("no corpus file matches the filters", "check --op, --dtype, --form and --file"))
     prepare_jax()
-    build = compiler_named(compiler)
+    config = AnalysisConfig(models=[], chip=chip, compilers=[compiler], compiler=options, mesh=mesh, seed=seed,
+                            op_timeout_s=timeout, whole_model=False, device=DeviceOptions(backend=device_backend.value))
+    run_id = run_id or new_run_id()
     try:
-        summary = run_chunk(directory, entries, out, chip, options, timeout, seed, Workspace.default(),
-                            DeviceOptions(backend=device_backend.value), compiler=build)
+        plan = RunPlan.from_config(config, notices=Notices(say=console.print), compiler=compiler_named(compiler))
+        with open_sink(run_id) as sink:
+            done = run_corpus(selection, config, Workspace.default(), sink, worker_name("corpus"), plan=plan)
     except OpbyopError as e:
         fail(e)
-    console.print(Text(f"{summary.analysed} analysed, {summary.skipped} already in {out}"))
+    report = coverage(CoverageRow.from_corpus(r) for r in done.cases)
+    print_coverage(report, failures, fmt)
+    if fmt != "json":
+        console.print(Text(analysed_line(done.outcome)))
+        if storing():
+            console.print(Text(f"stored as run {run_id}; its coverage again: opbyop coverage --run {run_id}"))
 
 
 @corpus.command("nightly")
@@ -90,39 +107,29 @@ def nightly_cmd(config: Optional[Path] = typer.Option(None, "--config", help="de
                 seed: int = typer.Option(0),
                 compiler: Optional[str] = typer.Option(None, "--compiler", help="the compiler build under test, in "
                                                        "place of the configuration's compiler_build")) -> None:
-    """The corpus as a nightly target: generate it, run every chip one dtype at a time, print coverage."""
+    """The corpus as a nightly target: every chip and board mesh of the configuration one run each, its coverage."""
     prepare_jax()
     try:
         settings = load_corpus_config(config)
         if compiler is not None:
             settings = settings.model_copy(update={"compiler_build": compiler})
-        chips = run_nightly(settings, Workspace.default(), seed,
-                            say=lambda line: console.print(Text(line)))
+        chips = run_nightly(settings, Workspace.default(), seed, say=lambda line: console.print(Text(line)))
     except OpbyopError as e:
         fail(e)
     for chip in chips:
-        _console().print(_ops_table(chip.coverage))
-        _console().print(_dtype_table(chip.coverage))
-        _print_ttsim(_console(), chip.coverage)
+        console.print(Text(f"{chip.chip} (run {chip.run_id})", style="bold"))
+        print_coverage(chip.coverage)
 
 
-@app.command("coverage")
-def coverage_cmd(results: list[Path] = typer.Argument(None, help="results directories of `opbyop corpus run`"),
-                 rows: Optional[Path] = typer.Option(None, "--rows", help="JSON rows of `opbyop query ttnn_programs "
-                                                     "--run RUN -f json` (a run in the store); '-' reads stdin"),
-                 chip: list[str] = typer.Option([], "--chip", help="only results of this chip; repeatable"),
-                 failures: bool = typer.Option(False, "--failures", help="also list every op short of a pass"),
-                 fmt: str = typer.Option("table", "--format", "-f", help="table | json")) -> None:
-    """TTNN ops the compiler emitted: programs using each, simulated or not, golden pass rate per dtype."""
-    try:
-        found = _rows(results or [], rows)
-    except OpbyopError as e:
-        fail(e)
-    if chip:
-        found = [r for r in found if r.chip in chip]
-    if not found:
-        fail(OpbyopError("no results to count", "name a results directory or pass --rows"))
-    report = coverage(found)
+def analysed_line(outcome) -> str:  # noqa: ANN001  (opbyop.run.engine.RunOutcome)
+    """How many unique ops a run analysed now, took from earlier runs, or found in its own run id."""
+    reused = sum(1 for r in outcome.results.values() if r.reused_from)
+    return (f"{len(outcome.prepared.unique)} unique ops: {len(outcome.results) - outcome.known} analysed, {reused} "
+            f"reused from earlier runs, {outcome.known - reused} already in this run")
+
+
+def print_coverage(report, failures: bool = False, fmt: str = "table") -> None:  # noqa: ANN001  (corpus.coverage.Coverage)
+    """The coverage tables (TTNN ops, dtypes, ttsim), or the report as JSON."""
     if fmt == "json":
         sys.stdout.write(json.dumps(_as_json(report), indent=1) + "\n")
         return
@@ -134,30 +141,20 @@ def coverage_cmd(results: list[Path] = typer.Argument(None, help="results direct
         out.print(_failures_table(report))
 
 
-def _rows(results: list[Path], rows: Optional[Path]) -> list:
-    found = [CoverageRow.from_corpus(r) for d in results for r in read_results(d)]
-    if rows is not None:
-        found += _store_rows(sys.stdin.read() if str(rows) == "-" else rows.read_text())
-    return found
-
-
-def _store_rows(text: str) -> list:
-    """Rows of storage/sql/ttnn_programs.sql as JSON; each program read from the artifact store."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise OpbyopError(f"--rows is not JSON: {e}", "pass the output of `opbyop query ttnn_programs --run RUN -f json`") from None
+def coverage_rows(programs: list[dict]) -> list[CoverageRow]:
+    """Coverage rows of storage/sql/ttnn_programs.sql's records (a stored run), each program read from
+    the workspace's artifact store."""
     artifacts = Workspace.default().artifacts
     out = []
-    for row in data:
+    for row in programs:
         try:
             ttnn = emitted_ops(artifacts.read_text(row["ttnn_runtime"])) if row.get("ttnn_runtime") else []
         except FileNotFoundError:
             ttnn = []
         ttsim = row.get("ttsim_outcome")
         out.append(CoverageRow(label=row["signature"], op=row["op_name"], dtype=row.get("dtype") or "",
-                               status=legacy_status(row["status"], row.get("message")), message=row.get("message"), ttnn_ops=tuple(ttnn),
-                               chip=row.get("chip") or "", narrowing=row.get("narrowing"),
+                               status=legacy_status(row["status"], row.get("message")), message=row.get("message"),
+                               ttnn_ops=tuple(ttnn), chip=row.get("chip") or "", narrowing=row.get("narrowing"),
                                ttsim=TtsimOutcome(ttsim) if ttsim else None, ttsim_op=row.get("ttsim_op"),
                                ttsim_message=row.get("ttsim_message")))
     return out

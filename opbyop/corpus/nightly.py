@@ -1,27 +1,24 @@
-"""The corpus as a nightly target: generate it, run every chip one dtype chunk at a time (a fresh
-warm worker per chunk), and the coverage of what the compiler emitted. Used by `opbyop corpus
-nightly` and by the nightly flow (configs/nightly.yaml's `corpus` block)."""
+"""The corpus as a nightly target on the command line (`opbyop corpus nightly`): every chip of the
+corpus configuration, and each mesh of its multichip boards, one run each through the run engine
+(opbyop.corpus.run), stored like any run and counted as coverage. The nightly flow runs the same
+selections on the cluster (configs/nightly.yaml's `corpus` block). Results already stored for the
+same compiler build, chip and options are reused: a night interrupted halfway resumes where it stopped.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
-from opbyop.compiler.builds import Compiler, prepare
-from opbyop.compiler.system_desc import resolve
-from opbyop.config import AnalysisSettings, CompilerOptions, DeviceOptions, load_thresholds
-from opbyop.corpus.case import element_type
-from opbyop.corpus.catalog import ALL_DTYPES
+from opbyop.config import AnalysisConfig
 from opbyop.corpus.config import CorpusConfig
 from opbyop.corpus.coverage import Coverage, CoverageRow, coverage
-from opbyop.corpus.generate import generate
-from opbyop.corpus.mesh_catalog import DTYPES as MESH_DTYPES
-from opbyop.corpus.mesh_run import run_board
-from opbyop.corpus.run import RunSummary, pending, read_results, run_entries, select
-from opbyop.errors import OpbyopError
-from opbyop.worker.process import OpWorker
+from opbyop.corpus.mesh_run import board_targets
+from opbyop.corpus.ops import CorpusSelection, mesh_selection
+from opbyop.corpus.run import run_corpus
+from opbyop.run.plan import new_run_id
+from opbyop.run.sinks import open_sink
 from opbyop.workspace import Workspace
 
 Say = Callable[[str], None]
@@ -29,81 +26,50 @@ Say = Callable[[str], None]
 
 @dataclass
 class ChipCoverage:
-    chip: str
-    results: Path  # results.jsonl lives here
+    chip: str  # the chip, or a board and its mesh ("p300 1x2")
+    run_id: str
     coverage: Coverage
-    errors: list[str] = field(default_factory=list)  # chunks that could not run (descriptor, worker)
+    errors: list[str] = field(default_factory=list)  # what could not run (a descriptor, a worker, a board)
 
 
-def run_chunk(directory: Path, entries: list, out: Path, chip: str, options: CompilerOptions, timeout: float,
-              seed: int, workspace: Workspace, device: DeviceOptions = DeviceOptions(),
-              compiler: Compiler | None = None) -> RunSummary:
-    """Entries through one warm worker compiling with `compiler` (default: the installed plugin); results
-    appended to `out` (entries already there are skipped)."""
-    desc = resolve(chip, compiler=compiler)
-    todo = pending(out, desc.chip, entries)
-    if not todo:  # all done: no worker to start
-        return RunSummary(skipped=len(entries))
-    settings = AnalysisSettings(options=options, thresholds=load_thresholds(), seed=seed, device=device)
-    with OpWorker(desc.path, workspace.root, chip=desc.chip, name=f"corpus-{os.getpid()}", compiler=compiler) as worker:
-        return run_entries(directory, entries, out, desc.chip, lambda u: worker.analyze(u, settings, timeout),
-                           workspace.artifacts.read_text)
+def selection_of(settings: CorpusConfig) -> CorpusSelection:
+    """The corpus configuration's cases."""
+    return CorpusSelection(ops=settings.ops, dtypes=settings.dtypes, forms=settings.forms)
 
 
-def results_dir(workspace: Workspace, chip: str, options: CompilerOptions, compiler: Compiler) -> Path:
-    """Where a night's results for `chip` go: one directory per compiler build and options, so a new
-    build (or new options) is run anew while a night interrupted halfway resumes."""
-    name = f"{compiler.identity.package or 'build'}-{compiler.identity.version or 'unknown'}-{compiler.key}"
-    return workspace.root / "corpus-results" / Path(chip).stem / f"{name}-{options.key()}"
+def config_of(settings: CorpusConfig, chip: str, seed: int) -> AnalysisConfig:
+    """The analysis a corpus run on `chip` is (reuse on: a second night analyses only what is new)."""
+    return AnalysisConfig(models=[], chip=chip, compilers=[settings.compiler_build], compiler=settings.compiler,
+                          op_timeout_s=settings.op_timeout_s, seed=seed, whole_model=False)
 
 
 def run_nightly(settings: CorpusConfig, workspace: Workspace, seed: int = 0,
                 say: Say = lambda line: None) -> list[ChipCoverage]:
-    """The whole corpus on every chip of `settings`; a chunk that cannot start never stops the others."""
-    directory = workspace.root / "corpus"
-    wanted = [element_type(d) for d in settings.dtypes]
-    manifest = generate(directory, settings.ops or None, wanted or None)
-    chunks = [d for d in ALL_DTYPES if not wanted or d in wanted]
-    compiler = prepare(settings.compiler_build)
-    outcome = []
-    for chip in settings.chips:
-        out = results_dir(workspace, chip, settings.compiler, compiler)
-        errors = []
-        for dtype in chunks:
-            entries = select(manifest.entries, dtypes=[dtype], forms=settings.forms or None)
-            if not entries:
-                continue
-            try:
-                summary = run_chunk(directory, entries, out, chip, settings.compiler, settings.op_timeout_s, seed,
-                                    workspace, compiler=compiler)
-            except Exception as e:  # noqa: BLE001  (reported, and the next chunk goes on)
-                errors.append(f"{chip} {dtype}: {type(e).__name__}: {e}")
-                say(errors[-1])
-                continue
-            say(f"{chip} {dtype}: {summary.analysed} analysed, {summary.skipped} already done")
-        report = coverage(CoverageRow.from_corpus(r) for r in read_results(out))
-        outcome.append(ChipCoverage(chip=chip, results=out, coverage=report, errors=errors))
+    """The whole corpus on every chip of `settings`, then on every mesh of its boards; one that cannot
+    run never stops the others."""
+    night = new_run_id()  # a night's runs are new runs: what an earlier night analysed is reused
+    base = selection_of(settings)
+    targets = [(chip, chip, base) for chip in settings.chips]
     for board in settings.meshes:
-        outcome.append(run_mesh_board(directory, board, settings, workspace, seed, say, compiler))
+        try:
+            targets += [(t.chip, f"{t.chip} {t.mesh_text}", mesh_selection(base, t.mesh_text))
+                        for t in board_targets(board)]
+        except Exception as e:  # noqa: BLE001  (a board the configuration misnames: said, the rest go on)
+            say(f"{board}: {e}")
+    outcome = []
+    for i, (chip, title, selection) in enumerate(targets):
+        run_id = f"corpus-{night}-{i}"
+        try:
+            with open_sink(run_id) as sink:
+                done = run_corpus(selection, config_of(settings, chip, seed), workspace, sink,
+                                  f"corpus-{os.getpid()}")
+        except Exception as e:  # noqa: BLE001  (reported, and the next target goes on)
+            say(f"{title}: {type(e).__name__}: {e}")
+            outcome.append(ChipCoverage(chip=title, run_id=run_id, coverage=coverage([]), errors=[str(e)]))
+            continue
+        reused = sum(1 for r in done.outcome.results.values() if r.reused_from)
+        say(f"{title}: {len(done.outcome.prepared.unique)} unique ops, {reused} reused from earlier runs "
+            f"(run {run_id})")
+        outcome.append(ChipCoverage(chip=title, run_id=run_id,
+                                    coverage=coverage(CoverageRow.from_corpus(r) for r in done.cases)))
     return outcome
-
-
-def run_mesh_board(directory: Path, board: str, settings: CorpusConfig, workspace: Workspace, seed: int,
-                   say: Say, compiler: Compiler) -> ChipCoverage:
-    """The multichip cases of one board (opbyop.corpus.mesh_run); a board that cannot start is reported."""
-    name = board.partition(":")[0]
-    out = results_dir(workspace, name, settings.compiler, compiler)
-    errors = []
-    wanted = [d for d in map(element_type, settings.dtypes) if d in MESH_DTYPES]
-    try:
-        if settings.dtypes and not wanted:
-            raise OpbyopError(f"the multichip corpus has none of the dtypes {', '.join(settings.dtypes)}",
-                              f"add one of {', '.join(MESH_DTYPES)} to the corpus's dtypes")
-        summary = run_board(directory, board, out, settings.compiler, settings.op_timeout_s, seed, workspace,
-                            wanted or None, compiler)
-        say(f"{board} (multichip): {summary.analysed} analysed, {summary.skipped} already done")
-    except Exception as e:  # noqa: BLE001  (reported, and the next board goes on)
-        errors.append(f"{board}: {type(e).__name__}: {e}")
-        say(errors[-1])
-    rows = [CoverageRow.from_corpus(r) for r in read_results(out)] if (out / "results.jsonl").exists() else []
-    return ChipCoverage(chip=name, results=out, coverage=coverage(rows), errors=errors)

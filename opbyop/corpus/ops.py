@@ -11,6 +11,7 @@ dtype x mesh axis, opbyop.corpus.mesh_catalog), for a run on a board with that m
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from typing import Iterator
 
 from pydantic import BaseModel, Field
@@ -35,6 +36,8 @@ class CorpusSelection(BaseModel):
     dtypes: list[str] = Field(default_factory=list, description="element types; empty: all")
     forms: list[str] = Field(default_factory=list, description="args | const; empty: both")
     shape_variants: int = Field(0, ge=0, description="element-wise cases added again with this many other shapes each")
+    files: list[str] = Field(default_factory=list, description="case file names (globs, as `opbyop corpus "
+                             "generate` writes them); empty: all")
     limit: int | None = Field(None, ge=1, description="at most this many cases (the first ones)")
     mesh: str | None = Field(None, description="ROWSxCOLS: the multichip cases of this mesh shape instead of the "
                                                 "single-chip ones (ops name collectives: all_reduce ...)")
@@ -63,6 +66,13 @@ def mesh_entry(case: MeshCase, mesh: str) -> CorpusEntry:
     return CorpusEntry(file=f"{MESH_DIR}/{case.name}.mlir", op=f"stablehlo.{case.op}", variant=case.variant,
                        dtype=case.dtype, form=Form.ARGS, shapes=[list(case.global_in)],
                        tags=["mesh", f"axis={case.axis}"], mesh=mesh)
+
+
+def mesh_selection(selection: CorpusSelection, mesh: str) -> CorpusSelection:
+    """The multichip cases a board's `mesh` runs for `selection`: its collectives, all of them unless the
+    selection names some (a corpus's ops name single-chip builders; its boards run every collective)."""
+    collectives = [o for o in selection.ops if o.removeprefix("stablehlo.") in COLLECTIVES]
+    return selection.model_copy(update={"mesh": mesh, "ops": collectives})
 
 
 def _mesh_selected(selection: CorpusSelection) -> Iterator[tuple[CorpusEntry, str]]:
@@ -100,12 +110,16 @@ def selected(selection: CorpusSelection) -> Iterator[tuple[CorpusEntry, str]]:
             if chosen is None:
                 continue
             for entry, text in entries_of(chosen):
-                if (forms and entry.form not in forms) or entry.file in seen:
+                if (forms and entry.form not in forms) or entry.file in seen or not _named(entry, selection):
                     continue
                 seen.add(entry.file)
                 yield entry, text
                 if selection.limit is not None and len(seen) >= selection.limit:
                     return
+
+
+def _named(entry: CorpusEntry, selection: CorpusSelection) -> bool:
+    return not selection.files or any(fnmatch.fnmatch(entry.file, name) for name in selection.files)
 
 
 def corpus_records(selection: CorpusSelection) -> tuple[list[OpRecord], dict[str, CorpusEntry]]:

@@ -1,112 +1,39 @@
-"""Run corpus files through the real pipeline (split, tt-mlir, simulated device, XLA:CPU golden).
-
-One warm OpWorker analyses the files one after another; each result is appended to
-`<out>/results.jsonl` as soon as it exists, so a run stopped half way loses nothing and a second
-run over the same directory only analyses what is missing (run the corpus in chunks).
+"""The single-op corpus through the run engine in this process: the selected cases are the unique ops
+of one run (opbyop.corpus.ops: the pseudo-model `corpus`), analysed by the engine's local executor (one
+warm op worker) and kept by the supplied sink (the store: results queryable by run id, reused across
+runs, a run id resumed, like any model's), then counted as coverage (opbyop.corpus.coverage).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from pydantic import BaseModel, Field
 
-from opbyop.corpus.case import DTYPE_NAMES
+from opbyop.config import AnalysisConfig
 from opbyop.corpus.generate import CorpusEntry
+from opbyop.corpus.ops import MODEL, CorpusSelection, corpus_records, selected
 from opbyop.device.program import emitted_ops
-from opbyop.errors import OpbyopError
 from opbyop.ir.dedupe import dedupe
-from opbyop.ir.split import split_module
-from opbyop.records import OpResult, Stage, Status, UniqueOp
-from opbyop.stage_call import StageCall
+from opbyop.ir.split import SplitResult
+from opbyop.pipeline import Prepared
+from opbyop.records import OpResult
+from opbyop.run.engine import ResultSink, RunOutcome, execute, keep_ops
+from opbyop.run.local import LocalExecutor, Progress
+from opbyop.run.plan import RunPlan
+from opbyop.workspace import Workspace
 
-RESULTS = "results.jsonl"
+ReadProgram = Callable[[str], str]  # artifact sha256 -> text
 
 
 class CorpusResult(BaseModel):
-    """One corpus file's outcome on one chip, with the TTNN ops its compiled program uses."""
+    """One corpus case's outcome on one chip, with the TTNN ops its compiled program uses."""
 
     entry: CorpusEntry
     chip: str
     result: OpResult
     ttnn_ops: list[str] = Field(default_factory=list)  # empty when it did not compile
-
-
-def results_path(out: Path) -> Path:
-    return Path(out) / RESULTS
-
-
-def read_results(out: Path) -> list[CorpusResult]:
-    """Every result in `out` (the last one per file and chip wins: a re-run replaces)."""
-    path = results_path(out)
-    if not path.exists():
-        raise OpbyopError(f"{out} holds no {RESULTS}", "run the corpus first: `opbyop corpus run CORPUS --out DIR`")
-    latest: dict[tuple[str, str], CorpusResult] = {}
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            r = CorpusResult.model_validate_json(line)
-        except ValueError as e:  # a line cut short by a kill: the rest still counts
-            if number == len(path.read_text().splitlines()):
-                continue
-            raise OpbyopError(f"{path}:{number} is not a corpus result: {e}", "delete that line and re-run") from None
-        latest[(r.entry.file, r.chip)] = r
-    return list(latest.values())
-
-
-def unique_op(directory: Path, entry: CorpusEntry) -> UniqueOp:
-    """The corpus file's own op (its constants are split off as ops of their own, not analysed)."""
-    text = (Path(directory) / entry.file).read_text()
-    split = split_module(text, Path(entry.file).stem)
-    # a multichip case's collective sits in its shard_map body: the body's own op, or the whole body
-    records = [r for r in split.ops if r.op_name == entry.op] or \
-        [r for r in split.ops if entry.mesh and r.op_name == "sdy.manual_computation"]
-    if not records or not records[-1].ok:
-        reason = records[-1].split_error if records else f"no {entry.op} in the module"
-        raise OpbyopError(f"{entry.file} did not split: {reason}", "regenerate the corpus")
-    return dedupe(records[-1:])[0]
-
-
-@dataclass
-class RunSummary:
-    analysed: int = 0
-    skipped: int = 0  # already in results.jsonl
-
-
-Analyse = Callable[[UniqueOp], OpResult]
-ReadProgram = Callable[[str], str]  # artifact sha256 -> text
-
-
-def pending(out: Path, chip: str, entries: Iterable[CorpusEntry]) -> list[CorpusEntry]:
-    """The entries `out` holds no result for on `chip` (what a resumed run still has to do)."""
-    done = {(r.entry.file, r.chip) for r in read_results(out)} if results_path(out).exists() else set()
-    return [e for e in entries if (e.file, chip) not in done]
-
-
-def run_entries(directory: Path, entries: Iterable[CorpusEntry], out: Path, chip: str, analyse: Analyse,
-                read_program: ReadProgram, progress: Callable[[CorpusEntry], None] = lambda e: None) -> RunSummary:
-    """Analyse each entry not yet in `out` for `chip`; append each result as it arrives."""
-    out.mkdir(parents=True, exist_ok=True)
-    done = {(r.entry.file, r.chip) for r in read_results(out)} if results_path(out).exists() else set()
-    summary = RunSummary()
-    with open(results_path(out), "a") as sink:
-        for entry in entries:
-            progress(entry)
-            if (entry.file, chip) in done:
-                summary.skipped += 1
-                continue
-            read = StageCall.of(lambda: unique_op(directory, entry), Stage.SPLIT, catch=(OpbyopError,))
-            result = (analyse(read.value) if read.ok else
-                      OpResult.failure("", entry.op, Status.ANALYZER_ERROR, str(read.error), failed_stage=Stage.SPLIT))
-            ttnn = ttnn_ops_of(result, read_program)
-            line = CorpusResult(entry=entry, chip=chip, result=result, ttnn_ops=ttnn)
-            sink.write(line.model_dump_json() + "\n")
-            sink.flush()
-            summary.analysed += 1
-    return summary
 
 
 def ttnn_ops_of(result: OpResult, read_program: ReadProgram) -> list[str]:
@@ -120,16 +47,41 @@ def ttnn_ops_of(result: OpResult, read_program: ReadProgram) -> list[str]:
         return []
 
 
-def select(entries: Iterable[CorpusEntry], ops: list[str] | None = None, dtypes: list[str] | None = None,
-           forms: list[str] | None = None, names: list[str] | None = None) -> list[CorpusEntry]:
-    """Entries matching every given filter (ops without the dialect prefix; names as file globs)."""
-    from fnmatch import fnmatch
-
-    wanted_ops = {o if o.startswith("stablehlo.") else f"stablehlo.{o}" for o in ops or []}
-    return [e for e in entries
-            if (not wanted_ops or e.op in wanted_ops) and (not dtypes or e.dtype in dtypes or _dtype_name(e) in dtypes)
-            and (not forms or e.form.value in forms) and (not names or any(fnmatch(e.file, n) for n in names))]
+def corpus_prepared(selection: CorpusSelection) -> Prepared:
+    """The selected cases split into their ops (no export, no upstream values: a case's constant
+    operands stay in its module), deduplicated, as one run's prepared models."""
+    records, _ = corpus_records(selection)
+    split = SplitResult(model=MODEL, arguments=[], outputs=[], ops=records)
+    return Prepared(splits={MODEL: split}, unique=dedupe(records), sources={MODEL: MODEL})
 
 
-def _dtype_name(entry: CorpusEntry) -> str:
-    return DTYPE_NAMES.get(entry.dtype, entry.dtype)
+def corpus_results(selection: CorpusSelection, prepared: Prepared, results: dict[str, OpResult], chip: str,
+                   read_program: ReadProgram) -> list[CorpusResult]:
+    """Each selected case with its op's result (an occurrence's position is its case's index in the
+    selection); a case whose op has no result (it did not split) is left out."""
+    entries = [entry for entry, _ in selected(selection)]
+    return [CorpusResult(entry=entries[record.position], chip=chip, result=results[record.signature],
+                         ttnn_ops=ttnn_ops_of(results[record.signature], read_program))
+            for record in prepared.records if record.ok and record.signature in results
+            and record.position < len(entries)]
+
+
+@dataclass
+class CorpusOutcome:
+    """A corpus run: the engine's outcome and each case's result."""
+
+    outcome: RunOutcome
+    cases: list[CorpusResult]
+
+
+def run_corpus(selection: CorpusSelection, config: AnalysisConfig, workspace: Workspace, sink: ResultSink,
+               worker_name: str, progress: Progress | None = None, plan: RunPlan | None = None) -> CorpusOutcome:
+    """The selection on `config`'s chip (a selection with a mesh: its multichip cases on that mesh) by
+    the run engine, in one warm op worker of this process; results to `sink`."""
+    plan = plan or RunPlan.from_config(config.model_copy(update={"models": [], "mesh": selection.mesh or config.mesh,
+                                                                 "whole_model": False}))
+    prepared = corpus_prepared(selection)
+    keep_ops(prepared, workspace)
+    outcome = execute(plan, prepared, LocalExecutor(workspace, worker_name, progress), sink)
+    return CorpusOutcome(outcome, corpus_results(selection, prepared, outcome.results, plan.desc.chip,
+                                                 workspace.artifacts.read_text))

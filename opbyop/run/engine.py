@@ -61,6 +61,7 @@ class RunOutcome:
     results: dict[str, OpResult] = field(default_factory=dict)
     wholes: dict[str, WholeModelResult] = field(default_factory=dict)
     modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
+    known: int = 0  # results the sink had before the executor started (resumed from the run id, or reused)
     error: str | None = None  # the run could not go on (no op worker could start ...)
     interrupted: bool = False  # the caller asked the run to stop
 
@@ -132,6 +133,7 @@ def execute(plan: RunPlan, prepared: Prepared, executor: Executor, sink: ResultS
     outcome = RunOutcome(plan=plan, prepared=prepared, sink=sink or NoSink(), modules=modules or {})
     with phase("store"):
         outcome.results.update(outcome.sink.start(plan, prepared))
+    outcome.known = len(outcome.results)
     todo = [op for op in prepared.unique if op.signature not in outcome.results]
     wholes = fitting_wholes(plan, outcome, logger) if plan.config.whole_model else {}
     if plan.config.models and not prepared.graphs:

@@ -1,5 +1,5 @@
 -- Every unique op of $run_id with the TTNN program it compiled to (the `ttnn_runtime` artifact,
--- read from the workspace's artifact store by `opbyop coverage --rows`), its status, message,
+-- read from the workspace's artifact store by `opbyop coverage --run`), its status, message,
 -- dtype narrowing, first input's element type and how it fared on ttsim: the rows of the simulator coverage table.
 WITH first_input AS (
     SELECT signature, any_value(inputs[1].dtype) AS input_dtype, any_value(outputs[1].dtype) AS output_dtype
