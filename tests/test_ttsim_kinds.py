@@ -62,6 +62,14 @@ def on_ttsim(settings):
     ("scatter-rows_replace-f32-8x4-args.mlir", "ttnn.rows_scatter"),
     ("scatter-rows_add-f32-8x4-args.mlir", "ttnn.rows_scatter"),
     ("collective_permute-f32-4x32-args.mlir", "ttnn.assign"),
+    ("gather-elements-f32-5x7-args.mlir", "ttnn.rows_gather"),  # rows_gather's column form: ttnn.gather
+    ("gather-elements-bf16-5x7-args.mlir", "ttnn.rows_gather"),
+    ("sort-with_indices-f32-3x50-args.mlir", "ttnn.rows_gather"),  # si32 values by index
+    ("scatter-elements_add-f32-5x7-args.mlir", "ttnn.rows_scatter"),  # column form, summed
+    ("dynamic_update_slice-f32-2x32x64-args.mlir", "ttnn.rows_scatter"),  # windows of rows
+    ("dynamic_update_slice-bf16-3x50-args.mlir", "ttnn.rows_scatter"),  # a 2-D window of elements
+    ("pad-f32-3x50-args.mlir", "ttnn.rows_scatter"),
+    ("dynamic_slice-f32-13-args.mlir", "ttnn.slice_dynamic"),  # an si32 clamp with integer bounds
     ("sort-GT-f32-3x50-args.mlir", "ttnn.sort"),  # these three ran into ttsim v1.10.0's SFPU compare checks
     ("batch_norm_inference-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_inference"),
     ("batch_norm_training-f32-2x3x4x4-args.mlir", "ttnn.batch_norm_training"),
@@ -106,11 +114,10 @@ def test_tt_metal_refusing_an_f32_pool_is_a_device_failure_in_its_words(tmp_path
 
 @pytest.mark.slow
 def test_a_kind_ttnn_has_no_call_for_is_not_simulated_saying_why(tmp_path, workspace, worker, on_ttsim, ttsim_ready):
-    """rows_gather taking one element per index along a row (torch.gather's form) has no ttnn call:
-    ttnn.embedding and ttnn.gather stand in for its row form only."""
-    result = worker.analyze(corpus_op(tmp_path, workspace, "gather-elements-f32-5x7-args.mlir"), on_ttsim, timeout=600)
-    assert result.ttsim.outcome is TtsimOutcome.UNMAPPED and result.ttsim.op == "ttnn.rows_gather"
-    assert "has no call in ttnn 0.81.1" in result.ttsim.message and "RowsGatherOperation" in result.ttsim.message
+    result = worker.analyze(corpus_op(tmp_path, workspace, "reduce_precision-e5m2-f32-3x50-args.mlir"), on_ttsim,
+                            timeout=600)
+    assert result.ttsim.outcome is TtsimOutcome.UNMAPPED and result.ttsim.op == "ttnn.reduce_precision"
+    assert "has no call in ttnn 0.81.1" in result.ttsim.message and "exponent and mantissa" in result.ttsim.message
 
 
 def cut(program: Program, kind: str) -> Program:
@@ -155,3 +162,44 @@ def test_the_op_kind_cut_from_its_program_runs_on_ttsim_as_its_reference_reading
         flat = inputs[0].reshape(-1, inputs[0].shape[-1])
         index = ran.outputs[1].astype(np.int64).reshape(-1, flat.shape[1])
         assert np.array_equal(np.take_along_axis(flat, index, axis=0), values.reshape(index.shape))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("file, kind, indices, attrs", [
+    # starts past either end: clamped into the table (StableHLO gather), or zeros with fill_out_of_bounds
+    ("gather-rows-f32-8x16-args.mlir", "ttnn.rows_gather", [7, -3, 12, 0, 9], {}),
+    ("gather-rows-f32-8x16-args.mlir", "ttnn.rows_gather", [7, -3, 12, 0, 9], {"fill_out_of_bounds": True}),
+    # a row replaced twice (the last wins) and a row outside the operand (skipped, as StableHLO's scatter skips it)
+    ("scatter-rows_replace-f32-8x4-args.mlir", "ttnn.rows_scatter", [5, 5, 9], {}),
+    ("scatter-rows_add-f32-8x4-args.mlir", "ttnn.rows_scatter", [5, 5, -1], {}),
+])
+def test_rows_ops_read_their_indices_as_stablehlo_does_on_ttsim(tmp_path, workspace, worker, settings, workspace_root,
+                                                                ttsim_ready, file, kind, indices, attrs):
+    """The cases a program's own clamp never shows: the row op cut from its program, given indices past the
+    operand's ends, gives on ttsim what opbyop's reference reading of it gives, bit for bit."""
+    program = cut(compiled(tmp_path, workspace, worker, settings, file), kind)
+    (op,) = program.main.ops
+    op.attrs.update(attrs)
+    index_type = program.main.argument_types[1]
+    index_shape = (*index_type.shape[:-1], len(indices))
+    program.main.argument_types[1] = dataclasses.replace(index_type, shape=index_shape)
+    op.operand_types[1] = program.main.argument_types[1]
+    if kind == "ttnn.rows_scatter":
+        updates = program.main.argument_types[2]
+        program.main.argument_types[2] = op.operand_types[2] = dataclasses.replace(
+            updates, shape=(*updates.shape[:-2], len(indices), updates.shape[-1]))
+    if kind == "ttnn.rows_gather":
+        out = op.result_types[0]
+        op.result_types[0] = program.main.return_types[0] = dataclasses.replace(
+            out, shape=(*out.shape[:-2], len(indices), out.shape[-1]))
+    rng = np.random.default_rng(0)
+    inputs = [rng.integers(-8, 8, t.shape).astype(np.float32) / 4 for t in program.main.argument_types]
+    inputs[1] = np.asarray(indices, np.int32).reshape(index_shape)
+    backend = TtsimBackend(workspace_root, tmp_path)
+    try:
+        ran = backend.run(program, inputs, timeout=600)
+    finally:
+        backend.close()
+    assert ran.run.outcome is TtsimOutcome.RAN, ran.run
+    reference = np.asarray(read_program(program, inputs).outputs[0], np.float32)
+    assert np.array_equal(ran.outputs[0].reshape(reference.shape), reference)

@@ -28,8 +28,8 @@ import numpy as np
 from opbyop.device.kernels.base import Call, NotSimulated
 
 
-def _pre_and_rest(shape: tuple[int, ...], sizes: list[int], result: tuple[int, ...], batch: int,
-                  column: bool) -> tuple[int, int] | None:
+def pre_and_rest(shape: tuple[int, ...], sizes: list[int], result: tuple[int, ...], batch: int,
+                 column: bool) -> tuple[int, int] | None:
     """Element counts before and after the `sizes` dimensions. With index vectors per row (batch
     above 1) there are `batch` rows; else the trailing dimensions the operand shares with `result`
     (as many as divide what is not `sizes`) come after, the rest before."""
@@ -62,7 +62,7 @@ def _geometry(call: Call, x: np.ndarray, indices: np.ndarray, result: tuple[int,
     if len(windows) != len(sizes):
         raise NotSimulated(f"{call.op.name} with windows {windows} over sizes {sizes}")
     batch = indices.shape[0] if indices.ndim == 3 else 1
-    split = _pre_and_rest(tuple(x.shape), sizes, tuple(result), batch, bool(call.attr("column", False)))
+    split = pre_and_rest(tuple(x.shape), sizes, tuple(result), batch, bool(call.attr("column", False)))
     if split is None or indices.size % (batch * len(sizes)):
         raise NotSimulated(f"{call.op.name} of {x.shape} by indices {indices.shape} over sizes {sizes} into {result}")
     pre, rest = split

@@ -3,6 +3,8 @@
 The runner's interpreter has no MLIR parser (it lives in ttnn's own interpreter), so the program
 opbyop already read (opbyop.device.program) travels as JSON: functions, ops with their operands,
 results, types and attributes, and each `ttnn.constant`'s values as an array beside the inputs.
+tt-mlir's rows_gather / rows_scatter carry how the model reads their operand (`rows_split`: the
+element counts before and after the addressed dimensions), so that both simulators read it alike.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from opbyop.device.program import Program, TensorType, dense_values
+from opbyop.device.kernels.indexing import pre_and_rest
+from opbyop.device.program import Op, Program, TensorType, dense_values
 
 
 def tensor_type(t: TensorType | None) -> dict | None:
@@ -40,12 +43,30 @@ def program_plan(program: Program) -> tuple[dict[str, Any], dict[str, np.ndarray
                 key = f"c{f_index}_{o_index}"
                 constants[key] = np.asarray(dense_values(op.raw["value"]))
                 entry["constant"] = key
+            if op.name in ROWS_OPS:
+                entry["rows_split"] = rows_split(op)
             ops.append(entry)
         functions[name] = {"arguments": function.arguments,
                            "argument_types": [tensor_type(t) for t in function.argument_types],
                            "ops": ops, "returns": function.returns,
                            "return_types": [tensor_type(t) for t in function.return_types]}
     return {"entry": program.entry, "functions": functions}, constants
+
+
+ROWS_OPS = ("ttnn.rows_gather", "ttnn.rows_scatter")
+
+
+def rows_split(op: Op) -> list[int] | None:
+    """(pre, rest) of a rows_gather / rows_scatter operand read as (pre, *sizes, rest), as opbyop's
+    model reads it (opbyop.device.kernels.indexing); None where it cannot be read so."""
+    table, indices = (op.operand_types[i] for i in (0, 1))
+    other = op.operand_types[2] if op.name == "ttnn.rows_scatter" else op.result_types[0]
+    if table is None or indices is None or other is None:
+        return None
+    batch = indices.shape[0] if len(indices.shape) == 3 else 1
+    split = pre_and_rest(tuple(table.shape), [int(s) for s in op.attrs.get("sizes") or []], tuple(other.shape),
+                         batch, bool(op.attrs.get("column", False)))
+    return None if split is None else list(split)
 
 
 def _plain(value: Any) -> Any:

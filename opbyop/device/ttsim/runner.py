@@ -478,64 +478,138 @@ def _rand(c: Ctx):
                      high=float(a.get("high", 1.0)), seed=int(a.get("seed", 0)))
 
 
+class Rows:
+    """tt-mlir's rows_gather / rows_scatter, as opbyop's model reads them (opbyop.device.kernels.indexing):
+    the operand is (pre, *sizes, rest) (`rows_split`, computed by opbyop when it wrote the plan); the
+    indices (batch, len(sizes), n) hold n window starts per row (batch 1: the same for every row); each
+    window covers `windows` elements of the `sizes` dimensions. Both ops are tt-mlir's own device
+    operations, which PyPI's ttnn does not ship, so the runner reads the indices back to the host (as
+    tt-mlir's runtime reads a loop's condition), turns each window into element positions along the
+    operand's `sizes` dimensions flattened to one, and tt-metal's own kernels move the data: ttnn.gather
+    / ttnn.embedding, ttnn.scatter / scatter_add. Data movement is exact, so the values are those the
+    plugin's kernels give; what StableHLO leaves to the op (a gather's start clamped into the operand,
+    a scatter's window that does not fit skipped, the last of repeated replacements winning) is done
+    on the host, exactly."""
+
+    def __init__(self, c: Ctx):
+        a = c.attrs
+        self.sizes = _ints(a["sizes"])
+        self.windows = _ints(a.get("windows") or [1] * len(self.sizes))
+        split = c.op.get("rows_split")
+        if split is None or len(self.windows) != len(self.sizes):
+            raise Unmapped(f"{c.op['name']} of {c.op['operand_types'][0]['shape']} over sizes {self.sizes} "
+                           f"windows {self.windows}: opbyop's model cannot read this form either")
+        self.pre, self.rest = int(split[0]), int(split[1])
+        self.span = int(np.prod(self.sizes))  # elements (of `rest` each) one row addresses
+
+    def starts(self, c: Ctx) -> np.ndarray:
+        """The window starts (pre, n, len(sizes)), read from the device."""
+        indices = to_numpy(c.args[1], c.op["operand_types"][1]).astype(np.int64)
+        batch = indices.shape[0] if indices.ndim == 3 else 1
+        starts = indices.reshape(batch, len(self.sizes), -1).transpose(0, 2, 1)
+        return np.broadcast_to(starts, (self.pre,) + starts.shape[1:])
+
+    def inside(self, starts: np.ndarray) -> np.ndarray:
+        """(pre, n): the window fits in the operand."""
+        limit = np.array(self.sizes) - np.array(self.windows)
+        return np.all((starts >= 0) & (starts <= limit), axis=-1)
+
+    def positions(self, starts: np.ndarray) -> np.ndarray:
+        """(pre, n, cells): each window's elements as positions along the flattened `sizes` dimensions,
+        its start clamped into the operand (StableHLO's gather clamps it so)."""
+        limit = np.maximum(np.array(self.sizes) - np.array(self.windows), 0)
+        cells = np.stack(np.unravel_index(np.arange(int(np.prod(self.windows))), self.windows), axis=1)
+        coords = np.clip(starts, 0, limit)[:, :, None, :] + cells[None, None]
+        return np.ravel_multi_index(tuple(np.moveaxis(coords, -1, 0)), self.sizes)
+
+    def rows_of(self, x, layout):
+        """The operand as (pre, span, rest) in `layout`."""
+        return ttnn.reshape(ttnn.to_layout(x, layout), [self.pre, self.span, self.rest])
+
+    def index(self, positions: np.ndarray, c: Ctx, layout, over_rest: bool):
+        """Positions (pre, m) as a device index tensor: (pre, m), or (pre, m, rest) when the data moved
+        is `rest` wide (ttnn's gather and scatter take an index of their output's or source's shape)."""
+        if over_rest:
+            positions = np.repeat(positions[:, :, None], self.rest, axis=2)
+        host = ttnn.Tensor(np.ascontiguousarray(positions, dtype=np.uint32), ttnn.uint32)
+        return ttnn.to_device(ttnn.to_layout(host, layout), c.device)
+
+
 def _rows_gather(c: Ctx):
-    """tt-mlir's rows_gather in its row form (one table, one whole row per index, as the zoo's
-    embedding lookups and row gathers emit it): the (1, S, rest) operand read as an S-row table. A
-    bf16 table is ttnn.embedding's lookup; any other (ttnn.embedding takes bf16 tables only) is
-    ttnn.gather along the rows, each index repeated over its row: both copy, so both are exact. Its
-    other forms (column, windows, per-row indices, zero-filled misses) have no ttnn call. The one
-    difference: rows_gather clamps an index outside the table to its edge, these calls read past it
-    (or leave the value unspecified), so the program's own clamp must bound them."""
-    a = c.attrs
-    sizes = _ints(a["sizes"])
-    windows = _ints(a.get("windows") or [1] * len(sizes))
-    table, indices = c.op["operand_types"][0]["shape"], c.op["operand_types"][1]["shape"]
-    row_form = (not a.get("column") and not a.get("fill_out_of_bounds") and len(sizes) == 1 and windows == [1]
-                and len(table) == 3 and table[0] == 1 and table[1] == sizes[0] and list(indices[:-1]) == [1, 1])
-    if not row_form:
-        raise Unmapped("ttnn.rows_gather has no call in ttnn 0.81.1 in this form (column "
-                       f"{bool(a.get('column'))}, sizes {sizes}, windows {windows}, operand {table} "
-                       f"{c.args[0].dtype}, indices {indices}): {PLUGIN_ONLY.format('RowsGatherOperation')}; only "
-                       "the row form maps (to ttnn.embedding for a bf16 table, ttnn.gather otherwise)")
-    rows, count = [table[1], table[2]], indices[-1]
-    index = c.args[1] if c.args[1].dtype == ttnn.uint32 else ttnn.typecast(c.args[1], ttnn.uint32)
-    if c.args[0].dtype == ttnn.bfloat16:
-        table_rows = ttnn.reshape(ttnn.to_layout(c.args[0], ttnn.ROW_MAJOR_LAYOUT), rows)
-        index = ttnn.reshape(ttnn.to_layout(index, ttnn.ROW_MAJOR_LAYOUT), [1, count])
-        out = ttnn.embedding(index, table_rows, layout=c.layout(), dtype=c.dtype(), memory_config=c.mc())
+    """A window per index: ttnn.embedding where the whole row of a bf16 table is taken (one element
+    position per index, `rest` wide), else ttnn.gather along the positions. With `fill_out_of_bounds`,
+    a window that does not fit reads a zero row appended to the table."""
+    rows = Rows(c)
+    starts = rows.starts(c)
+    positions = rows.positions(starts).reshape(rows.pre, -1)
+    table = rows.rows_of(c.args[0], ttnn.TILE_LAYOUT)
+    if c.attrs.get("fill_out_of_bounds"):
+        outside = ~np.repeat(rows.inside(starts), positions.shape[1] // starts.shape[1], axis=1)
+        if outside.any():
+            positions = np.where(outside, rows.span, positions)
+            table = ttnn.pad(table, [(0, 0), (0, 1), (0, 0)], 0.0)
+    width = table.shape[1]
+    if rows.pre == 1 and rows.rest > 1 and c.args[0].dtype == ttnn.bfloat16:
+        weights = ttnn.reshape(ttnn.to_layout(table, ttnn.ROW_MAJOR_LAYOUT), [width, rows.rest])
+        out = ttnn.embedding(rows.index(positions, c, ttnn.ROW_MAJOR_LAYOUT, False), weights, layout=c.layout(),
+                             dtype=c.dtype(), memory_config=c.mc())
+    elif rows.rest == 1:  # single elements: a gather along the last axis
+        out = ttnn.gather(ttnn.reshape(table, [rows.pre, width]), -1, rows.index(positions, c, ttnn.TILE_LAYOUT, False),
+                          memory_config=c.mc())
     else:
-        table_rows = ttnn.reshape(ttnn.to_layout(c.args[0], ttnn.TILE_LAYOUT), rows)
-        index = ttnn.reshape(ttnn.to_layout(index, ttnn.TILE_LAYOUT), [count, 1])
-        index = ttnn.repeat(index, ttnn.Shape([1, rows[1]]))  # gather's index has the output's shape
-        out = ttnn.to_layout(ttnn.gather(table_rows, 0, index, memory_config=c.mc()), c.layout())
-    return ttnn.reshape(out, list(c.out["shape"]))
+        out = ttnn.gather(table, 1, rows.index(positions, c, ttnn.TILE_LAYOUT, True), memory_config=c.mc())
+    return conform(ttnn.reshape(out, list(c.out["shape"])), c.out, c.device)
 
 
-# rows_scatter's combinations that a ttnn call performs
-SCATTERS = {"invalid": "scatter", "none": "scatter", "sum": "scatter_add", "add": "scatter_add"}
+# rows_scatter's combinations and the ttnn call that performs each (ttnn.scatter reduces by add or
+# multiply only: its TT_FATAL says so for amax and amin)
+SCATTERS = {"invalid": ("scatter", None), "none": ("scatter", None), "sum": ("scatter_add", None),
+            "add": ("scatter_add", None), "prod": ("scatter", "multiply"), "mul": ("scatter", "multiply")}
 
 
 def _rows_scatter(c: Ctx):
-    """tt-mlir's rows_scatter in its row form (whole rows of the (1, S, rest) operand replaced or
-    summed, one per index) is ttnn.scatter / scatter_add along the rows, each index repeated over
-    its row. Its other forms, and max, min or prod combinations, have no ttnn call. As with
-    rows_gather, the program's own clamp must bound the indices: ttnn.scatter skips none."""
+    """ttnn.scatter (replace), scatter_add (sum) or scatter with reduce="multiply" (prod) of each window's
+    updates at its positions, in row-major layout (tt-metal's scatter refuses tiled f32). A window that
+    does not fit, and a replacement a later one overwrites, are sent to a spare row cut off afterwards."""
     a = c.attrs
-    sizes = _ints(a["sizes"])
-    windows = _ints(a.get("windows") or [1] * len(sizes))
     reduce = str(a.get("reduce", "invalid")).rsplit("<", 1)[-1].rstrip(">").lower()
-    table, indices = c.op["operand_types"][0]["shape"], c.op["operand_types"][1]["shape"]
-    row_form = (not a.get("column") and len(sizes) == 1 and windows == [1] and len(table) == 3 and table[0] == 1
-                and table[1] == sizes[0] and list(indices[:-1]) == [1, 1])
-    if not row_form or reduce not in SCATTERS:
-        raise Unmapped(f"ttnn.rows_scatter has no call in ttnn 0.81.1 in this form (column {bool(a.get('column'))}, "
-                       f"sizes {sizes}, windows {windows}, operand {table}, indices {indices}, reduce {reduce}): "
-                       f"{PLUGIN_ONLY.format('RowsScatterOperation')}; only the row form that replaces or sums maps, "
-                       "to ttnn.scatter / scatter_add")
-    n, rest = indices[-1], table[2]
-    index = ttnn.to_layout(c.args[1], ttnn.TILE_LAYOUT)
-    index = ttnn.repeat(ttnn.reshape(index, [1, n, 1]), [1, 1, rest])
-    return getattr(ttnn, SCATTERS[reduce])(c.args[0], 1, index, c.args[2], memory_config=c.mc())
+    if reduce not in SCATTERS:
+        raise Unmapped(f"ttnn.rows_scatter with reduce {reduce} has no call in ttnn 0.81.1: ttnn.scatter reduces "
+                       "by add or multiply only, and tt-mlir's own RowsScatterOperation is not in PyPI's ttnn")
+    rows = Rows(c)
+    starts = rows.starts(c)
+    positions = rows.positions(starts)
+    positions = np.where(rows.inside(starts)[:, :, None], positions, rows.span).reshape(rows.pre, -1)
+    if SCATTERS[reduce] == ("scatter", None):
+        positions = _last_wins(positions, rows.span)
+    table = rows.rows_of(c.args[0], ttnn.ROW_MAJOR_LAYOUT)
+    spare = bool((positions == rows.span).any())
+    if spare:
+        table = ttnn.pad(table, [(0, 0), (0, 1), (0, 0)], 0.0)
+    updates = ttnn.reshape(ttnn.to_layout(c.args[2], ttnn.ROW_MAJOR_LAYOUT), [rows.pre, positions.shape[1], rows.rest])
+    call, combine = SCATTERS[reduce]
+    extra = {"reduce": combine} if combine else {}
+    out = getattr(ttnn, call)(table, 1, rows.index(positions, c, ttnn.ROW_MAJOR_LAYOUT, True), updates, **extra)
+    if spare:
+        out = ttnn.slice(out, [0, 0, 0], [rows.pre, rows.span, rows.rest])
+    return conform(ttnn.reshape(out, list(c.out["shape"])), c.out, c.device)
+
+
+def _last_wins(positions: np.ndarray, spare: int) -> np.ndarray:
+    """Each row's positions with every replacement that a later one overwrites sent to `spare`."""
+    out = positions.copy()
+    for row in out:
+        _, last = np.unique(row[::-1], return_index=True)
+        keep = np.zeros(row.shape, bool)
+        keep[row.size - 1 - last] = True
+        row[~keep] = spare
+    return out
+
+
+def _clamp_scalar(c: Ctx):
+    """Integer bounds stay integers on an integer tensor (float bounds make tt-metal's clamp a float op)."""
+    bound = int if c.args[0].dtype in (ttnn.int32, ttnn.uint32, ttnn.uint16, ttnn.uint8) else float
+    return ttnn.clamp(c.args[0], min=bound(c.attrs["min"]), max=bound(c.attrs["max"]), memory_config=c.mc())
 
 
 def _no_ttnn_call(kind: str, why: str):
@@ -543,11 +617,6 @@ def _no_ttnn_call(kind: str, why: str):
     def run(c: Ctx):
         raise Unmapped(f"{kind} has no call in ttnn 0.81.1: {why}")
     return run
-
-
-# tt-mlir's own experimental ops, built into the plugin's tt-metal and absent from PyPI's ttnn
-PLUGIN_ONLY = ("it is tt-mlir's own op, run by a tt-metal device operation (ttnn::experimental::prim::{}) "
-               "that the compiler's plugin builds in and PyPI's ttnn does not ship")
 
 
 HANDLERS = {
@@ -574,8 +643,7 @@ HANDLERS = {
     "ttnn.softmax": lambda c: ttnn.softmax(c.args[0], dim=int(c.attrs["dimension"]), memory_config=c.mc(),
                                            compute_kernel_config=c.compute_config(),
                                            numeric_stable=bool(c.attrs.get("numericStable", False))),
-    "ttnn.clamp_scalar": lambda c: ttnn.clamp(c.args[0], min=float(c.attrs["min"]), max=float(c.attrs["max"]),
-                                              memory_config=c.mc()),
+    "ttnn.clamp_scalar": lambda c: _clamp_scalar(c),
     "ttnn.clamp_tensor": lambda c: ttnn.clamp(c.args[0], min=c.args[1], max=c.args[2], memory_config=c.mc()),
     "ttnn.embedding": lambda c: ttnn.embedding(c.args[0], c.args[1], dtype=c.dtype(), memory_config=c.mc()),
     "ttnn.rms_norm": lambda c: ttnn.rms_norm(c.args[0], epsilon=float(c.attrs.get("epsilon", 1e-12)),
