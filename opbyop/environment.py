@@ -32,6 +32,9 @@ class Environment(BaseSettings):
                                "ttsim source tree (default: .ttsim/ of the checkout, made by `make ttsim`)")
     ttnn_python: Path | None = Field(None, description="a Python with PyPI's ttnn for --device ttsim (default: "
                                      ".venv-ttnn/ of the checkout)")
+    ttsim_kernels: Path | None = Field(None, description="tt-metal's kernel and firmware cache for --device ttsim, "
+                                       "shared by every workspace and worker of the machine (default: "
+                                       "<cache_dir>/ttsim)")
     worker_memory_limit: int = Field(0, ge=0, description="bytes of address space an op worker may add to what it "
                                      "holds once warm (0: no limit); an op needing more is an infra_error "
                                      "naming memory instead of the kernel's out-of-memory killer ending it")

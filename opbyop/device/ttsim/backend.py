@@ -39,6 +39,9 @@ class TtsimResult:
     run: TtsimRun
     outputs: list[np.ndarray] = field(default_factory=list)
     report: bytes | None = None  # ttnn's own TT-NN Visualizer report of the run, as a .tar.gz of its folder
+    # seconds per phase: opbyop's ("start": the runner started, once per process; "plan": the program and
+    # inputs handed over; "read": the outputs taken back) and the runner's (runner.Interpreter.phases)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 class TtsimRunner:
@@ -99,6 +102,7 @@ class TtsimRunner:
         except TtsimUnavailable as e:
             self.refused = str(e)
             return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self.refused))
+        began = time.perf_counter()  # the runner up (started once per process)
         folder = self.scratch / f"ttsim-{os.getpid()}-{time.monotonic_ns()}"
         folder.mkdir(parents=True)
         try:
@@ -106,6 +110,7 @@ class TtsimRunner:
             (folder / "plan.json").write_text(json.dumps(plan))
             arrays = {**constants, **{f"in{i}": np.asarray(x) for i, x in enumerate(inputs)}}
             np.savez(folder / "inputs.npz", **{k: _portable(v) for k, v in arrays.items()})
+            handed = time.perf_counter()
             offset = self.log_path.stat().st_size
             assert self._proc is not None and self._proc.stdin is not None
             self._proc.stdin.write((json.dumps({"dir": str(folder), "report": report}) + "\n").encode())
@@ -118,13 +123,17 @@ class TtsimRunner:
                 outcome = TtsimOutcome.CRASHED if reply["kind"] == "host" else TtsimOutcome(reply["kind"])
                 return TtsimResult(TtsimRun(outcome=outcome, message=reply["message"],
                                             op=reply.get("op"), seconds=seconds))
+            replied = time.perf_counter()
             with np.load(folder / "outputs.npz") as data:
                 outputs = [data[f"out{i}"] for i in range(len(data.files))]
             memory = {k: reply[k] for k in ("peak_l1_bytes", "peak_cb_bytes", "peak_dram_bytes")
                       if reply.get("memory_measured")}
             run = TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"],
                            report_error=reply.get("report_error"), **memory)
-            return TtsimResult(run, outputs, _archive(folder / reply["report"]) if reply.get("report") else None)
+            phases = {"start": began - started, "plan": handed - began, **reply.get("phases", {}),
+                      "read": time.perf_counter() - replied}
+            return TtsimResult(run, outputs, _archive(folder / reply["report"]) if reply.get("report") else None,
+                               phases)
         except (BrokenPipeError, OSError) as e:
             return TtsimResult(self._lost(0, time.perf_counter() - started, timeout, str(e)))
         finally:

@@ -61,7 +61,7 @@ class TtsimSetup:
     python: Path  # an interpreter with ttnn
     simulator_dir: Path  # libttsim.so beside soc_descriptor.yaml, as tt-metal wants them
     sfpi: Path  # tt-metal's RISC-V toolchain
-    cache: Path  # tt-metal's kernel cache (TT_METAL_CACHE): a second run is warm
+    cache: Path  # tt-metal's kernel cache (TT_METAL_CACHE, kernel_cache): the machine's, warm after a first run
     simulator: str = "ttsim"  # which ttsim: its version and opbyop's patch set (series.simulator_name)
 
     @property
@@ -120,7 +120,15 @@ def locate(arch: str, home: Path, ttsim: Path | None = None, python: Path | None
         _copy_if_changed(library, folder / "libttsim.so")
         _copy_if_changed(_soc_descriptor(python, arch), folder / "soc_descriptor.yaml")
     return TtsimSetup(python=python, simulator_dir=folder, sfpi=_stable_sfpi(python),
-                      cache=home / "ttsim" / f"cache-{arch}", simulator=simulator_name(library))
+                      cache=kernel_cache(arch), simulator=simulator_name(library))
+
+
+def kernel_cache(arch: str) -> Path:
+    """tt-metal's JIT cache of kernels and firmware for `arch`: one per machine (OPBYOP_TTSIM_KERNELS, else
+    under OPBYOP_CACHE_DIR), so that a new workspace starts warm and a machine's workers build each
+    kernel once. tt-metal keys it by its own build and publishes each binary by a rename."""
+    env = environment()
+    return (env.ttsim_kernels or env.cache_dir / "ttsim") / f"kernels-{arch}"
 
 
 def _arch_of(descriptor: Path) -> str:

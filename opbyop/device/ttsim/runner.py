@@ -29,7 +29,9 @@ import os
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -759,6 +761,18 @@ class Interpreter:
         self.const_cache: dict[str, list] = {}
         self.current = ""  # the op running now: a failure names it
         self.footprint = Footprint(device)
+        # seconds per phase of a program's run (the reply's "phases"): "inputs", "ops" (and "op KIND" per
+        # TTNN op kind), "footprint" (the allocator's and graph capture's reads), "outputs" (which waits
+        # for the last op to finish: tt-metal returns from an op before ttsim has run it to the end)
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - started
 
     def call(self, plan: dict, name: str, args: list, constants: dict, borrowed: bool = False) -> list:
         """Run function `name` of the plan on `args`. A `borrowed` call (a loop's body or condition, a
@@ -798,9 +812,12 @@ class Interpreter:
                 print(f"{RUNNING}{kind}", file=sys.stderr, flush=True)
                 ctx = Ctx(op, tensors, self.device, constants)
                 if not self.footprint.paused:
-                    self.footprint.before(lambda: handler(ctx))
-                out = handler(ctx)
-                self.footprint.after()
+                    with self.phase("footprint"):
+                        self.footprint.before(lambda: handler(ctx))
+                with self.phase("ops"), self.phase(f"op {kind}"):
+                    out = handler(ctx)
+                with self.phase("footprint"):
+                    self.footprint.after()
                 results = list(out) if isinstance(out, (list, tuple)) else [out]
             for v, r in zip(op["results"], results):
                 values[v] = r
@@ -907,18 +924,21 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
     started = time.perf_counter()
     stage = "writing the inputs"
     interpreter.footprint.reset()
+    interpreter.phases = {}
     try:
         main = plan["functions"][plan["entry"]]
-        args = [conform(host_tensor(arrays[f"in{i}"], t), t, interpreter.device)
-                for i, t in enumerate(main["argument_types"])]
-        interpreter.footprint.after()
+        with interpreter.phase("inputs"):
+            args = [conform(host_tensor(arrays[f"in{i}"], t), t, interpreter.device)
+                    for i, t in enumerate(main["argument_types"])]
+            interpreter.footprint.after()
         stage, interpreter.current = "running", ""
         outputs = interpreter.call(plan, plan["entry"], args, arrays)
         stage = "reading the outputs"
-        host = {f"out{i}": to_numpy(x, t) for i, (x, t) in enumerate(zip(outputs, main["return_types"]))}
-        np.savez(folder / "outputs.npz", **host)
+        with interpreter.phase("outputs"):
+            host = {f"out{i}": to_numpy(x, t) for i, (x, t) in enumerate(zip(outputs, main["return_types"]))}
+            np.savez(folder / "outputs.npz", **host)
         return {"ok": True, "seconds": time.perf_counter() - started, "ops": len(main["ops"]),
-                **interpreter.footprint.reply()}
+                "phases": interpreter.phases, **interpreter.footprint.reply()}
     except Exception as e:
         traceback.print_exc()  # into the runner's log: a mapping error is opbyop's bug to chase
         kind = classify(e)
