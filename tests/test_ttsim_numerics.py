@@ -13,10 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from opbyop.analysis.analyzer import ttsim_host_outputs
 from opbyop.config import CompilerOptions
-from opbyop.device import fpu, sfpu_reduce
+from opbyop.device import formats, fpu, sfpu_reduce
+from opbyop.device.kernels import matmul_conv
 from opbyop.device.kernels.matmul_conv import conv_nhwc
-from opbyop.device.ttsim.agreement import principal_op
+from opbyop.device.simulator import DeviceSimulator
+from opbyop.device.ttsim.agreement import agreement, principal_op
+from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.pipeline import prepare
 from opbyop.records import TtsimOutcome
 
@@ -106,6 +110,53 @@ def test_conv2ds_on_the_model_equal_ttsims_bit_for_bit(tmp_path, workspace, work
                                                         channels, size, out, kernel, stride, pad):
     run = on_both(tmp_path, workspace, worker, settings, conv(channels, size, out, kernel, stride, pad))
     assert run.agreement == "bit_equal", f"{run.agreement}, {run.max_ulps} ulps"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("channels, size, out, tt_metals_chunk", [
+    (128, 28, 128, None),  # resnet18's layer2 conv: the model's blocking is tt-metal's (block sharded, chunks of 16)
+    (64, 56, 64, 8),  # resnet18's layer1 conv: tt-metal block-shards it (chunks of 8), the model's rule height-shards
+])
+def test_a_conv2d_the_model_differs_from_ttsim_on_is_bit_equal_with_the_engines_sum_and_tt_metals_blocking(
+        tmp_path, workspace, worker, settings, workspace_root, ttsim_ready, monkeypatch, channels, size, out,
+        tt_metals_chunk):
+    """The zoo's convolutions that differ from ttsim differ for two reasons only, both the model's: above
+    EXACT_PRODUCTS it sums each block of the reduction by BLAS (fast, the last bits differ) where the
+    engine sums in groups of 8 and rounds after every MVMUL; and where its rule for tt-metal's height or
+    block sharding guesses wrong, it splits the input channels into other blocks, whose partial sums
+    lose other low bits through srcA. Forced to the engine's sum (and given tt-metal's channel chunks),
+    the model is ttsim's bit for bit."""
+    compile_only = settings.model_copy(update={"run_device": False, "run_golden": False})
+    path = tmp_path / "conv.mlir"
+    path.write_text(conv(channels, size, out, 3, 1, 1))
+    (op,) = [u for u in prepare([str(path)], artifacts=workspace.artifacts).unique]
+    compiled = worker.analyze(op, compile_only, timeout=600).compile
+    text = workspace.artifacts.read_text(compiled.artifacts["ttnn_runtime"])
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((1, channels, size, size)).astype(np.float32),
+              rng.standard_normal((out, channels, 3, 3)).astype(np.float32) / 8]
+    simulator = DeviceSimulator()
+    backend = TtsimBackend(workspace_root, tmp_path)
+    try:
+        binary = simulator.load(text)
+        on_ttsim = backend.run(binary.program, inputs, timeout=600).outputs
+    finally:
+        backend.close()
+
+    def model() -> str:
+        outputs, _ = simulator.run_binary(simulator.load(text), inputs)
+        return agreement(outputs, ttsim_host_outputs(binary, on_ttsim, outputs))[0]
+
+    assert model() == "differ"  # as the model runs it: BLAS above EXACT_PRODUCTS
+    monkeypatch.setattr(formats, "EXACT_PRODUCTS", 1 << 40)
+    monkeypatch.setattr(matmul_conv, "EXACT_PRODUCTS", 1 << 40)
+    if tt_metals_chunk is None:
+        assert model() == "bit_equal"
+        return
+    assert model() == "differ"  # the engine's sum, but all 64 channels in one block
+    monkeypatch.setattr(matmul_conv, "channel_chunks",
+                        lambda pixels, cin, cout: (tt_metals_chunk, -(-cin // tt_metals_chunk)))
+    assert model() == "bit_equal"
 
 
 @pytest.mark.parametrize("recording", ["ttsim_conv2d_1x1_bias.npz", "ttsim_conv2d_3x3_bias.npz"])
