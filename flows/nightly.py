@@ -142,17 +142,18 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
     expectations = load_expectations(Path(expectations_file) if expectations_file else None)
     store = Store(Workspace.default().store)
     base = run_id_for(get_run_context().flow_run)
-    caller = handoffs.current()  # `opbyop nightly`: its Ctrl-C stops the target running, and the rest
+    # `opbyop nightly`'s: its Ctrl-C stops the target running, and the rest
+    caller = handoffs.current() or handoffs.Handoff()
     outcomes = []
     for i, target in enumerate(config.targets):
-        if caller is not None and caller.stop.is_set():
+        if caller.stop.is_set():
             break
-        # each target's run measures its own phases; only the stop request is shared
-        with handoffs.handing_off(handoffs.Handoff(stop=caller.stop) if caller else handoffs.Handoff()):
+        # each target's run measures its own phases; the stop request and the models' splits are shared
+        with handoffs.handing_off(caller.beside()):
             outcomes.append(_run_target(i, target, base, config, models, cluster, store, expectations))
     markdown = nightly_markdown(base, outcomes)
-    if config.corpus is not None and not (caller is not None and caller.stop.is_set()):
-        with handoffs.handing_off(handoffs.Handoff(stop=caller.stop) if caller else handoffs.Handoff()):
+    if config.corpus is not None and not caller.stop.is_set():
+        with handoffs.handing_off(caller.beside()):
             markdown += "\n" + coverage_markdown(_run_corpus(config.corpus, base, config, cluster, store))
     create_markdown_artifact(markdown=markdown, key="nightly-summary",
                              description=f"nightly {base}: per target and model, against the previous night")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from pydantic import BaseModel
 
@@ -24,7 +24,7 @@ from opbyop.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.loader import expand_specs, load_model
 from opbyop.golden.upstream import attach
 from opbyop.golden.xla_cpu import XlaCpu
-from opbyop.ir.dedupe import dedupe
+from opbyop.ir.dedupe import Deduper
 from opbyop.ir.mesh import check_fits, module_mesh
 from opbyop.ir.sharding import strip_shardings
 from opbyop.ir.split import SplitResult, split_module
@@ -44,10 +44,42 @@ class Prepared:
     # dependents got random inputs instead of real ones)
     upstream_failures: dict[str, dict[int, str]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # model -> the spec it was loaded from
+    _deduper: Deduper = field(default_factory=Deduper, repr=False)
 
     @property
     def records(self) -> list[OpRecord]:
         return [r for s in self.splits.values() for r in s.ops]
+
+    def add(self, spec: str, graph: ModelGraph | None, split: SplitResult | None, error: str | None, *,
+            artifacts: ArtifactStore | None = None, target: Target | None = None,
+            unshard: bool = False) -> tuple[str, list[UniqueOp]]:
+        """One more model (prepare_model's outcome for `spec`): (its name in the run, the unique ops
+        it brings that no model before it had). A name an earlier model took gets a suffix (`name.2`).
+        With `target`, a sharded model must fit its mesh (never silently one chip: an error for that
+        model, or with `unshard` its shardings removed, noted on the model). With `artifacts`, the
+        new ops' arguments whose values the model's constants fix get those values (golden.upstream,
+        on XLA:CPU in this process), stored there for the workers: an op's values come from the
+        first model that brings it."""
+        name = _free_name(graph.name if graph is not None else split.model if split is not None
+                          else spec_name(spec), self)
+        if graph is not None and name != graph.name:  # two specs, one name (a dump folder named like a zoo model)
+            graph, split = _renamed(graph, split, name)
+        self.sources[name] = spec
+        if error is None and graph is not None and target is not None:
+            graph, split, error = _fit_target(graph, split, target, unshard)
+        if error is not None or split is None:
+            self.errors[name] = error or "no ops"
+            return name, []
+        if graph is not None:
+            self.graphs[name] = graph
+        self.splits[name] = split
+        new = self._deduper.add(split.ops)
+        self.unique.extend(new)
+        if artifacts is not None and graph is not None and new:
+            failed = attach(new, {name: split}, XlaCpu, artifacts, real_arguments={name: graph.real_values()},
+                            argument_names={name: argument_names(graph)})
+            self.upstream_failures.update(failed)
+        return name, new
 
 
 def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None
@@ -74,41 +106,18 @@ def split_graph(graph: ModelGraph) -> SplitResult:
     return split
 
 
-PrepareOne = Callable[[str, Zoo, int], tuple[ModelGraph | None, SplitResult | None, str | None]]
-
-
-def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0,
-            prepare_one: PrepareOne | None = None, artifacts: ArtifactStore | None = None,
+def prepare(specs: Sequence[str], zoo: Zoo | None = None, seed: int = 0, artifacts: ArtifactStore | None = None,
             target: Target | None = None, unshard: bool = False, budget: ExportBudget | None = None) -> Prepared:
     """Every model split, one after another (torch.export keeps global state: two exports at once
-    fail with 'CURRENT_PATCHER is None'), then deduplicated. With `target`, a sharded model must fit its
-    mesh (never silently one chip: an error for that model, or with `unshard` its shardings removed,
-    noted on the model). `prepare_one` lets the flow run each
-    model as its own task. With `artifacts`, arguments whose values the model's constants fix get
-    those values (golden.upstream, on XLA:CPU in this process), stored there for the workers.
-    A folder of IR dumps is one model per dumped module (frontends.dumps). Each export within `budget`."""
+    fail with 'CURRENT_PATCHER is None'), each added to one Prepared (Prepared.add: deduplicated,
+    checked against `target`, upstream values into `artifacts`). A run does the same while it
+    analyses (opbyop.run.models: the ops of a model fan out as soon as it is split). A folder of IR
+    dumps is one model per dumped module (frontends.dumps). Each export within `budget`."""
     zoo = zoo or load_zoo()
-    prepare_one = prepare_one or (lambda spec, zoo, seed: prepare_model(spec, zoo, seed, budget))
     prepared = Prepared()
     for spec in expand_specs(specs):
-        graph, split, error = prepare_one(spec, zoo, seed)
-        name = _free_name(graph.name if graph is not None else spec_name(spec), prepared)
-        if graph is not None and name != graph.name:  # two specs, one name (a dump folder named like a zoo model)
-            graph, split = _renamed(graph, split, name)
-        prepared.sources[name] = spec
-        if error is None and target is not None:
-            graph, split, error = _fit_target(graph, split, target, unshard)
-        if error is not None:
-            prepared.errors[name] = error
-            continue
-        prepared.graphs[name] = graph
-        prepared.splits[name] = split
-    prepared.unique = dedupe(prepared.records)
-    if artifacts is not None:
-        prepared.upstream_failures = attach(
-            prepared.unique, prepared.splits, XlaCpu, artifacts,
-            real_arguments={name: graph.real_values() for name, graph in prepared.graphs.items()},
-            argument_names={name: argument_names(graph) for name, graph in prepared.graphs.items()})
+        graph, split, error = prepare_model(spec, zoo, seed, budget)
+        prepared.add(spec, graph, split, error, artifacts=artifacts, target=target, unshard=unshard)
     return prepared
 
 
@@ -169,13 +178,6 @@ def summarize(name: str, prepared: Prepared, whole: WholeModelResult | None = No
     return ModelSummary(model=name, frontend=graph.frontend if graph else "", ops_total=len(split.ops),
                         ops_unique=len({r.signature for r in split.ops if r.ok}), split_failures=len(split.failed),
                         export_seconds=graph.export_seconds if graph else 0.0, whole=whole)
-
-
-def store_modules(prepared: Prepared, artifacts: ArtifactStore) -> dict[str, str]:
-    """Each split model's StableHLO module (with its locations) in the artifact store: model -> sha256.
-    The graph a viewer draws of the model, that the run's results are laid over."""
-    return {name: artifacts.put(graph.module_text.encode(), ".mlir")
-            for name, graph in prepared.graphs.items() if graph.module_text}
 
 
 def depth_histogram(records: Iterable[OpRecord], results: dict[str, OpResult]) -> Counter:

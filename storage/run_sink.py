@@ -8,14 +8,13 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Callable, Iterator
 
-from opbyop.pipeline import Prepared
-from opbyop.records import OpResult, RunInfo
+from opbyop.records import OpRecord, OpResult, RunInfo, UniqueOp
 from opbyop.run.engine import RunOutcome
 from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
 from opbyop_storage.batches import ResultBatches
 from opbyop_storage.dataset import RunWriter, Store
-from opbyop_storage.known import KnownResults, known_results
+from opbyop_storage.known import KnownResults
 
 log = logging.getLogger("opbyop.storage")
 
@@ -30,22 +29,24 @@ class StoreSink:
         """`run`: the run's record when the caller's differs from its plan's (a corpus run's)."""
         self.writer, self.run_id, self.phases, self.logger = writer, run_id, phases, logger
         self.batches = ResultBatches(writer)
-        self.known = KnownResults()
+        self.known: KnownResults | None = None
         self.run = run
 
-    def start(self, plan: RunPlan, prepared: Prepared) -> dict[str, OpResult]:
+    def start(self, plan: RunPlan) -> None:
         self.run = self.writer.start(self.run or plan.run_info(self.run_id))
-        self.writer.add_ops(prepared.records)
-        self.known = known_results(self.writer, self.writer.store, prepared.unique, self.run,
-                                   plan.config.reuse_cached)
-        self.logger.info(self.known.line(len(prepared.unique)))
-        return self.known.results
+        self.known = KnownResults(self.writer, self.writer.store, self.run, plan.config.reuse_cached)
+
+    def add_model(self, records: list[OpRecord], new: list[UniqueOp]) -> dict[str, OpResult]:
+        self.writer.add_ops(records)
+        return self.known.of(new)
 
     def op_done(self, result: OpResult) -> bool:
         return self.batches.add(result)
 
     def finish(self, outcome: RunOutcome) -> None:
         self.batches.flush()
+        if self.known is not None:
+            self.logger.info(self.known.line())
         ended = self.run.model_copy(update={"ended_at": datetime.now(timezone.utc), "phases": self.phases()})
         self.run = self.writer.finish(ended, outcome.model_summaries(), status=outcome.status)
 

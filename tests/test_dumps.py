@@ -171,19 +171,16 @@ def test_one_module_loads_by_folder_or_file_and_a_folder_of_several_is_refused(t
         load_model(str(tree / "jax" / "twice"))
 
 
-def test_the_flow_task_splits_each_module_on_its_own(tree):
+def test_a_runs_split_thread_splits_each_module_of_a_dump_folder_on_its_own(tree):
     """What the analyze flow and the deployments do with a folder in their `models` parameter."""
-    from opbyop.pipeline import prepare
-    from opbyop_tasks.models import split_outcome
+    from opbyop.pipeline import Prepared
+    from opbyop.run.models import Splits
 
-    seen: list[str] = []
-
-    def one(spec, zoo, seed):  # noqa: ANN001, ANN202
-        seen.append(spec)
-        return split_outcome(spec, zoo, seed).triple
-
-    prepared = prepare([str(tree / "jax")], prepare_one=one)
-    assert len(seen) == 2 and all(dumps.split_spec(s) for s in seen)
+    arrived = list(Splits().ask([str(tree / "jax")], 0).arriving(idle=lambda: None))
+    assert len(arrived) == 2 and all(dumps.split_spec(model.spec) for model in arrived)
+    prepared = Prepared()
+    for model in arrived:
+        prepared.add(model.spec, model.graph, model.split, model.error)
     # named from their folder below the one given
     assert set(prepared.graphs) == {"twice.1", "twice.2"} and not prepared.errors
 

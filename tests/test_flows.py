@@ -55,8 +55,8 @@ def test_analyze_fans_out_one_task_per_op_and_stores_every_result(harness, home)
     assert len({r.worker for r in results}) == 2  # both Dask workers did work
     assert summary.whole == {"mlp": "success"} and (home / "reports" / f"{summary.run_id}.html").exists()
     # where the time went: every phase of the run, in the run record too
-    assert {"descriptor", "export mlp", "split", "cluster", "warm-up", "fan-out", "whole model (beside)", "store",
-            "report", "total"} <= set(summary.phases)
+    assert {"descriptor", "export", "export mlp (beside)", "split", "cluster", "warm-up", "fan-out",
+            "whole model (beside)", "ops (beside)", "store", "report", "total"} <= set(summary.phases)
     assert all(seconds >= 0 for seconds in summary.phases.values())
     assert summary.phases["total"] >= summary.phases["fan-out"] > 0
     steps = time_line(summary.phases)  # every second on one step: the steps add up to the total
@@ -317,8 +317,8 @@ import psutil
 from opbyop_flows.hosting.handoff import Handoff
 
 handoff = Handoff()
-handoff.start_splits([sys.argv[1]], 0)
-assert handoff.splits[(sys.argv[1], 0)].result().error is None
+(model,) = handoff.splits.ask([sys.argv[1]], 0).arriving(idle=lambda: None)
+assert model.error is None
 print(any("forkserver" in " ".join(c.cmdline()) for c in psutil.Process().children()))
 """
 

@@ -88,7 +88,6 @@ def test_a_run_asked_to_stop_splits_no_further_model():
 
     handoff = Handoff()
     handoff.stop.set()
-    handoff.start_splits(["resnet50", "bert-base"], seed=0)
-    outcomes = [future.result(timeout=60) for future in handoff.splits.values()]
+    outcomes = list(handoff.splits.ask(["resnet50", "bert-base"], seed=0).arriving(idle=lambda: None))
     assert [o.graph for o in outcomes] == [None, None]
     assert all(o.error and "stopped" in o.error for o in outcomes)

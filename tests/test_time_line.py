@@ -65,8 +65,8 @@ def test_an_analyze_run_puts_every_second_of_its_wall_time_on_its_time_line(tmp_
     assert wall - phases["total"] < 4, (wall, phases)
     assert "leaked" not in done.stderr, done.stderr[-2000:]  # no binding's complaint about the fast exit
     assert steps[OTHER] <= max(1.0, 0.03 * phases["total"]), phases  # no step missing from the line
-    # each part of the run is on it: the start-up, the descriptor, the flow, the export per model, the ops
-    assert {"imports", "descriptor", "flow start", "export mlp", "split", "warm-up", "fan-out",
+    # each part of the run is on it: the start-up, the descriptor, the flow, the wait for the exports, the ops
+    assert {"imports", "descriptor", "flow start", "export", "split", "warm-up", "fan-out",
             "report"} <= set(steps), phases
     assert {"server" + BESIDE, "export mlp" + BESIDE, "ops" + BESIDE} <= set(phases), phases
     shown = re.search(r"^time: (.*)$", done.stdout, re.M)

@@ -240,7 +240,7 @@ def _here(request: AnalyzeRequest | NightlyRequest, where: Where, resume: str) -
     try:
         if isinstance(request, AnalyzeRequest):
             config = request.config
-            launch.handoff.start_splits(config.models, config.seed, host_devices(config), config.export)
+            launch.handoff.splits.ask(config.models, config.seed, config.export, host_devices(config))
         warm_flow(request)  # imported while the server and cluster start
         with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
             address = launch.wait(busy_until=time.monotonic()) or where.address

@@ -1,17 +1,19 @@
 """How one analyze run is carried out: its state in one object, its steps as methods.
 
 The flow (flows/analyze.py) declares the run and its parameters; AnalyzeRun does the work, with
-the run engine's steps (opbyop.run.engine, the same as the CLI's local run) and the store as its sink:
-1. split every model (a model that fails is recorded, the others go on); none left: the run is
-   stored as failed, no cluster is started;
-2. dedupe across models; reuse results of ops already analysed with the same signature, compiler
-   version, chip and options (configurable) and of ops this run id already finished;
-3. the cluster's op workers are warmed up; if none can start (a descriptor no compiler accepts), the
-   run stops here with that one error;
-4. each model's whole-model analysis goes to the cluster first, then one Prefect task per remaining
-   op; results are written to the store in batches as they arrive, so an interruption loses only
-   the batch in flight;
-5. the run is finished in the store with its phases (where its time went); the summary says how
+the run engine's steps (opbyop.run.engine, the same as the CLI's local run) and the store as its sink.
+AnalyzeRun is the engine's executor for the cluster:
+1. the models are split one after another in the process's split thread (opbyop.run.models; the CLI
+   asks for them while its server and cluster start); as each arrives its ops are deduplicated
+   against the models before it, results this run id or earlier runs already have are taken, and
+   the rest go to the cluster at once, one Prefect task per op (its whole model first: the longest
+   job), while the next model exports; a model that fails is recorded, the others go on;
+2. the first ops handed out start the cluster's op workers; if none can start (a descriptor no
+   compiler accepts), the run stops there with that one error; a run with nothing to analyse
+   starts nothing;
+3. results are written to the store in batches as they arrive, so an interruption loses only the
+   batch in flight;
+4. the run is finished in the store with its phases (where its time went); the summary says how
    many ops failed and why; the report and artifacts follow.
 """
 
@@ -22,7 +24,7 @@ import queue
 import threading
 import time
 from collections import Counter
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from distributed import Client
@@ -38,11 +40,13 @@ from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import SystemDesc
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
 from opbyop.errors import OpbyopError
-from opbyop.pipeline import Prepared, run_manifest_path, store_modules, write_manifest
+from opbyop.graph import ModelGraph
+from opbyop.pipeline import run_manifest_path, write_manifest
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.stage_call import StageCall
-from opbyop.run.engine import RunOutcome, prepare_models
+from opbyop.run.engine import RunOutcome
 from opbyop.run.engine import execute as run_engine
+from opbyop.run.models import Feed
 from opbyop.run.plan import RunPlan
 from opbyop.worker import dask as on_dask
 from opbyop.worker.process import WorkerStartError, parameter_indices
@@ -50,12 +54,34 @@ from opbyop.workspace import Workspace
 from opbyop_storage.dataset import Store
 from opbyop_storage.run_sink import StoreSink
 from opbyop_tasks.gate import ClusterGate
-from opbyop_tasks.models import split_model, stage_whole_model
+from opbyop_tasks.models import stage_whole_model
 from opbyop_tasks.ops import analyze_op, whole_model
 from opbyop_tasks.shrink import shrink_failing_ops
 from opbyop_tasks.store import publish
 
 POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between results
+
+
+@dataclass
+class FanOut:
+    """What the run handed to the cluster and has not taken back yet."""
+
+    client: Client
+    plugin: str
+    gate: ClusterGate
+    progress: object  # the Prefect progress artifact's id
+    started: float = field(default_factory=time.monotonic)
+    ops: dict[PrefectFuture, UniqueOp] = field(default_factory=dict)  # dropped once taken: 20k states are not held
+    wholes: dict[PrefectFuture, str] = field(default_factory=dict)
+    done: queue.Queue[PrefectFuture] = field(default_factory=queue.Queue)
+    handed: int = 0  # ops handed out so far
+    finished: int = 0  # ops taken back
+    last_op: float | None = None  # time.monotonic() of the last op result, and of the last whole model's
+    last_whole: float | None = None
+
+    @property
+    def remaining(self) -> int:
+        return len(self.ops) + len(self.wholes)
 
 
 @dataclass
@@ -70,14 +96,14 @@ class AnalyzeRun:
     logger: logging.Logger | logging.LoggerAdapter
     workspace: Workspace = field(default_factory=Workspace.default)
     group_id: str = ""  # the runs started with this one, one per compiler build ("" alone)
-    given: Prepared | None = None  # the models already split by an earlier run of the group
     client: Client | None = None  # a cluster already open (the group's), kept open after this run
     clock: PhaseClock = field(init=False)
     plan: RunPlan = field(init=False)
     out: RunOutcome | None = None
     sink: StoreSink | None = None
-    prepared: Prepared | None = None
-    modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
+    fan: FanOut | None = None  # the cluster's side of the run, from the first op handed out
+    _cluster: ExitStack = field(default_factory=ExitStack)  # what the run started on the cluster: closed at its end
+    _cluster_asked: bool = False
 
     def __post_init__(self) -> None:
         self.clock = PhaseClock(self.handoff.phases, self.handoff.started, self.handoff.flow_called)
@@ -101,138 +127,135 @@ class AnalyzeRun:
     def store(self) -> Store:
         return Store(self.workspace.store)
 
+    @property
+    def prepared(self):  # noqa: ANN201  (opbyop.pipeline.Prepared)
+        return self.out.prepared
+
     def info(self) -> RunInfo:
         return self.plan.run_info(self.run_id, self.group_id)
 
+    def models(self) -> Feed:
+        """The run's models, from the process's split thread (asked there already by the CLI, or by an
+        earlier run of the group or the nightly: split once)."""
+        return self.handoff.splits.ask(self.config.models, self.config.seed, self.config.export,
+                                       self.plan.host_devices)
+
     def execute(self) -> State:
-        """The whole run, from the split to the report; the flow's final state."""
-        prepared = self.prepare()
+        """The whole run, from the first model's split to the report; the flow's final state."""
         with self.store.writer() as writer:
             self.clock.mark("store")  # the store's run lock, taken (another run may hold it)
-            self.sink = StoreSink(writer, self.run_id, phases=self.clock.as_dict,
-                                  run=self.info(), logger=self.logger)
-            self.out = run_engine(self.plan, prepared, self, self.sink, modules=self.modules,
-                                  stop=self.handoff.stop.is_set, phase=self.clock.phase, logger=self.logger)
+            self.sink = StoreSink(writer, self.run_id, phases=self.clock.as_dict, run=self.info(), logger=self.logger)
+            self.out = run_engine(self.plan, self.models(), self, self.sink, workspace=self.workspace,
+                                  keep_modules=True, stop=self.handoff.stop.is_set, clock=self.clock, logger=self.logger)
         self.clock.mark("store")  # the writer's last batch, flushed as it closes
+        write_manifest(self.out.prepared, run_manifest_path(self.workspace.root, self.run_id))
         return self.conclude(self.sink.run)
 
-    def prepare(self) -> Prepared:
-        """Each model split in its own task (one at a time: torch.export is not thread-safe), or taken
-        from the caller that split it ahead; then deduplicated, with the values of constant-fed
-        arguments computed upstream (opbyop.run.engine.prepare_models). The unique ops and the manifest are
-        kept in the workspace."""
-        def one(spec: str, zoo, seed: int):  # noqa: ANN001, ANN202
-            self.clock.mark("split")
-            with self.clock.phase(f"export {spec}"):  # waiting for it: it may have been exported ahead
-                outcome = split_model.submit(spec, zoo, seed, self.handoff.splits.get((spec, seed)),
-                                             self.config.export).result()
-            self.clock.add(f"export {spec}", outcome.seconds)  # its own time, partly beside the start-up
-            return outcome.triple
+    # the engine's executor: open, submit, collect, close
 
-        if self.given is not None:  # split by the group's first run: the same ops, compiled by another build
-            self.keep(self.given)
-            self.modules = store_modules(self.given, self.workspace.artifacts)
-            return self.given
-        prepared = prepare_models(self.plan, self.workspace, prepare_one=one)
-        for spec, error in prepared.errors.items():
-            self.logger.error("model %s produced no ops: %s", spec, error)
-        self.keep(prepared)
-        self.modules = store_modules(prepared, self.workspace.artifacts)  # each model's graph, for Model Explorer
-        self.clock.mark("split")
-        return prepared
-
-    def keep(self, prepared: Prepared) -> None:
-        """The split's manifest kept in the workspace; `prepared` is the run's from now on."""
-        write_manifest(prepared, run_manifest_path(self.workspace.root, self.run_id))
-        self.prepared = prepared
-
-    def analyze(self, plan: RunPlan, todo: list[UniqueOp], wholes: dict, outcome: RunOutcome) -> None:
-        """The engine's executor step: the ops and whole models on the cluster."""
+    def open(self, plan: RunPlan, outcome: RunOutcome) -> None:
         self.out = outcome
-        self.on_cluster(todo, wholes)
 
-    def on_cluster(self, todo: list[UniqueOp], wholes: dict) -> None:
-        """Warm the cluster's op workers, then the fan-out, then (if asked) the shrink of failing ops."""
-        try:
-            with self.clock.phase("cluster"):
-                cluster = nullcontext(self.client) if self.client is not None else dask_client(self.config.cluster)
-                client = cluster.__enter__()
-        except OpbyopError as e:
-            self._stop_with(str(e))
+    def submit(self, ops: list[UniqueOp], wholes: dict[str, ModelGraph]) -> None:
+        """A model's ops (and its whole model) to the cluster, started by the first of them: one
+        Prefect task each; a stop request leaves them."""
+        if self.fan is None and not self._start_cluster():
             return
-        plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
-                                                 host_devices=self.plan.host_devices, compiler=self.plan.compiler)
+        fan, chip, settings, timeout = self.fan, self.desc.chip, self.settings, self.config.op_timeout_s
+        for name, graph in wholes.items():
+            staged = stage_whole_model.submit(graph, self.workspace.scratch)
+            future = whole_model.submit(name, staged, parameter_indices(graph), chip, settings, max(600.0, timeout),
+                                        fan.plugin, fan.gate, self.workspace.artifacts)
+            fan.wholes[future] = name
+            future.add_done_callback(fan.done.put)
+        artifacts = self.workspace.artifacts  # the flow's: ops' inputs come from it, their results' land in it
+        for op in ops:
+            future = analyze_op.submit(op, _label(op), chip, settings, timeout, fan.plugin, fan.gate, artifacts)
+            fan.ops[future] = op
+            future.add_done_callback(fan.done.put)
+        fan.handed += len(ops)
+
+    def collect(self) -> None:
+        """The results that arrived, into the outcome (and the store, in batches)."""
+        if self.fan is not None:
+            self._take(wait=0.0)
+
+    def close(self) -> None:
+        """Every result handed out taken back (a stop request cancels the work in flight on the
+        cluster), then the shrink of failing ops when asked; the op workers rest."""
+        fan = self.fan
         try:
-            with self.clock.phase("warm-up"):
-                error = warm_up(client, plugin, self.desc)
-            if error:
-                self._stop_with(error)
+            if fan is None:
                 return
-            if self.handoff.stop.is_set():
-                self.out.interrupted = True
-                return
-            self.fan_out(client, plugin.name, todo, wholes)
+            try:
+                with self.clock.phase("fan-out"):  # the results still out after the last model was handed out
+                    while fan.remaining and not self.out.interrupted:
+                        self._take(wait=POLL_SECONDS)
+            finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
+                if fan.remaining:  # the run is stopping: the work in flight is cancelled and stopped
+                    self.logger.warning("stopping the run's work on the cluster: %s", fan.gate.close())
+                self.sink.batches.flush()
+                self.clock.add("store", self.sink.batches.writing_seconds)  # inside the fan-out
+                for name, last in (("ops", fan.last_op), ("whole model", fan.last_whole)):
+                    if last is not None:
+                        self.clock.add(name, last - fan.started)  # its span, from the first op handed out
+            if not self.out.interrupted:
+                update_progress_artifact(fan.progress, progress=100.0)
             if self.shrink is not None and self.shrink.failing and not self.out.interrupted:
                 with self.clock.phase("shrink"):
                     shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.desc.chip,
-                                       self.settings, self.config.op_timeout_s, plugin.name, self.sink.writer, self.logger)
-        finally:
-            rest(client, plugin.name, self.logger)  # a cluster that outlives the run keeps only main children
-            with self.clock.phase("cluster"):  # a cluster of the run's own takes seconds to stop
-                cluster.__exit__(None, None, None)
+                                       self.settings, self.config.op_timeout_s, fan.plugin, self.sink.writer,
+                                       self.logger)
+        finally:  # the op workers rest (a cluster that outlives the run keeps only their main children)
+            if self._cluster_asked:
+                with self.clock.phase("cluster"):  # a cluster of the run's own takes seconds to stop
+                    self._cluster.close()
 
-    def fan_out(self, client: Client, plugin: str, todo: list[UniqueOp], wholes: dict) -> None:
-        """One Prefect task per op (the whole models first: the longest jobs), results stored in
-        batches as they arrive; a stop request stops the work in flight on the cluster."""
-        gate = ClusterGate(client, plugin)
-        chip, settings, timeout = self.desc.chip, self.settings, self.config.op_timeout_s
-        started = time.monotonic()
-        whole_futures = {}
-        for name, graph in wholes.items():
-            staged = stage_whole_model.submit(graph, self.workspace.scratch)
-            whole_futures[name] = whole_model.submit(name, staged, parameter_indices(graph), chip, settings,
-                                                     max(600.0, timeout), plugin, gate, self.workspace.artifacts)
-        progress = create_progress_artifact(progress=0.0, description=f"ops analysed, run {self.run_id}")
-        artifacts = self.workspace.artifacts  # the flow's: ops' inputs come from it, their results' land in it
-        futures = {analyze_op.submit(op, _label(op), chip, settings, timeout, plugin, gate, artifacts): op
-                   for op in todo}
-        done: queue.Queue[PrefectFuture] = queue.Queue()
-        for future in list(futures) + list(whole_futures.values()):
-            future.add_done_callback(done.put)
-        whole_of = {f: name for name, f in whole_futures.items()}
-        batches = self.sink.batches
-        total = len(futures)  # each op's future is dropped once its result is taken: 20k states are not held
-        finished, remaining = 0, total + len(whole_futures)
+    def _start_cluster(self) -> bool:
+        """The cluster (the group's, or one of the run's own) and its op workers warm; False, with the
+        outcome's error, when no op worker can start."""
+        self._cluster_asked = True
         try:
-            while remaining:
-                if self.handoff.stop.is_set():
-                    self.out.interrupted = True
-                    break
-                try:
-                    future = done.get(timeout=POLL_SECONDS)
-                except queue.Empty:
-                    batches.flush_if_due()  # results reach the store in a lull too
-                    continue
-                remaining -= 1
-                if future in whole_of:
-                    self.out.add_whole(whole_of[future], _whole_result(future))
-                    self.clock.add("whole model", time.monotonic() - started)
-                    continue
-                written = self.out.add(_op_result(future, futures.pop(future)))
-                finished += 1
-                if finished == total:
-                    self.clock.add("ops", time.monotonic() - started)  # the ops' span
-                    self.clock.mark("fan-out")
-                if written:
-                    update_progress_artifact(progress, progress=100.0 * finished / max(1, total))
-        finally:  # whatever stops the loop, what was analysed is kept: a re-run of the id resumes
-            if remaining:  # the run is stopping: the work in flight is cancelled and stopped
-                self.logger.warning("stopping the run's work on the cluster: %s", gate.close())
-            batches.flush()
-            self.clock.add("store", batches.writing_seconds)  # inside the fan-out
-            self.clock.mark("whole model" if whole_futures and finished == total else "fan-out")
-        if not self.out.interrupted:
-            update_progress_artifact(progress, progress=100.0)
+            with self.clock.phase("cluster"):
+                client = self.client or self._cluster.enter_context(dask_client(self.config.cluster))
+        except OpbyopError as e:
+            self._stop_with(str(e))
+            return False
+        plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
+                                                 host_devices=self.plan.host_devices, compiler=self.plan.compiler)
+        self._cluster.callback(rest, client, plugin.name, self.logger)
+        with self.clock.phase("warm-up"):
+            error = warm_up(client, plugin, self.desc)
+        if error:
+            self._stop_with(error)
+            return False
+        progress = create_progress_artifact(progress=0.0, description=f"ops analysed, run {self.run_id}")
+        self.fan = FanOut(client, plugin.name, ClusterGate(client, plugin.name), progress)
+        return True
+
+    def _take(self, wait: float) -> None:
+        """Results that finished, into the outcome; waits up to `wait` seconds for the first. A stop
+        request marks the run interrupted."""
+        fan = self.fan
+        while fan.remaining:
+            if self.handoff.stop.is_set():
+                self.out.interrupted = True
+                return
+            try:
+                future = fan.done.get(timeout=wait) if wait else fan.done.get_nowait()
+            except queue.Empty:
+                self.sink.batches.flush_if_due()  # results reach the store in a lull too
+                return
+            wait = 0.0
+            if future in fan.wholes:
+                self.out.add_whole(fan.wholes.pop(future), _whole_result(future))
+                fan.last_whole = time.monotonic()
+                continue
+            written = self.out.add(_op_result(future, fan.ops.pop(future)))
+            fan.finished += 1
+            fan.last_op = time.monotonic()
+            if written:
+                update_progress_artifact(fan.progress, progress=100.0 * fan.finished / max(1, fan.handed))
 
     def summary(self) -> RunSummary:
         results, prepared = self.out.results, self.prepared

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 from opbyop_flows.engine.analyze_run import AnalyzeRun
 from opbyop.corpus.ops import MODEL, CorpusSelection
-from opbyop.corpus.run import corpus_prepared
-from opbyop.pipeline import Prepared
+from opbyop.corpus.run import corpus_model
 from opbyop.records import RunInfo
-from opbyop.run.engine import keep_ops
+from opbyop.run.models import Feed
 
 COMPILE_ONLY_KEY = "compile-only"
 
@@ -38,12 +37,9 @@ class CorpusRun(AnalyzeRun):
         key = f"{info.options_key}|{COMPILE_ONLY_KEY}" if self.compile_only else info.options_key
         return info.model_copy(update={"models": [MODEL], "options_key": key})
 
-    def prepare(self) -> Prepared:
-        """The selected cases split into their ops (opbyop.corpus.run.corpus_prepared); kept in the
-        workspace like a model's."""
+    def models(self) -> Feed:
+        """The selected cases split into their ops, as one model (opbyop.corpus.run.corpus_model)."""
         start = time.monotonic()
-        prepared = corpus_prepared(self.selection)
+        model = corpus_model(self.selection)
         self.clock.add("split", time.monotonic() - start)
-        keep_ops(prepared, self.workspace)
-        self.keep(prepared)
-        return prepared
+        return model

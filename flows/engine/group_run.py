@@ -1,6 +1,6 @@
-"""One analyze flow run under several compiler builds: the models split once, then one run per build
-(each its own run in the store, `<run_id>-c1` ...; the group's id is the flow's run id) on one
-cluster, whose op workers are each build's own, then every run compared with the one before it
+"""One analyze flow run under several compiler builds: the models split once (the handoff's split
+thread), then one run per build (each its own run in the store, `<run_id>-c1` ...; the group's id is
+the flow's run id) on one cluster, whose op workers are each build's own, then every run compared with the one before it
 (opbyop_storage.compare: regressions, progressions, changed messages; `opbyop compare --group` shows more).
 """
 
@@ -38,14 +38,12 @@ def run_group(configs: list[AnalysisConfig], run_id: str, shrink: ShrinkOption |
         except OpbyopError as e:
             logger.warning("no shared cluster (%s): each run starts its own", e)
             client = None
-        prepared = None
         for i, (config, one_id) in enumerate(zip(configs, ids)):
-            # the first run takes the caller's start-up phases and splits ahead; the others only its stop
-            own = handoff if i == 0 else Handoff(stop=handoff.stop)
+            # the first run takes the caller's start-up phases; every run the same splits (made once)
+            own = handoff if i == 0 else handoff.beside()
             run = AnalyzeRun(config=config, run_id=one_id, shrink=shrink, handoff=own, logger=logger,
-                             workspace=workspace, group_id=run_id, given=prepared, client=client)
+                             workspace=workspace, group_id=run_id, client=client)
             state = run.execute()
-            prepared = prepared or run.prepared
             summary = summary_of(state.result(raise_on_failure=False))
             if summary is None or state.is_cancelled():
                 return state  # stopped: the runs so far are stored, a retry of the flow run resumes them

@@ -13,11 +13,15 @@ fan-out) is kept too, with its own wall time, as `<name> (beside)`: those overla
   plugin assets      the plugin's first start ever on this machine: its runtime unpacked (~417 MB)
   lock wait          waiting for the plugin's start-up lock another process held (one start at a time)
   flow start         Prefect creating the flow run, from the call to the flow's first line
-  export <model>     waiting for a model's export to StableHLO and its split into ops
-  split              the ops deduplicated across models, constant-fed arguments' values computed
-  warm-up            the op workers (compiler, XLA:CPU, device) started on the Dask workers
-  fan-out            from the first op handed to the cluster to the last result back (and the whole
-                     models, when they end later)
+  export             waiting for the next model's export to StableHLO and its split into ops (the
+                     ops of the models before it run meanwhile); each model's own export time is
+                     `export <model> (beside)`
+  split              a model's ops deduplicated against the models before it, the values of its
+                     constant-fed arguments computed
+  warm-up            the op workers (compiler, XLA:CPU, device) started on the Dask workers, when
+                     the first ops are handed out
+  fan-out            from the last model handed out to the last result back (and the whole models,
+                     when they end later); `ops (beside)` is the ops' whole span
   store, report      writing the store; the aggregation, HTML report and artifacts
   other              what no step claimed: a step missing from this list shows here
 """

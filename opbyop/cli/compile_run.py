@@ -33,13 +33,14 @@ from opbyop.compiler.targets import BOARDS, target_for
 from opbyop.config import AnalysisConfig, DeviceOptions, Zoo, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
-from opbyop.frontends.loader import factory_entry, factory_name, warm_exports
+from opbyop.frontends.loader import factory_entry, factory_name
 from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
-from opbyop.pipeline import blocking_ops, depth_histogram, store_modules, write_manifest
+from opbyop.pipeline import blocking_ops, depth_histogram, write_manifest
 from opbyop.records import OpResult, Stage, Status, WholeModelResult
-from opbyop.run.engine import NoSink, RunOutcome, execute, prepare_models
+from opbyop.run.engine import NoSink, RunOutcome, execute
 from opbyop.run.local import LocalExecutor
+from opbyop.run.models import Splits
 from opbyop.run.plan import RunPlan, new_run_id
 from opbyop.run.sinks import open_sink, storing
 from opbyop.workspace import Workspace
@@ -51,25 +52,25 @@ Full = typer.Option(False, "--full", help="print messages whole (they are whole 
 
 
 def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> RunOutcome:
-    """The run engine with this process's warm worker; stored under `run_id` when a sink was supplied."""
+    """The run engine with this process's warm worker, the models split in a thread beside it;
+    stored under `run_id` when a sink was supplied."""
     compiler = compiler_named(config.compiler_spec)
     # a first use makes the descriptor
     plan = RunPlan.from_config(config, notices=Notices(say=console.print), compiler=compiler)
-    warm_exports(config.models, zoo, config.seed)  # while this process starts JAX
     prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
+    models = Splits().ask(config.models, config.seed, config.export, plan.host_devices, zoo)
     workspace = Workspace.default()
-    prepared = prepare_models(plan, workspace, zoo)
-    for name, error in prepared.errors.items():
-        print_error(f"{name}: {error}")
-    if not prepared.graphs:
-        raise OpbyopError(f"no model could be loaded ({len(prepared.errors)} failed, errors above)",
-                          "fix the models named above; `opbyop split MODEL` shows one model's problem alone")
     sink = open_sink(run_id) if run_id else nullcontext(NoSink())
-    modules = store_modules(prepared, workspace.artifacts) if run_id else None  # each model's graph, for the store
     with worker_errors(), sink as into, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                                  TimeElapsedColumn(), console=console, transient=True) as bar:
         executor = LocalExecutor(workspace, worker_name("cli"), _Bar(bar))
-        return execute(plan, prepared, executor, into, modules=modules)
+        outcome = execute(plan, models, executor, into, workspace=workspace, keep_modules=run_id is not None)
+    for name, error in outcome.prepared.errors.items():
+        print_error(f"{name}: {error}")
+    if not outcome.prepared.graphs:
+        raise OpbyopError(f"no model could be loaded ({len(outcome.prepared.errors)} failed, errors above)",
+                          "fix the models named above; `opbyop split MODEL` shows one model's problem alone")
+    return outcome
 
 
 class _Bar:
@@ -78,8 +79,12 @@ class _Bar:
     def __init__(self, progress: Progress):
         self.progress, self.task = progress, None
 
-    def begin(self, total: int) -> None:
-        self.task = self.progress.add_task("ops", total=total)
+    def begin(self, more: int) -> None:
+        if self.task is None:
+            self.task = self.progress.add_task("ops", total=more)
+        else:
+            total = next(t.total for t in self.progress.tasks if t.id == self.task)
+            self.progress.update(self.task, total=(total or 0) + more)
 
     def step(self, description: str) -> None:
         self.progress.update(self.task, description=description)

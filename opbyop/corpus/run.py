@@ -15,12 +15,12 @@ from opbyop.config import AnalysisConfig
 from opbyop.corpus.generate import CorpusEntry
 from opbyop.corpus.ops import MODEL, CorpusSelection, corpus_records, selected
 from opbyop.device.program import emitted_ops
-from opbyop.ir.dedupe import dedupe
 from opbyop.ir.split import SplitResult
 from opbyop.pipeline import Prepared
 from opbyop.records import OpResult
-from opbyop.run.engine import ResultSink, RunOutcome, execute, keep_ops
+from opbyop.run.engine import ResultSink, RunOutcome, execute
 from opbyop.run.local import LocalExecutor, Progress
+from opbyop.run.models import Ready, SplitOutcome
 from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
 
@@ -47,12 +47,11 @@ def ttnn_ops_of(result: OpResult, read_program: ReadProgram) -> list[str]:
         return []
 
 
-def corpus_prepared(selection: CorpusSelection) -> Prepared:
-    """The selected cases split into their ops (no export, no upstream values: a case's constant
-    operands stay in its module), deduplicated, as one run's prepared models."""
+def corpus_model(selection: CorpusSelection) -> Ready:
+    """The selected cases split into their ops, as one run's one model, ready (no export, no upstream
+    values: a case's constant operands stay in its module)."""
     records, _ = corpus_records(selection)
-    split = SplitResult(model=MODEL, arguments=[], outputs=[], ops=records)
-    return Prepared(splits={MODEL: split}, unique=dedupe(records), sources={MODEL: MODEL})
+    return Ready([SplitOutcome(MODEL, None, SplitResult(model=MODEL, arguments=[], outputs=[], ops=records), None)])
 
 
 def corpus_results(selection: CorpusSelection, prepared: Prepared, results: dict[str, OpResult], chip: str,
@@ -80,8 +79,7 @@ def run_corpus(selection: CorpusSelection, config: AnalysisConfig, workspace: Wo
     the run engine, in one warm op worker of this process; results to `sink`."""
     plan = plan or RunPlan.from_config(config.model_copy(update={"models": [], "mesh": selection.mesh or config.mesh,
                                                                  "whole_model": False}))
-    prepared = corpus_prepared(selection)
-    keep_ops(prepared, workspace)
-    outcome = execute(plan, prepared, LocalExecutor(workspace, worker_name, progress), sink)
-    return CorpusOutcome(outcome, corpus_results(selection, prepared, outcome.results, plan.desc.chip,
+    outcome = execute(plan, corpus_model(selection), LocalExecutor(workspace, worker_name, progress), sink,
+                      workspace=workspace)
+    return CorpusOutcome(outcome, corpus_results(selection, outcome.prepared, outcome.results, plan.desc.chip,
                                                  workspace.artifacts.read_text))

@@ -1,8 +1,12 @@
-"""A run's steps, the same for every front end: prepare -> ops -> whole models -> collect.
+"""A run's steps, the same for every front end: models -> ops -> results.
 
-Who runs the ops is an Executor (opbyop.run.local's warm worker in this process, or the flow's
-fan-out on Dask); where results go is a ResultSink (the store, supplied by the package that may
-import it; opbyop itself never does). The front ends only parse their options into one
+The models arrive one at a time (opbyop.run.models: split in a thread of their own while the ops of
+those before them run); each is added to the run's Prepared (deduplicated, upstream values), the
+sink records its ops and gives back the results it already has, and the executor is handed the ops
+left and the model's whole-model run. While the run waits for the next model, the executor collects
+what finished. Who runs the ops is an Executor (opbyop.run.local's warm worker in this process, or
+the flow's fan-out on Dask); where results go is a ResultSink (the store, supplied by the package
+that may import it; opbyop itself never does). The front ends only parse their options into one
 AnalysisConfig and show what comes back.
 """
 
@@ -13,12 +17,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from opbyop.graph import ModelGraph
 from opbyop.compiler.system_desc import dram_bytes
-from opbyop.op_memory import misfits
-from opbyop.pipeline import Prepared, PrepareOne, prepare, summarize
-from opbyop.config import Zoo, load_zoo
-from opbyop.records import ModelSummary, OpResult, RunStatus, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.graph import ModelGraph
+from opbyop.op_memory import whole_model_misfit_on
+from opbyop.pipeline import Prepared, summarize
+from opbyop.records import ModelSummary, OpRecord, OpResult, RunStatus, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.run.models import Feed, SplitOutcome
 from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
 
@@ -28,8 +32,11 @@ log = logging.getLogger("opbyop.run")
 class ResultSink(Protocol):
     """Where a run's results go as they arrive."""
 
-    def start(self, plan: RunPlan, prepared: Prepared) -> dict[str, OpResult]:
-        """Record the run and its ops; the results it already has (signature -> result): not analysed again."""
+    def start(self, plan: RunPlan) -> None:
+        """Record the run (a run id given again: resumed)."""
+
+    def add_model(self, records: list[OpRecord], new: list[UniqueOp]) -> dict[str, OpResult]:
+        """Record one model's ops; the results it already has of `new` (signature -> result): not analysed again."""
 
     def op_done(self, result: OpResult) -> bool:
         """Keep one op's result; True when results reached the sink's storage with this one."""
@@ -41,7 +48,10 @@ class ResultSink(Protocol):
 class NoSink:
     """A run whose results are only shown."""
 
-    def start(self, plan: RunPlan, prepared: Prepared) -> dict[str, OpResult]:
+    def start(self, plan: RunPlan) -> None:
+        return None
+
+    def add_model(self, records: list[OpRecord], new: list[UniqueOp]) -> dict[str, OpResult]:
         return {}
 
     def op_done(self, result: OpResult) -> bool:
@@ -61,7 +71,7 @@ class RunOutcome:
     results: dict[str, OpResult] = field(default_factory=dict)
     wholes: dict[str, WholeModelResult] = field(default_factory=dict)
     modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
-    known: int = 0  # results the sink had before the executor started (resumed from the run id, or reused)
+    known: int = 0  # results the sink already had (resumed from the run id, or reused from earlier runs)
     error: str | None = None  # the run could not go on (no op worker could start ...)
     interrupted: bool = False  # the caller asked the run to stop
 
@@ -86,62 +96,113 @@ class RunOutcome:
 
 
 class Executor(Protocol):
-    """Runs a plan's ops and whole models, putting each result into `outcome` as it arrives."""
+    """Runs a plan's ops and whole models, putting each result into the run's outcome as it arrives."""
 
-    def analyze(self, plan: RunPlan, ops: list[UniqueOp], wholes: dict[str, ModelGraph], outcome: RunOutcome) -> None:
-        ...
+    def open(self, plan: RunPlan, outcome: RunOutcome) -> None:
+        """The run begins (nothing need start yet: a run whose results are all known starts nothing)."""
 
+    def submit(self, ops: list[UniqueOp], wholes: dict[str, ModelGraph]) -> None:
+        """Hand out these ops and whole models (the first call starts what runs them); a failure to
+        start sets the outcome's error."""
 
-Phase = Callable[[str], AbstractContextManager]
+    def collect(self) -> None:
+        """Take the results that finished (the run waits for its next model meanwhile)."""
 
-
-def prepare_models(plan: RunPlan, workspace: Workspace, zoo: Zoo | None = None,
-                   prepare_one: PrepareOne | None = None) -> Prepared:
-    """The plan's models split and deduplicated (opbyop.pipeline.prepare), the unique ops kept in the
-    workspace for `opbyop repro`."""
-    config = plan.config
-    prepared = prepare(config.models, zoo or load_zoo(), config.seed, prepare_one=prepare_one,
-                       artifacts=workspace.artifacts, target=plan.target, unshard=config.unshard,
-                       budget=config.export)
-    keep_ops(prepared, workspace)
-    return prepared
+    def close(self) -> None:
+        """Wait for every result handed out (unless the run was stopped), then let go of the workers."""
 
 
-def keep_ops(prepared: Prepared, workspace: Workspace) -> None:
+class Clock(Protocol):
+    """Where a run's time goes (flows' PhaseClock): a step of its time line, and time spent beside it."""
+
+    def phase(self, name: str) -> AbstractContextManager: ...
+
+    def add(self, name: str, seconds: float) -> None: ...
+
+
+class NoClock:
+    def phase(self, name: str) -> AbstractContextManager:
+        return nullcontext()
+
+    def add(self, name: str, seconds: float) -> None:
+        return None
+
+
+def keep_ops(ops: list[UniqueOp], workspace: Workspace) -> None:
     """The unique ops kept in the workspace, for `opbyop repro` and the workers' inputs."""
-    for op in prepared.unique:
+    for op in ops:
         workspace.ops.put(op)
 
 
-def fitting_wholes(plan: RunPlan, outcome: RunOutcome, logger: logging.Logger | logging.LoggerAdapter = log) -> dict:
-    """The models whose whole-model run fits the chip and the host; the others are skipped here,
-    with their figures (weights' bytes against DRAM and host memory), never run out of memory."""
-    graphs = outcome.prepared.graphs
-    for name, misfit in misfits(graphs, dram_bytes(plan.desc)).items():
+def fitting_whole(plan: RunPlan, outcome: RunOutcome, name: str, logger: logging.Logger | logging.LoggerAdapter = log
+                  ) -> dict[str, ModelGraph]:
+    """The model's whole-model run, when it fits the chip and the host; else it is skipped here, with
+    its figures (weights' bytes against DRAM and host memory), never run out of memory."""
+    graph = outcome.prepared.graphs.get(name)
+    if graph is None:
+        return {}
+    misfit = whole_model_misfit_on(graph, dram_bytes(plan.desc))
+    if misfit:
         outcome.add_whole(name, WholeModelResult(status=Status.SKIPPED, depth=Stage.SPLIT, message=misfit))
         logger.info("%s: %s", name, misfit)
-    return {name: graph for name, graph in graphs.items() if name not in outcome.wholes}
+        return {}
+    return {name: graph}
 
 
-def execute(plan: RunPlan, prepared: Prepared, executor: Executor, sink: ResultSink | None = None, *,
-            modules: dict[str, str] | None = None, stop: Callable[[], bool] = lambda: False,
-            phase: Phase = lambda name: nullcontext(),
-            logger: logging.Logger | logging.LoggerAdapter = log) -> RunOutcome:
-    """The run after its prepare step: the sink records it, the executor analyses what the sink does
-    not already know (the whole models too, when they fit), the sink receives the collected outcome.
-    `phase(name)` times the sink's writes ("store"); `stop()` true before the executor starts: interrupted."""
-    outcome = RunOutcome(plan=plan, prepared=prepared, sink=sink or NoSink(), modules=modules or {})
-    with phase("store"):
-        outcome.results.update(outcome.sink.start(plan, prepared))
-    outcome.known = len(outcome.results)
-    todo = [op for op in prepared.unique if op.signature not in outcome.results]
-    wholes = fitting_wholes(plan, outcome, logger) if plan.config.whole_model else {}
-    if plan.config.models and not prepared.graphs:
-        outcome.error = "no model could be split"
-    elif stop():
-        outcome.interrupted = True
-    elif todo or wholes:  # no executor for zero ops (the flow's would start a cluster)
-        executor.analyze(plan, todo, wholes, outcome)
-    with phase("store"):
+def execute(plan: RunPlan, models: Feed, executor: Executor, sink: ResultSink | None = None, *,
+            workspace: Workspace | None = None, keep_modules: bool = False, stop: Callable[[], bool] = lambda: False,
+            clock: Clock | None = None, logger: logging.Logger | logging.LoggerAdapter = log) -> RunOutcome:
+    """The run: each model as it arrives added to the run (its new ops kept in `workspace`, their
+    upstream values computed, with `keep_modules` its module stored for the viewers), the sink asked
+    what it already has, the executor handed the rest; then every result collected and the sink
+    given the outcome. `stop()` true between models: the run is interrupted there. `clock` times the
+    steps: waiting for a model's export ("export"), adding it ("split"), the sink ("store")."""
+    clock = clock or NoClock()
+    outcome = RunOutcome(plan=plan, prepared=Prepared(), sink=sink or NoSink())
+    with clock.phase("store"):
+        outcome.sink.start(plan)
+    executor.open(plan, outcome)
+    try:
+        arrivals = models.arriving(idle=executor.collect)
+        while not (outcome.error or stop()):
+            with clock.phase("export"):  # waiting for the next model; the ops handed out run meanwhile
+                model = next(arrivals, None)
+            if model is None:
+                break
+            clock.add(f"export {model.spec}", model.seconds)
+            _arrived(plan, outcome, model, executor, workspace, keep_modules, clock, logger)
+        if plan.config.models and not outcome.prepared.graphs and not outcome.error:
+            outcome.error = "no model could be split"
+        outcome.interrupted = outcome.interrupted or stop()
+    finally:
+        executor.close()  # the results still out, taken (the executor times its own steps)
+    with clock.phase("store"):
         outcome.sink.finish(outcome)
     return outcome
+
+
+def _arrived(plan: RunPlan, outcome: RunOutcome, model: SplitOutcome, executor: Executor, workspace: Workspace | None,
+             keep_modules: bool, clock: Clock, logger: logging.Logger | logging.LoggerAdapter) -> None:
+    """One model (a SplitOutcome) added to the run and its ops left to analyse handed out."""
+    with clock.phase("split"):
+        name, new = outcome.prepared.add(model.spec, model.graph, model.split, model.error, target=plan.target,
+                                         unshard=plan.config.unshard,
+                                         artifacts=workspace.artifacts if workspace else None)
+        if name in outcome.prepared.errors:
+            logger.error("model %s produced no ops: %s", name, outcome.prepared.errors[name])
+            return
+        if workspace is not None:
+            keep_ops(new, workspace)
+            graph = outcome.prepared.graphs.get(name)
+            if keep_modules and graph is not None and graph.module_text:  # the graph a viewer draws
+                outcome.modules[name] = workspace.artifacts.put(graph.module_text.encode(), ".mlir")
+    with clock.phase("store"):
+        known = outcome.sink.add_model(outcome.prepared.splits[name].ops, new)
+    outcome.results.update(known)
+    outcome.known += len(known)
+    todo = [op for op in new if op.signature not in known]
+    wholes = fitting_whole(plan, outcome, name, logger) if plan.config.whole_model else {}
+    logger.info("%s: %d ops, %d new unique (%d to analyse)", name, len(outcome.prepared.splits[name].ops),
+                len(new), len(todo))
+    if todo or wholes:
+        executor.submit(todo, wholes)

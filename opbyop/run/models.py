@@ -1,0 +1,138 @@
+"""A run's models, split one after another while the ops of those before them are analysed.
+
+Exporting a model is the slow part of preparing it (minutes for a large one) and torch.export keeps
+global state, so one thread of the process exports and splits, in the order asked; each model's
+outcome is a future. The run engine takes the models in that order, and while it waits for the next
+one it collects the results of the ops already handed out (Feed.arriving's `idle`): a model's ops
+fan out as soon as it is split. A model asked twice (the targets of a nightly, the compiler builds
+of one analyze) is split once; a caller may ask early, while its server and cluster start.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol, Sequence
+
+from opbyop.config import ExportBudget, Zoo, load_zoo
+from opbyop.frontends.loader import expand_specs, warm_exports
+from opbyop.graph import ModelGraph
+from opbyop.ir.split import SplitResult
+from opbyop.jaxenv import prepare_jax
+from opbyop.pipeline import prepare_model
+
+POLL_SECONDS = 0.5  # how often a run waiting for a model looks at its ops' results
+STOPPED = "not split: the run was stopped before this model"
+
+
+@dataclass
+class SplitOutcome:
+    """One model loaded, exported and split (pipeline.prepare_model), or why it was not; with its wall time."""
+
+    spec: str
+    graph: ModelGraph | None
+    split: SplitResult | None
+    error: str | None
+    seconds: float = 0.0
+
+
+def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = None) -> SplitOutcome:
+    """pipeline.prepare_model, timed."""
+    start = time.monotonic()
+    graph, split, error = prepare_model(spec, zoo, seed, budget)
+    return SplitOutcome(spec, graph, split, error, time.monotonic() - start)
+
+
+class Feed(Protocol):
+    """A run's models as they become ready."""
+
+    def arriving(self, idle: Callable[[], None]) -> Iterator[SplitOutcome]:
+        """Each model in order; `idle()` is called every POLL_SECONDS while the next one is not ready."""
+
+
+class Ready:
+    """Models split already (a corpus's cases, a test's modules)."""
+
+    def __init__(self, outcomes: Sequence[SplitOutcome]):
+        self.outcomes = list(outcomes)
+
+    def arriving(self, idle: Callable[[], None]) -> Iterator[SplitOutcome]:
+        yield from self.outcomes
+
+
+class Arrivals:
+    """Models asked of Splits: each one's future, in the order asked."""
+
+    def __init__(self, futures: Sequence[tuple[str, Future]]):
+        self.futures = list(futures)
+
+    def arriving(self, idle: Callable[[], None]) -> Iterator[SplitOutcome]:
+        for spec, future in self.futures:
+            while True:
+                try:
+                    outcome = future.result(timeout=POLL_SECONDS)
+                    break
+                except FutureTimeout:
+                    idle()
+                except Exception as e:  # the split thread's own failure: this model's error, the others go on
+                    outcome = SplitOutcome(spec, None, None, f"{type(e).__name__}: {e}")
+                    break
+            yield outcome
+
+
+class Splits:
+    """The process's split thread: models split one after another in the order asked (the only
+    thread that exports), each (spec, seed) once. `stop()`: models not yet started are not split
+    (an export can take minutes; nothing of it would be used)."""
+
+    def __init__(self, stop: threading.Event | None = None):
+        """`stop`: once set, the models not yet started are not split (the run's own stop request)."""
+        self.futures: dict[tuple[str, int], Future] = {}
+        self._work: queue.Queue[tuple[str, int, ExportBudget | None, Future, Zoo]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._host_devices: int | None = None
+        self._lock = threading.Lock()
+        self._stopped = stop or threading.Event()
+
+    def ask(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
+            host_devices: int | None = None, zoo: Zoo | None = None) -> Arrivals:
+        """The models of `specs` (a folder of IR dumps: each of its modules), split in this order
+        after any asked before; those asked before with the same seed are not split again.
+        `host_devices`: the XLA:CPU devices of the process (pipeline values on a host mesh), fixed
+        by the first ask; `zoo`: where zoo names are looked up (default: the configured zoo)."""
+        zoo = zoo or load_zoo()
+        with self._lock:
+            asked = [(spec, seed) for spec in dict.fromkeys(expand_specs(specs))]
+            new = [key for key in asked if key not in self.futures]
+            if new:
+                warm_exports([spec for spec, _ in new], zoo, seed)  # the export children warm up meanwhile
+            for spec, _ in new:
+                future: Future = Future()
+                self.futures[(spec, seed)] = future
+                self._work.put((spec, seed, budget, future, zoo))
+            if self._thread is None:
+                self._host_devices = host_devices
+                self._thread = threading.Thread(target=self._split, name="split", daemon=True)
+                self._thread.start()
+            return Arrivals([(spec, self.futures[(spec, s)]) for spec, s in asked])
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _split(self) -> None:
+        prepare_jax(host_devices=self._host_devices)  # before anything in this process imports JAX
+        while True:
+            spec, seed, budget, future, zoo = self._work.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            if self._stopped.is_set():
+                future.set_result(SplitOutcome(spec, None, None, STOPPED))
+                continue
+            try:
+                future.set_result(split_outcome(spec, zoo, seed, budget))
+            except BaseException as e:  # noqa: BLE001  (the run that waits for it reports it)
+                future.set_exception(e)

@@ -1,0 +1,77 @@
+"""A run's models are split one after another in a thread of their own, and each model's ops are
+analysed as soon as it is split, while the next one exports."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from core_fixtures import DATA
+from opbyop.config import AnalysisConfig
+from opbyop.records import Status
+from opbyop.run.engine import execute
+from opbyop.run.local import LocalExecutor
+from opbyop.run.models import Splits
+from opbyop.run.plan import RunPlan
+from opbyop.workspace import Workspace
+
+SLOW_FACTORY = '''
+import time
+import torch
+
+
+def slow_small():
+    """A model whose factory takes a few seconds (a large model's export, in small)."""
+    time.sleep(6)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh()), [torch.ones(2, 4)]
+'''
+
+
+@pytest.fixture
+def slow_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "slow_factories.py").write_text(SLOW_FACTORY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "slow_factories:slow_small"
+
+
+def test_a_model_asked_twice_is_split_once_and_in_the_order_asked():
+    splits = Splits()
+    first = splits.ask([str(DATA / "tanh_matmul_chain.mlir"), str(DATA / "cholesky.mlir")], 0)
+    again = splits.ask([str(DATA / "cholesky.mlir")], 0)
+    other_seed = splits.ask([str(DATA / "cholesky.mlir")], 1)
+    assert again.futures[0][1] is first.futures[1][1]  # the same split, not a second one
+    assert other_seed.futures[0][1] is not first.futures[1][1]
+    arrived = list(first.arriving(idle=lambda: None))
+    assert [Path(m.spec).name for m in arrived] == ["tanh_matmul_chain.mlir", "cholesky.mlir"]
+    assert all(m.error is None and m.split is not None and m.seconds > 0 for m in arrived)
+
+
+class Timed(LocalExecutor):
+    """The local executor, noting when each batch of ops it was handed was done."""
+
+    def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.done: list[float] = []
+
+    def submit(self, ops, wholes) -> None:  # noqa: ANN001
+        super().submit(ops, wholes)
+        self.done.append(time.monotonic())
+
+
+@pytest.mark.slow
+def test_the_first_models_ops_are_analysed_while_the_next_model_exports(slow_factory, tmp_path):
+    workspace = Workspace(tmp_path / "home")
+    config = AnalysisConfig(models=[str(DATA / "tanh_matmul_chain.mlir"), slow_factory], chip="p150",
+                            whole_model=False, reuse_cached=False)
+    plan = RunPlan.from_config(config)
+    models = Splits().ask(config.models, 0)
+    split_finished: list[float] = []
+    models.futures[1][1].add_done_callback(lambda _: split_finished.append(time.monotonic()))
+    executor = Timed(workspace, "pipelined")
+    outcome = execute(plan, models, executor, workspace=workspace)
+    assert outcome.error is None and set(outcome.prepared.splits) == {"tanh_matmul_chain", "slow_factories.slow_small"}
+    assert len(executor.done) == 2 and all(r.status is Status.SUCCESS for r in outcome.results.values())
+    # the first model's ops were all analysed before the second model's split had finished
+    assert executor.done[0] < split_finished[0] < executor.done[1]
