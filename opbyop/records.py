@@ -388,6 +388,8 @@ class TtsimRun(BaseModel):
     agreement: str | None = None
     max_ulps: float | None = None
     pcc: float | None = None  # a whole model's outputs on ttsim against its reference
+    # a whole model's accuracy trace on ttsim's values: each op's output on ttsim against XLA:CPU's value
+    accuracy_trace: AccuracyTrace | None = None
     # what tt-metal allocated, as its allocator and graph capture report it (None: not run): L1 per
     # core (resident tensors plus the op's own buffers), circular and dataflow buffers per core, DRAM
     # bytes over all banks; each the peak over the program's ops, beside the model's DeviceRun figures
@@ -523,6 +525,11 @@ class AccuracyTrace(BaseModel):
     traced_ops: int = 0  # ops XLA:CPU gave a value for (points: those the device's program showed)
     seconds: float = 0.0  # what the trace added to the whole-model run
     message: str | None = None  # why there is no trace
+
+    @property
+    def worst(self) -> TracePoint | None:
+        """The op whose value is furthest from XLA:CPU's (lowest PCC; an op with none counts as worst)."""
+        return min(self.points, key=lambda p: p.pcc if p.pcc is not None else -2.0, default=None)
 
 
 class WholeModelResult(BaseModel):

@@ -22,6 +22,7 @@ from core_fixtures import DATA
 from opbyop_flows.nightly import Target
 from opbyop_storage.dataset import Store
 from opbyop.cli.main import build_app
+from opbyop.analysis.accuracy_trace import in_brief
 from opbyop.compiler.builds import installed, unpack_assets
 from opbyop.config import CompilerOptions, DtypeThreshold, Thresholds
 from opbyop.device.program import load_program
@@ -93,6 +94,23 @@ def test_a_feature_ttsim_does_not_model_costs_only_its_op(tmp_path, workspace, w
     assert limited.ttsim.op is not None  # the op ttsim stopped in, from the runner's log
     after = worker.analyze(only_op(tmp_path, workspace, ADD_BF16), on_ttsim, timeout=600)
     assert after.status is Status.SUCCESS and after.ttsim.outcome is TtsimOutcome.RAN
+
+
+@pytest.mark.slow
+def test_a_zoo_model_runs_whole_on_ttsim_and_is_traced_op_by_op_on_ttsims_values(worker, on_ttsim, mlp_graph,
+                                                                                  ttsim_ready):
+    whole = worker.analyze_whole(mlp_graph, on_ttsim)
+    run = whole.ttsim
+    assert run is not None and run.outcome is TtsimOutcome.RAN, run.message if run else whole.message
+    assert run.pcc is not None and run.pcc >= 0.99  # tt-metal's kernels, stitched, against the framework
+    trace = run.accuracy_trace
+    assert trace is not None and trace.message is None
+    # every op the model's own trace compared is compared on ttsim's values too, against the same XLA:CPU run
+    model = whole.accuracy_trace
+    assert [p.position for p in trace.points] == [p.position for p in model.points] and len(trace.points) > 20
+    assert trace.first_below is None and trace.worst is not None and trace.worst.pcc >= trace.pcc_threshold
+    assert any(p.op_name == "stablehlo.maximum" for p in trace.points)  # the relu, on the patched ttsim
+    assert in_brief(trace).startswith(f"{len(trace.points)} of {trace.traced_ops} ops compared, worst: ")
 
 
 @pytest.mark.slow

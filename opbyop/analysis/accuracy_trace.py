@@ -115,6 +115,11 @@ def tag_module(module_text: str, name: str = "<module>") -> TaggedModule:
     return tagged
 
 
+def traced(op: object) -> bool:
+    """The op's location names an op of the model (so its output is one the trace may compare)."""
+    return bool(_TAG.search(getattr(op, "location", "") or ""))
+
+
 class TraceObserver:
     """Called by the device's executor after each op: keeps, per op of the model, the last TTNN
     output that names it; compare() then judges each against XLA:CPU's value, once."""
@@ -264,6 +269,20 @@ def _traced_inputs(tagged: TaggedModule, n: int, points: dict[int, TracePoint]) 
 
 # "auto" traces a model whose intermediate values (every op's result, kept by XLA:CPU) fit here.
 AUTO_TRACE_BYTES = 1 << 30
+
+
+def in_brief(trace: AccuracyTrace) -> str:
+    """One line for a console: how many ops were compared, the first below the threshold, the worst."""
+    if trace.message:
+        return f"no accuracy trace: {trace.message}"
+    line = f"{len(trace.points)} of {trace.traced_ops} ops compared"
+    if trace.first_below is not None:
+        line += f", first below pcc {trace.pcc_threshold}: {trace.first_below_op} (op {trace.first_below})"
+    worst = trace.worst
+    if worst is not None:
+        pcc_text = f"{worst.pcc:.5f}" if worst.pcc is not None else "none"
+        line += f", worst: {worst.op_name} as {worst.ttnn_op} (op {worst.position}, pcc {pcc_text})"
+    return line
 
 
 def trace_plan(module_text: str, name: str, mode: str) -> tuple[TaggedModule | None, str | None]:

@@ -14,7 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan
+from opbyop.analysis.accuracy_trace import (TaggedModule, TraceObserver, finish_trace, references_by_op, trace_plan,
+                                           traced)
 from opbyop.artifacts import ArtifactStore
 from opbyop.analysis.attribution import judge
 from opbyop.analysis.steps import STEPS, Ending, finish
@@ -39,8 +40,8 @@ from opbyop.ir.constants import wide_constants
 from opbyop.ir.harness import not_a_model_op
 from opbyop.ir.mesh import MeshMismatchError
 from opbyop.op_memory import op_memory_message, over_budget
-from opbyop.records import (CompileOutcome, OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp, WholeModelResult,
-                            utcnow)
+from opbyop.records import (AccuracyTrace, CompileOutcome, OpResult, Stage, Status, TtsimOutcome, TtsimRun, UniqueOp,
+                            WholeModelResult, utcnow)
 from opbyop.stage_call import OUT_OF_MEMORY, StageCall
 
 ProgressFn = Callable[[str], None]
@@ -260,7 +261,8 @@ class OpAnalyzer:
             references, result.reference = xla.value, "XLA:CPU"
         dtypes = [mlir_dtype(r.dtype) for r in references]
         if settings.device.backend == "ttsim":
-            result.ttsim = self._whole_on_ttsim(binary, values, references, dtypes, settings)
+            result.ttsim = self._whole_on_ttsim(binary, values, references, dtypes, settings,
+                                                observer.references if observer is not None else None, plan)
         comparison = compare(run.outputs, references, dtypes, settings.thresholds)
         result.pcc, result.max_abs_error = comparison.pcc, comparison.max_abs_error
         if comparison.passed:
@@ -271,15 +273,35 @@ class OpAnalyzer:
         return result
 
     def _whole_on_ttsim(self, binary: Binary, values: list[np.ndarray], references: list[np.ndarray],
-                        dtypes: list[str], settings: AnalysisSettings) -> TtsimRun:
-        """The whole program run once on ttsim, its outputs held against the model's reference."""
+                        dtypes: list[str], settings: AnalysisSettings, by_op: dict[int, np.ndarray] | None = None,
+                        plan: TaggedModule | None = None) -> TtsimRun:
+        """The whole program run once on ttsim, its outputs held against the model's reference; with
+        XLA:CPU's value of each op (`by_op`, the model's accuracy trace's), the trace on ttsim's values."""
         if self.ttsim is None:
             return TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message="this analyzer has no ttsim backend")
-        ttsim = self.ttsim.run(binary.program, values, settings.device.ttsim_timeout_s * 10)
+        ttsim = self.ttsim.run(binary.program, values, settings.device.ttsim_timeout_s * 10,
+                               observe=traced if plan is not None and by_op else None)
         if ttsim.run.outcome is TtsimOutcome.RAN:
             outputs = ttsim_host_outputs(binary, ttsim.outputs)
             ttsim.run.pcc = compare(outputs, references, dtypes, settings.thresholds).pcc
+            if plan is not None and by_op:
+                ttsim.run.accuracy_trace = ttsim_trace(plan, by_op, settings.thresholds.for_dtype("f32").pcc,
+                                                       binary, ttsim.observed)
         return ttsim.run
+
+
+def ttsim_trace(plan: TaggedModule, by_op: dict[int, np.ndarray], threshold: float, binary: Binary,
+                observed: dict[int, np.ndarray]) -> AccuracyTrace:
+    """The accuracy trace of a whole program's run on ttsim: the outputs ttsim sent back, each held
+    against XLA:CPU's value of the model's op it names, as the device model's run is traced."""
+    observer = TraceObserver(plan, by_op, threshold, binary.program.mesh_shape)
+    main = binary.program.main
+    for index in sorted(observed):
+        observer(main.ops[index], [observed[index]])
+    trace = finish_trace(plan, observer, None, threshold)
+    assert trace is not None
+    return trace
+
 
 def whole_run_failure(stitched: StageCall, compiled: CompileOutcome, seconds: float) -> WholeModelResult:
     """A stitched run that raised: a SimulationError is the run's own verdict (a failure or a simulator

@@ -18,11 +18,11 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-from opbyop.device.program import Program
+from opbyop.device.program import Op, Program
 from opbyop.device.ttsim.install import TtsimSetup, TtsimUnavailable, locate
 from opbyop.device.ttsim.plan import program_plan
 from opbyop.records import TtsimOutcome, TtsimRun
@@ -42,6 +42,7 @@ class TtsimResult:
     # seconds per phase: opbyop's ("start": the runner started, once per process; "plan": the program and
     # inputs handed over; "read": the outputs taken back) and the runner's (runner.Interpreter.phases)
     phases: dict[str, float] = field(default_factory=dict)
+    observed: dict[int, np.ndarray] = field(default_factory=dict)  # entry op index -> its output, where asked
 
 
 class TtsimRunner:
@@ -91,9 +92,11 @@ class TtsimRunner:
                                    f"see {self.log_path}; check the set-up with `make ttsim`")
         self.started_s = time.perf_counter() - started
 
-    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float, report: bool = False) -> TtsimResult:
+    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float, report: bool = False,
+            observe: Callable[[Op], bool] | None = None) -> TtsimResult:
         """The program's outputs on ttsim, or the outcome that stopped it (never raises for the op's sake);
-        with `report`, ttnn's own visualizer report of the run beside them."""
+        with `report`, ttnn's own visualizer report of the run beside them; with `observe`, the output
+        of each op of the entry function it picks (TtsimResult.observed)."""
         started = time.perf_counter()
         if self.refused is not None:  # the device did not open before: not tried again for every op
             return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self.refused))
@@ -106,7 +109,7 @@ class TtsimRunner:
         folder = self.scratch / f"ttsim-{os.getpid()}-{time.monotonic_ns()}"
         folder.mkdir(parents=True)
         try:
-            plan, constants = program_plan(program)
+            plan, constants = program_plan(program, observe)
             (folder / "plan.json").write_text(json.dumps(plan))
             arrays = {**constants, **{f"in{i}": np.asarray(x) for i, x in enumerate(inputs)}}
             np.savez(folder / "inputs.npz", **{k: _portable(v) for k, v in arrays.items()})
@@ -130,10 +133,11 @@ class TtsimRunner:
                       if reply.get("memory_measured")}
             run = TtsimRun(outcome=TtsimOutcome.RAN, seconds=seconds, runner_seconds=reply["seconds"],
                            report_error=reply.get("report_error"), **memory)
+            observed = _observed(folder / "observed.npz")
             phases = {"start": began - started, "plan": handed - began, **reply.get("phases", {}),
                       "read": time.perf_counter() - replied}
             return TtsimResult(run, outputs, _archive(folder / reply["report"]) if reply.get("report") else None,
-                               phases)
+                               phases, observed)
         except (BrokenPipeError, OSError) as e:
             return TtsimResult(self._lost(0, time.perf_counter() - started, timeout, str(e)))
         finally:
@@ -221,7 +225,8 @@ class TtsimBackend:
         self._runners: dict[str, TtsimRunner] = {}
         self._refused: dict[str, str] = {}  # architecture -> why no ttsim can be set up for it
 
-    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float, report: bool = False) -> TtsimResult:
+    def run(self, program: Program, inputs: Sequence[np.ndarray], timeout: float, report: bool = False,
+            observe: Callable[[Op], bool] | None = None) -> TtsimResult:
         """A mesh program goes to a runner with a mesh of ttsim's multichip build open (one per shape);
         where that mesh does not open, the reason is its outcome and the model's verdict stands."""
         arch, mesh = program.spec.arch, tuple(program.mesh_shape)
@@ -237,7 +242,7 @@ class TtsimBackend:
             log = self.home / "logs" / f"ttsim-{os.getpid()}{'' if mesh == (1, 1) else '-' + key.split()[1]}.log"
             self._runners[key] = TtsimRunner(setup, self.scratch, log, None if mesh == (1, 1) else mesh)
         runner = self._runners[key]
-        result = runner.run(program, inputs, timeout, report)
+        result = runner.run(program, inputs, timeout, report, observe)
         result.run.simulator = runner.setup.simulator  # which ttsim and patch set gave this outcome
         return result
 
@@ -245,6 +250,14 @@ class TtsimBackend:
         for runner in self._runners.values():
             runner.close()
         self._runners.clear()
+
+
+def _observed(path: Path) -> dict[int, np.ndarray]:
+    """observed.npz's outputs by the index of their op in the entry function (none: no file)."""
+    if not path.exists():
+        return {}
+    with np.load(path) as data:
+        return {int(key[1:]): data[key] for key in data.files}
 
 
 def _archive(folder: Path) -> bytes:

@@ -3,13 +3,14 @@
 The runner's interpreter has no MLIR parser (it lives in ttnn's own interpreter), so the program
 opbyop already read (opbyop.device.program) travels as JSON: functions, ops with their operands,
 results, types and attributes, and each `ttnn.constant`'s values as an array beside the inputs.
-tt-mlir's rows_gather / rows_scatter carry how the model reads their operand (`rows_split`: the
+Ops whose output the caller wants (the accuracy trace's) are marked. tt-mlir's rows_gather /
+rows_scatter carry how the model reads their operand (`rows_split`: the
 element counts before and after the addressed dimensions), so that both simulators read it alike.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -28,8 +29,10 @@ def tensor_type(t: TensorType | None) -> dict | None:
                 "shard_shape": list(layout.shard_shape)}}
 
 
-def program_plan(program: Program) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(the plan, the constants' values keyed as the plan names them)."""
+def program_plan(program: Program, observe: Callable[[Op], bool] | None = None
+                 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(the plan, the constants' values keyed as the plan names them). Each op of the entry function
+    that `observe` picks carries its index there (`observe`): the runner sends its output back."""
     constants: dict[str, np.ndarray] = {}
     functions = {}
     for f_index, (name, function) in enumerate(program.functions.items()):
@@ -45,6 +48,8 @@ def program_plan(program: Program) -> tuple[dict[str, Any], dict[str, np.ndarray
                 entry["constant"] = key
             if op.name in ROWS_OPS:
                 entry["rows_split"] = rows_split(op)
+            if observe is not None and name == program.entry and len(op.results) == 1 and observe(op):
+                entry["observe"] = o_index
             ops.append(entry)
         functions[name] = {"arguments": function.arguments,
                            "argument_types": [tensor_type(t) for t in function.argument_types],

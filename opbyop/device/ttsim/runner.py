@@ -9,7 +9,8 @@ ttsim instead of one chip) and talks to it over stdin / a private pipe:
   request  (one JSON line): {"dir": DIR, "report": BOOL}  DIR holds plan.json (the program,
                             opbyop.device.ttsim.plan) and inputs.npz (in0, in1 ...; constants as c<fn>_<op>)
   reply    (one JSON line): {"ok": true, "seconds": S, "ops": N, "peak_l1_bytes": ...}   outputs.npz (out0 ...)
-                                                                          in DIR
+                                                                          in DIR, and observed.npz (o<index>:
+                            the output of each op of the entry the plan marks `observe`)
                             with "report": true, also "report": "ttnn-report" (ttnn's own TT-NN Visualizer
                             report of the run, DIR/ttnn-report/db.sqlite) or "report_error": TEXT
                             {"ok": false, "kind": KIND, "op": OP, "message": TEXT}
@@ -765,6 +766,7 @@ class Interpreter:
         # TTNN op kind), "footprint" (the allocator's and graph capture's reads), "outputs" (which waits
         # for the last op to finish: tt-metal returns from an op before ttsim has run it to the end)
         self.phases: dict[str, float] = {}
+        self.observed: dict[str, np.ndarray] = {}  # o<index>: the output of the entry's op the plan marks
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -819,10 +821,21 @@ class Interpreter:
                 with self.phase("footprint"):
                     self.footprint.after()
                 results = list(out) if isinstance(out, (list, tuple)) else [out]
+                if "observe" in op:
+                    self.observe(op, results[0])
             for v, r in zip(op["results"], results):
                 values[v] = r
         return [values[v] for v in fn["returns"]]
 
+
+    def observe(self, op: dict, tensor) -> None:
+        """Keep the op's output for the caller's accuracy trace. One that cannot be read back costs
+        the trace its point, never the run its verdict (the trace skips ops it has no value for)."""
+        with self.phase("observe"):
+            try:
+                self.observed[f"o{op['observe']}"] = to_numpy(tensor, op["result_types"][0])
+            except Exception as e:  # noqa: BLE001 - any ttnn failure to read it: the point is dropped
+                print(f"not observed: {op['name']}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def held_elsewhere(self, tensor, args) -> bool:
         """A function's argument in a borrowed call, or a const-eval result (a loop body frees its
@@ -924,7 +937,7 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
     started = time.perf_counter()
     stage = "writing the inputs"
     interpreter.footprint.reset()
-    interpreter.phases = {}
+    interpreter.phases, interpreter.observed = {}, {}
     try:
         main = plan["functions"][plan["entry"]]
         with interpreter.phase("inputs"):
@@ -937,6 +950,8 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
         with interpreter.phase("outputs"):
             host = {f"out{i}": to_numpy(x, t) for i, (x, t) in enumerate(zip(outputs, main["return_types"]))}
             np.savez(folder / "outputs.npz", **host)
+            if interpreter.observed:
+                np.savez(folder / "observed.npz", **interpreter.observed)
         return {"ok": True, "seconds": time.perf_counter() - started, "ops": len(main["ops"]),
                 "phases": interpreter.phases, **interpreter.footprint.reply()}
     except Exception as e:
