@@ -49,10 +49,10 @@ def eager_sample(families: list[str], limit: int | None, seed: int) -> tuple[lis
 
 
 class PeakMemory:
-    """The largest summed RSS of a process and its descendants, sampled every 0.5 s."""
+    """The largest summed RSS of a process and its descendants, and of the process alone, sampled every 0.5 s."""
 
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak = pid, 0
+        self.pid, self.peak, self.own = pid, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -61,10 +61,11 @@ class PeakMemory:
         while not self._stop.wait(0.5):
             try:
                 root = psutil.Process(self.pid)
-                total = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+                own = root.memory_info().rss
+                total = own + sum(p.memory_info().rss for p in root.children(recursive=True))
             except psutil.Error:
                 continue
-            self.peak = max(self.peak, total)
+            self.peak, self.own = max(self.peak, total), max(self.own, own)
 
     def stop(self) -> int:
         self._stop.set()
@@ -115,7 +116,7 @@ def main() -> None:
     run_s, peak_bytes = time.monotonic() - start, peak.stop()
     (home / "analyze.log").write_text(log)
     print(f"opbyop analyze of {len(running)} models: exit {process.returncode}, {run_s:.0f} s, "
-          f"peak {peak_bytes / 1e9:.1f} GB (the command and its children); log: {home / 'analyze.log'}")
+          f"peak {peak_bytes / 1e9:.1f} GB (the command and its children), the command alone {peak.own / 1e9:.2f} GB; log: {home / 'analyze.log'}")
     if not manifest.exists():
         print(log[-3000:])
         return

@@ -145,12 +145,13 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
     # `opbyop nightly`'s: its Ctrl-C stops the target running, and the rest
     caller = handoffs.current() or handoffs.Handoff()
     outcomes = []
-    for i, target in enumerate(config.targets):
-        if caller.stop.is_set():
-            break
-        # each target's run measures its own phases; the stop request and the models' splits are shared
-        with handoffs.handing_off(caller.beside()):
-            outcomes.append(_run_target(i, target, base, config, models, cluster, store, expectations))
+    with caller.splits.kept():  # every target's run takes the same models' splits
+        for i, target in enumerate(config.targets):
+            if caller.stop.is_set():
+                break
+            # each target's run measures its own phases; the stop request and the splits are shared
+            with handoffs.handing_off(caller.beside()):
+                outcomes.append(_run_target(i, target, base, config, models, cluster, store, expectations))
     markdown = nightly_markdown(base, outcomes)
     if config.corpus is not None and not caller.stop.is_set():
         with handoffs.handing_off(caller.beside()):

@@ -7,7 +7,7 @@ recorded with its error and the others carry on (one model that fails to split n
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -80,6 +80,18 @@ class Prepared:
                             argument_names={name: argument_names(graph)})
             self.upstream_failures.update(failed)
         return name, new
+
+    def settle(self, name: str) -> None:
+        """Let go of what a model's analysis no longer needs once its ops and whole model are handed
+        out (its module text, weights and eager outputs; each op's module text, which its unique op
+        keeps): a run holds a few records per model, whatever the number of models. The graph and split
+        are replaced, not changed: another run may share them (Splits splits a model once)."""
+        graph, split = self.graphs.get(name), self.splits.get(name)
+        if graph is not None:
+            self.graphs[name] = replace(graph, module_text="", argument_values=None, reference_outputs=None)
+        if split is not None:
+            self.splits[name] = split.model_copy(update={"ops": [r.model_copy(update={"module_text": None})
+                                                                 for r in split.ops]})
 
 
 def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None

@@ -41,11 +41,25 @@ def test_a_model_asked_twice_is_split_once_and_in_the_order_asked():
     first = splits.ask([str(DATA / "tanh_matmul_chain.mlir"), str(DATA / "cholesky.mlir")], 0)
     again = splits.ask([str(DATA / "cholesky.mlir")], 0)
     other_seed = splits.ask([str(DATA / "cholesky.mlir")], 1)
-    assert again.futures[0][1] is first.futures[1][1]  # the same split, not a second one
-    assert other_seed.futures[0][1] is not first.futures[1][1]
+    assert again.futures[0][2] is first.futures[1][2]  # the same split, not a second one
+    assert other_seed.futures[0][2] is not first.futures[1][2]
     arrived = list(first.arriving(idle=lambda: None))
     assert [Path(m.spec).name for m in arrived] == ["tanh_matmul_chain.mlir", "cholesky.mlir"]
     assert all(m.error is None and m.split is not None and m.seconds > 0 for m in arrived)
+
+
+def test_a_model_is_let_go_of_once_every_run_that_asked_has_taken_it_unless_kept():
+    splits, chain = Splits(), str(DATA / "tanh_matmul_chain.mlir")
+    splits.prefetch([chain], 0)
+    one, two = splits.ask([chain], 0), splits.ask([chain], 0)
+    first = next(one.arriving(idle=lambda: None))
+    assert (chain, 0) in splits.futures  # the second run has not taken it yet
+    assert next(two.arriving(idle=lambda: None)) is first
+    assert not splits.futures  # taken by both: a run of many models holds only those still to come
+    with splits.kept():
+        kept = next(splits.ask([chain], 0).arriving(idle=lambda: None))
+        assert next(splits.ask([chain], 0).arriving(idle=lambda: None)) is kept  # split once within kept()
+    assert not splits.futures and kept is not first  # asked again after it was let go of: split again
 
 
 class Timed(LocalExecutor):
@@ -68,7 +82,7 @@ def test_the_first_models_ops_are_analysed_while_the_next_model_exports(slow_fac
     plan = RunPlan.from_config(config)
     models = Splits().ask(config.models, 0)
     split_finished: list[float] = []
-    models.futures[1][1].add_done_callback(lambda _: split_finished.append(time.monotonic()))
+    models.futures[1][2].add_done_callback(lambda _: split_finished.append(time.monotonic()))
     executor = Timed(workspace, "pipelined")
     outcome = execute(plan, models, executor, workspace=workspace)
     assert outcome.error is None and set(outcome.prepared.splits) == {"tanh_matmul_chain", "slow_factories.slow_small"}

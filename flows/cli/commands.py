@@ -33,10 +33,11 @@ from opbyop_flows.cli.progress import console, copy_manifest, print_summary, pro
 from opbyop_flows.engine.run_ids import group_run_ids, new_run_id
 from opbyop_flows.hosting.requests import run_request, warm_flow
 from opbyop_flows.hosting.service import AnalyzeOutcome, AnalyzeRequest, NightlyRequest, Ticket, standing_service
+from opbyop.boards import DEFAULT_CHIP
 from opbyop.cli.app import DeviceBackend, DeviceOption, positive_seconds
-from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
 from opbyop.compiler_spec import SPEC_FORMS, CompilerSpec
-from opbyop.cli.worker_options import ExportMemory, ExportTimeout, export_budget
+from opbyop.cli.worker_options import (ChipOption, ExportMemory, ExportTimeout, MeshOption, PassTimingOption,
+                                       UnshardOption, export_budget)
 from opbyop.compiler.targets import target_for
 from opbyop.config import AnalysisConfig, ClusterConfig, DeviceOptions, ShrinkOption, load_zoo
 from opbyop.environment import environment
@@ -61,7 +62,7 @@ def resume_command(names: list[str], chip: str, workers: int | None, address: st
 def analyze(ctx: typer.Context,
             models: list[str] = typer.Argument(None, help="zoo names, .mlir files, package.module:factory "
                                                           "(default: the zoo's 'default' tag)"),
-            chip: str = typer.Option(DEFAULT_CHIP, "--chip", help=chip_help()),
+            chip: str = ChipOption,
             workers: Optional[int] = typer.Option(None, "--workers", min=1, help="LocalCluster workers (1 or more)"),
             address: Optional[str] = typer.Option(None, "--address", help="existing Dask scheduler "
                                                   "(default: $OPBYOP_DASK_ADDRESS; none: a LocalCluster)"),
@@ -76,12 +77,7 @@ def analyze(ctx: typer.Context,
                                                  help="time budget of each failing op's search (above 0)"),
             manifest: Optional[Path] = typer.Option(None, "--manifest", help="also write the unique ops and "
                                                     "their origin models here (JSON; always beside the report)"),
-            mesh: Optional[str] = typer.Option(None, "--mesh", help=mesh_help()),
-            unshard: bool = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip "
-                                         "with its shardings removed (noted); otherwise an error"),
-            pass_timing: bool = typer.Option(False, "--pass-timing", help="compile every analysed op again with "
-                                             "MLIR pass timing: each pass's time (ops reused from the cache are "
-                                             "not timed: add --no-reuse)"),
+            mesh: Optional[str] = MeshOption, unshard: bool = UnshardOption, pass_timing: bool = PassTimingOption,
             device_backend: DeviceBackend = DeviceOption,
             export_memory: Optional[float] = ExportMemory, export_timeout: float = ExportTimeout,
             compilers: list[str] = typer.Option(None, "--compiler", help=f"the compiler build under test: {SPEC_FORMS}. "
@@ -240,7 +236,7 @@ def _here(request: AnalyzeRequest | NightlyRequest, where: Where, resume: str) -
     try:
         if isinstance(request, AnalyzeRequest):
             config = request.config
-            launch.handoff.splits.ask(config.models, config.seed, config.export, host_devices(config))
+            launch.handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config))
         warm_flow(request)  # imported while the server and cluster start
         with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
             address = launch.wait(busy_until=time.monotonic()) or where.address

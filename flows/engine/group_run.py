@@ -38,6 +38,7 @@ def run_group(configs: list[AnalysisConfig], run_id: str, shrink: ShrinkOption |
         except OpbyopError as e:
             logger.warning("no shared cluster (%s): each run starts its own", e)
             client = None
+        stack.enter_context(handoff.splits.kept())  # every build's run takes the same splits
         for i, (config, one_id) in enumerate(zip(configs, ids)):
             # the first run takes the caller's start-up phases; every run the same splits (made once)
             own = handoff if i == 0 else handoff.beside()

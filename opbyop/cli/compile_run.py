@@ -23,9 +23,9 @@ from opbyop.cli.app import (DeviceBackend, DeviceOption, MathFidelity, app, cons
                             input_specs, print_error, status_text, styled)
 from opbyop.cli.decode_cmds import run_decode_command
 from opbyop.cli.worker_options import (ChipOption, CompilerOption, ExportMemory, ExportTimeout, Fidelity, Fp32Acc,
-                                       OptLevel, Timeout, analysis_settings, cli_worker, compiler_named, plan_for,
+                                       MeshOption, OptLevel, PassTimingOption, Timeout, UnshardOption, analysis_settings, cli_worker, compiler_named, plan_for,
                                        compiler_options, export_budget, stored_op, worker_errors, worker_name)
-from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
+from opbyop.boards import DEFAULT_CHIP, chip_help
 from opbyop.compiler.passes import pass_events
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
@@ -45,9 +45,6 @@ from opbyop.run.plan import RunPlan, new_run_id
 from opbyop.run.sinks import open_sink, storing
 from opbyop.workspace import Workspace
 
-MeshOption = typer.Option(None, "--mesh", help=mesh_help())
-UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
-                                                        "shardings removed (noted on the model); otherwise an error")
 Full = typer.Option(False, "--full", help="print messages whole (they are whole anyway when stdout is not a terminal)")
 
 
@@ -185,8 +182,6 @@ Models = typer.Argument(..., help="zoo names, .mlir/.mlirbc files, package.modul
 Whole = typer.Option(True, "--whole/--no-whole", help="also compile (and run) each model whole")
 Inputs = typer.Option([], "--input", help="input spec for a factory, e.g. 1x3x32x32xf32 (one per input)")
 ManifestOption = typer.Option(None, "--manifest", help="write the unique ops and their origin models here (JSON)")
-PassTimingOption = typer.Option(False, "--pass-timing", help="compile each op again with MLIR pass timing: "
-                                "the slowest compiler passes")
 
 
 def print_ttsim_summary(results: list[OpResult], wholes: dict[str, WholeModelResult]) -> None:

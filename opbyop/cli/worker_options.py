@@ -11,7 +11,7 @@ import typer
 
 from opbyop.cli.app import MathFidelity, console, fail, positive_seconds
 from opbyop.compiler.assets import Notices
-from opbyop.boards import DEFAULT_CHIP, chip_help
+from opbyop.boards import DEFAULT_CHIP, chip_help, mesh_help
 from opbyop.compiler.builds import Compiler, prepare
 from opbyop.compiler_spec import SPEC_FORMS
 from opbyop.config import AnalysisConfig, AnalysisSettings, CompilerOptions, DeviceOptions, ExportBudget, load_thresholds
@@ -22,6 +22,11 @@ from opbyop.workspace import Workspace
 
 ChipOption = typer.Option(DEFAULT_CHIP, "--chip", help=chip_help())
 CompilerOption = typer.Option("installed", "--compiler", help=f"the compiler build under test: {SPEC_FORMS}")
+MeshOption = typer.Option(None, "--mesh", help=mesh_help())
+UnshardOption = typer.Option(False, "--unshard", help="analyse a sharded model on a single chip with its "
+                                                        "shardings removed (noted on the model); otherwise an error")
+PassTimingOption = typer.Option(False, "--pass-timing", help="compile every analysed op again with MLIR pass "
+                                "timing: each pass's time (ops reused from the cache are not timed: add --no-reuse)")
 OptLevel = typer.Option(0, "--optimization-level", min=0, max=2)
 Fidelity = typer.Option(None, "--math-fidelity", case_sensitive=False, help="the compute kernels' math fidelity")
 Fp32Acc = typer.Option(None, "--fp32-dest-acc/--no-fp32-dest-acc")

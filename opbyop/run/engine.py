@@ -206,3 +206,4 @@ def _arrived(plan: RunPlan, outcome: RunOutcome, model: SplitOutcome, executor: 
                 len(new), len(todo))
     if todo or wholes:
         executor.submit(todo, wholes)
+    outcome.prepared.settle(name)

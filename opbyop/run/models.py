@@ -13,8 +13,10 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Protocol, Sequence
 
@@ -65,13 +67,16 @@ class Ready:
 
 
 class Arrivals:
-    """Models asked of Splits: each one's future, in the order asked."""
+    """Models asked of Splits: each one's future, in the order asked. Each outcome is let go of as it is
+    taken (Splits.release): a run holds only the models it has not reached yet."""
 
-    def __init__(self, futures: Sequence[tuple[str, Future]]):
-        self.futures = list(futures)
+    def __init__(self, futures: Sequence[tuple[str, tuple[str, int], Future]], splits: Splits | None = None):
+        self.futures = deque(futures)
+        self.splits = splits
 
     def arriving(self, idle: Callable[[], None]) -> Iterator[SplitOutcome]:
-        for spec, future in self.futures:
+        while self.futures:
+            spec, key, future = self.futures.popleft()
             while True:
                 try:
                     outcome = future.result(timeout=POLL_SECONDS)
@@ -81,13 +86,21 @@ class Arrivals:
                 except Exception as e:  # the split thread's own failure: this model's error, the others go on
                     outcome = SplitOutcome(spec, None, None, f"{type(e).__name__}: {e}")
                     break
+            if self.splits is not None:
+                self.splits.release(key)
+            del future
             yield outcome
 
 
 class Splits:
     """The process's split thread: models split one after another in the order asked (the only
     thread that exports), each (spec, seed) once. `stop()`: models not yet started are not split
-    (an export can take minutes; nothing of it would be used)."""
+    (an export can take minutes; nothing of it would be used).
+
+    A model's outcome is kept until every run that asked for it has taken it (ask's claims), then let
+    go of, so that a run of many models holds few of them; `prefetch` splits without a claim (a caller
+    that starts the run later, which asks then), and within `kept()` nothing is let go of (the runs of
+    a group or a nightly that ask, one after another, for the same models)."""
 
     def __init__(self, stop: threading.Event | None = None):
         """`stop`: once set, the models not yet started are not split (the run's own stop request)."""
@@ -97,28 +110,67 @@ class Splits:
         self._host_devices: int | None = None
         self._lock = threading.Lock()
         self._stopped = stop or threading.Event()
+        self._claims: dict[tuple[str, int], int] = {}  # runs that asked and have not taken the model yet
+        self._keeping = 0  # kept() blocks open
 
     def ask(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
             host_devices: int | None = None, zoo: Zoo | None = None) -> Arrivals:
         """The models of `specs` (a folder of IR dumps: each of its modules), split in this order
-        after any asked before; those asked before with the same seed are not split again.
-        `host_devices`: the XLA:CPU devices of the process (pipeline values on a host mesh), fixed
-        by the first ask; `zoo`: where zoo names are looked up (default: the configured zoo)."""
-        zoo = zoo or load_zoo()
+        after any asked before; those asked before with the same seed and not let go of are not split
+        again. `host_devices`: the XLA:CPU devices of the process (pipeline values on a host mesh),
+        fixed by the first ask; `zoo`: where zoo names are looked up (default: the configured zoo)."""
         with self._lock:
-            asked = [(spec, seed) for spec in dict.fromkeys(expand_specs(specs))]
-            new = [key for key in asked if key not in self.futures]
-            if new:
-                warm_exports([spec for spec, _ in new], zoo, seed)  # the export children warm up meanwhile
-            for spec, _ in new:
-                future: Future = Future()
-                self.futures[(spec, seed)] = future
-                self._work.put((spec, seed, budget, future, zoo))
-            if self._thread is None:
-                self._host_devices = host_devices
-                self._thread = threading.Thread(target=self._split, name="split", daemon=True)
-                self._thread.start()
-            return Arrivals([(spec, self.futures[(spec, s)]) for spec, s in asked])
+            keys = self._queue(specs, seed, budget, host_devices, zoo)
+            for key in keys:
+                self._claims[key] = self._claims.get(key, 0) + 1
+            return Arrivals([(spec, (spec, s), self.futures[(spec, s)]) for spec, s in keys], self)
+
+    def prefetch(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
+                 host_devices: int | None = None, zoo: Zoo | None = None) -> None:
+        """Start splitting these models now, for a run that asks for them later (ask's arguments)."""
+        with self._lock:
+            self._queue(specs, seed, budget, host_devices, zoo)
+
+    def release(self, key: tuple[str, int]) -> None:
+        """One run took model `key`: let go of it when no other run waits for it (outside kept())."""
+        with self._lock:
+            self._claims[key] = self._claims.get(key, 1) - 1
+            if self._claims[key] <= 0 and not self._keeping:
+                self._claims.pop(key)
+                self.futures.pop(key, None)
+
+    @contextmanager
+    def kept(self) -> Iterator[None]:
+        """Runs within this block that ask for the same models get them split once."""
+        with self._lock:
+            self._keeping += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._keeping -= 1
+                if not self._keeping:
+                    for key in [k for k, n in self._claims.items() if n <= 0]:
+                        self._claims.pop(key)
+                        self.futures.pop(key, None)
+
+    def _queue(self, specs: Sequence[str], seed: int, budget: ExportBudget | None, host_devices: int | None,
+               zoo: Zoo | None) -> list[tuple[str, int]]:
+        """The (spec, seed) keys of `specs`, the new ones queued for the split thread (under the lock)."""
+        zoo = zoo or load_zoo()
+        asked = [(spec, seed) for spec in dict.fromkeys(expand_specs(specs))]
+        new = [key for key in asked if key not in self.futures]
+        if new:
+            warm_exports([spec for spec, _ in new], zoo, seed)  # the export children warm up meanwhile
+        for spec, _ in new:
+            future: Future = Future()
+            self.futures[(spec, seed)] = future
+            self._work.put((spec, seed, budget, future, zoo))
+        if self._thread is None:
+            self._host_devices = host_devices
+            self._thread = threading.Thread(target=self._split, name="split", daemon=True)
+            self._thread.start()
+        return asked
 
     def stop(self) -> None:
         self._stopped.set()
