@@ -144,7 +144,6 @@ def test_file_names_with_markup_are_printed_literally(opbyop, tmp_path):
     ("returns_int", [], ["returned int, not an nn.Module or a function"]),
     ("linear", ["1x5xf32"], ["cannot run on the example inputs (1x5xf32)", "shapes cannot be multiplied"]),
     ("linear", ["1x4xi64"], ["cannot run on the example inputs (1x4xi64)", "same dtype"]),
-    ("data_dependent", ["1x4xf32"], ["torch.export could not trace", "data-dependent", "torch.cond"]),
     ("jax_fn", [], ["has no example inputs", "return (model, example inputs)"]),
     ("jax_fn", ["2x3xf32", "4xf32"], ["JAX could not trace", "2 were given"]),
     ("nosuchattr", [], ["has no attribute 'nosuchattr'"]),
@@ -152,6 +151,11 @@ def test_file_names_with_markup_are_printed_literally(opbyop, tmp_path):
 def test_careless_factories_get_clear_errors(opbyop, factory, inputs, expected):
     args = [arg for spec in inputs for arg in ("--input", spec)]
     refused(opbyop("split", f"hostile_models:{factory}", *args), *expected)
+
+
+def test_a_branch_on_a_tensor_value_is_traced_the_example_inputs_way_and_said_so(opbyop):
+    code, out = opbyop("split", "hostile_models:data_dependent", "--input", "1x4xf32")
+    assert code == 0 and "0 failed to split" in out and "real-tensor propagation" in out, out
 
 
 def test_an_op_torch_mlir_cannot_lower_is_cut_out_and_the_rest_of_the_model_splits(opbyop):

@@ -74,6 +74,8 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
     unique = len({r.signature for r in result.ops if r.ok})
     console.print(f"{len(result.ops)} ops, {unique} unique, {len(result.failed)} failed to split; "
                   f"{result.arith_constants_rewritten} arith.constant rewritten, {result.calls_inlined} calls inlined")
+    for note in graph.notes:  # what the frontend did to export the model whole (e.g. sizes made static)
+        console.print(f"note: {note}")
     unlowered = [r for r in result.ops if r.frontend_error]
     if unlowered:  # recorded as frontend_failed ops; the rest of the model is split and analysed
         console.print(f"{len(unlowered)} framework ops the frontend could not lower, cut out of the graph "

@@ -32,6 +32,7 @@ import ml_dtypes
 import numpy as np
 import torch
 from torch import nn
+from torch.export.graph_signature import InputKind
 
 from opbyop.config import ExportBudget
 from opbyop.errors import ExportError
@@ -42,6 +43,7 @@ from opbyop.graph import Argument, ArgumentKind, FrontendFailure, ModelGraph
 from opbyop.frontends.torch_decompositions import decompositions, fold_complex_views
 from opbyop.frontends.torch_meta import fix_meta_graph, is_meta, to_meta
 from opbyop.frontends.torch_partition import cut, failing_nodes, mlir_name, nodes_at, unlowered_ops
+from opbyop.frontends.torch_unbacked import DATA_DEPENDENT, Specialised, specialise
 from opbyop.ir.provenance import encode_name
 from opbyop.records import TensorDesc
 
@@ -139,6 +141,10 @@ def _importer(context: Any) -> Any:
 def _tensor_desc(t: torch.Tensor) -> TensorDesc:
     if t.dtype not in _TORCH_TO_MLIR_DTYPE:
         raise ExportError(f"tensor dtype {t.dtype} is not supported", "cast the model's inputs or weights")
+    if not all(isinstance(size, int) for size in t.shape):
+        raise ExportError(f"a tensor of shape {tuple(t.shape)} has a size only its values decide (a data-dependent size)",
+                          "build the model with real weights (a smaller configuration): its example inputs then give "
+                          "every size a value")
     return TensorDesc(shape=tuple(t.shape), dtype=_TORCH_TO_MLIR_DTYPE[t.dtype])
 
 
@@ -237,7 +243,9 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
     traced = [to_meta(t) for t in inputs + weights] if meta else inputs + weights
     with _ONE_EXPORT, warnings.catch_warnings(), _quiet_torch_logs():
         warnings.simplefilter("ignore")
-        program = _traced_program(_Functional(model, names, len(inputs)), traced, name)
+        program, specialised = _traced_program(_Functional(model, names, len(inputs)), traced, name, real=not meta)
+        if specialised.outputs is not None:  # the run that fixed the graph's sizes is its reference
+            reference = specialised.outputs
         if meta:
             fix_meta_graph(program)
         text, failures, unlowered = _lowered(program, name, budget)
@@ -253,8 +261,8 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
         # the module's outputs are the model's only when no op was cut out
         reference_outputs=[_to_numpy(t) for t in reference] if reference is not None and not failures else None,
         export_seconds=time.perf_counter() - start, frontend_failures=failures,
-        notes=[f"{len(failures)} framework op(s) torch-mlir could not lower were cut out: "
-               + ", ".join(sorted({f.framework_op for f in failures}))] if failures else [],
+        notes=specialised.notes + ([f"{len(failures)} framework op(s) torch-mlir could not lower were cut out: "
+                              + ", ".join(sorted({f.framework_op for f in failures}))] if failures else []),
     )
 
 
@@ -271,22 +279,59 @@ def _eager_reference(model: nn.Module, inputs: list[torch.Tensor], name: str) ->
                               "one --input per argument)") from None
 
 
-def _traced_program(wrapper: nn.Module, args: list[torch.Tensor], name: str) -> Any:
+def _traced_program(wrapper: nn.Module, args: list[torch.Tensor], name: str, real: bool) -> tuple[Any, Specialised]:
     """torch.export's program of `wrapper(*args)`, decomposed as torch-mlir expects (and with
-    opbyop's decompositions of ops torch-mlir cannot lower)."""
+    opbyop's decompositions of ops torch-mlir cannot lower), and what was done to trace it. With
+    real values (`real`), a value torch could not know while tracing takes the example inputs'
+    (frontends.torch_unbacked): a branch on it is traced with torch's real-tensor propagation, and a
+    size or scalar that depends on it is made static."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
 
+    traced_with: list[str] = []
     try:
-        program = torch.export.export(wrapper, tuple(args), strict=False)
+        try:
+            program = torch.export.export(wrapper, tuple(args), strict=False)
+        except DATA_DEPENDENT as e:
+            if not real:
+                raise ExportError(
+                    f"torch.export could not trace {name}: {type(e).__name__}: {_first_lines(e)}",
+                    "the model branches on a value its weights compute, and weights on the meta device have none: "
+                    "build it with real weights (a smaller configuration), or make forward traceable "
+                    "(torch.cond for the branch)") from None
+            with torch._functorch.config.patch(fake_tensor_propagate_real_tensors=True):
+                program = torch.export.export(wrapper, tuple(args), strict=False)
+            traced_with.append(f"traced with torch's real-tensor propagation: a branch on a tensor's value "
+                         f"({_first_lines(e, lines=1, width=160)}) takes the example inputs' way")
         program = program.run_decompositions({**get_decomposition_table(), **decompositions()})
+    except ExportError:
+        raise
     except Exception as e:
         raise ExportError(f"torch.export could not trace {name}: {type(e).__name__}: {_first_lines(e)}",
                           "make forward traceable by torch.export.export(model, inputs): no Python branches "
                           "on tensor values (torch.cond), no data-dependent shapes, inputs of the shapes and "
                           "dtypes forward takes; or pass a .mlir file") from None
+    _complete_state(program, wrapper)
+    specialised = specialise(program, args) if real else Specialised()
+    specialised.notes[:0] = traced_with
     if fold_complex_views(program.graph_module.graph):
         program.graph_module.recompile()
-    return program
+    return program, specialised
+
+
+def _complete_state(program: Any, wrapper: nn.Module) -> None:
+    """A parameter or buffer the program reads that its state dict lacks, from the module: a buffer
+    forward reassigns (`self.pos = self.pos.to(...)`) leaves the program's state without it, and
+    torch-mlir refuses the program ('Could not find state mapping for buffer') even where the
+    graph reads it from the wrapper's argument instead."""
+    placeholders = {n.name: n for n in program.graph_module.graph.nodes if n.op == "placeholder"}
+    for spec in program.graph_signature.input_specs:
+        if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER) or spec.target in program.state_dict:
+            continue
+        owner, _, attribute = spec.target.rpartition(".")
+        value = getattr(wrapper.get_submodule(owner), attribute, None)
+        if not isinstance(value, torch.Tensor):  # nothing to read: only an unused placeholder can do without
+            value = placeholders[spec.arg.name].meta["val"]
+        program.state_dict[spec.target] = value
 
 
 MAX_CUTS = 8  # rounds of cutting unlowerable ops out before giving the model up
