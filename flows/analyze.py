@@ -48,9 +48,14 @@ def analyze(config: AnalysisConfig = AnalysisConfig(), run_id: str | None = None
     logger = get_run_logger()
     run_id = run_id or run_id_for(get_run_context().flow_run)
     claim_flow_run(logger)
-    handoff = handoffs.current() or handoffs.Handoff()
-    configs = config.per_compiler()
-    if len(configs) > 1:  # one run per compiler build, compared op by op
-        return run_group(configs, run_id, shrink, handoff, logger)
-    run = AnalyzeRun(config=config, run_id=run_id, shrink=shrink, handoff=handoff, logger=logger)
-    return run.execute()
+    caller = handoffs.current()  # the CLI's or a service's; a run from the UI or a deployment makes its own
+    handoff = caller or handoffs.Handoff()
+    try:
+        configs = config.per_compiler()
+        if len(configs) > 1:  # one run per compiler build, compared op by op
+            return run_group(configs, run_id, shrink, handoff, logger)
+        run = AnalyzeRun(config=config, run_id=run_id, shrink=shrink, handoff=handoff, logger=logger)
+        return run.execute()
+    finally:
+        if caller is None:  # its split thread ends with the flow run (a worker process serves many)
+            handoff.splits.close()

@@ -152,6 +152,8 @@ def nightly(config_file: str | None = None, models: list[str] | None = None, exp
             # each target's run measures its own phases; the stop request and the splits are shared
             with handoffs.handing_off(caller.beside()):
                 outcomes.append(_run_target(i, target, base, config, models, cluster, store, expectations))
+    if handoffs.current() is None:  # its own split thread ends here (a worker process serves many runs)
+        caller.splits.close()
     markdown = nightly_markdown(base, outcomes)
     if config.corpus is not None and not caller.stop.is_set():
         with handoffs.handing_off(caller.beside()):

@@ -140,9 +140,10 @@ def _fit_target(graph: ModelGraph, split: SplitResult | None, target: Target,
     if mesh is None:
         return graph, split, None
     try:
-        if unshard and target.chips == 1:
-            graph.module_text = strip_shardings(graph.module_text, graph.name)
-            graph.notes.append(f"unsharded: its mesh ({mesh}) and shardings were removed to analyse it on one chip (--unshard)")
+        if unshard and target.chips == 1:  # a new graph: the split one may be another run's too
+            graph = replace(graph, module_text=strip_shardings(graph.module_text, graph.name), notes=[
+                *graph.notes, f"unsharded: its mesh ({mesh}) and shardings were removed to analyse it on one chip "
+                "(--unshard)"])
             return graph, split_graph(graph), None
         check_fits(mesh, target.chips, graph.name, f"{target.chip} ({target.mesh_text})", target.mesh)
     except OpbyopError as e:
@@ -174,8 +175,9 @@ def _free_name(name: str, prepared: Prepared) -> str:
 
 
 def _renamed(graph: ModelGraph, split: SplitResult | None, name: str) -> tuple[ModelGraph, SplitResult | None]:
-    graph.notes.append(f"renamed from {graph.name}: an earlier model of the run has that name")
-    graph.name = name
+    """New graph and split under `name` (those given may be another run's too)."""
+    graph = replace(graph, name=name, notes=[*graph.notes, f"renamed from {graph.name}: an earlier model of the "
+                                                           "run has that name"])
     if split is not None:
         split = split.model_copy(update={"model": name,
                                          "ops": [r.model_copy(update={"model": name}) for r in split.ops]})

@@ -70,35 +70,72 @@ def _latest(con: duckdb.DuckDBPyConnection, runs: list[str], wanted: list[str]) 
     return found
 
 
-def lookup_cached(store: Store, signatures: Iterable[str], compiler: str, chip: str, options_key: str,
-                  exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
-    """signature -> (run id that produced it, the most recent reusable result).
+class CachedResults:
+    """The reusable results of earlier runs of one compiler build, chip and options, looked up op by op
+    (a run asks model by model): the store is scanned and its matching runs found once, when opened."""
 
-    Most recent: from the latest run (by start time) of that compiler build (its key), chip and options
-    that holds a result for the op other than a crash or a timeout."""
-    wanted = sorted(set(signatures))
-    if not wanted or not compiler:
-        return {}
-    con = duckdb.connect(":memory:")
-    try:
-        create_views(con, store.scan())
-        runs = [r for (r,) in con.execute(RUNS_SQL, {"compiler": compiler, "chip": chip,
-                                                      "options_key": options_key,
-                                                      "exclude_run": exclude_run or ""}).fetchall()]
-        latest = _latest(con, runs, wanted)
+    def __init__(self, store: Store, compiler: str, chip: str, options_key: str, exclude_run: str | None = None):
+        self.store, self.exclude_run = store, exclude_run or ""
+        self.key = {"compiler": compiler, "chip": chip, "options_key": options_key, "exclude_run": self.exclude_run}
+        self.con: duckdb.DuckDBPyConnection | None = None
+        self.runs: list[str] = []
+        if compiler:
+            self._open()
+
+    def _open(self) -> None:
+        """The store as it is now, without the files of the run that asks (it rewrites them as it goes)."""
+        self.close()
+        scan = self.store.scan()
+        if self.exclude_run:
+            own = f"run_id={self.exclude_run}"
+            scan.files = {table: [f for f in files if own not in str(f)] for table, files in scan.files.items()}
+        self.con = duckdb.connect(":memory:")
+        create_views(self.con, scan)
+        self.runs = [r for (r,) in self.con.execute(RUNS_SQL, self.key).fetchall()]
+
+    def lookup(self, signatures: Iterable[str]) -> dict[str, tuple[str, OpResult]]:
+        """signature -> (run id that produced it, the most recent reusable result).
+
+        Most recent: from the latest run (by start time) of that compiler build (its key), chip and
+        options that holds a result for the op other than a crash or a timeout."""
+        wanted = sorted(set(signatures))
+        if not wanted or not self.runs or self.con is None:
+            return {}
+        try:
+            return self._lookup(wanted)
+        except duckdb.IOException:  # a file compacted away since the store was scanned: scanned again
+            self._open()
+            return self._lookup(wanted)
+
+    def _lookup(self, wanted: list[str]) -> dict[str, tuple[str, OpResult]]:
+        assert self.con is not None
+        latest = _latest(self.con, self.runs, wanted)
         if not latest:
             return {}
         pairs = sorted(latest.items())
-        table = con.sql(ROWS_SQL, params={"runs": sorted(set(latest.values())),
-                                          "pair_runs": [r for _, r in pairs],
-                                          "pair_signatures": [s for s, _ in pairs]}).to_arrow_table()
+        table = self.con.sql(ROWS_SQL, params={"runs": sorted(set(latest.values())),
+                                               "pair_runs": [r for _, r in pairs],
+                                               "pair_signatures": [s for s, _ in pairs]}).to_arrow_table()
+        out: dict[str, tuple[str, OpResult]] = {}
+        rows = _as_results_table(table).to_pylist()
+        for origin, row in zip(table.column("origin_run").to_pylist(), rows):
+            out[row["signature"]] = (origin, convert.result_from_row(row))
+        return out
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+            self.con = None
+
+
+def lookup_cached(store: Store, signatures: Iterable[str], compiler: str, chip: str, options_key: str,
+                  exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
+    """CachedResults.lookup, once."""
+    cache = CachedResults(store, compiler, chip, options_key, exclude_run)
+    try:
+        return cache.lookup(signatures)
     finally:
-        con.close()
-    out: dict[str, tuple[str, OpResult]] = {}
-    rows = _as_results_table(table).to_pylist()
-    for origin, row in zip(table.column("origin_run").to_pylist(), rows):
-        out[row["signature"]] = (origin, convert.result_from_row(row))
-    return out
+        cache.close()
 
 
 def _as_results_table(table: pa.Table) -> pa.Table:

@@ -5,7 +5,7 @@ options. Asked model by model, as the run's models arrive."""
 from __future__ import annotations
 
 from opbyop.records import RETRYABLE, OpResult, RunInfo, UniqueOp
-from opbyop_storage.cache import lookup_cached
+from opbyop_storage.cache import CachedResults
 from opbyop_storage.dataset import RunWriter, Store
 
 
@@ -19,14 +19,16 @@ class KnownResults:
         stored = {r.signature: r for r in store.results(run.run_id)}  # one read; the latest result per op wins
         self.stored = {s: r for s, r in stored.items() if r.status not in RETRYABLE}
         self.unique = self.todo = self.resumed = self.reused = 0
+        # earlier runs' results: the store scanned once for the run, not once per model
+        self.cache = CachedResults(store, run.compiler.key, run.chip, run.options_key, exclude_run=run.run_id) \
+            if reuse else None
 
     def of(self, ops: list[UniqueOp]) -> dict[str, OpResult]:
         """signature -> result, for the ops of `ops` that need no analysis."""
         known = {op.signature: self.stored[op.signature] for op in ops if op.signature in self.stored}
         todo = [op for op in ops if op.signature not in known]
-        if self.reuse and todo:
-            cached = lookup_cached(self.store, [op.signature for op in todo], self.run.compiler.key, self.run.chip,
-                                   self.run.options_key, exclude_run=self.run.run_id)
+        if self.cache is not None and todo:
+            cached = self.cache.lookup(op.signature for op in todo)
             reused = [r.model_copy(update={"reused_from": source}) for source, r in
                       (cached[op.signature] for op in todo if op.signature in cached)]
             self.writer.add_results(reused)
@@ -36,6 +38,10 @@ class KnownResults:
         self.unique += len(ops)
         self.todo += len(ops) - len(known)
         return known
+
+    def close(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
 
     def line(self) -> str:
         return (f"{self.unique} unique ops: {self.todo} to analyse, {self.resumed} from this run id, "

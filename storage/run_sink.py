@@ -46,6 +46,7 @@ class StoreSink:
     def finish(self, outcome: RunOutcome) -> None:
         self.batches.flush()
         if self.known is not None:
+            self.known.close()
             self.logger.info(self.known.line())
         ended = self.run.model_copy(update={"ended_at": datetime.now(timezone.utc), "phases": self.phases()})
         self.run = self.writer.finish(ended, outcome.model_summaries(), status=outcome.status)

@@ -3,6 +3,7 @@ analysed as soon as it is split, while the next one exports."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
 
 SLOW_FACTORY = '''
+import threading
 import time
 import torch
 
@@ -89,3 +91,32 @@ def test_the_first_models_ops_are_analysed_while_the_next_model_exports(slow_fac
     assert len(executor.done) == 2 and all(r.status is Status.SUCCESS for r in outcome.results.values())
     # the first model's ops were all analysed before the second model's split had finished
     assert executor.done[0] < split_finished[0] < executor.done[1]
+
+
+class StopsAfterFirst(LocalExecutor):
+    """The local executor; the run is asked to stop once the first model's ops are handed out."""
+
+    def __init__(self, stop: threading.Event, *args, **kwargs):  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.stop = stop
+
+    def submit(self, ops, wholes) -> None:  # noqa: ANN001
+        super().submit(ops, wholes)
+        self.stop.set()
+
+
+@pytest.mark.slow
+def test_a_run_stopped_while_a_model_exports_ends_without_it_and_lets_it_go(slow_factory, tmp_path):
+    workspace = Workspace(tmp_path / "home")
+    config = AnalysisConfig(models=[str(DATA / "tanh_matmul_chain.mlir"), slow_factory], chip="p150",
+                            whole_model=False, reuse_cached=False)
+    splits, stop = Splits(), threading.Event()
+    models = splits.ask(config.models, 0)
+    outcome = execute(RunPlan.from_config(config), models, StopsAfterFirst(stop, workspace, "stopped"),
+                      workspace=workspace, stop=stop.is_set)
+    assert outcome.interrupted and outcome.error is None and set(outcome.prepared.splits) == {"tanh_matmul_chain"}
+    assert all(r.status is Status.SUCCESS for r in outcome.results.values()) and outcome.results
+    assert not splits.futures  # the model the run did not take is let go of
+    splits.close()
+    splits._thread.join(timeout=60)  # the export under way ends, then the thread
+    assert not splits._thread.is_alive()

@@ -113,7 +113,7 @@ def analyze(ctx: typer.Context,
     resume = resume_command(names, chip, workers, address, reuse, whole, timeout, run_id, device_backend.value,
                             config.compilers)
     outcome = carry_out(request, Where(workers, address, chip, root, early), resume)
-    copy_manifest(root, run_id, manifest)
+    copy_manifest(root, _progress_ids(request)[-1], manifest)  # a group's runs share their models: the last one's
     if outcome.summary is not None:
         print_summary(outcome.summary)
     if not outcome.completed:

@@ -66,7 +66,6 @@ POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between res
 class FanOut:
     """What the run handed to the cluster and has not taken back yet."""
 
-    client: Client
     plugin: str
     gate: ClusterGate
     progress: object  # the Prefect progress artifact's id
@@ -159,12 +158,12 @@ class AnalyzeRun:
     def submit(self, ops: list[UniqueOp], wholes: dict[str, ModelGraph]) -> None:
         """A model's ops (and its whole model) to the cluster, started by the first of them: one
         Prefect task each; a stop request leaves them."""
-        if self.fan is None and not self._start_cluster():
+        if self.handoff.stop.is_set() or (self.fan is None and not self._start_cluster()):
             return
         fan, chip, settings, timeout = self.fan, self.desc.chip, self.settings, self.config.op_timeout_s
         for name, graph in wholes.items():
             staged = stage_whole_model.submit(graph, self.workspace.scratch)
-            future = whole_model.submit(name, staged, parameter_indices(graph), chip, settings, max(600.0, timeout),
+            future = whole_model.submit(name, staged, parameter_indices(graph), chip, settings, self.plan.whole_timeout,
                                         fan.plugin, fan.gate, self.workspace.artifacts)
             fan.wholes[future] = name
             future.add_done_callback(fan.done.put)
@@ -230,7 +229,7 @@ class AnalyzeRun:
             self._stop_with(error)
             return False
         progress = create_progress_artifact(progress=0.0, description=f"ops analysed, run {self.run_id}")
-        self.fan = FanOut(client, plugin.name, ClusterGate(client, plugin.name), progress)
+        self.fan = FanOut(plugin.name, ClusterGate(client, plugin.name), progress)
         return True
 
     def _take(self, wait: float) -> None:
@@ -238,13 +237,14 @@ class AnalyzeRun:
         request marks the run interrupted."""
         fan = self.fan
         while fan.remaining:
-            if self.handoff.stop.is_set():
-                self.out.interrupted = True
-                return
+            stopping = self.handoff.stop.is_set()  # what finished is still taken, then the run stops
             try:
-                future = fan.done.get(timeout=wait) if wait else fan.done.get_nowait()
+                future = fan.done.get(timeout=wait) if wait and not stopping else fan.done.get_nowait()
             except queue.Empty:
-                self.sink.batches.flush_if_due()  # results reach the store in a lull too
+                if stopping:
+                    self.out.interrupted = True
+                else:
+                    self.sink.batches.flush_if_due()  # results reach the store in a lull too
                 return
             wait = 0.0
             if future in fan.wholes:

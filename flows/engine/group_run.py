@@ -31,6 +31,8 @@ def run_group(configs: list[AnalysisConfig], run_id: str, shrink: ShrinkOption |
     ids = group_run_ids(run_id, len(configs))
     workspace = Workspace.default()
     summaries: list[RunSummary] = []
+    stored: list[str] = []  # the runs made, in order (a build that cannot be prepared makes none)
+    refused: list[str] = []
     failed = False
     with ExitStack() as stack:
         try:  # one cluster for every build: its start-up is paid once
@@ -42,18 +44,26 @@ def run_group(configs: list[AnalysisConfig], run_id: str, shrink: ShrinkOption |
         for i, (config, one_id) in enumerate(zip(configs, ids)):
             # the first run takes the caller's start-up phases; every run the same splits (made once)
             own = handoff if i == 0 else handoff.beside()
-            run = AnalyzeRun(config=config, run_id=one_id, shrink=shrink, handoff=own, logger=logger,
-                             workspace=workspace, group_id=run_id, client=client)
+            try:
+                run = AnalyzeRun(config=config, run_id=one_id, shrink=shrink, handoff=own, logger=logger,
+                                 workspace=workspace, group_id=run_id, client=client)
+            except OpbyopError as e:  # a build that cannot be prepared: said, and the other builds run
+                logger.error("%s: %s", config.compiler_spec, e)
+                refused.append(f"{config.compiler_spec}: {e}")
+                continue
             state = run.execute()
             summary = summary_of(state.result(raise_on_failure=False))
             if summary is None or state.is_cancelled():
                 return state  # stopped: the runs so far are stored, a retry of the flow run resumes them
             summaries.append(summary)
+            stored.append(one_id)
             failed = failed or not state.is_completed()
-    comparisons = compared(workspace, ids, logger)
+    if not summaries:
+        return Failed(message="no compiler build could be prepared: " + "; ".join(refused))
+    comparisons = compared(workspace, stored, logger)
     last = summaries[-1].model_copy(update={"group": summaries[:-1], "comparisons": comparisons})
-    line = "; ".join(c["line"] for c in comparisons)
-    if failed:
+    line = "; ".join([c["line"] for c in comparisons] + refused)
+    if failed or refused:
         return Failed(message=line or last.line(), data=RunFailed(last))
     return Completed(message=line or last.line(), data=last)
 

@@ -66,5 +66,7 @@ def _outcome(run_id: str, handoff: Handoff, flow: Callable[[], State], summarise
         summary = summary_of(state.result(raise_on_failure=False)) if summarised else None
     except BaseException as e:  # noqa: BLE001  (told to the CLI)
         return AnalyzeOutcome(run_id=run_id, state="Error", completed=False, message=f"{type(e).__name__}: {e}")
+    finally:  # the request's split thread ends with it (a service serves many)
+        handoff.splits.close()
     return AnalyzeOutcome(run_id=run_id, state=state.name, completed=state.is_completed(),
                           message=state.message or "", summary=summary)

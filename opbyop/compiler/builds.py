@@ -250,9 +250,14 @@ def release_versions(package: str) -> list[str]:
 def _download(package: str, version: str, notices: Notices) -> Path:
     """The wheel of release `package==version`, downloaded once into the compilers' folder."""
     into = compilers_dir() / "downloads" / f"{package}-{version}"
-    found = sorted(into.glob("*.whl"))
-    if found:
-        return found[0]
+    into.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(into.with_name(f".{into.name}.lock"))):  # two runs preparing one release download it once
+        found = sorted(into.glob("*.whl"))
+        return found[0] if found else _fetch(package, version, into, notices)
+
+
+def _fetch(package: str, version: str, into: Path, notices: Notices) -> Path:
+    """pip's download of the release's wheel into folder `into` (made whole, or not at all)."""
     notices.say(f"compiler: downloading {package}=={version} from the package registry (first use on this machine)")
     partial = into.with_name(f".{into.name}.{os.getpid()}.partial")
     shutil.rmtree(partial, ignore_errors=True)

@@ -163,17 +163,19 @@ def execute(plan: RunPlan, models: Feed, executor: Executor, sink: ResultSink | 
         outcome.sink.start(plan)
     executor.open(plan, outcome)
     try:
-        arrivals = models.arriving(idle=executor.collect)
+        arrivals = models.arriving(idle=executor.collect, stop=stop)
         while not (outcome.error or stop()):
             with clock.phase("export"):  # waiting for the next model; the ops handed out run meanwhile
                 model = next(arrivals, None)
-            if model is None:
+            if model is None or stop():
                 break
             clock.add(f"export {model.spec}", model.seconds)
             _arrived(plan, outcome, model, executor, workspace, keep_modules, clock, logger)
-        if plan.config.models and not outcome.prepared.graphs and not outcome.error:
-            outcome.error = "no model could be split"
+            del model  # the run keeps only what Prepared.settle left of it
+        arrivals.close()  # the models not taken are let go of
         outcome.interrupted = outcome.interrupted or stop()
+        if plan.config.models and not outcome.prepared.graphs and not (outcome.error or outcome.interrupted):
+            outcome.error = "no model could be split"
     finally:
         executor.close()  # the results still out, taken (the executor times its own steps)
     with clock.phase("store"):

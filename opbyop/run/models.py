@@ -1,11 +1,12 @@
 """A run's models, split one after another while the ops of those before them are analysed.
 
 Exporting a model is the slow part of preparing it (minutes for a large one) and torch.export keeps
-global state, so one thread of the process exports and splits, in the order asked; each model's
-outcome is a future. The run engine takes the models in that order, and while it waits for the next
-one it collects the results of the ops already handed out (Feed.arriving's `idle`): a model's ops
-fan out as soon as it is split. A model asked twice (the targets of a nightly, the compiler builds
-of one analyze) is split once; a caller may ask early, while its server and cluster start.
+global state, so a caller's runs share one split thread (Splits) that exports and splits in the
+order asked (exports of two threads take turns: frontends.torch_export); each model's outcome is a
+future. The run engine takes the models in that order, and while it waits for the next one it
+collects the results of the ops already handed out (Feed.arriving's `idle`): a model's ops fan out
+as soon as it is split. A model asked twice (the targets of a nightly, the compiler builds of one
+analyze) is split once; a caller may ask early, while its server and cluster start.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Callable, Generator, Iterator, Protocol, Sequence
 
 from opbyop.config import ExportBudget, Zoo, load_zoo
 from opbyop.frontends.loader import expand_specs, warm_exports
@@ -42,6 +43,9 @@ class SplitOutcome:
     seconds: float = 0.0
 
 
+Arriving = Generator[SplitOutcome, None, None]  # a feed's models; close() lets go of those not taken
+
+
 def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = None) -> SplitOutcome:
     """pipeline.prepare_model, timed."""
     start = time.monotonic()
@@ -52,8 +56,9 @@ def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = 
 class Feed(Protocol):
     """A run's models as they become ready."""
 
-    def arriving(self, idle: Callable[[], None]) -> Iterator[SplitOutcome]:
-        """Each model in order; `idle()` is called every POLL_SECONDS while the next one is not ready."""
+    def arriving(self, idle: Callable[[], None], stop: Callable[[], bool] = lambda: False) -> Arriving:
+        """Each model in order; `idle()` is called every POLL_SECONDS while the next one is not ready,
+        and the models end there once `stop()` is true."""
 
 
 class Ready:
@@ -62,7 +67,7 @@ class Ready:
     def __init__(self, outcomes: Sequence[SplitOutcome]):
         self.outcomes = list(outcomes)
 
-    def arriving(self, idle: Callable[[], None]) -> Iterator[SplitOutcome]:
+    def arriving(self, idle: Callable[[], None], stop: Callable[[], bool] = lambda: False) -> Arriving:
         yield from self.outcomes
 
 
@@ -74,28 +79,41 @@ class Arrivals:
         self.futures = deque(futures)
         self.splits = splits
 
-    def arriving(self, idle: Callable[[], None]) -> Iterator[SplitOutcome]:
-        while self.futures:
-            spec, key, future = self.futures.popleft()
-            while True:
-                try:
-                    outcome = future.result(timeout=POLL_SECONDS)
-                    break
-                except FutureTimeout:
-                    idle()
-                except Exception as e:  # the split thread's own failure: this model's error, the others go on
-                    outcome = SplitOutcome(spec, None, None, f"{type(e).__name__}: {e}")
-                    break
-            if self.splits is not None:
-                self.splits.release(key)
-            del future
-            yield outcome
+    def arriving(self, idle: Callable[[], None], stop: Callable[[], bool] = lambda: False) -> Arriving:
+        try:
+            while self.futures:
+                spec, key, future = self.futures[0]
+                outcome = self._wait(spec, future, idle, stop)
+                if outcome is None:
+                    return
+                self.futures.popleft()
+                self._release(key)
+                yield outcome
+        finally:  # a run that ends early lets go of the models it did not take
+            while self.futures:
+                self._release(self.futures.popleft()[1])
+
+    @staticmethod
+    def _wait(spec: str, future: Future, idle: Callable[[], None], stop: Callable[[], bool]) -> SplitOutcome | None:
+        """The model's outcome once it is split (None: stopped first)."""
+        while not stop():
+            try:
+                return future.result(timeout=POLL_SECONDS)
+            except FutureTimeout:
+                idle()
+            except Exception as e:  # the split thread's own failure: this model's error, the others go on
+                return SplitOutcome(spec, None, None, f"{type(e).__name__}: {e}")
+        return None
+
+    def _release(self, key: tuple[str, int]) -> None:
+        if self.splits is not None:
+            self.splits.release(key)
 
 
 class Splits:
-    """The process's split thread: models split one after another in the order asked (the only
-    thread that exports), each (spec, seed) once. `stop()`: models not yet started are not split
-    (an export can take minutes; nothing of it would be used).
+    """A caller's split thread: models split one after another in the order asked, each (spec, seed)
+    once. Once `stop` is set, or after close(), models not yet started are not split (an export can
+    take minutes; nothing of it would be used).
 
     A model's outcome is kept until every run that asked for it has taken it (ask's claims), then let
     go of, so that a run of many models holds few of them; `prefetch` splits without a claim (a caller
@@ -105,7 +123,7 @@ class Splits:
     def __init__(self, stop: threading.Event | None = None):
         """`stop`: once set, the models not yet started are not split (the run's own stop request)."""
         self.futures: dict[tuple[str, int], Future] = {}
-        self._work: queue.Queue[tuple[str, int, ExportBudget | None, Future, Zoo]] = queue.Queue()
+        self._work: queue.Queue[tuple[str, int, ExportBudget | None, Future, Zoo] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._host_devices: int | None = None
         self._lock = threading.Lock()
@@ -172,13 +190,16 @@ class Splits:
             self._thread.start()
         return asked
 
-    def stop(self) -> None:
+    def close(self) -> None:
+        """No more splits: models not yet started are not split, and the thread ends (a service makes
+        one Splits per request)."""
         self._stopped.set()
+        self._work.put(None)
 
     def _split(self) -> None:
         prepare_jax(host_devices=self._host_devices)  # before anything in this process imports JAX
-        while True:
-            spec, seed, budget, future, zoo = self._work.get()
+        while (work := self._work.get()) is not None:
+            spec, seed, budget, future, zoo = work
             if not future.set_running_or_notify_cancel():
                 continue
             if self._stopped.is_set():
