@@ -16,6 +16,7 @@ from store_samples import SAMPLE_OPS, result, run_info, summary
 from opbyop.records import Status
 from opbyop_storage.dataset import Store
 from opbyop_storage.readonly import StoreConnection
+from opbyop_storage.run_progress import RunSignatures
 
 BATCHES = 10
 RUNS = 10
@@ -80,3 +81,23 @@ def test_a_reader_querying_in_a_loop_never_sees_a_run_being_compacted(store_root
     assert reads > 5
     warnings = [r.getMessage() for r in caplog.records if "unreadable" in r.getMessage()]
     assert not problems and not warnings, (problems[:5], warnings[:5])
+
+
+def test_a_runs_progress_reads_each_part_once_and_follows_rewrites_and_compaction(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    ops = list(SAMPLE_OPS.values())
+    run = run_info("p1", datetime(2026, 11, 20, 2, 0, tzinfo=timezone.utc), ["mlp"])
+    done = RunSignatures(store, "results", "p1")
+    with store.writer() as w:
+        w.start(run)
+        assert done() == set()
+        w.add_results([result(op, Status.SUCCESS) for op in ops[:2]])
+        w.add_results([result(op, Status.SUCCESS) for op in ops[2:4]])
+        assert len(done()) == 4 and len(done.parts) == 2
+        read = dict(done.parts)
+        done()
+        assert all(done.parts[p] is read[p] for p in read)  # a part read before is not read again
+        w.add_results([result(ops[0], Status.COMPILE_FAILED)])  # rewrites the part that held it
+        assert done() == {op.signature for op in ops[:4]}
+        w.finish(run, [summary("mlp", [])])  # compaction: one file
+    assert done() == {op.signature for op in ops[:4]} and len(done.parts) == 1

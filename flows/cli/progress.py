@@ -26,41 +26,36 @@ def say(*parts: str | tuple[str, str]) -> None:
 def progress_from_store(running: Callable[[], bool], store_root: Path | str, run_ids: list[str]) -> None:
     """A progress bar fed from the store (results land there in batches) while `running()` says so,
     over the runs `run_ids` (one per compiler build); `running()` paces the loop (a short wait: the
-    end shows at once), the store is read every PROGRESS_SECONDS (each read costs CPU the run could use)."""
+    end shows at once), the store is read every PROGRESS_SECONDS, only the parts written since the
+    read before (each read costs CPU the run could use)."""
     from opbyop_storage.dataset import Store  # pyarrow: loaded only when used
+    from opbyop_storage.run_progress import RunSignatures
 
     store = Store(store_root)
+    ops = {r: RunSignatures(store, "ops", r) for r in run_ids}  # a run's ops are stored model by model
+    results = {r: RunSignatures(store, "results", r) for r in run_ids}
     name = run_ids[0] if len(run_ids) == 1 else f"{run_ids[0].removesuffix('-c1')} ({len(run_ids)} compilers)"
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as progress:
         task = progress.add_task(f"run {name}: starting", total=None)
-        totals, read = dict.fromkeys(run_ids, 0), time.monotonic()
+        read = time.monotonic()
         while running():
             if time.monotonic() - read < PROGRESS_SECONDS:
                 continue
             read = time.monotonic()
-            for run_id in run_ids:  # a run's ops are stored model by model, as each is split
-                totals[run_id] = _total(store, run_id)
+            totals = {r: len(_read(ops[r])) for r in run_ids}
             started = [r for r in run_ids if totals[r]]
             if started:  # a build not started yet has as many ops as the first (the same split)
                 total = sum(totals.values()) + (len(run_ids) - len(started)) * totals[started[0]]
-                progress.update(task, total=total, completed=sum(_done(store, r) for r in started),
+                progress.update(task, total=total, completed=sum(len(_read(results[r])) for r in started),
                                 description=f"run {name}: ops")
 
 
-def _total(store, run_id: str) -> int:  # noqa: ANN001
-    """The run's unique ops stored so far (its signature column only: read twice a second)."""
+def _read(signatures: Callable[[], set[str]]) -> set[str]:
     try:
-        return len(set(store.read_table("ops", run_id).column("signature").to_pylist()) - {None, ""})
-    except Exception:  # the run's files may not exist yet
-        return 0
-
-
-def _done(store, run_id: str) -> int:  # noqa: ANN001
-    try:
-        return len(store.completed_signatures(run_id))
-    except Exception:
-        return 0
+        return signatures()
+    except Exception:  # a run's files may not exist yet; a bar is never worth a failed run
+        return set()
 
 
 def print_summary(summary) -> None:  # noqa: ANN001  (opbyop_flows.engine.summary.RunSummary)
