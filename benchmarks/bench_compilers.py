@@ -30,9 +30,12 @@ from pathlib import Path
 import psutil
 from common import Figures, console
 
+from opbyop.worker.passes import TIMING_ENV, VERBOSE_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 ZOO = ["mlp", "cnn", "resnet18", "bert-small", "gpt2", "llama", "vit", "jax-mlp"]
 RELEASES = ["0.1.0", "0.1.1", "0.1.2", "0.1.3"]
+SIDE_ENV = {*VERBOSE_ENV, *TIMING_ENV}  # how a failed compile's side child differs from a warm op worker
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -65,7 +68,9 @@ class PeakMemory:
                 for p in family:
                     try:
                         total += p.memory_info().rss
-                        workers += "opbyop.worker.child" in " ".join(p.cmdline())
+                        # a warm op worker; not a failed compile's side child (verbose or timing)
+                        workers += "opbyop.worker.child" in " ".join(p.cmdline()) and not (
+                            SIDE_ENV & set(p.environ()))
                     except psutil.Error:
                         continue
                 self.peak, self.workers = max(self.peak, total), max(self.workers, workers)
