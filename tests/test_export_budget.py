@@ -121,7 +121,8 @@ def test_a_lowering_past_its_budget_is_bisected_to_its_op_and_the_rest_is_lowere
     room = int(1.2e9)
     budget = ExportBudget(memory_bytes=int((processes_memory([os.getpid()]) + room) / LOWERING_SHARE),
                           lowering_timeout_s=60)
-    text, failures, _ = _lowered(program, "fill", budget)
+    lowered = _lowered(program, "fill", budget)
+    text, failures = lowered.text, lowered.failures
     assert failures, "the blow-up was not cut out"
     for failure in failures:
         assert failure.aten_op == "aten.slice_scatter.default", failure.message
@@ -156,7 +157,8 @@ def test_a_lowering_is_charged_its_own_memory_not_that_of_its_callers_other_chil
         # a forkserver sharing its pages) may grow its share while the lowering runs.
         budget = ExportBudget(memory_bytes=int((processes_memory([os.getpid()]) + 2.5e9) / LOWERING_SHARE),
                               lowering_timeout_s=60)
-        text, failures, _ = _lowered(program.run_decompositions(get_decomposition_table()), "small", budget)
+        lowered = _lowered(program.run_decompositions(get_decomposition_table()), "small", budget)
+        text, failures = lowered.text, lowered.failures
     finally:
         other.kill()
         other.wait()

@@ -77,3 +77,23 @@ def test_a_tiny_deepseek_exports_with_no_op_cut_out_and_xla_computes_torch_s_log
     (want,) = graph.reference_outputs
     assert logits.shape == want.shape
     assert np.max(np.abs(logits - want)) <= 1e-4 * np.max(np.abs(want))
+
+
+class InversePermutation(torch.nn.Module):
+    """transformers' grouped experts restore the tokens' order with an uninitialised tensor they then
+    write whole (`inv = torch.empty_like(perm); inv[perm] = arange`): torch-mlir keeps it tensor.empty."""
+
+    def forward(self, perm: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(perm.size(0))
+        return x[inverse]
+
+
+def test_an_empty_tensor_torch_mlir_leaves_is_stablehlo_zeros_said_so_and_xla_computes_torch_s_values():
+    inputs = [torch.tensor([3, 0, 2, 1, 5, 4]), torch.randn(6, 8, generator=torch.Generator().manual_seed(0))]
+    graph = export_torch(InversePermutation(), inputs, "inverse_permutation")
+    assert "tensor.empty" not in graph.module_text and "dense<0> : tensor<6xi64>" in graph.module_text
+    assert any("tensor.empty" in note and "zeros" in note for note in graph.notes), graph.notes
+    prepare_jax()
+    (got,) = XlaCpu().run(graph.module_text, graph.argument_values)
+    assert np.array_equal(got, graph.reference_outputs[0])

@@ -8,6 +8,10 @@
   anyway): no eager forward, no weight ever allocated (frontends.torch_meta).
 - A framework op torch-mlir cannot lower is cut out of the graph and recorded, not the model lost
   (frontends.torch_partition).
+- An uninitialised tensor torch-mlir leaves as `tensor.empty` (no StableHLO op) becomes a
+  stablehlo.constant of zeros, and the graph's notes say so.
+- A graph whose sizes or branches depend on values is made the example inputs' own with real
+  weights (frontends.torch_unbacked), and the graph's notes say so.
 - Every op's location is a named location `fw=torch.conv2d;module=layer1.0.conv1;aten=...` around
   torch-mlir's file:line call-site chain: the framework op and module path are in the FX graph but
   not in torch-mlir's locations.
@@ -248,7 +252,8 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
             reference = specialised.outputs
         if meta:
             fix_meta_graph(program)
-        text, failures, unlowered = _lowered(program, name, budget)
+        lowered = _lowered(program, name, budget)
+    text, failures, unlowered = lowered.text, lowered.failures, lowered.unlowered
     input_names = list(input_names or [f"input{i}" for i in range(len(inputs))])
     arguments = [Argument(n, ArgumentKind.INPUT, _tensor_desc(t)) for n, t in zip(input_names, inputs)]
     arguments += [Argument(n, ArgumentKind.PARAMETER, _tensor_desc(w), buffer=n in buffers)
@@ -261,7 +266,7 @@ def export_torch(model: nn.Module, inputs: Sequence[torch.Tensor], name: str,
         # the module's outputs are the model's only when no op was cut out
         reference_outputs=[_to_numpy(t) for t in reference] if reference is not None and not failures else None,
         export_seconds=time.perf_counter() - start, frontend_failures=failures,
-        notes=specialised.notes + ([f"{len(failures)} framework op(s) torch-mlir could not lower were cut out: "
+        notes=specialised.notes + lowered.notes + ([f"{len(failures)} framework op(s) torch-mlir could not lower were cut out: "
                               + ", ".join(sorted({f.framework_op for f in failures}))] if failures else []),
     )
 
@@ -328,7 +333,10 @@ def _complete_state(program: Any, wrapper: nn.Module) -> None:
         if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER) or spec.target in program.state_dict:
             continue
         owner, _, attribute = spec.target.rpartition(".")
-        value = getattr(wrapper.get_submodule(owner), attribute, None)
+        try:
+            value = getattr(wrapper.get_submodule(owner), attribute, None)
+        except AttributeError:  # forward replaced the submodule too
+            value = None
         if not isinstance(value, torch.Tensor):  # nothing to read: only an unused placeholder can do without
             value = placeholders[spec.arg.name].meta["val"]
         program.state_dict[spec.target] = value
@@ -359,6 +367,7 @@ class _Lowering:
     diagnostics: list[str] = field(default_factory=list)  # `file:line (fw op): message`
     located: list[tuple[str, str]] = field(default_factory=list)  # (the whole location, the message)
     error: str = ""  # the start of the exception, or why the attempt was stopped
+    empties_as_zeros: int = 0  # tensor.empty ops given StableHLO's meaning (_empties_as_zeros)
 
     @property
     def message(self) -> str:
@@ -388,10 +397,48 @@ def _lower(program_or_graph: Any) -> _Lowering:
         else:
             module = fx.export_and_import(program_or_graph, output_type="stablehlo", fx_importer=_importer(context),
                                           func_name="main", decomposition_table={})
+        out.empties_as_zeros = _empties_as_zeros(module, ir)
         out.text = module.operation.get_asm(enable_debug_info=True)
     except Exception as e:
         out.error = _first_lines(e)
     return out
+
+
+def _empties_as_zeros(module: Any, ir: Any) -> int:
+    """Every `tensor.empty` of a static shape rewritten as a stablehlo.constant of zeros of its type;
+    how many. torch-mlir lowers some uninitialised tensors (`torch.empty_like`: transformers' experts
+    make their inverse permutation with it, then write every element) to tensor.empty, which is no
+    StableHLO op: left in, its own op module fails in the compiler's front end, a failure of no op of
+    the model's. Any value is a valid value of an uninitialised tensor; zeros are one."""
+    found: list[Any] = []
+
+    def visit(op: Any) -> Any:
+        result = op.results[0].type if op.name == "tensor.empty" and len(op.results) == 1 else None
+        if isinstance(result, ir.RankedTensorType) and result.has_static_shape and not op.operands:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    rewritten = 0
+    for op in found:
+        zero = _zero_attribute(op.results[0].type.element_type, ir)
+        if zero is None:  # a complex or other element type: left as torch-mlir wrote it
+            continue
+        value = ir.DenseElementsAttr.get_splat(op.results[0].type, zero)
+        constant = ir.Operation.create("stablehlo.constant", results=[op.results[0].type], attributes={"value": value},
+                                       loc=op.location, ip=ir.InsertionPoint(op))
+        op.results[0].replace_all_uses_with(constant.results[0])
+        op.erase()
+        rewritten += 1
+    return rewritten
+
+
+def _zero_attribute(element: Any, ir: Any) -> Any:
+    if isinstance(element, ir.IntegerType):
+        return ir.IntegerAttr.get(element, 0)
+    if isinstance(element, ir.FloatType):
+        return ir.FloatAttr.get(element, 0.0)
+    return None
 
 
 def _lowering_child(program_or_graph: Any, folder: Path) -> None:
@@ -447,8 +494,17 @@ def _attempt(part: list[Unit], budget: ExportBudget | None) -> Attempt:
     return Attempt(False, lowering.message, named)
 
 
-def _lowered(program: Any, name: str, budget: ExportBudget | None = None
-             ) -> tuple[str, list[FrontendFailure], list[TensorDesc]]:
+@dataclass
+class Lowered:
+    """A program as StableHLO text, the framework ops cut out of it, and what was done to the text."""
+
+    text: str
+    failures: list[FrontendFailure]
+    unlowered: list[TensorDesc]  # the cut ops' results, arguments of the module in their place
+    notes: list[str]
+
+
+def _lowered(program: Any, name: str, budget: ExportBudget | None = None) -> Lowered:
     """The program as StableHLO text; ops torch-mlir cannot lower are cut out, round by round
     (one op's failure can hide the next one's), and described. Ops are found by torch-mlir's words,
     else (with a budget: each attempt in a watched child) by bisecting the graph."""
@@ -457,7 +513,9 @@ def _lowered(program: Any, name: str, budget: ExportBudget | None = None
     for _ in range(MAX_CUTS + 1):
         lowering = _lower_within(program, budget)
         if lowering.text is not None:
-            return lowering.text, failures, unlowered
+            notes = [f"{lowering.empties_as_zeros} uninitialised tensor(s) torch-mlir left as tensor.empty (no "
+                     "StableHLO op) made stablehlo.constant zeros"] if lowering.empties_as_zeros else []
+            return Lowered(lowering.text, failures, unlowered, notes)
         graph = program.graph_module.graph
         failing = _named_nodes(graph, lowering)
         if not failing and budget is not None:
