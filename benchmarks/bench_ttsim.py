@@ -2,7 +2,7 @@
 and what a run on ttsim costs next to the same run with the model alone.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_ttsim.py [--models mlp cnn ...] [--chip p150]
-        [--timeout 120]
+        [--timeout 120] [--where] [--whole]
 
 Every unique op of the models is compiled, run on the device and checked against XLA:CPU in one op
 worker (the analysis path of `opbyop run MODEL --device ttsim`), three times, each pass in a worker
@@ -22,6 +22,12 @@ programs both ran and how the model's outputs agree with ttsim's; the tt-metal r
 limits met; and the time, side by side, split into the worker's start, the compiles, the model's
 device runs, the golden checks and ttsim's part (its time inside ttnn apart). Requires `make ttsim`.
 Goal: the warm ttsim pass at most 1.5x the model's wall time.
+
+With `--whole`, instead: each model whole (the analysis path of `opbyop run MODEL --device ttsim`'s
+whole-model step), one worker, in the machine's kernel cache: once with the model alone, then twice on
+ttsim (the first builds the kernels the cache lacks, the second is warm). Printed per model: the
+model's pcc and ttsim's against the framework, the accuracy trace on ttsim's values (ops compared,
+first below the threshold, worst op) beside the model's own, and the wall of each run.
 """
 
 from __future__ import annotations
@@ -51,7 +57,9 @@ from opbyop.device.ttsim.backend import TtsimBackend  # noqa: E402
 from opbyop.golden import upstream  # noqa: E402
 from opbyop.golden.inputs import make_inputs  # noqa: E402
 from opbyop.pipeline import prepare  # noqa: E402
-from opbyop.records import OpResult, TtsimOutcome, UniqueOp  # noqa: E402
+from opbyop.analysis.accuracy_trace import in_brief  # noqa: E402
+from opbyop.frontends.loader import load_model  # noqa: E402
+from opbyop.records import OpResult, TtsimOutcome, UniqueOp, WholeModelResult  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
 
 SMALL_ZOO = ["mlp", "cnn", "resnet18", "bert-small", "gpt2", "llama", "vit", "jax-mlp"]
@@ -187,13 +195,83 @@ def show_where(ops: list[UniqueOp], warm: Pass, home: Path, artifacts: ArtifactS
     table.show()
 
 
+@dataclass
+class WholeRuns:
+    """One model whole: with the model alone, then on ttsim twice (kernels built on the first)."""
+
+    model: WholeModelResult
+    first: WholeModelResult
+    warm: WholeModelResult
+    model_wall: float
+    first_wall: float
+    warm_wall: float
+
+
+def run_wholes(models: list[str], home: Path, chip: str, timeout: float) -> dict[str, WholeRuns]:
+    thresholds = load_thresholds()
+    alone = AnalysisSettings(thresholds=thresholds, device=DeviceOptions(backend="model", ttsim_timeout_s=timeout))
+    on_ttsim = alone.model_copy(update={"device": alone.device.model_copy(update={"backend": "ttsim"})})
+    runs: dict[str, WholeRuns] = {}
+    with OpWorker(resolve(chip).path, home, chip=chip, name="bench-whole") as worker:
+        for name in models:
+            graph = load_model(name)
+            limit = timeout * 10 + 600  # ttsim's own limit for a whole program, and the model's run beside it
+            timed = [_timed_whole(worker, graph, settings, limit) for settings in (alone, on_ttsim, on_ttsim)]
+            runs[name] = WholeRuns(*(r for r, _ in timed), *(w for _, w in timed))
+            print(f"{name}: {_whole_line(runs[name])}", flush=True)
+    return runs
+
+
+def _timed_whole(worker: OpWorker, graph, settings: AnalysisSettings, limit: float) -> tuple[WholeModelResult, float]:
+    started = time.perf_counter()
+    result = worker.analyze_whole(graph, settings, timeout=limit)
+    return result, time.perf_counter() - started
+
+
+def _whole_line(r: WholeRuns) -> str:
+    ttsim = r.warm.ttsim
+    outcome = ttsim.outcome.value if ttsim else r.warm.status.value
+    pcc = f"{ttsim.pcc:.5f}" if ttsim and ttsim.pcc is not None else "-"
+    return f"model {r.model.status.value} pcc {r.model.pcc}, ttsim {outcome} pcc {pcc} " \
+           f"({r.model_wall:.1f} / {r.first_wall:.1f} / {r.warm_wall:.1f} s)"
+
+
+def show_wholes(runs: dict[str, WholeRuns], chip: str) -> None:
+    table = Figures(f"whole models on ttsim ({chip}): pcc against the framework, and the accuracy trace",
+                    ["model", "model: status, pcc", "ttsim: outcome", "ttsim pcc", "trace on ttsim's values",
+                     "the model's own trace", "ttsim message"])
+    for name, r in runs.items():
+        ttsim = r.warm.ttsim
+        table.add(name, f"{r.model.status.value}, {r.model.pcc:.5f}" if r.model.pcc is not None else r.model.status.value,
+                  ttsim.outcome.value if ttsim else f"none: {r.warm.status.value}",
+                  f"{ttsim.pcc:.5f}" if ttsim and ttsim.pcc is not None else "-",
+                  in_brief(ttsim.accuracy_trace) if ttsim and ttsim.accuracy_trace else "-",
+                  in_brief(r.model.accuracy_trace) if r.model.accuracy_trace else "-",
+                  ((ttsim.message or "") if ttsim else (r.warm.message or ""))[:200])
+    table.show()
+    time_table = Figures("whole models, time (seconds of wall per run, one worker)",
+                         ["model", "with the model", "on ttsim, first", "on ttsim, kernels built",
+                          "of it ttsim's run", "against the model", "cold kernel builds (first less warm)"])
+    for name, r in runs.items():
+        ttsim_s = r.warm.ttsim.seconds if r.warm.ttsim else float("nan")
+        time_table.add(name, r.model_wall, r.first_wall, r.warm_wall, ttsim_s, f"{r.warm_wall / r.model_wall:.2f}x",
+                       r.first_wall - r.warm_wall)
+    time_table.show()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=SMALL_ZOO)
     parser.add_argument("--chip", default="p150")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op on ttsim")
     parser.add_argument("--where", action="store_true", help="also time each phase of ttsim's part")
+    parser.add_argument("--whole", action="store_true", help="instead: each model whole, with the model and on ttsim")
     args = parser.parse_args()
+
+    if args.whole:
+        home = Path(tempfile.mkdtemp(prefix="bench-ttsim-whole-"))
+        show_wholes(run_wholes(args.models, home, args.chip, args.timeout), args.chip)
+        return
 
     home = Path(tempfile.mkdtemp(prefix="bench-ttsim-"))
     os.environ["OPBYOP_TTSIM_KERNELS"] = str(home / "kernels")  # empty: the first pass builds every kernel

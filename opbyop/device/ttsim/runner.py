@@ -834,7 +834,7 @@ class Interpreter:
         with self.phase("observe"):
             try:
                 self.observed[f"o{op['observe']}"] = to_numpy(tensor, op["result_types"][0])
-            except Exception as e:  # noqa: BLE001 - any ttnn failure to read it: the point is dropped
+            except Exception as e:  # any failure of ttnn to read it back: the point is dropped
                 print(f"not observed: {op['name']}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def held_elsewhere(self, tensor, args) -> bool:
