@@ -173,9 +173,13 @@ class _Splitter:
 
     def record(self, i: int) -> OpRecord:
         op = self.ops[i]
-        # a shard_map body's op (split_manual_bodies) is named for itself: the module holds it alone
-        base = OpRecord(model=self.model, position=i, op_name=body_op_name(op) or op.name, provenance=provenance_of(op),
-                        outputs=[self.desc(r.type) for r in op.results])
+        try:
+            # a shard_map body's op (split_manual_bodies) is named for itself: the module holds it alone
+            base = OpRecord(model=self.model, position=i, op_name=body_op_name(op) or op.name,
+                            provenance=provenance_of(op), outputs=[self.desc(r.type) for r in op.results])
+        except Exception as e:  # opbyop could not describe the op: that op says so, never the whole model
+            return OpRecord(model=self.model, position=i, op_name=op.name,
+                            split_error=f"describing the op failed: {type(e).__name__}: {e}")
         try:
             return self._extract(i, base)
         except Exception as e:  # one op that cannot be extracted never stops the others
