@@ -77,6 +77,21 @@ def test_an_op_whose_device_value_holds_nan_is_compared_as_the_golden_check_comp
     assert point.pcc == pcc(got, want) == 0.0 and point.below_threshold and np.isnan(point.max_abs_error)
 
 
+def test_an_op_whose_last_ttnn_step_reorders_its_value_is_compared_in_its_own_shape():
+    """A max pool's TTNN ops end with its NHWC output cast for the convolution after it: the same
+    size as the pool's NCHW value, not its order. The value in the pool's own shape is the one compared."""
+    want = np.random.default_rng(2).standard_normal((1, 4, 3, 3)).astype(np.float32)
+    tagged = TaggedModule(text="", all_outputs_text="", ops={0: ("stablehlo.reduce_window", want.shape, "x.py:1")},
+                          traced=[0])
+    observer = TraceObserver(tagged, {0: want}, 0.99)
+    location = 'loc("opbyop.0"("x.py":1:1))'
+    for name, value in (("ttnn.permute", want), ("ttnn.typecast", want.transpose(0, 2, 3, 1).reshape(1, 1, 9, 4))):
+        observer(Op(name=name, operands=[0], results=[1], operand_types=[None], result_types=[None], attrs={},
+                    location=location), [value])
+    (point,) = observer.compare().values()
+    assert point.ttnn_op == "ttnn.permute" and point.pcc == 1.0 and not point.below_threshold
+
+
 def test_the_whole_model_s_seconds_include_what_its_accuracy_trace_added(worker, settings, mlp_graph):
     result = worker.analyze_whole(mlp_graph, settings)
     trace = result.accuracy_trace

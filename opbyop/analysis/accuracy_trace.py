@@ -131,22 +131,30 @@ class TraceObserver:
         self.threshold = threshold
         self.mesh_shape = mesh_shape
         self.latest: dict[int, dict[int, tuple[str, np.ndarray]]] = {}  # N -> chip -> (TTNN op, its output)
+        self.shaped: dict[int, dict[int, tuple[str, np.ndarray]]] = {}  # the same, of op N's own shape
         self.seconds = 0.0  # XLA:CPU's run and the comparisons: what the trace costs
 
     def __call__(self, op: object, values: list[np.ndarray], chip: int = 0) -> None:
         tags = _TAG.findall(getattr(op, "location", "") or "")
         if tags and len(values) == 1:
             # an op that merged several carries each one's location: it ends at the latest
-            self.latest.setdefault(max(int(t) for t in tags), {})[chip] = (getattr(op, "name", ""), values[0])
+            n, output = max(int(t) for t in tags), (getattr(op, "name", ""), values[0])
+            self.latest.setdefault(n, {})[chip] = output
+            if n in self.tagged.ops and _same_shape(np.shape(values[0]), self.tagged.ops[n][1]):
+                self.shaped.setdefault(n, {})[chip] = output
 
     def compare(self) -> dict[int, TracePoint]:
         started = time.perf_counter()
         points: dict[int, TracePoint] = {}
         for n in sorted(self.latest):
-            point = self._mesh_point(n, self.latest[n])
+            # op N's value in its own shape, where one was seen: the compiler may end N's ops with a step
+            # towards the next op (a max pool's NHWC output cast for the convolution after it), the same
+            # size as N's value but not in its order
+            point = self._mesh_point(n, {**self.latest[n], **self.shaped.get(n, {})})
             if point is not None:
                 points[point.position] = point
         self.latest.clear()
+        self.shaped.clear()
         self.seconds += time.perf_counter() - started
         return points
 
@@ -222,6 +230,18 @@ def _max_error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
 def _nonfinite_pcc(a: np.ndarray, e: np.ndarray) -> float | None:
     with np.errstate(all="ignore"):
         return pcc(a, e)
+
+
+def _same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """The same shape once leading 1s are dropped (TTNN keeps a 2-d value as 4-d tiles)."""
+    return _without_leading_ones(a) == _without_leading_ones(b)
+
+
+def _without_leading_ones(shape: tuple[int, ...]) -> tuple[int, ...]:
+    shape = tuple(shape)
+    while shape and shape[0] == 1:
+        shape = shape[1:]
+    return shape
 
 
 def _as_rank(shape: tuple[int, ...], rank: int) -> tuple[int, ...] | None:
