@@ -69,6 +69,15 @@ class ReassignedBuffer(nn.Module):
         return x + self.table
 
 
+class CutOnAMasksElements(nn.Module):
+    """An op torch-mlir cannot lower (a stable argsort) on a boolean mask's elements, a size only the
+    values decide: jetmoe's experts were lost whole when the cut op's result was described with a
+    symbolic size."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.argsort(x[x > 0], stable=True) * 2
+
+
 def _xla_matches_torch(model: nn.Module, inputs: list[torch.Tensor]) -> list[str]:
     graph = export_torch(model, inputs, type(model).__name__)
     assert not graph.frontend_failures, [(f.framework_op, f.message) for f in graph.frontend_failures]
@@ -117,3 +126,12 @@ def test_a_branch_on_values_with_meta_weights_is_an_export_error_naming_the_fix(
     with pytest.raises(ExportError) as caught:
         export_torch(model, [torch.tensor([2, 3, 4]), torch.randn(3, 8)], "branch")
     assert "data-dependent" in caught.value.problem and "real weights" in caught.value.fix
+
+
+def test_an_op_cut_out_on_a_data_dependent_size_is_the_op_s_failure_with_a_static_shape_not_a_lost_model():
+    x = torch.tensor([[0.5, -1.0, 2.0], [-0.1, 0.3, -4.0]])
+    graph = export_torch(CutOnAMasksElements(), [x], "cut_on_mask")
+    failures = {f.framework_op: f for f in graph.frontend_failures}
+    assert [o.shape for o in failures["torch.argsort"].outputs] == [(3,)], list(failures)
+    assert all(isinstance(size, int) for f in graph.frontend_failures for o in f.inputs + f.outputs for size in o.shape)
+    assert any("made static" in n for n in graph.notes)
