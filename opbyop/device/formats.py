@@ -23,6 +23,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import ml_dtypes
 import numpy as np
 
@@ -194,35 +196,78 @@ EXACT_PRODUCTS = 1 << 25
 
 
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32,
-                    bit_exact: bool = True) -> np.ndarray:
+                    bit_exact: bool = True, finish: Finish | None = None,
+                    out_dtype: np.dtype = np.float32) -> np.ndarray:
     """a @ b as the FPU computes it (MVMUL): in0 `a` sits in srcB and in1 `b` in srcA (the
     unpacker's matmul mapping), partial products per fidelity phase, and the running sum kept in
     f32 (fp32_dest_acc_en) or in bf16. Without fp32_dest_acc_en the unpacker holds f32 operands
     as bf16 (truncated). Up to EXACT_PRODUCTS the result is the matrix engine's, bit for bit.
 
-    Operands may be held in any storage format (a bf16 weight stays bf16). A large operand is
-    taken in blocks of rows of `a` and columns of `b`, each converted to f32 and split into its
-    phases on its own: every output element is the same sum over K as in one call, so memory is
-    bounded by a block, not by the operands. `bit_exact=False` skips the bit-exact path (for a caller
-    whose whole computation is above EXACT_PRODUCTS though this part is not)."""
-    if fidelity == "exact":  # the chip's numerics off (kernels.base.EXACT): f64 products, f32 result
-        return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)).astype(np.float32)
+    Operands may be held in any storage format (a bf16 weight stays bf16). A large call is taken
+    block by block: groups of batch elements (broadcast batch dimensions are never copied), rows of
+    `a` and columns of `b`, each converted to f32 and split into its phases on its own, and each
+    block's result written into the output in place: every output element is the same sum over K as
+    in one call, so memory is bounded by a block and the output, not by the operands' f64 copies.
+    `finish(block, index)` turns a block of results (f32) into what the output holds at `index` (a
+    bias, an activation, the packer's rounding), so that no full-size f32 temporary is made for them;
+    `out_dtype` is the output's (bf16 when `finish` packs to bf16). `bit_exact=False` skips the
+    bit-exact path (for a caller whose whole computation is above EXACT_PRODUCTS though this part is not)."""
+    finish = finish or _as_is
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]), dtype=np.int64))
-    if bit_exact and batch * m * n * k * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS:
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    products = int(np.prod(batch, dtype=np.int64)) * m * n * k
+    if fidelity != "exact" and bit_exact and products * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS:
         storage = "f32" if fp32_acc else "bf16"
-        return fpu.as_f32(fpu.matmul_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), (storage, storage),
-                                          fidelity, fp32_acc, k_tile))
-    rows, cols = _block(m, k, a.size), _block(n, k, b.size)
-    if rows >= a.shape[-2] and cols >= b.shape[-1]:
-        return _fidelity_matmul(np.asarray(a, np.float32), np.asarray(b, np.float32), fidelity, fp32_acc, k_tile)
-    parts = []
-    for i, i_end in _spans(m, rows):
-        a_rows = np.asarray(a[..., i:i_end, :], np.float32)
-        parts.append(np.concatenate([_fidelity_matmul(a_rows, np.asarray(b[..., j:j_end], np.float32), fidelity,
-                                                      fp32_acc, k_tile)
-                                     for j, j_end in _spans(n, cols)], axis=-1))
-    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=-2)
+        whole = fpu.as_f32(fpu.matmul_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), (storage, storage),
+                                           fidelity, fp32_acc, k_tile))
+        return np.asarray(finish(whole, (...,)), out_dtype)
+    if a.size <= CHUNK_ELEMENTS and b.size <= CHUNK_ELEMENTS:  # one block: no copy of the output
+        return np.asarray(finish(_block_matmul(a, b, fidelity, fp32_acc, k_tile), (...,)), out_dtype)
+    out = np.empty(batch + (m, n), out_dtype)
+    wide_a, wide_b = np.broadcast_to(a, batch + a.shape[-2:]), np.broadcast_to(b, batch + b.shape[-2:])
+    for index in _batch_blocks(batch, max(m * k, k * n)):
+        part_a, part_b = wide_a[index], wide_b[index]
+        elements = int(np.prod(part_a.shape[:-2], dtype=np.int64))
+        rows, cols = _block(m, k, elements * m * k), _block(n, k, elements * k * n)
+        for i, i_end in _spans(m, rows):
+            a_rows = part_a[..., i:i_end, :]
+            for j, j_end in _spans(n, cols):
+                where = index + (slice(i, i_end), slice(j, j_end))
+                out[where] = finish(_block_matmul(a_rows, part_b[..., j:j_end], fidelity, fp32_acc, k_tile), where)
+    return out
+
+
+# What a matmul's caller does to a block of its results before it is stored: (block, its index in the
+# output) -> the values the output holds there.
+Finish = Callable[[np.ndarray, tuple], np.ndarray]
+
+
+def _as_is(block: np.ndarray, index: tuple) -> np.ndarray:
+    return block
+
+
+def _block_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int) -> np.ndarray:
+    """One block's products: exact (the chip's numerics off: f32 products summed by BLAS in f64, an
+    order a block of the batch does not change) or the FPU's."""
+    if fidelity == "exact":
+        return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64)).astype(np.float32)
+    return _fidelity_matmul(np.asarray(a, np.float32), np.asarray(b, np.float32), fidelity, fp32_acc, k_tile)
+
+
+def _batch_blocks(batch: tuple[int, ...], per_element: int) -> list[tuple]:
+    """Indices into the batch dimensions, each a group of batch elements whose operands hold at
+    most CHUNK_ELEMENTS (at least one element): the leading dimensions one index at a time, the next
+    in slices, the rest whole. A batch that fits is one index."""
+    inner = per_element
+    depth = len(batch)
+    while depth > 0 and inner * batch[depth - 1] <= CHUNK_ELEMENTS:  # trailing dimensions taken whole
+        depth -= 1
+        inner *= batch[depth]
+    if depth == 0:
+        return [()]
+    group = max(1, CHUNK_ELEMENTS // inner)  # elements of dimension depth - 1 per block
+    return [lead + (slice(start, min(start + group, batch[depth - 1])),)
+            for lead in np.ndindex(*batch[:depth - 1]) for start in range(0, batch[depth - 1], group)]
 
 
 def _spans(extent: int, step: int) -> list[tuple[int, int]]:
@@ -246,12 +291,29 @@ def _phase_operands(src_a: np.ndarray, src_b: np.ndarray, fidelity: str) -> list
     """The fidelity's phase products as the fewest (srcA, srcB) pairs whose products sum to the same.
     An operand's phase parts add up exactly (to the operand truncated to their bits), so the srcB
     parts that meet the same srcA parts share one product of sums: HiFi4's four products are one."""
-    a_parts, b_parts = split_operand(src_a, SRCA_PHASE_BITS), split_operand(src_b, SRCB_PHASE_BITS)
     phases = PHASES[:FIDELITY_PHASES[fidelity]]
     meets: dict[tuple[int, ...], list[int]] = {}  # the srcA parts a srcB part meets -> those srcB parts
     for j in sorted({j for _, j in phases}):
         meets.setdefault(tuple(i for i, jj in phases if jj == j), []).append(j)
-    return [(sum(a_parts[i] for i in a_side), sum(b_parts[j] for j in b_side)) for a_side, b_side in meets.items()]
+    return [(_parts_sum(src_a, SRCA_PHASE_BITS, a_side), _parts_sum(src_b, SRCB_PHASE_BITS, tuple(b_side)))
+            for a_side, b_side in meets.items()]
+
+
+def _parts_sum(x: np.ndarray, bits: tuple[int, int], parts: tuple[int, ...]) -> np.ndarray:
+    """The sum of an operand's phase parts `parts` (split_operand's), made in fewer passes: for finite
+    values both parts sum exactly to the operand truncated to both phases' bits, the high part is
+    its truncation to the first phase's, the low part the difference; plus 0 as the sum of parts
+    starts from 0 (a -0.0 sums to +0.0). An operand with an infinity or a NaN sums the parts
+    themselves (inf - inf and NaN payloads): the same bits either way."""
+    t = to_tf32(x)
+    if not np.isfinite(t).all():
+        split = split_operand(t, bits)
+        return sum(split[i] for i in parts)
+    both = truncate_mantissa(t, bits[0] + bits[1])
+    if parts == (0, 1):
+        return both + np.float32(0)
+    high = truncate_mantissa(t, bits[0])
+    return high + np.float32(0) if parts == (0,) else (both - high) + np.float32(0)
 
 
 def _fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from opbyop.device import fpu
-from opbyop.device.formats import EXACT_PRODUCTS, FIDELITY_PHASES, fidelity_matmul
+from opbyop.device.formats import BF16, EXACT_PRODUCTS, FIDELITY_PHASES, Finish, fidelity_matmul
 from opbyop.device.kernels.base import EXACT, Call, NotSimulated, packed
 from opbyop.device.kernels.eltwise import fused
 
@@ -23,13 +23,30 @@ def _matmul(call: Call) -> list:
         a = a[None, :]
     if b.ndim == 1:
         b = b[:, None]
-    fidelity, fp32_acc = call.fidelity
-    out = fidelity_matmul(a, b, fidelity, fp32_acc)
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    finish = _epilogue(call, shape)
+    storage = call.out_types[0].storage if call.chip_numerics and call.out_types[0] is not None else "f32"
+    # packed to bf16 the values are bf16's: held as bf16, the output is half the bytes of f32
+    out = fidelity_matmul(a, b, *call.fidelity, finish=finish, out_dtype=BF16 if storage == "bf16" else np.float32)
+    return [out.reshape(call.out_shape)]
+
+
+def _epilogue(call: Call, shape: tuple[int, ...]) -> Finish:
+    """What a matmul does to each block of its results: ttnn.linear's bias, the fused activation,
+    then the packer's rounding. Applied block by block, so a large output never has an f32 copy."""
+    bias = None
     if call.op.name == "ttnn.linear" and len(call.tensors) >= 3:
-        out = out + np.asarray(call.tensors[2], dtype=np.float32)
-    if call.attr("activation"):
-        out = fused(out, [call.attr("activation")])
-    return [packed(call, out).reshape(call.out_shape)]
+        bias = np.asarray(call.tensors[2], dtype=np.float32)
+        bias = np.broadcast_to(bias.reshape(bias.shape[max(0, bias.ndim - len(shape)):]), shape)
+    activation = call.attr("activation")
+
+    def finish(block: np.ndarray, index: tuple) -> np.ndarray:
+        if bias is not None:
+            block = block + bias[index]
+        if activation:
+            block = fused(block, [activation])
+        return packed(call, block)
+    return finish
 
 
 def _pairs(values: list[int], n: int) -> list[int]:
