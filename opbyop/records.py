@@ -114,6 +114,9 @@ class Status(str, Enum):
     SIMULATOR_ERROR = "simulator_error", StatusFacts(
         Fault.OPBYOP, "magenta", "#0891b2", "the program's exact reading matches XLA, the simulator with the "
         "chip's numerics off does not: a bug in opbyop's simulator, never a finding")
+    VERDICT_TIMEOUT = "verdict_timeout", StatusFacts(
+        Fault.OPBYOP, "bold blue", "#1e40af", "the program compiled, but its device run or golden check took "
+        "longer than the op's time limit (the message says which and how long): no verdict in time", retryable=True)
     SIMULATOR_LIMIT = "simulator_limit", StatusFacts(
         Fault.OPBYOP, "blue", "#0e7490", "Tenstorrent's simulator (ttsim) does not model a feature the program "
         "uses: no verdict on the chip")

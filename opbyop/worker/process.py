@@ -311,7 +311,8 @@ class OpWorker:
             if message is None:
                 self.kill()
                 self.restarts += 1
-                return _Lost(_lost_status(step, Status.TIMEOUT), step, f"no result within {timeout:.0f} s during {step}",
+                return _Lost(_lost_status(step, Status.TIMEOUT, Status.VERDICT_TIMEOUT), step,
+                             f"no result within {timeout:.0f} s during {step}",
                              self._log_tail(log_offset), child_pid)
             if isinstance(message, EOFError):
                 returncode = self._proc.wait() if self._proc is not None else None
@@ -319,8 +320,8 @@ class OpWorker:
                 self.restarts += 1
                 # SIGKILL that abort() did not send: the kernel's out-of-memory killer
                 killed = returncode == -signal.SIGKILL and self._killed_by_abort != child_pid
-                return _Lost(Status.INFRA_ERROR if killed else _lost_status(step, Status.CRASHED), step,
-                             f"worker process died ({_describe_exit(returncode)}) during {step}",
+                status = Status.INFRA_ERROR if killed else _lost_status(step, Status.CRASHED, Status.ANALYZER_ERROR)
+                return _Lost(status, step, f"worker process died ({_describe_exit(returncode)}) during {step}",
                              self._log_tail(log_offset), child_pid, killed)
             if getattr(message, "id", None) != request.id:
                 self.kill()  # a stale or foreign message: never credit it to this request
@@ -392,10 +393,11 @@ def parameter_indices(graph: ModelGraph) -> list[int]:
     return [i for i, a in enumerate(graph.arguments) if a.kind is ArgumentKind.PARAMETER]
 
 
-def _lost_status(step: str, compiler_status: Status) -> Status:
+def _lost_status(step: str, compiler_status: Status, after_compile: Status) -> Status:
     """A child lost while compiling is the compiler's crash or hang; while simulating or running XLA:CPU,
-    it is opbyop's (the simulator, or its golden reference), never counted against the compiler."""
-    return compiler_status if step == "compile" else Status.ANALYZER_ERROR
+    it is opbyop's (a crash of the simulator or its golden reference, or a verdict slower than the
+    op's time limit), never counted against the compiler."""
+    return compiler_status if step == "compile" else after_compile
 
 
 def _describe_exit(returncode: int | None) -> str:
