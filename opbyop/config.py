@@ -168,6 +168,11 @@ class DeviceOptions(BaseModel):
     ttsim_report: bool = Field(False, description="with the ttsim backend, keep ttnn's own TT-NN Visualizer report "
                                                   "of each op's run (the program runs twice on ttsim)")
 
+    @property
+    def whole_ttsim_timeout_s(self) -> float:
+        """A whole model's program's time on ttsim: ten ops' worth."""
+        return self.ttsim_timeout_s * 10
+
     def key(self) -> str:
         # without a report the key is what it was before the option existed: cached results stay valid
         dumped = self.model_dump_json(exclude=None if self.ttsim_report else {"ttsim_report"})

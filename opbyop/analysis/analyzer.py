@@ -279,7 +279,7 @@ class OpAnalyzer:
         XLA:CPU's value of each op (`by_op`, the model's accuracy trace's), the trace on ttsim's values."""
         if self.ttsim is None:
             return TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message="this analyzer has no ttsim backend")
-        ttsim = self.ttsim.run(binary.program, values, settings.device.ttsim_timeout_s * 10,
+        ttsim = self.ttsim.run(binary.program, values, settings.device.whole_ttsim_timeout_s,
                                observe=traced if plan is not None and by_op else None)
         if ttsim.run.outcome is TtsimOutcome.RAN:
             outputs = ttsim_host_outputs(binary, ttsim.outputs)

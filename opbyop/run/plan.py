@@ -60,8 +60,11 @@ class RunPlan(BaseModel):
 
     @property
     def whole_timeout(self) -> float:
-        """A whole model's time limit: never below ten minutes, whatever the per-op limit."""
-        return max(600.0, self.config.op_timeout_s)
+        """A whole model's time limit: never below ten minutes, whatever the per-op limit; on ttsim,
+        with the whole program's own time there on top."""
+        device = self.config.device
+        on_ttsim = device.whole_ttsim_timeout_s if device.backend == "ttsim" else 0.0
+        return max(600.0, self.config.op_timeout_s) + on_ttsim
 
     def run_info(self, run_id: str, group_id: str = "") -> RunInfo:
         """The run's record in the store (`group_id`: the runs started with it, one per compiler)."""
