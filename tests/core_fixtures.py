@@ -68,6 +68,12 @@ def settings():
     return AnalysisSettings(thresholds=load_thresholds())
 
 
+@pytest.fixture(scope="module")
+def on_ttsim(settings):
+    """The analysis settings with ttsim's device run beside the model's."""
+    return settings.model_copy(update={"device": settings.device.model_copy(update={"backend": "ttsim"})})
+
+
 @pytest.fixture(scope="session")
 def compile_only(settings):
     return settings.model_copy(update={"run_device": False, "run_golden": False})

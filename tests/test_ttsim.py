@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from core_fixtures import DATA
+from ttsim_ops import only_op
 from opbyop_flows.nightly import Target
 from opbyop_storage.dataset import Store
 from opbyop.cli.main import build_app
@@ -29,7 +30,6 @@ from opbyop.device.program import load_program
 from opbyop.device.ttsim.agreement import agreement, ulps
 from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.device.ttsim.install import TtsimUnavailable, locate
-from opbyop.pipeline import prepare
 from opbyop.records import Status, TtsimOutcome
 
 ADD_BF16 = """func.func @main(%a: tensor<64x64xbf16>, %b: tensor<64x64xbf16>) -> tensor<64x64xbf16> {
@@ -49,21 +49,6 @@ CONCAT_UI8 = """func.func @main(%a: tensor<13xui8>, %b: tensor<13xui8>) -> tenso
   return %0 : tensor<26xui8>
 }
 """
-
-
-def only_op(tmp_path, workspace, text: str, name: str = "op.mlir"):
-    """The module's one op that is not a constant."""
-    path = tmp_path / name
-    path.write_text(text)
-    run = prepare([str(path)], artifacts=workspace.artifacts)
-    assert not run.errors
-    (op,) = [u for u in run.unique if u.op_name != "stablehlo.constant"]
-    return op
-
-
-@pytest.fixture(scope="module")
-def on_ttsim(settings):
-    return settings.model_copy(update={"device": settings.device.model_copy(update={"backend": "ttsim"})})
 
 
 
@@ -204,6 +189,7 @@ def test_opbyop_run_with_device_ttsim_prints_how_ops_fared_there(tmp_path, works
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ttsim: 1 ran; the device model against ttsim: 1 " in done.stdout
     assert "whole on ttsim: ran, pcc 1.00000" in done.stdout  # the whole program too, beside the model's
+    assert "accuracy trace on ttsim: 1 of 1 ops compared" in done.stdout  # and its ops, on ttsim's values
 
 
 def test_a_run_asked_for_ttsim_on_a_wormhole_chip_is_refused_before_any_op(tmp_path, workspace_root):

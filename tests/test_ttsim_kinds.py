@@ -13,36 +13,16 @@ import dataclasses
 import numpy as np
 import pytest
 
-from opbyop.corpus.catalog import cases
-from opbyop.corpus.generate import entries_of
+from ttsim_ops import corpus, kinds_of, only_op
 from opbyop.device.program import Function, Program, load_program
 from opbyop.device.reference.interpreter import read_program
 from opbyop.device.ttsim.backend import TtsimBackend
-from opbyop.pipeline import prepare
 from opbyop.records import Status, TtsimOutcome
 
 
 def corpus_op(tmp_path, workspace, file: str):
     """The corpus module named `file`, split: its one op that is not a constant."""
-    dtype = file.split("-")[-3]  # op[-variant]-dtype-shape-form.mlir
-    (text,) = [t for case in cases(dtypes=[dtype]) for entry, t in entries_of(case) if entry.file == file]
-    path = tmp_path / file
-    path.write_text(text)
-    run = prepare([str(path)], artifacts=workspace.artifacts)
-    assert not run.errors
-    (op,) = [u for u in run.unique if u.op_name != "stablehlo.constant"]
-    return op
-
-
-def kinds_of(workspace, result) -> set[str]:
-    """The TTNN op kinds of the op's compiled program, every function included."""
-    program = load_program(workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"]))
-    return {op.name for function in program.functions.values() for op in function.ops}
-
-
-@pytest.fixture(scope="module")
-def on_ttsim(settings):
-    return settings.model_copy(update={"device": settings.device.model_copy(update={"backend": "ttsim"})})
+    return only_op(tmp_path, workspace, corpus(file), file)
 
 
 @pytest.mark.slow

@@ -18,11 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from opbyop.corpus.catalog import cases
-from opbyop.corpus.generate import entries_of
-from opbyop.device.program import load_program
+from ttsim_ops import corpus, kinds_of, only_op
 from opbyop.device.ttsim.series import PATCHES, SeriesError, apply, carried, label, patches, simulator_name
-from opbyop.pipeline import prepare
 from opbyop.records import Status, TtsimOutcome
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -118,13 +115,6 @@ def binary(op: str, dtype: str = "f32") -> str:
 """
 
 
-def corpus(file: str) -> str:
-    """A module of the single-op corpus, by its file name."""
-    dtype = file.split("-")[-3]  # op[-variant]-dtype-shape-form.mlir
-    (text,) = [t for case in cases(dtypes=[dtype]) for entry, t in entries_of(case) if entry.file == file]
-    return text
-
-
 RELU = f"""func.func @main(%a: {T}) -> {T} {{
   %z = stablehlo.constant dense<0.0> : {T}
   %0 = stablehlo.maximum %a, %z : {T}
@@ -141,25 +131,6 @@ SORT = f"""func.func @main(%a: {T}) -> {T} {{
 }}
 """
 
-
-def only_op(tmp_path, workspace, text: str):
-    """The module's one op that is not a constant."""
-    path = tmp_path / "op.mlir"
-    path.write_text(text)
-    run = prepare([str(path)], artifacts=workspace.artifacts)
-    assert not run.errors
-    (op,) = [u for u in run.unique if u.op_name != "stablehlo.constant"]
-    return op
-
-
-def kinds_of(workspace, result) -> set[str]:
-    program = load_program(workspace.artifacts.read_text(result.compile.artifacts["ttnn_runtime"]))
-    return {op.name for function in program.functions.values() for op in function.ops}
-
-
-@pytest.fixture(scope="module")
-def on_ttsim(settings):
-    return settings.model_copy(update={"device": settings.device.model_copy(update={"backend": "ttsim"})})
 
 
 def on_patched_ttsim(tmp_path, workspace, worker, on_ttsim, ttsim_ready, text: str, kind: str):

@@ -26,6 +26,7 @@ from opbyop.cli.worker_options import (ChipOption, CompilerOption, ExportMemory,
                                        MeshOption, OptLevel, PassTimingOption, Timeout, UnshardOption, analysis_settings, cli_worker, compiler_named, plan_for,
                                        compiler_options, export_budget, stored_op, worker_errors, worker_name)
 from opbyop.boards import DEFAULT_CHIP, chip_help
+from opbyop.analysis.accuracy_trace import in_brief
 from opbyop.compiler.passes import pass_events
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import resolve
@@ -191,6 +192,9 @@ def print_ttsim_summary(results: list[OpResult], wholes: dict[str, WholeModelRes
             pcc = f", pcc {w.ttsim.pcc:.5f} against the {w.reference}" if w.ttsim.pcc is not None else ""
             console.print(f"{name} whole on ttsim: {w.ttsim.outcome.value}{pcc} in {w.ttsim.seconds:.1f} s"
                           + (f": {w.ttsim.message}" if w.ttsim.message else ""))
+            for where, trace in (("the model", w.accuracy_trace), ("ttsim", w.ttsim.accuracy_trace)):
+                if trace is not None:  # each op's output on that device against XLA:CPU's value
+                    console.print(f"  accuracy trace on {where}: {in_brief(trace)}")
     ran = [r.ttsim for r in results if r.ttsim is not None]
     if not ran:
         return
