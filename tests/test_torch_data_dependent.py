@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from opbyop.config import ExportBudget
 from opbyop.errors import ExportError
 from opbyop.frontends.torch_export import export_torch
 from opbyop.frontends.torch_unbacked import static_nonzero
@@ -135,3 +136,21 @@ def test_an_op_cut_out_on_a_data_dependent_size_is_the_op_s_failure_with_a_stati
     assert [o.shape for o in failures["torch.argsort"].outputs] == [(3,)], list(failures)
     assert all(isinstance(size, int) for f in graph.frontend_failures for o in f.inputs + f.outputs for size in o.shape)
     assert any("made static" in n for n in graph.notes)
+
+
+@pytest.mark.slow
+def test_a_budgeted_lowering_after_the_models_eager_run_does_not_hang_in_openmp():
+    """Longformer's export runs the model on real values (its padding branch), which wakes torch's
+    OpenMP team; the torch-mlir lowering then runs in a child forked from that process, where GNU
+    OpenMP waited for ever for threads that did not come along (until the lowering's budget)."""
+    from transformers import AutoConfig, AutoModel  # transformers: only this test builds from it
+
+    config = AutoConfig.for_model("longformer", hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                                  intermediate_size=64, vocab_size=128)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config).eval()
+    graph = export_torch(model, [torch.randint(0, 128, (1, 8))], "longformer",
+                         budget=ExportBudget(timeout_s=240, lowering_timeout_s=60))
+    assert not graph.frontend_failures and "stablehlo" in graph.module_text
+    assert any("real-tensor propagation" in n for n in graph.notes)

@@ -442,6 +442,10 @@ def _zero_attribute(element: Any, ir: Any) -> Any:
 
 
 def _lowering_child(program_or_graph: Any, folder: Path) -> None:
+    # Forked from the export, whose OpenMP team (torch's intra-op threads, woken by the model's eager
+    # run on real values) did not come along: GNU OpenMP's next parallel region would wait for them
+    # for ever (a futex in gomp_team_barrier_wait_end). One thread runs every op inline instead.
+    torch.set_num_threads(1)
     write_result(folder, _lower(program_or_graph))
 
 
