@@ -161,6 +161,13 @@ TTSIM_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
 }
 
 
+# TtsimRun's fields with no column, and why (each a gap, said here rather than dropped in silence).
+TTSIM_NOT_STORED = {
+    "accuracy_trace": "a whole model's trace on ttsim's values is on the record (and printed by `opbyop run`); "
+                      "the models table keeps the model's own trace only",
+}
+
+
 def ttsim_fields(prefix: str = "") -> list[pa.Field]:
     """TTSIM_COLUMNS as the table's fields."""
     return [pa.field(f"{prefix}ttsim_{column}", kind) for column, kind in TTSIM_COLUMNS.values()]

@@ -397,7 +397,8 @@ def _lower(program_or_graph: Any) -> _Lowering:
         else:
             module = fx.export_and_import(program_or_graph, output_type="stablehlo", fx_importer=_importer(context),
                                           func_name="main", decomposition_table={})
-        out.empties_as_zeros = _empties_as_zeros(module, ir)
+        with ir.Location.unknown(context):  # the attributes made there ask for one, whatever the op's own
+            out.empties_as_zeros = _empties_as_zeros(module, ir)
         out.text = module.operation.get_asm(enable_debug_info=True)
     except Exception as e:
         out.error = _first_lines(e)

@@ -128,6 +128,7 @@ class Splits:
         self._host_devices: int | None = None
         self._lock = threading.Lock()
         self._stopped = stop or threading.Event()
+        self._closed = False
         self._claims: dict[tuple[str, int], int] = {}  # runs that asked and have not taken the model yet
         self._keeping = 0  # kept() blocks open
 
@@ -193,7 +194,7 @@ class Splits:
     def close(self) -> None:
         """No more splits: models not yet started are not split, and the thread ends (a service makes
         one Splits per request)."""
-        self._stopped.set()
+        self._closed = True  # not the caller's stop request: its other runs (a nightly's corpus) go on
         self._work.put(None)
 
     def _split(self) -> None:
@@ -202,7 +203,7 @@ class Splits:
             spec, seed, budget, future, zoo = work
             if not future.set_running_or_notify_cancel():
                 continue
-            if self._stopped.is_set():
+            if self._stopped.is_set() or self._closed:
                 future.set_result(SplitOutcome(spec, None, None, STOPPED))
                 continue
             try:
