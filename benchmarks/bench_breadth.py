@@ -18,18 +18,13 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-import psutil
-
 import breadth_models
-
-ROOT = Path(__file__).resolve().parent.parent
+from common import ROOT, measured, sql
 
 
 def eager_sample(families: list[str], limit: int | None, seed: int) -> tuple[list[str], dict[str, str]]:
@@ -46,41 +41,6 @@ def eager_sample(families: list[str], limit: int | None, seed: int) -> tuple[lis
         else:
             failed[model_type] = why
     return running, failed
-
-
-class PeakMemory:
-    """The largest summed RSS of a process and its descendants, and of the process alone, sampled every 0.5 s."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self.own = pid, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                root = psutil.Process(self.pid)
-                own = root.memory_info().rss
-                total = own + sum(p.memory_info().rss for p in root.children(recursive=True))
-            except psutil.Error:
-                continue
-            self.peak, self.own = max(self.peak, total), max(self.own, own)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
-
-
-def sql(home: Path, query: str, env: dict[str, str]) -> list[dict]:
-    out = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "sql", query, "--format", "json"],
-                         capture_output=True, text=True, env=env, cwd=ROOT)
-    try:
-        return json.loads(out.stdout)
-    except json.JSONDecodeError:
-        print(f"sql failed: {out.stderr[-800:]}")
-        return []
 
 
 def main() -> None:
@@ -109,32 +69,29 @@ def main() -> None:
                "--no-whole", "--workers", str(args.workers), "--timeout", str(args.timeout), "--manifest", str(manifest)]
     if args.export_memory is not None:
         command += ["--export-memory", str(args.export_memory)]
-    start = time.monotonic()
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = PeakMemory(process.pid)
-    log = process.communicate()[0]
-    run_s, peak_bytes = time.monotonic() - start, peak.stop()
-    (home / "analyze.log").write_text(log)
-    print(f"opbyop analyze of {len(running)} models: exit {process.returncode}, {run_s:.0f} s, "
-          f"peak {peak_bytes / 1e9:.1f} GB (the command and its children), the command alone {peak.own / 1e9:.2f} GB; log: {home / 'analyze.log'}")
+    run = measured(command, env)
+    (home / "analyze.log").write_text(run.output)
+    print(f"opbyop analyze of {len(running)} models: exit {run.exit_code}, {run.seconds:.0f} s, "
+          f"peak {run.memory.peak / 1e9:.1f} GB (the command and its children), the command alone "
+          f"{run.memory.own / 1e9:.2f} GB; log: {home / 'analyze.log'}")
     if not manifest.exists():
-        print(log[-3000:])
+        print(run.output[-3000:])
         return
     models = json.loads(manifest.read_text())["models"]
     lost = [m for m in models if m.get("error")]
     print(f"\nmodels: {len(models)}, lost: {len(lost)}")
     for m in lost:
         print(f"  lost {m['name']}: {m['error'].splitlines()[0][:300]}")
-    rows = sql(home, "SELECT status, count(*) AS unique_ops FROM results GROUP BY 1 ORDER BY 2 DESC", env)
+    rows = sql("SELECT status, count(*) AS unique_ops FROM results GROUP BY 1 ORDER BY 2 DESC", env)
     print("\nunique ops by status:")
     for row in rows:
         print(f"  {row['status']:<16} {row['unique_ops']}")
-    frontend = sql(home, "SELECT op_name, left(message, 160) AS message FROM results "
+    frontend = sql("SELECT op_name, left(message, 160) AS message FROM results "
                          "WHERE status = 'frontend_failed' ORDER BY 1", env)
     print(f"\nfrontend_failed ops ({len(frontend)}):")
     for row in frontend:
         print(f"  {row['op_name']}: {row['message']}")
-    print(f"\ntime: eager checks {eager_s:.0f} s, analyze {run_s:.0f} s")
+    print(f"\ntime: eager checks {eager_s:.0f} s, analyze {run.seconds:.0f} s")
 
 
 if __name__ == "__main__":

@@ -23,12 +23,10 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import psutil
-from common import Figures, console
+from common import Figures, PeakMemory, console, measured
 
 from opbyop.worker.passes import TIMING_ENV, VERBOSE_ENV
 
@@ -43,55 +41,19 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), "COLUMNS": "300", "NO_COLOR": "1", **extra}
 
 
-class PeakMemory:
-    """The peak of the summed resident memory of a process and all its descendants, sampled."""
-
-    def __init__(self, pid: int, every: float = 0.5):
-        self.pid, self.every, self.peak, self.workers = pid, every, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def __enter__(self) -> PeakMemory:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _sample(self) -> None:
-        while not self._stop.is_set():
-            try:
-                root = psutil.Process(self.pid)
-                family = [root, *root.children(recursive=True)]
-                total, workers = 0, 0
-                for p in family:
-                    try:
-                        total += p.memory_info().rss
-                        # a warm op worker; not a failed compile's side child (verbose or timing)
-                        workers += "opbyop.worker.child" in " ".join(p.cmdline()) and not (
-                            SIDE_ENV & set(p.environ()))
-                    except psutil.Error:
-                        continue
-                self.peak, self.workers = max(self.peak, total), max(self.workers, workers)
-            except psutil.Error:
-                pass
-            self._stop.wait(self.every)
+def warm_op_worker(process: psutil.Process) -> bool:
+    """A warm op worker; not a failed compile's side child (verbose or timing)."""
+    return "opbyop.worker.child" in " ".join(process.cmdline()) and not SIDE_ENV & set(process.environ())
 
 
 def analyze(models: list[str], specs: list[str], workers: int, home: Path, run_id: str) -> tuple[float, PeakMemory, str]:
     """`opbyop analyze` in workspace `home`: (wall seconds, its memory, its output)."""
     command = [sys.executable, "-m", "opbyop.cli.main", "analyze", *models, "--no-whole", "--no-reuse",
                "--workers", str(workers), "--run-id", run_id, *[w for s in specs for w in ("--compiler", s)]]
-    started = time.monotonic()
-    proc = subprocess.Popen(command, env=_env(OPBYOP_HOME=str(home)), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    with PeakMemory(proc.pid) as memory:
-        out, _ = proc.communicate()
-    seconds = time.monotonic() - started
-    if proc.returncode not in (0, 1):  # 1: a model failed to split or an op failed: the figures stand
-        sys.exit(f"{' '.join(command)} failed ({proc.returncode}):\n{out[-3000:]}")
-    return seconds, memory, out
+    run = measured(command, _env(OPBYOP_HOME=str(home)), counted=warm_op_worker)
+    if run.exit_code not in (0, 1):  # 1: a model failed to split or an op failed: the figures stand
+        sys.exit(f"{' '.join(command)} failed ({run.exit_code}):\n{run.output[-3000:]}")
+    return run.seconds, run.memory, run.output
 
 
 def prepare_twice(spec: str) -> tuple[float, float, str]:
@@ -149,11 +111,11 @@ def main() -> None:
         one = None
         if not args.skip_one:
             one, memory, _ = analyze(args.models, specs[-1:], args.workers, work / "one", "one")
-            cost.add(specs[-1], one, 1.0, "", memory.peak / 1e9, memory.workers)
+            cost.add(specs[-1], one, 1.0, "", memory.peak / 1e9, memory.count)
         several, memory, out = analyze(args.models, specs, args.workers, work / "several", "several")
         ratio = several / one if one else float("nan")
         cost.add(f"{len(specs)} builds", several, ratio, f"<= {len(specs) * 1.125:g}", memory.peak / 1e9,
-                 f"{memory.workers} (goal <= {args.workers * len(specs)})")
+                 f"{memory.count} (goal <= {args.workers * len(specs)})")
         cost.show()
 
         home = work / "several"

@@ -25,7 +25,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -33,9 +32,8 @@ from typing import Any, Callable
 import torch
 import transformers
 
-from bench_breadth import PeakMemory, sql
+from common import ROOT, measured, sql
 
-ROOT = Path(__file__).resolve().parent.parent
 SEQUENCE = 128
 # Outcomes that are no verdict on the op: opbyop's or the infrastructure's (records.Status)
 NO_VERDICT = {"analyzer_error", "infra_error", "not_simulated", "simulator_error", "simulator_limit"}
@@ -123,20 +121,16 @@ def run_one(name: str, layers: int, timeout: float) -> Outcome:
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")])}
     factory = f"bench_user_moe:{name.replace('-', '_').replace('.', '_')}"
     command = [sys.executable, "-m", "opbyop.cli.main", "run", factory, "--no-whole", "--timeout", str(timeout)]
-    start = time.monotonic()
-    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak = PeakMemory(process.pid)
-    log = process.communicate()[0]
-    seconds, peak_bytes = time.monotonic() - start, peak.stop()
-    (home / "run.log").write_text(log)
-    rows = sql(home, "SELECT status, count(*) AS unique_ops FROM results GROUP BY 1 ORDER BY 2 DESC", env)
-    return Outcome(name, process.returncode, seconds, peak_bytes, peak.own,
+    run = measured(command, env)
+    (home / "run.log").write_text(run.output)
+    rows = sql("SELECT status, count(*) AS unique_ops FROM results GROUP BY 1 ORDER BY 2 DESC", env)
+    return Outcome(name, run.exit_code, run.seconds, run.memory.peak, run.memory.own,
                    {r["status"]: int(r["unique_ops"]) for r in rows}, home / "run.log")
 
 
-def slowest(home: Path, env: dict[str, str], limit: int = 6) -> list[dict]:
+def slowest(env: dict[str, str], limit: int = 6) -> list[dict]:
     """The ops that took longest, and every op without success, with where their time went."""
-    return sql(home, "WITH timed AS (SELECT r.op_name, r.status, round(r.device_s, 1) AS device_s, "
+    return sql("WITH timed AS (SELECT r.op_name, r.status, round(r.device_s, 1) AS device_s, "
                      "round(r.golden_s, 1) AS golden_s, round(epoch(r.ended_at) - epoch(r.started_at), 1) AS total_s, "
                      "left(r.message, 120) AS message, (SELECT left(CAST(o.inputs AS VARCHAR), 200) FROM ops o "
                      "WHERE o.signature = r.signature LIMIT 1) AS inputs FROM results r) "
@@ -191,7 +185,7 @@ def main() -> None:
               f"(the CLI alone {outcome.cli_bytes / 1e9:.1f} GB); unique ops: {verdicts}; log {outcome.log}",
               flush=True)
         env = {**os.environ, "OPBYOP_HOME": str(outcome.log.parent)}
-        for row in slowest(outcome.log.parent, env):
+        for row in slowest(env):
             print(f"    {row['total_s']:>7} s (device {row['device_s']}, golden {row['golden_s']}) {row['status']:<16} "
                   f"{row['op_name']} {row['inputs']}: {row['message'] or ''}")
     print("\nmodel              seconds  peak GB  no verdict  goal (<= 600 s, <= 8 GB, every op a verdict)")

@@ -1,13 +1,20 @@
-"""Shared by the benchmark scripts: the zoo's ops, timing, and a table printer."""
+"""Shared by the benchmark scripts: the zoo's ops, timing, a table printer, and an opbyop command
+run as a user runs it (its wall time, its peak memory and its children's, SQL over its store)."""
 
 from __future__ import annotations
 
+import json
 import statistics
+import subprocess
+import sys
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
 
+import psutil
 from rich.table import Table
 from rich.text import Text
 
@@ -66,3 +73,73 @@ def zoo_ops(models: Sequence[str]):
 
     splits = {m: split_module(load_model(m).module_text, m) for m in models}
     return splits, dedupe([r for s in splits.values() for r in s.ops])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class PeakMemory:
+    """Sampled every `every` seconds while in use: the largest summed RSS of a process and all its
+    descendants (`peak`), of the process alone (`own`), and the most descendants at once that
+    `counted` picks (`count`)."""
+
+    def __init__(self, pid: int, every: float = 0.5, counted: Callable[[psutil.Process], bool] | None = None):
+        self.pid, self.every, self.counted = pid, every, counted
+        self.peak = self.own = self.count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            try:
+                root = psutil.Process(self.pid)
+                own, total, count = root.memory_info().rss, 0, 0
+                for p in [root, *root.children(recursive=True)]:
+                    try:
+                        total += p.memory_info().rss
+                        count += p is not root and self.counted is not None and self.counted(p)
+                    except psutil.Error:
+                        continue
+                self.peak, self.own, self.count = max(self.peak, total), max(self.own, own), max(self.count, count)
+            except psutil.Error:
+                pass
+            self._stop.wait(self.every)
+
+
+@dataclass
+class Measured:
+    """One command's run: exit code, wall seconds, memory (PeakMemory) and output."""
+
+    exit_code: int
+    seconds: float
+    memory: PeakMemory
+    output: str
+
+
+def measured(command: list[str], env: dict[str, str], counted: Callable[[psutil.Process], bool] | None = None
+             ) -> Measured:
+    """`command` run from the checkout with `env`, its output taken whole, its memory sampled."""
+    start = time.monotonic()
+    process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with PeakMemory(process.pid, counted=counted) as memory:
+        output = process.communicate()[0]
+    return Measured(process.returncode, time.monotonic() - start, memory, output)
+
+
+def sql(query: str, env: dict[str, str]) -> list[dict]:
+    """`opbyop sql QUERY` over the store of `env`'s OPBYOP_HOME, as rows."""
+    out = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "sql", query, "--format", "json"],
+                         capture_output=True, text=True, env=env, cwd=ROOT)
+    try:
+        return json.loads(out.stdout)
+    except json.JSONDecodeError:
+        print(f"sql failed: {out.stderr[-800:]}")
+        return []
