@@ -241,6 +241,16 @@ def test_analyze_under_two_compiler_builds_runs_each_and_compares_them_op_by_op(
 
 
 @pytest.mark.slow
+def test_a_build_that_cannot_be_prepared_is_said_and_the_other_builds_still_run(harness, home, tmp_path):
+    bogus = tmp_path / "libtt.so"
+    bogus.write_text("not a library")
+    state, last = run(config(F64_SCALE, compilers=[str(bogus), "installed"]), run_id="one-refused")
+    assert state.is_failed() and "is not a PJRT plugin library" in state.message and str(bogus) in state.message
+    assert last.run_id == "one-refused-c2" and not last.group and set(last.statuses) == {"success"}
+    assert not Store(home / "store").has_run("one-refused-c1")
+
+
+@pytest.mark.slow
 def test_a_nightly_target_follows_a_build_and_is_compared_with_another_the_same_night(harness, home, tmp_path):
     nightly_file = tmp_path / "nightly.yaml"
     nightly_file.write_text(f"models: ['{F64_SCALE}']\nwhole_model: false\n"

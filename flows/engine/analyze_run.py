@@ -3,7 +3,7 @@
 The flow (flows/analyze.py) declares the run and its parameters; AnalyzeRun does the work, with
 the run engine's steps (opbyop.run.engine, the same as the CLI's local run) and the store as its sink.
 AnalyzeRun is the engine's executor for the cluster:
-1. the models are split one after another in the process's split thread (opbyop.run.models; the CLI
+1. the models are split one after another in the caller's split thread (opbyop.run.models; the CLI
    asks for them while its server and cluster start); as each arrives its ops are deduplicated
    against the models before it, results this run id or earlier runs already have are taken, and
    the rest go to the cluster at once, one Prefect task per op (its whole model first: the longest
@@ -134,7 +134,7 @@ class AnalyzeRun:
         return self.plan.run_info(self.run_id, self.group_id)
 
     def models(self) -> Feed:
-        """The run's models, from the process's split thread (asked there already by the CLI, or by an
+        """The run's models, from the caller's split thread (asked there already by the CLI, or by an
         earlier run of the group or the nightly: split once)."""
         return self.handoff.splits.ask(self.config.models, self.config.seed, self.config.export,
                                        self.plan.host_devices)

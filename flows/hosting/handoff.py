@@ -1,7 +1,7 @@
 """What a caller in the same process (the CLI) hands to the flow it runs, beside the parameters:
 when the run started, the phases it measured before the flow (its server and cluster start-up), the
-process's split thread (where the CLI asks for the models while the server starts, and every run of
-the process takes them: opbyop.run.models), and an event that asks the flow to stop (Ctrl-C). A
+caller's split thread (where the CLI asks for the models while the server starts, and every run it
+makes takes them: opbyop.run.models), and an event that asks the flow to stop (Ctrl-C). A
 context variable: set in the thread that calls the flow, unseen by any other run."""
 
 from __future__ import annotations
