@@ -192,8 +192,8 @@ def rows_case(draw):
 
 
 @PROPERTY
-@given(rows_case(), st.sampled_from(["invalid", "sum", "max"]))
-def test_row_gathers_and_scatters_mean_what_the_reference_reads(case, reduce):
+@given(rows_case(), st.sampled_from(["invalid", "sum", "max"]), st.booleans())
+def test_row_gathers_and_scatters_mean_what_the_reference_reads(case, reduce, fill):
     pre, sizes, rest, windows, n, batch, seed, dtype, column = case
     rng = np.random.default_rng(seed)
     shape = pre + sizes + rest
@@ -207,9 +207,9 @@ def test_row_gathers_and_scatters_mean_what_the_reference_reads(case, reduce):
     attrs = dict(sizes=list(sizes), windows=list(windows), column=column)
     t_x, t_i = ttype(shape, dtype), ttype(indices.shape, "si32")
     kernel, reference = both_readings("ttnn.rows_gather", [x, indices], [t_x, t_i], [ttype(gathered, dtype)],
-                                      fill_out_of_bounds=False, **attrs)
+                                      fill_out_of_bounds=fill, **attrs)
     assert_same("ttnn.rows_gather", kernel, reference, f"operand {shape} sizes {sizes} windows {windows} "
-                                                      f"indices {indices.shape} ({lead} rows before)")
+                                                      f"indices {indices.shape} ({lead} rows before, fill {fill})")
     updates = (rng.integers(-9, 10, gathered) if dtype == "si32" else rng.uniform(-4, 4, gathered)).astype(x.dtype)
     kernel, reference = both_readings("ttnn.rows_scatter", [x, indices, updates], [t_x, t_i, ttype(gathered, dtype)],
                                       [t_x], reduce=reduce, **attrs)

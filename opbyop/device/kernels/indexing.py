@@ -76,27 +76,40 @@ def _window_index(sizes: list[int], windows: list[int]) -> np.ndarray:
     return np.stack([g.reshape(-1) for g in grids], axis=1) if grids else np.zeros((1, 0), np.int64)
 
 
+def _blocks(count: int, per_item: int) -> list[slice]:
+    """Blocks of index vectors, in order: a model's gather or scatter holds millions of vectors,
+    taken a block at once, each block bounding the index arrays to a few million entries."""
+    step = max(1, (1 << 22) // max(1, per_item))
+    return [slice(first, min(first + step, count)) for first in range(0, count, step)]
+
+
+def _flat_cells(start: np.ndarray, offsets: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """Flat positions over `sizes` of every cell of the windows starting at `start` (m, len(sizes)):
+    (m, cells per window)."""
+    coords = start[:, None, :] + offsets[None, :, :]
+    return np.ravel_multi_index(tuple(np.moveaxis(coords, -1, 0)), sizes)
+
+
 def _rows_gather(call: Call) -> list:
     x, indices = (np.asarray(t) for t in call.tensors[:2])
     sizes, windows, pre, rest, starts = _geometry(call, x, indices, call.out_shape)
-    table = x.reshape(pre, *sizes, rest)
+    table = x.reshape(pre, int(np.prod(sizes)), rest)
     offsets = _window_index(sizes, windows)
     limit = np.array(sizes) - np.array(windows)
     fill = bool(call.attr("fill_out_of_bounds", False))
     n = starts.shape[1]
-    out = np.zeros((pre, n, offsets.shape[0], rest), dtype=x.dtype)
-    for b in range(pre):
-        for i in range(n):
-            start = starts[b, i]
-            inside = bool(np.all((start >= 0) & (start <= limit)))
-            if fill and not inside:
-                continue  # the whole window reads as zeros
-            coords = np.clip(start, 0, np.maximum(limit, 0)) + offsets
-            out[b, i] = table[(b, *coords.T)]
+    rows = starts.reshape(pre * n, len(sizes))  # one index vector per (b, i), b major
+    out = np.empty((pre * n, offsets.shape[0], rest), dtype=x.dtype)
+    for block in _blocks(pre * n, offsets.size):
+        start = rows[block]
+        row_of = np.arange(block.start, block.stop) // n
+        out[block] = table[row_of[:, None], _flat_cells(np.clip(start, 0, np.maximum(limit, 0)), offsets, sizes)]
+        if fill:  # a window that does not fit reads as zeros, whole
+            out[block][~np.all((start >= 0) & (start <= limit), axis=-1)] = 0
     return [out.reshape(call.out_shape)]
 
 
-_COMBINE: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray] | None] = {
+_COMBINE: dict[str, np.ufunc | None] = {
     "invalid": None, "none": None, "sum": np.add, "add": np.add, "max": np.maximum, "min": np.minimum,
     "prod": np.multiply, "mul": np.multiply,
 }
@@ -109,18 +122,24 @@ def _rows_scatter(call: Call) -> list:
     if reduce not in _COMBINE:
         raise NotSimulated(f"ttnn.rows_scatter with reduce {reduce}")
     combine = _COMBINE[reduce]
-    out = x.reshape(pre, *sizes, rest).copy()
+    cells = int(np.prod(sizes))
+    out = x.reshape(pre * cells, rest).copy()
     offsets = _window_index(sizes, windows)
     n = starts.shape[1]
-    values = updates.astype(out.dtype, copy=False).reshape(pre, n, offsets.shape[0], rest)
+    values = updates.astype(out.dtype, copy=False).reshape(pre * n, offsets.shape[0], rest)
     limit = np.array(sizes) - np.array(windows)
-    for b in range(pre):
-        for i in range(n):  # in order: with repeated indices the last update wins (replace)
-            start = starts[b, i]
-            if not np.all((start >= 0) & (start <= limit)):
-                continue
-            where = (b, *(start + offsets).T)
-            out[where] = values[b, i] if combine is None else combine(out[where], values[b, i])
+    rows = starts.reshape(pre * n, len(sizes))
+    for block in _blocks(pre * n, offsets.size):
+        start = rows[block]
+        fits = np.all((start >= 0) & (start <= limit), axis=-1)  # a window that does not fit is skipped
+        row_of = np.arange(block.start, block.stop)[fits] // n
+        where = (row_of[:, None] * cells + _flat_cells(start[fits], offsets, sizes)).reshape(-1)
+        update = values[block][fits].reshape(-1, rest)
+        if combine is None:  # replace: with repeated indices the last update wins, as in order
+            last = len(where) - 1 - np.unique(where[::-1], return_index=True)[1]
+            out[where[last]] = update[last]
+        else:  # ufunc.at combines repeated positions one after another, in order
+            combine.at(out, where, update)
     return [out.reshape(call.out_shape)]
 
 
