@@ -6,8 +6,9 @@ therefore a snapshot of the file list: the nightly flow rebuilds it after each r
 Tables: runs, ops, results, models (+ the Hive column `date`); helpers: stages (stage, rank),
 statuses (status, fault, verdict: whether pass rates count it, no_program, description),
 model_verdicts (models with ops_judged / ops_not_judged: its status columns summed by verdict),
-occurrences (ops joined with their result), and the macro message_pattern(m). The helpers are
-built from records.Status, so no SQL file lists statuses by hand.
+occurrences (ops joined with their result), accuracy_traces (each op of the whole models' accuracy
+traces, `backend` naming whose values: model or ttsim) and accuracy_trace (the model's alone), and the
+macro message_pattern(m). The helpers are built from records.Status, so no SQL file lists statuses by hand.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from opbyop_storage.dataset import DatasetScan, Store
 from opbyop_storage.location import DataFile, StoreRoot, is_object_url
 from opbyop_storage.message_pattern import macro_sql
 from opbyop_storage.object_views import register_objects
-from opbyop_storage.schema import SCHEMA_VERSION, TABLES, schema_of
+from opbyop_storage.schema import SCHEMA_VERSION, TABLES, TRACE_PREFIXES, schema_of
 
 log = logging.getLogger("opbyop.storage")
 
@@ -41,25 +42,33 @@ LEFT JOIN stages s ON s.stage = r.depth
 """
 
 
-# The whole models' accuracy traces, one row per op compared (models.whole_trace unnested).
-TRACE_SQL = """
-CREATE OR REPLACE VIEW accuracy_trace AS
-SELECT m.run_id, m.date, m.model, t.position, t.op_name, t.ttnn_op, t.pcc, t.max_abs_error, t.added_loss,
-       t.below_threshold, t.position = m.whole_trace_first_below AS first_below, t.location,
-       m.whole_trace_threshold AS pcc_threshold
-FROM models m, unnest(m.whole_trace) AS u(t)
-WHERE m.whole_trace IS NOT NULL
-"""
+# The whole models' accuracy traces, one row per op compared (schema.TRACE_PREFIXES: the models table's
+# `<prefix>trace` unnested), `backend` naming whose values were traced: the device model's (`model`)
+# or ttsim's (`ttsim`). `accuracy_trace` is the model's alone, in the columns it always had.
+def _trace_select(backend: str, prefix: str) -> str:
+    return (f"SELECT m.run_id, m.date, m.model, {_sql_str(backend)} AS backend, t.position, t.op_name, t.ttnn_op, "
+            f"t.pcc, t.max_abs_error, t.added_loss, t.below_threshold, t.position = m.{prefix}trace_first_below "
+            f"AS first_below, t.location, m.{prefix}trace_threshold AS pcc_threshold "
+            f"FROM models m, unnest(m.{prefix}trace) AS u(t) WHERE m.{prefix}trace IS NOT NULL")
 
 
-EMPTY_TRACE_SQL = """
-CREATE OR REPLACE VIEW accuracy_trace AS
-SELECT NULL::VARCHAR AS run_id, NULL::DATE AS date, NULL::VARCHAR AS model, NULL::BIGINT AS position,
-       NULL::VARCHAR AS op_name, NULL::VARCHAR AS ttnn_op, NULL::DOUBLE AS pcc, NULL::DOUBLE AS max_abs_error,
-       NULL::DOUBLE AS added_loss, NULL::BOOLEAN AS below_threshold, NULL::BOOLEAN AS first_below,
-       NULL::VARCHAR AS location, NULL::DOUBLE AS pcc_threshold
-WHERE false
-"""
+EMPTY_TRACE_SQL = """SELECT NULL::VARCHAR AS run_id, NULL::DATE AS date, NULL::VARCHAR AS model,
+       NULL::VARCHAR AS backend, NULL::BIGINT AS position, NULL::VARCHAR AS op_name, NULL::VARCHAR AS ttnn_op,
+       NULL::DOUBLE AS pcc, NULL::DOUBLE AS max_abs_error, NULL::DOUBLE AS added_loss,
+       NULL::BOOLEAN AS below_threshold, NULL::BOOLEAN AS first_below, NULL::VARCHAR AS location,
+       NULL::DOUBLE AS pcc_threshold
+WHERE false"""
+
+
+def create_trace_views(con: duckdb.DuckDBPyConnection) -> None:
+    """`accuracy_traces` (every backend's, over an existing `models` table or view) and `accuracy_trace`
+    (the model's). A trace whose columns the files predate has no rows (only older files: none at all)."""
+    columns = {row[0] for row in con.execute("DESCRIBE models").fetchall()}
+    selects = [_trace_select(backend, prefix) for backend, prefix in TRACE_PREFIXES.items()
+               if f"{prefix}trace" in columns]
+    con.execute("CREATE OR REPLACE VIEW accuracy_traces AS " + ("\nUNION ALL\n".join(selects) or EMPTY_TRACE_SQL))
+    con.execute("CREATE OR REPLACE VIEW accuracy_trace AS SELECT * EXCLUDE (backend) FROM accuracy_traces "
+                "WHERE backend = 'model'")
 
 
 def _sql_str(text: str) -> str:
@@ -140,8 +149,7 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize:
     con.execute(f"CREATE OR REPLACE VIEW stages AS SELECT * FROM (VALUES {stages}) AS t(stage, rank)")
     create_status_views(con)
     con.execute(OCCURRENCES_SQL)
-    models_columns = {row[0] for row in con.execute("DESCRIBE models").fetchall()}
-    con.execute(TRACE_SQL if "whole_trace" in models_columns else EMPTY_TRACE_SQL)  # only older files: none
+    create_trace_views(con)
     con.execute(macro_sql())
 
 

@@ -213,9 +213,9 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
         **_device_columns(w.device if w else None, "whole_"),
         "whole_pcc": w.pcc if w else None, "whole_reference": w.reference if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
         "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
-        **_ttsim_columns(w.ttsim if w else None, "whole_"),
+        **_whole_ttsim_columns(w.ttsim if w else None),
         "module_artifact": m.module_artifact,
-        **_trace_columns(w.accuracy_trace if w else None),
+        **_trace_columns(w.accuracy_trace if w else None, S.TRACE_PREFIXES["model"]),
     }
     for stage, column in zip(Stage, S.DEPTH_COUNT_COLUMNS):
         row[column] = counts.by_depth.get(stage, 0)
@@ -224,23 +224,38 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
     return row
 
 
-def _trace_columns(t: AccuracyTrace | None) -> dict[str, Any]:
+def _trace_columns(t: AccuracyTrace | None, prefix: str) -> dict[str, Any]:
+    """An accuracy trace as schema.trace_fields(prefix): the model's own ("whole_") or ttsim's ("whole_ttsim_")."""
     if t is None:
-        return {f.name: None for f in S.TRACE_FIELDS}
-    return {"whole_trace": [p.model_dump() for p in t.points], "whole_trace_threshold": t.pcc_threshold,
-            "whole_trace_first_below": t.first_below, "whole_trace_first_below_op": t.first_below_op,
-            "whole_trace_most_added": list(t.most_added), "whole_trace_ops": t.traced_ops,
-            "whole_trace_s": t.seconds, "whole_trace_message": t.message}
+        return {f.name: None for f in S.trace_fields(prefix)}
+    return {f"{prefix}trace": [p.model_dump() for p in t.points], f"{prefix}trace_threshold": t.pcc_threshold,
+            f"{prefix}trace_first_below": t.first_below, f"{prefix}trace_first_below_op": t.first_below_op,
+            f"{prefix}trace_most_added": list(t.most_added), f"{prefix}trace_ops": t.traced_ops,
+            f"{prefix}trace_s": t.seconds, f"{prefix}trace_message": t.message}
 
 
-def _trace_from(row: dict[str, Any]) -> AccuracyTrace | None:
-    if row.get("whole_trace_ops") is None:
+def _trace_from(row: dict[str, Any], prefix: str) -> AccuracyTrace | None:
+    if row.get(f"{prefix}trace_ops") is None:  # none, or a file from before the columns
         return None
-    return AccuracyTrace(points=[TracePoint(**p) for p in row["whole_trace"] or []],
-                         pcc_threshold=row["whole_trace_threshold"], first_below=row["whole_trace_first_below"],
-                         first_below_op=row["whole_trace_first_below_op"],
-                         most_added=row["whole_trace_most_added"] or [], traced_ops=row["whole_trace_ops"],
-                         seconds=row["whole_trace_s"] or 0.0, message=row["whole_trace_message"])
+    return AccuracyTrace(points=[TracePoint(**p) for p in row[f"{prefix}trace"] or []],
+                         pcc_threshold=row[f"{prefix}trace_threshold"],
+                         first_below=row[f"{prefix}trace_first_below"],
+                         first_below_op=row[f"{prefix}trace_first_below_op"],
+                         most_added=row[f"{prefix}trace_most_added"] or [], traced_ops=row[f"{prefix}trace_ops"],
+                         seconds=row[f"{prefix}trace_s"] or 0.0, message=row[f"{prefix}trace_message"])
+
+
+def _whole_ttsim_columns(t: TtsimRun | None) -> dict[str, Any]:
+    """A whole model's run on ttsim: TTSIM_COLUMNS, and its accuracy trace (TTSIM_STORED_APART)."""
+    return {**_ttsim_columns(t, "whole_"),
+            **_trace_columns(t.accuracy_trace if t is not None else None, S.TRACE_PREFIXES["ttsim"])}
+
+
+def _whole_ttsim_from(row: dict[str, Any]) -> TtsimRun | None:
+    run = _ttsim_from(row, "whole_")
+    if run is not None:
+        run.accuracy_trace = _trace_from(row, S.TRACE_PREFIXES["ttsim"])
+    return run
 
 
 def to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -371,7 +386,8 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
             failed_stage=_stage(row["whole_failed_stage"]), message=row["whole_message"],
             compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
             max_abs_error=row["whole_max_abs_error"], reference=row.get("whole_reference") or "framework", iterations=row["whole_iterations"] or 0,
-            seconds=row["whole_s"] or 0.0, accuracy_trace=_trace_from(row), ttsim=_ttsim_from(row, "whole_"),
+            seconds=row["whole_s"] or 0.0, accuracy_trace=_trace_from(row, S.TRACE_PREFIXES["model"]),
+            ttsim=_whole_ttsim_from(row),
         )
     summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,
                            ops_unique=row["ops_unique"] or 0, split_failures=row["split_failures"] or 0,

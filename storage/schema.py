@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 8  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+SCHEMA_VERSION = 9  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
@@ -33,9 +33,10 @@ SCHEMA_VERSION = 8  # 2: fault, narrowing, golden_method, run phases, a status c
 #                 7: ttnn's own visualizer report of a ttsim run (ttsim_report, ttsim_report_error)
 #                 8: the compiler under test (runs: compiler_*, group_id; results: compiler), which ttsim
 #                    ran an op (ttsim_simulator)
+#                 9: a whole model's accuracy trace on ttsim's values (models: whole_ttsim_trace*)
 # The tables' columns at SCHEMA_VERSION (schema_fingerprint()): a test fails when the columns change and the
 # version does not; bump the version, then record the new fingerprint here.
-SCHEMA_FINGERPRINT = "eb42a25420e82dba"
+SCHEMA_FINGERPRINT = "da25101d53cc0b27"
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -161,11 +162,13 @@ TTSIM_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
 }
 
 
+# TtsimRun's fields kept apart from TTSIM_COLUMNS, and where: a whole model's accuracy trace on ttsim's
+# values is a trace like the model's own, in the models table's `whole_ttsim_trace*` columns
+# (trace_fields, TRACE_PREFIXES); an op's run on ttsim is never traced, so results have no trace columns.
+TTSIM_STORED_APART = {"accuracy_trace": "models.whole_ttsim_trace*"}
+
 # TtsimRun's fields with no column, and why (each a gap, said here rather than dropped in silence).
-TTSIM_NOT_STORED = {
-    "accuracy_trace": "a whole model's trace on ttsim's values is on the record (and printed by `opbyop run`); "
-                      "the models table keeps the model's own trace only",
-}
+TTSIM_NOT_STORED: dict[str, str] = {}
 
 
 def ttsim_fields(prefix: str = "") -> list[pa.Field]:
@@ -198,9 +201,11 @@ PASS_TIMING_FIELDS = [
     pa.field("pass_timing_reports", pa.int64()),
 ]
 
-# The whole model's accuracy trace (records.AccuracyTrace): one element per op compared along its
-# depth, read as its own view `accuracy_trace` (opbyop_storage.catalog); `whole_trace_ops` is null exactly
-# when the whole-model result has no trace.
+# A whole model's accuracy trace (records.AccuracyTrace): one element per op compared along its
+# depth. The model's own trace and the trace on ttsim's values (TtsimRun.accuracy_trace) have the same
+# columns under their prefixes (TRACE_PREFIXES), read together as the view `accuracy_traces` (its
+# `backend` column names whose trace a row is) and the model's alone as `accuracy_trace`
+# (opbyop_storage.catalog); `<prefix>trace_ops` is null exactly when there is no such trace.
 TRACE_POINT = pa.struct([
     pa.field("position", pa.int64()),
     pa.field("op_name", pa.string()),
@@ -211,16 +216,25 @@ TRACE_POINT = pa.struct([
     pa.field("added_loss", pa.float64()),
     pa.field("below_threshold", pa.bool_()),
 ])
-TRACE_FIELDS = [
-    pa.field("whole_trace", pa.list_(TRACE_POINT)),
-    pa.field("whole_trace_threshold", pa.float64()),
-    pa.field("whole_trace_first_below", pa.int64()),  # position of the first op below the threshold
-    pa.field("whole_trace_first_below_op", pa.string()),
-    pa.field("whole_trace_most_added", pa.list_(pa.int64())),
-    pa.field("whole_trace_ops", pa.int64()),
-    pa.field("whole_trace_s", pa.float64()),
-    pa.field("whole_trace_message", pa.string()),
-]
+
+
+def trace_fields(prefix: str) -> list[pa.Field]:
+    """One AccuracyTrace, flattened under `prefix` (TRACE_PREFIXES)."""
+    return [
+        pa.field(f"{prefix}trace", pa.list_(TRACE_POINT)),
+        pa.field(f"{prefix}trace_threshold", pa.float64()),
+        pa.field(f"{prefix}trace_first_below", pa.int64()),  # position of the first op below the threshold
+        pa.field(f"{prefix}trace_first_below_op", pa.string()),
+        pa.field(f"{prefix}trace_most_added", pa.list_(pa.int64())),
+        pa.field(f"{prefix}trace_ops", pa.int64()),
+        pa.field(f"{prefix}trace_s", pa.float64()),
+        pa.field(f"{prefix}trace_message", pa.string()),
+    ]
+
+
+# Whose values a whole model's trace was taken on (the `backend` of view accuracy_traces) -> its
+# columns' prefix in the models table: the device model's stitched run, and the run on ttsim.
+TRACE_PREFIXES = {"model": "whole_", "ttsim": "whole_ttsim_"}
 
 # records.CompilerIdentity's fields, each a `compiler_<field>` column of runs; compiler_key is its cache key
 COMPILER_FIELDS = ("key", "spec", "package", "version", "library_sha256", "tt_metal_commit", "tt_mlir_commit",
@@ -339,7 +353,7 @@ MODELS = pa.schema([
     pa.field("whole_s", pa.float64()),
     *ttsim_fields("whole_"),
     pa.field("module_artifact", pa.string()),  # the model's StableHLO module in the artifact store (sha256)
-    *TRACE_FIELDS,
+    *(field for prefix in TRACE_PREFIXES.values() for field in trace_fields(prefix)),
 ])
 
 # One row per variant a shrink tried (opbyop.shrink): where a failing op starts failing. The op-level

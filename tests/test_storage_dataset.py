@@ -272,9 +272,10 @@ def test_corrupt_file_is_reported_with_its_path_skipped_and_counted(history_stor
 def test_every_field_of_a_ttsim_run_has_its_column_and_comes_back():
     from opbyop_storage.convert import _ttsim_columns, _ttsim_from
 
-    # a new field needs its column, or a line saying why it has none
-    assert set(schema.TTSIM_COLUMNS) | set(schema.TTSIM_NOT_STORED) == set(TtsimRun.model_fields)
-    assert not set(schema.TTSIM_COLUMNS) & set(schema.TTSIM_NOT_STORED)
+    # a new field needs its column (or columns kept apart), or a line saying why it has none
+    homes = [set(schema.TTSIM_COLUMNS), set(schema.TTSIM_STORED_APART), set(schema.TTSIM_NOT_STORED)]
+    assert set().union(*homes) == set(TtsimRun.model_fields)
+    assert sum(len(h) for h in homes) == len(TtsimRun.model_fields)  # each in one home
     run = TtsimRun(outcome=TtsimOutcome.RAN, message="m", op="ttnn.add", seconds=1.5, runner_seconds=1.0,
                    agreement="within_ulps", max_ulps=float("inf"), pcc=0.99, peak_l1_bytes=1, peak_cb_bytes=2,
                    peak_dram_bytes=3, report="digest", report_error="words")
@@ -291,3 +292,31 @@ def test_a_model_is_found_by_every_name_a_user_types_for_it(store_root) -> None:
     with pytest.raises(StoreError, match="has no model 'gpt2'") as refused:
         store.model_named("names", "gpt2")
     assert "mymodels.build" in refused.value.fix and "package.module:name" in refused.value.fix
+
+
+def _downgrade_models_to_version_8(root: Path, run_id: str) -> None:
+    """Rewrite a run's models files as schema version 8 wrote them: no trace on ttsim's values."""
+    for path in _files(root, "models", run_id):
+        table = pq.read_table(path, partitioning=None)
+        table = table.drop_columns([f.name for f in schema.trace_fields(schema.TRACE_PREFIXES["ttsim"])])
+        pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), schema.VERSION_KEY: b"8"}), path)
+
+
+def test_models_written_before_the_trace_on_ttsim_was_stored_still_read(history_store: Store) -> None:
+    traced = TtsimRun(outcome=TtsimOutcome.RAN, pcc=0.999, accuracy_trace=samples._trace())
+    n3 = samples.night("n3", 4, samples.NIGHT2, zoo_night=2)
+    n3.models[0].whole.ttsim = traced
+    history_store.write_run(n3.run, n3.ops, n3.results, n3.models)
+    traces = "SELECT run_id, backend, count(*) FROM accuracy_traces GROUP BY ALL ORDER BY ALL"
+    assert run_sql(traces, history_store.root).rows == [
+        ("n0", "model", 6), ("n1", "model", 6), ("n2", "model", 6), ("n3", "model", 6), ("n3", "ttsim", 6)]
+    # the older runs' files were written before the columns: beside n3's, and then alone
+    for run_id in ("n0", "n1", "n2"):
+        _downgrade_models_to_version_8(history_store.root, run_id)
+    assert run_sql(traces, history_store.root).rows[-1] == ("n3", "ttsim", 6)
+    _downgrade_models_to_version_8(history_store.root, "n3")
+    store = Store(history_store.root)
+    whole = {m.summary.model: m.summary.whole for m in store.models("n3")}["mlp"]
+    assert whole.ttsim.pcc == 0.999 and whole.ttsim.accuracy_trace is None and whole.accuracy_trace is not None
+    assert run_sql(traces, history_store.root).rows == [
+        ("n0", "model", 6), ("n1", "model", 6), ("n2", "model", 6), ("n3", "model", 6)]

@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import store_samples as samples
 
+from opbyop.records import AccuracyTrace, TtsimOutcome, TtsimRun
 from opbyop_storage.dataset import Store
 from opbyop_storage.expectations import from_outcomes, outcomes
 from opbyop_storage.exports.report import render_html, report_data, write_report
@@ -115,3 +117,65 @@ def test_the_accuracy_trace_is_its_own_table_and_names_the_first_op_below_the_th
     if stored is not None:
         whole = {m.summary.model: m.summary.whole for m in stored}["mlp"]
         assert whole.accuracy_trace.first_below == 4 and len(whole.accuracy_trace.points) == 6
+
+
+def _night_traced_on_ttsim(store: Store) -> AccuracyTrace:
+    """Night n3 into `store`, its mlp run whole on ttsim too and traced there: five of the model's six
+    ops compared on ttsim's values, the threshold crossed earlier (op 2) than on the model's (op 4)."""
+    n3 = samples.night("n3", 4, samples.NIGHT2, zoo_night=2)
+    model = n3.models[0].whole.accuracy_trace
+    pccs = {0: (1.0, 0.0), 1: (0.9999, 0.0001), 2: (0.985, 0.0149), 4: (0.98, 0.005), 5: (0.97, 0.01)}  # pcc, lost
+    points = [p.model_copy(update={"pcc": pccs[p.position][0], "added_loss": pccs[p.position][1],
+                                   "below_threshold": pccs[p.position][0] < 0.99})
+              for p in model.points if p.position in pccs]
+    trace = model.model_copy(update={"points": points, "first_below": 2, "first_below_op": points[2].op_name,
+                                     "most_added": [2, 5], "traced_ops": 6, "seconds": 0.7})
+    ttsim = TtsimRun(outcome=TtsimOutcome.RAN, seconds=2.5, pcc=0.97, accuracy_trace=trace)
+    n3.models[0] = n3.models[0].model_copy(update={"whole": n3.models[0].whole.model_copy(update={"ttsim": ttsim})})
+    store.write_run(n3.run, n3.ops, n3.results, n3.models)
+    return trace
+
+
+def test_a_whole_models_trace_on_ttsim_is_stored_and_read_beside_the_models_own(history_store: Store) -> None:
+    from opbyop_storage.readonly import run_sql
+
+    trace = _night_traced_on_ttsim(history_store)
+    whole = {m.summary.model: m.summary.whole for m in history_store.models("n3")}["mlp"]
+    assert whole.ttsim.accuracy_trace == trace and whole.accuracy_trace.first_below == 4
+    rows = run_sql("SELECT backend, position, first_below, pcc_threshold FROM accuracy_traces WHERE run_id = 'n3' "
+                   "ORDER BY backend, position", history_store.root).rows
+    assert [(r[0], r[1]) for r in rows] == [("model", p) for p in range(6)] + [("ttsim", p) for p in (0, 1, 2, 4, 5)]
+    assert [(r[0], r[1]) for r in rows if r[2]] == [("model", 4), ("ttsim", 2)]
+    assert {r[3] for r in rows} == {0.99}
+    # the view of the model's trace keeps its columns and its rows: ttsim's points are in accuracy_traces only
+    columns = [r[0] for r in run_sql("DESCRIBE accuracy_trace", history_store.root).rows]
+    assert columns == ["run_id", "date", "model", "position", "op_name", "ttnn_op", "pcc", "max_abs_error",
+                       "added_loss", "below_threshold", "first_below", "location", "pcc_threshold"]
+    assert run_sql("SELECT count(*) FROM accuracy_trace WHERE run_id = 'n3'", history_store.root).rows == [(6,)]
+    older = run_sql("SELECT DISTINCT backend FROM accuracy_traces WHERE run_id = 'n2'", history_store.root).rows
+    assert older == [("model",)]  # a model not run on ttsim has the model's trace alone
+
+
+def test_the_reports_trace_rows_name_their_backend_and_rank_losses_per_backend(history_store: Store) -> None:
+    _night_traced_on_ttsim(history_store)
+    data = report_data(history_store.root, "n3")
+    rows = data["accuracy_trace"]
+    assert {(r["backend"], r["first_below"]) for r in rows if r["first_below"]} == {("model", True), ("ttsim", True)}
+    assert [r["loss_rank"] for r in rows if r["backend"] == "ttsim" and r["position"] == 2] == [1]  # ranked per backend
+    assert 'id="accuracy-trace-chart"' in render_html(data)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not on PATH (apt-get install -y chromium)")
+def test_the_rendered_report_draws_a_models_trace_on_ttsim_beside_its_own(history_store: Store,
+                                                                          tmp_path: Path) -> None:
+    _night_traced_on_ttsim(history_store)
+    data = report_data(history_store.root, "n3")
+    out = tmp_path / "report.html"
+    out.write_text(render_html(data))
+    html = _chromium(tmp_path, "--dump-dom", out.as_uri()).stdout
+    assert 'data-rendered="true"' in html
+    charts = re.findall(r'<svg [^>]*class="accuracy-trace"[^>]*>.*?</svg>', html, re.S)
+    (mlp,) = [c for c in charts if 'data-model="mlp"' in c]
+    assert re.findall(r'<polyline [^>]*class="trace-line" data-backend="(\w+)"', mlp) == ["model", "ttsim"]
+    assert "on ttsim" in mlp and "on the device model" in mlp

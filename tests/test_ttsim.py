@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from core_fixtures import DATA
 from ttsim_ops import only_op
 from opbyop_flows.nightly import Target
 from opbyop_storage.dataset import Store
+from opbyop_storage.readonly import run_sql
 from opbyop.cli.main import build_app
 from opbyop.analysis.accuracy_trace import in_brief
 from opbyop.compiler.builds import installed, unpack_assets
@@ -190,6 +192,33 @@ def test_opbyop_run_with_device_ttsim_prints_how_ops_fared_there(tmp_path, works
     assert "ttsim: 1 ran; the device model against ttsim: 1 " in done.stdout
     assert "whole on ttsim: ran, pcc 1.00000" in done.stdout  # the whole program too, beside the model's
     assert "accuracy trace on ttsim: 1 of 1 ops compared" in done.stdout  # and its ops, on ttsim's values
+
+
+@pytest.mark.slow
+def test_a_whole_model_run_on_ttsim_stores_its_accuracy_trace_on_ttsims_values(workspace_root, ttsim_ready):
+    """`opbyop run jax-mlp --device ttsim`: the trace on ttsim's values lands in the models table beside
+    the model's own, and view accuracy_traces gives both, each row naming its backend."""
+    environment = {**os.environ, "OPBYOP_HOME": str(workspace_root), "COLUMNS": "200"}
+    environment.pop("JAX_PLATFORMS", None)
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "run", "jax-mlp", "--device", "ttsim"],
+                          capture_output=True, text=True, env=environment, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = re.search(r"stored as run (\S+);", done.stdout).group(1)
+    root = workspace_root / "store"
+    (stored,) = Store(root).models(run_id)
+    whole = stored.summary.whole
+    assert whole.ttsim is not None and whole.ttsim.outcome is TtsimOutcome.RAN, whole.ttsim
+    trace, model = whole.ttsim.accuracy_trace, whole.accuracy_trace
+    assert trace is not None and trace.message is None and len(trace.points) == trace.traced_ops == 5
+    assert f"accuracy trace on ttsim: {in_brief(trace)}" in done.stdout  # what was printed is what was stored
+    rows = run_sql(f"SELECT backend, position, op_name, pcc FROM accuracy_traces WHERE run_id = '{run_id}' "
+                   "ORDER BY backend, position", root).rows
+    on = {backend: [r[1:] for r in rows if r[0] == backend] for backend in ("model", "ttsim")}
+    assert on["ttsim"] == [(p.position, p.op_name, p.pcc) for p in trace.points]
+    assert [r[:2] for r in on["model"]] == [r[:2] for r in on["ttsim"]]  # the same ops, on both backends' values
+    assert len(rows) == len(on["model"]) + len(on["ttsim"]) == len(model.points) + len(trace.points)
+    only_model = run_sql(f"SELECT position FROM accuracy_trace WHERE run_id = '{run_id}' ORDER BY position", root)
+    assert [r[0] for r in only_model.rows] == [p.position for p in model.points]
 
 
 def test_a_run_asked_for_ttsim_on_a_wormhole_chip_is_refused_before_any_op(tmp_path, workspace_root):
