@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from core_fixtures import DATA
-from opbyop.config import AnalysisConfig
+from opbyop.config import AnalysisConfig, load_zoo
+from opbyop.pipeline import prepare_model, summarize
 from opbyop.records import Status
 from opbyop.run.engine import execute
 from opbyop.run.local import LocalExecutor
@@ -120,3 +121,21 @@ def test_a_run_stopped_while_a_model_exports_ends_without_it_and_lets_it_go(slow
     splits.close()
     splits._thread.join(timeout=60)  # the export under way ends, then the thread
     assert not splits._thread.is_alive()
+
+
+def test_a_run_keeps_of_each_op_record_only_what_its_summaries_count(tmp_path):
+    """Once a model's ops are handed out and stored, its records keep their op and whether it split;
+    the module, operands, tensors and source stack are let go of (a run of hundreds of models holds
+    100,000s of records), and the summaries count as they did."""
+    workspace = Workspace(tmp_path / "home")
+    chain = str(DATA / "tanh_matmul_chain.mlir")
+    config = AnalysisConfig(models=[chain], chip="p150", whole_model=False, reuse_cached=False)
+    outcome = execute(RunPlan.from_config(config), Splits().ask(config.models, 0), LocalExecutor(workspace, "settled"))
+    records = outcome.prepared.splits["tanh_matmul_chain"].ops
+    _, whole, _ = prepare_model(chain, load_zoo())
+    assert [(r.position, r.op_name, r.signature, r.ok) for r in records] == \
+        [(r.position, r.op_name, r.signature, r.ok) for r in whole.ops]
+    assert all(r.module_text is None and not r.operands and not r.inputs and not r.provenance.stack for r in records)
+    assert any(r.operands for r in whole.ops)
+    summary = summarize("tanh_matmul_chain", outcome.prepared)
+    assert summary.ops_total == len(whole.ops) and summary.ops_unique == len({r.signature for r in whole.ops if r.ok})
