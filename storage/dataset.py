@@ -69,6 +69,13 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _of_signatures(data: pa.Table, signatures: Collection[str] | None) -> pa.Table:
+    """The rows of `data` whose op is one of `signatures` (all of them when None)."""
+    if signatures is None:
+        return data
+    return data.filter(pc.is_in(data.column("signature"), value_set=pa.array(list(signatures), pa.string())))
+
+
 def _row_key(table: str, row: dict[str, Any]) -> Hashable:
     return tuple(row[c] for c in TABLE_KEYS[table])
 
@@ -208,11 +215,14 @@ class Store:
     def has_run(self, run_id: str) -> bool:
         return self.files.run_day(check_run_id(run_id), "runs") is not None
 
-    def results(self, run_id: str) -> list[OpResult]:
-        return [convert.result_from_row(r) for r in self.read_table("results", run_id).to_pylist()]
+    def results(self, run_id: str, signatures: Collection[str] | None = None) -> list[OpResult]:
+        """The run's results (of `signatures` only, when given: a big run's rows are not all read into
+        records)."""
+        data = _of_signatures(self.read_table("results", run_id), signatures)
+        return [convert.result_from_row(r) for r in data.to_pylist()]
 
-    def ops(self, run_id: str, model: str | None = None) -> list[OpRecord]:
-        data = self.read_table("ops", run_id)
+    def ops(self, run_id: str, model: str | None = None, signatures: Collection[str] | None = None) -> list[OpRecord]:
+        data = _of_signatures(self.read_table("ops", run_id), signatures)
         if model is not None:
             data = data.filter(pc.equal(data.column("model"), model))
         return [convert.op_from_row(r) for r in data.to_pylist()]

@@ -133,3 +133,16 @@ def test_the_report_and_the_flow_show_the_ops_with_the_most_device_time(perf_sto
     assert data["status_colours"]["golden_failed"] != data["status_colours"]["success"]
     page = render_html(data)
     assert 'id="device-time-table"' in page and "opbyop export perf --run" in page
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 30])
+def test_the_most_device_time_is_found_from_the_busiest_ops_rows_alone(perf_store: Store, n: int) -> None:
+    """The report reads the rows of the few ops that can rank, not every occurrence of the run: the
+    same ranking as from every row, ties at the cut included."""
+    from opbyop_storage.exports.perf_csv import busiest_signatures, top_ops
+    from opbyop_storage.exports.report import device_time
+
+    busiest = busiest_signatures(perf_store, "n2", n)
+    assert DOT.signature in busiest and len(busiest) <= len(perf_store.results("n2"))
+    assert device_time(perf_store, "n2", n) == top_ops(perf_rows(perf_store, "n2"), n)
+    assert busiest_signatures(perf_store, "n2", 0) == []

@@ -21,7 +21,10 @@ import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from opbyop.atomic import write_text
 from opbyop.compiler.targets import BOARDS
@@ -255,15 +258,16 @@ class _Programs:
         return fallback
 
 
-def perf_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
-    """Every simulated device op of the run, per op occurrence, then per whole-model program."""
+def perf_rows(store: Store, run_id: str, signatures: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """Every simulated device op of the run, per op occurrence, then per whole-model program; with
+    `signatures`, the occurrences of those unique ops only (and the whole-model programs)."""
     run = store.run(run_id)
     fallback = chip_spec(run.chip)
     option = ((run.config or {}).get("compiler") or {}).get("math_fidelity") if isinstance(run.config, dict) else None
     programs = _Programs()
-    results = {r.signature: r for r in store.results(run_id)}
+    results = {r.signature: r for r in store.results(run_id, signatures)}
     out = PerfRows()
-    for op in store.ops(run_id):
+    for op in store.ops(run_id, signatures=signatures):
         result = results.get(op.signature) if op.signature else None
         device = result.device if result is not None else None
         if device is None or not device.placements:
@@ -287,6 +291,24 @@ def perf_rows(store: Store, run_id: str) -> list[dict[str, Any]]:
             ident = {"MODEL": stored.summary.model, "POSITION": "", "STABLEHLO OP": "", "SIGNATURE": ""}
             out.add(p, spec, fidelity, f"{stored.summary.model}:whole:{i}", [None, None, None], ident)
     return out.rows
+
+
+def busiest_signatures(store: Store, run_id: str, n: int) -> list[str]:
+    """The unique ops of the run whose occurrences can rank among its `n` with the most simulated
+    device time, found without reading the others: the `n` with the most cycles and any tied with the
+    last of them (each occurrence of an op takes its op's time, and a run's ops share one chip, whose
+    clock orders them as their cycles do)."""
+    table = store.read_table("results", run_id).select(["signature", "placements"])
+    placements = table.column("placements").combine_chunks()
+    cycles = pc.struct_field(pc.list_flatten(placements), "cycles")
+    per_op = pa.table({"op": pc.list_parent_indices(placements), "cycles": cycles}).group_by("op").aggregate(
+        [("cycles", "sum")])
+    if n <= 0 or per_op.num_rows == 0:
+        return []
+    ranked = pc.sort_indices(per_op, [("cycles_sum", "descending")])
+    last = per_op.column("cycles_sum")[ranked[min(n, per_op.num_rows) - 1].as_py()]
+    busiest = per_op.filter(pc.greater_equal(per_op.column("cycles_sum"), last)).column("op")
+    return pc.take(table.column("signature"), busiest).to_pylist()
 
 
 def to_csv(rows: Iterable[dict[str, Any]]) -> str:

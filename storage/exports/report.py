@@ -24,7 +24,7 @@ from opbyop_storage.convert import run_row, shrink_rows
 from opbyop_storage.dataset import Store
 from opbyop_storage.expectations import Expectations, compare, load_expectations, run_outcomes
 from opbyop_storage.expectations import default_path as default_expectations_path
-from opbyop_storage.exports.perf_csv import perf_rows, top_ops
+from opbyop_storage.exports.perf_csv import busiest_signatures, perf_rows, top_ops
 from opbyop_storage.readonly import StoreConnection
 
 TEMPLATE = Path(__file__).resolve().parent / "templates" / "report.html"
@@ -113,8 +113,9 @@ def status_data() -> dict[str, Any]:
 
 
 def device_time(store: Store, run_id: str, n: int = 30) -> list[dict[str, Any]]:
-    """The op occurrences (and whole-model programs) with the most simulated device time."""
-    return top_ops(perf_rows(store, run_id), n)
+    """The op occurrences (and whole-model programs) with the most simulated device time, from the
+    rows of the `n` busiest unique ops only (a run of hundreds of models has 100,000s of occurrences)."""
+    return top_ops(perf_rows(store, run_id, signatures=busiest_signatures(store, run_id, n)), n)
 
 
 def shrinks_of(store: Store, run_id: str, signatures: list[str]) -> list[dict[str, Any]]:
