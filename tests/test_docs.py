@@ -11,6 +11,8 @@ from pathlib import Path
 import markdown
 import pytest
 
+from opbyop.records import Fault, Status
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "benchmarks" / "README.md",
          ROOT / "deployments" / "README.md", ROOT / "configs" / "system_descs" / "README.md"]
@@ -100,3 +102,26 @@ def test_every_example_runs_as_written(workspace: tuple[Path, dict[str, str]], i
     proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", UNTIL_CTRL_C + script], cwd=work, env=env,
                           capture_output=True, text=True, timeout=1100)
     assert proc.returncode == 0, f"exit {proc.returncode}\n{script}\n--- output\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+
+
+# How the pages name each fault in their "Statuses say whose fault" paragraph.
+FAULT_WORDS = {Fault.COMPILER: "compiler's", Fault.DEVICE: "device's", Fault.FRONTEND: "frontend's",
+               Fault.OPBYOP: "opbyop's own", Fault.INFRA: "infrastructure's"}
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/how-it-works.md"])
+def test_the_pages_name_every_status_under_its_fault_as_records_says(page: str) -> None:
+    """The statuses' one home is opbyop.records.Status; the pages' lists are held to it, so a new
+    status or a moved one fails here until the page says it."""
+    text = (ROOT / page).read_text()
+    paragraph = re.split(r"\n- \*\*", text.split("Statuses say whose fault", 1)[1], maxsplit=1)[0]
+    starts = sorted((paragraph.index(word), fault) for fault, word in FAULT_WORDS.items())
+    misplaced = []
+    for status in Status:
+        if status.fault is Fault.NONE:
+            continue
+        at = paragraph.find(f"`{status.value}`")
+        under = max((s for s in starts if s[0] < at), default=(0, None))[1] if at >= 0 else None
+        if under is not status.fault:
+            misplaced.append(f"{status.value}: {status.fault.value}, the page: {under.value if under else 'missing'}")
+    assert misplaced == []
