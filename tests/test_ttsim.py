@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from core_fixtures import DATA
-from ttsim_ops import only_op
+from ttsim_ops import only_op, run_on_ttsim
 from opbyop_flows.nightly import Target
 from opbyop_storage.dataset import Store
 from opbyop_storage.readonly import run_sql
@@ -108,12 +108,8 @@ def test_tt_metal_refusing_a_program_is_a_device_failure_in_its_own_words(tmp_pa
     program = load_program(workspace.artifacts.read_text(compiled.compile.artifacts["ttnn_runtime"]))
     (matmul,) = [op for op in program.main.ops if op.name == "ttnn.matmul"]
     matmul.attrs["matmul_program_config"]["in0_block_w"] = 3  # K is 4 tiles: no whole number of K blocks
-    backend = TtsimBackend(workspace_root, tmp_path)
-    try:
-        inputs = [np.ones((64, 128), ml_dtypes.bfloat16), np.ones((128, 64), ml_dtypes.bfloat16)]
-        refused = backend.run(program, inputs, timeout=600).run
-    finally:
-        backend.close()
+    inputs = [np.ones((64, 128), ml_dtypes.bfloat16), np.ones((128, 64), ml_dtypes.bfloat16)]
+    refused = run_on_ttsim(workspace_root, tmp_path, program, inputs).run
     assert refused.outcome is TtsimOutcome.REJECTED, refused.message
     assert "TT_FATAL" in refused.message or "TT_THROW" in refused.message
     assert refused.op == "ttnn.matmul" and "backtrace" not in refused.message

@@ -13,10 +13,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from ttsim_ops import corpus, kinds_of, only_op
+from ttsim_ops import corpus, kinds_of, only_op, run_on_ttsim
 from opbyop.device.program import Function, Program, load_program
 from opbyop.device.reference.interpreter import read_program
-from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.records import Status, TtsimOutcome
 
 
@@ -129,11 +128,7 @@ def test_the_op_kind_cut_from_its_program_runs_on_ttsim_as_its_reference_reading
     program = cut(compiled(tmp_path, workspace, worker, settings, file), kind)
     rng = np.random.default_rng(0)
     inputs = [rng.integers(-8, 8, t.shape).astype(np.float32) / 4 for t in program.main.argument_types]
-    backend = TtsimBackend(workspace_root, tmp_path)
-    try:
-        ran = backend.run(program, inputs, timeout=600)
-    finally:
-        backend.close()
+    ran = run_on_ttsim(workspace_root, tmp_path, program, inputs)
     assert ran.run.outcome is TtsimOutcome.RAN, ran.run
     reference = read_program(program, inputs).outputs
     values = ran.outputs[0].astype(np.float64)
@@ -175,11 +170,7 @@ def test_rows_ops_read_their_indices_as_stablehlo_does_on_ttsim(tmp_path, worksp
     rng = np.random.default_rng(0)
     inputs = [rng.integers(-8, 8, t.shape).astype(np.float32) / 4 for t in program.main.argument_types]
     inputs[1] = np.asarray(indices, np.int32).reshape(index_shape)
-    backend = TtsimBackend(workspace_root, tmp_path)
-    try:
-        ran = backend.run(program, inputs, timeout=600)
-    finally:
-        backend.close()
+    ran = run_on_ttsim(workspace_root, tmp_path, program, inputs)
     assert ran.run.outcome is TtsimOutcome.RAN, ran.run
     reference = np.asarray(read_program(program, inputs).outputs[0], np.float32)
     assert np.array_equal(ran.outputs[0].reshape(reference.shape), reference)

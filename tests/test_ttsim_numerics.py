@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ttsim_ops import run_on_ttsim
 
 from opbyop.analysis.analyzer import ttsim_host_outputs
 from opbyop.config import CompilerOptions
@@ -20,7 +21,6 @@ from opbyop.device.kernels import matmul_conv
 from opbyop.device.kernels.matmul_conv import conv_nhwc
 from opbyop.device.simulator import DeviceSimulator
 from opbyop.device.ttsim.agreement import agreement, principal_op
-from opbyop.device.ttsim.backend import TtsimBackend
 from opbyop.pipeline import prepare
 from opbyop.records import TtsimOutcome
 
@@ -136,12 +136,8 @@ def test_a_conv2d_the_model_differs_from_ttsim_on_is_bit_equal_with_the_engines_
     inputs = [rng.standard_normal((1, channels, size, size)).astype(np.float32),
               rng.standard_normal((out, channels, 3, 3)).astype(np.float32) / 8]
     simulator = DeviceSimulator()
-    backend = TtsimBackend(workspace_root, tmp_path)
-    try:
-        binary = simulator.load(text)
-        on_ttsim = backend.run(binary.program, inputs, timeout=600).outputs
-    finally:
-        backend.close()
+    binary = simulator.load(text)
+    on_ttsim = run_on_ttsim(workspace_root, tmp_path, binary.program, inputs).outputs
 
     def model() -> str:
         outputs, _ = simulator.run_binary(simulator.load(text), inputs)
