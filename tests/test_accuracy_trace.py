@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import Future
 
 import numpy as np
@@ -11,9 +12,9 @@ from core_fixtures import DATA
 from opbyop.analysis.accuracy_trace import TaggedModule, TraceObserver, finish_trace, tag_module
 from opbyop.analysis.analyzer import trace_references
 from opbyop.config import CompilerOptions
-from opbyop.device.program import Op
+from opbyop.device.program import Op, load_program
 from opbyop.golden.compare import finite_pcc, pcc
-from opbyop.records import Status
+from opbyop.records import Status, TtsimOutcome
 
 
 def test_every_op_gets_its_own_location_and_the_copy_for_xla_returns_every_intermediate():
@@ -107,3 +108,25 @@ def test_an_xla_run_that_failed_leaves_the_model_untraced_and_says_why():
     assert observer is None and outputs is None
     trace = finish_trace(tagged, observer, note, 0.99)
     assert not trace.points and "every intermediate" in trace.message and "out of host memory" in trace.message
+
+
+@pytest.mark.slow
+def test_on_ttsim_the_ops_of_a_const_eval_function_are_traced_as_the_models_own_trace_traces_them(
+        worker, workspace, on_ttsim, ttsim_ready):
+    """A weight computed from constants runs once, in a const-eval function: ttsim sends its ops'
+    outputs back too, so the trace on ttsim's values compares the same ops as the model's."""
+    from opbyop.frontends.loader import load_stablehlo_file
+
+    whole = worker.analyze_whole(load_stablehlo_file(DATA / "const_eval_weight.mlir"), on_ttsim)
+    run = whole.ttsim
+    assert run is not None and run.outcome is TtsimOutcome.RAN, run.message if run else whole.message
+    program = load_program(workspace.artifacts.read_text(whole.compile.artifacts["ttnn_runtime"]))
+    tags = {name: {int(n) for op in function.ops for n in re.findall(r"opbyop\.(\d+)", op.location)}
+            for name, function in program.functions.items()}
+    hoisted = set().union(*(t for name, t in tags.items() if name != program.entry)) - tags[program.entry]
+    model, trace = whole.accuracy_trace, run.accuracy_trace
+    assert trace is not None and trace.message is None
+    assert [p.position for p in trace.points] == [p.position for p in model.points]
+    # among them the weight's scaling, computed in @main_const_eval_0 alone (the matmul and add: in @main)
+    assert [p.op_name for p in trace.points if p.position in hoisted] == ["stablehlo.multiply"]
+    assert trace.first_below is None and len(trace.points) > 1

@@ -291,13 +291,15 @@ class OpAnalyzer:
 
 
 def ttsim_trace(plan: TaggedModule, by_op: dict[int, np.ndarray], threshold: float, binary: Binary,
-                observed: dict[int, np.ndarray]) -> AccuracyTrace:
+                observed: dict[tuple[str, int], np.ndarray]) -> AccuracyTrace:
     """The accuracy trace of a whole program's run on ttsim: the outputs ttsim sent back, each held
-    against XLA:CPU's value of the model's op it names, as the device model's run is traced."""
+    against XLA:CPU's value of the model's op it names, as the device model's run is traced. They
+    come from every function the run ran (const-eval functions too), in the order it ran them, so the
+    observer keeps the same last output of each model op as it keeps on the model's run."""
     observer = TraceObserver(plan, by_op, threshold, binary.program.mesh_shape)
-    main = binary.program.main
-    for index in sorted(observed):
-        observer(main.ops[index], [observed[index]])
+    functions = binary.program.functions
+    for (function, index), value in observed.items():
+        observer(functions[function].ops[index], [value])
     trace = finish_trace(plan, observer, None, threshold)
     assert trace is not None
     return trace

@@ -24,7 +24,7 @@ import numpy as np
 
 from opbyop.device.program import Op, Program
 from opbyop.device.ttsim.install import TtsimSetup, TtsimUnavailable, locate
-from opbyop.device.ttsim.plan import program_plan
+from opbyop.device.ttsim.plan import observed_op, program_plan
 from opbyop.records import TtsimOutcome, TtsimRun
 
 RUNNER = Path(__file__).with_name("runner.py")
@@ -42,7 +42,9 @@ class TtsimResult:
     # seconds per phase: opbyop's ("start": the runner started, once per process; "plan": the program and
     # inputs handed over; "read": the outputs taken back) and the runner's (runner.Interpreter.phases)
     phases: dict[str, float] = field(default_factory=dict)
-    observed: dict[int, np.ndarray] = field(default_factory=dict)  # entry op index -> its output, where asked
+    # (function, op index) -> the op's output, where asked: any function's ops (its const-eval functions'
+    # too), in the order the run last ran each (a loop body's op: its last iteration)
+    observed: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
 
 
 class TtsimRunner:
@@ -96,7 +98,7 @@ class TtsimRunner:
             observe: Callable[[Op], bool] | None = None) -> TtsimResult:
         """The program's outputs on ttsim, or the outcome that stopped it (never raises for the op's sake);
         with `report`, ttnn's own visualizer report of the run beside them; with `observe`, the output
-        of each op of the entry function it picks (TtsimResult.observed)."""
+        of each op it picks, in any function the run runs (TtsimResult.observed)."""
         started = time.perf_counter()
         if self.refused is not None:  # the device did not open before: not tried again for every op
             return TtsimResult(TtsimRun(outcome=TtsimOutcome.UNAVAILABLE, message=self.refused))
@@ -252,12 +254,13 @@ class TtsimBackend:
         self._runners.clear()
 
 
-def _observed(path: Path) -> dict[int, np.ndarray]:
-    """observed.npz's outputs by the index of their op in the entry function (none: no file)."""
+def _observed(path: Path) -> dict[tuple[str, int], np.ndarray]:
+    """observed.npz's outputs by their op's (function, index), in the file's order: the run's (none: no
+    file)."""
     if not path.exists():
         return {}
     with np.load(path) as data:
-        return {int(key[1:]): data[key] for key in data.files}
+        return {observed_op(key): data[key] for key in data.files}
 
 
 def _archive(folder: Path) -> bytes:

@@ -3,8 +3,9 @@
 The runner's interpreter has no MLIR parser (it lives in ttnn's own interpreter), so the program
 opbyop already read (opbyop.device.program) travels as JSON: functions, ops with their operands,
 results, types and attributes, and each `ttnn.constant`'s values as an array beside the inputs.
-Ops whose output the caller wants (the accuracy trace's) are marked. tt-mlir's rows_gather /
-rows_scatter carry how the model reads their operand (`rows_split`: the
+Ops whose output the caller wants (the accuracy trace's) are marked, in every function the program
+runs (its const-eval functions too), each with the key the runner sends its output back under.
+tt-mlir's rows_gather / rows_scatter carry how the model reads their operand (`rows_split`: the
 element counts before and after the addressed dimensions), so that both simulators read it alike.
 """
 
@@ -31,8 +32,10 @@ def tensor_type(t: TensorType | None) -> dict | None:
 
 def program_plan(program: Program, observe: Callable[[Op], bool] | None = None
                  ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(the plan, the constants' values keyed as the plan names them). Each op of the entry function
-    that `observe` picks carries its index there (`observe`): the runner sends its output back."""
+    """(the plan, the constants' values keyed as the plan names them). Each op that `observe` picks,
+    in any function (the model's accuracy trace sees every function's ops: the entry's, its
+    const-eval functions', a loop body's), carries its key (`observe`, observed_key's): the runner
+    sends its output back under it."""
     constants: dict[str, np.ndarray] = {}
     functions = {}
     for f_index, (name, function) in enumerate(program.functions.items()):
@@ -48,14 +51,26 @@ def program_plan(program: Program, observe: Callable[[Op], bool] | None = None
                 entry["constant"] = key
             if op.name in ROWS_OPS:
                 entry["rows_split"] = rows_split(op)
-            if observe is not None and name == program.entry and len(op.results) == 1 and observe(op):
-                entry["observe"] = o_index
+            if observe is not None and len(op.results) == 1 and observe(op):
+                entry["observe"] = observed_key(name, o_index)
             ops.append(entry)
         functions[name] = {"arguments": function.arguments,
                            "argument_types": [tensor_type(t) for t in function.argument_types],
                            "ops": ops, "returns": function.returns,
                            "return_types": [tensor_type(t) for t in function.return_types]}
     return {"entry": program.entry, "functions": functions}, constants
+
+
+def observed_key(function: str, index: int) -> str:
+    """The name an observed op's output travels under (observed.npz): its function and its index
+    there, `main.12`, `main_const_eval_0.1`."""
+    return f"{function}.{index}"
+
+
+def observed_op(key: str) -> tuple[str, int]:
+    """(function, op index) of an observed_key."""
+    function, _, index = key.rpartition(".")
+    return function, int(index)
 
 
 ROWS_OPS = ("ttnn.rows_gather", "ttnn.rows_scatter")

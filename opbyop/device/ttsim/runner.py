@@ -9,8 +9,9 @@ ttsim instead of one chip) and talks to it over stdin / a private pipe:
   request  (one JSON line): {"dir": DIR, "report": BOOL}  DIR holds plan.json (the program,
                             opbyop.device.ttsim.plan) and inputs.npz (in0, in1 ...; constants as c<fn>_<op>)
   reply    (one JSON line): {"ok": true, "seconds": S, "ops": N, "peak_l1_bytes": ...}   outputs.npz (out0 ...)
-                                                                          in DIR, and observed.npz (o<index>:
-                            the output of each op of the entry the plan marks `observe`)
+                                                                          in DIR, and observed.npz (the
+                            output of each op the plan marks `observe`, in any function, under that key,
+                            in the order of their last runs)
                             with "report": true, also "report": "ttnn-report" (ttnn's own TT-NN Visualizer
                             report of the run, DIR/ttnn-report/db.sqlite) or "report_error": TEXT
                             {"ok": false, "kind": KIND, "op": OP, "message": TEXT}
@@ -766,7 +767,9 @@ class Interpreter:
         # TTNN op kind), "footprint" (the allocator's and graph capture's reads), "outputs" (which waits
         # for the last op to finish: tt-metal returns from an op before ttsim has run it to the end)
         self.phases: dict[str, float] = {}
-        self.observed: dict[str, np.ndarray] = {}  # o<index>: the output of the entry's op the plan marks
+        # the output of each op the plan marks, under its key (`main.12`, `main_const_eval_0.1`), in the
+        # order of each one's last run: a loop body's op ran again replaces its value
+        self.observed: dict[str, np.ndarray] = {}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -829,11 +832,14 @@ class Interpreter:
 
 
     def observe(self, op: dict, tensor) -> None:
-        """Keep the op's output for the caller's accuracy trace. One that cannot be read back costs
-        the trace its point, never the run its verdict (the trace skips ops it has no value for)."""
+        """Keep the op's output for the caller's accuracy trace (the last one, moved to the end, when
+        the op runs again, as the model's observer keeps the latest). One that cannot be read back
+        costs the trace its point, never the run its verdict (the trace skips ops it has no value for)."""
         with self.phase("observe"):
             try:
-                self.observed[f"o{op['observe']}"] = to_numpy(tensor, op["result_types"][0])
+                value = to_numpy(tensor, op["result_types"][0])
+                self.observed.pop(op["observe"], None)
+                self.observed[op["observe"]] = value
             except Exception as e:  # any failure of ttnn to read it back: the point is dropped
                 print(f"not observed: {op['name']}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
@@ -950,7 +956,7 @@ def run_program(interpreter: Interpreter, plan: dict, arrays: dict, folder: Path
         with interpreter.phase("outputs"):
             host = {f"out{i}": to_numpy(x, t) for i, (x, t) in enumerate(zip(outputs, main["return_types"]))}
             np.savez(folder / "outputs.npz", **host)
-            if interpreter.observed:
+            if interpreter.observed:  # savez keeps the order: the trace replays the run's
                 np.savez(folder / "observed.npz", **interpreter.observed)
         return {"ok": True, "seconds": time.perf_counter() - started, "ops": len(main["ops"]),
                 "phases": interpreter.phases, **interpreter.footprint.reply()}
