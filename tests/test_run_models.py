@@ -12,7 +12,7 @@ import pytest
 from core_fixtures import DATA
 from opbyop.config import AnalysisConfig, load_zoo
 from opbyop.pipeline import prepare_model, summarize
-from opbyop.records import Status
+from opbyop.records import Stage, Status
 from opbyop.run.engine import execute
 from opbyop.run.local import LocalExecutor
 from opbyop.run.models import Splits
@@ -123,14 +123,18 @@ def test_a_run_stopped_while_a_model_exports_ends_without_it_and_lets_it_go(slow
     assert not splits._thread.is_alive()
 
 
-def test_a_run_keeps_of_each_op_record_only_what_its_summaries_count(tmp_path):
+def test_a_run_keeps_of_each_op_record_and_success_only_what_its_summaries_count(tmp_path):
     """Once a model's ops are handed out and stored, its records keep their op and whether it split;
     the module, operands, tensors and source stack are let go of (a run of hundreds of models holds
-    100,000s of records), and the summaries count as they did."""
+    100,000s of records), and the summaries count as they did. A flow run, which shows its results
+    from the store, keeps of each success its status, not its compile, device and golden records."""
     workspace = Workspace(tmp_path / "home")
     chain = str(DATA / "tanh_matmul_chain.mlir")
     config = AnalysisConfig(models=[chain], chip="p150", whole_model=False, reuse_cached=False)
-    outcome = execute(RunPlan.from_config(config), Splits().ask(config.models, 0), LocalExecutor(workspace, "settled"))
+    outcome = execute(RunPlan.from_config(config), Splits().ask(config.models, 0), LocalExecutor(workspace, "settled"),
+                      settle_successes=True)
+    assert outcome.results and all(r.status is Status.SUCCESS and r.depth is Stage.GOLDEN and r.device is None
+                                   and r.compile is None and r.golden is None for r in outcome.results.values())
     records = outcome.prepared.splits["tanh_matmul_chain"].ops
     _, whole, _ = prepare_model(chain, load_zoo())
     assert [(r.position, r.op_name, r.signature, r.ok) for r in records] == \

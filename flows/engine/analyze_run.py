@@ -145,7 +145,8 @@ class AnalyzeRun:
             self.clock.mark("store")  # the store's run lock, taken (another run may hold it)
             self.sink = StoreSink(writer, self.run_id, phases=self.clock.as_dict, run=self.info(), logger=self.logger)
             self.out = run_engine(self.plan, self.models(), self, self.sink, workspace=self.workspace,
-                                  keep_modules=True, stop=self.handoff.stop.is_set, clock=self.clock, logger=self.logger)
+                                  keep_modules=True, settle_successes=True, stop=self.handoff.stop.is_set,
+                                  clock=self.clock, logger=self.logger)
         self.clock.mark("store")  # the writer's last batch, flushed as it closes
         write_manifest(self.out.prepared, run_manifest_path(self.workspace.root, self.run_id))
         return self.conclude(self.sink.run)

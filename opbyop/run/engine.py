@@ -74,11 +74,19 @@ class RunOutcome:
     known: int = 0  # results the sink already had (resumed from the run id, or reused from earlier runs)
     error: str | None = None  # the run could not go on (no op worker could start ...)
     interrupted: bool = False  # the caller asked the run to stop
+    # Keep of each success only what the run's summary counts once the sink has it (a flow run that
+    # shows its results from the store), not its compile, device and golden records (10 KB each)
+    settle_successes: bool = False
 
     def add(self, result: OpResult) -> bool:
         """One op's result, handed on to the sink; True when the sink wrote results with it."""
-        self.results[result.signature] = result
-        return self.sink.op_done(result)
+        written = self.sink.op_done(result)
+        self.keep({result.signature: result})
+        return written
+
+    def keep(self, results: dict[str, OpResult]) -> None:
+        """Results the sink has (signature -> result), as the run keeps them."""
+        self.results.update({s: settled_result(r) for s, r in results.items()} if self.settle_successes else results)
 
     def add_whole(self, model: str, result: WholeModelResult) -> None:
         self.wholes[model] = result
@@ -93,6 +101,14 @@ class RunOutcome:
         models = [summarize(name, prepared, self.wholes.get(name)).model_copy(
             update={"module_artifact": self.modules.get(name)}) for name in prepared.splits]
         return models + [summarize(spec, prepared) for spec in prepared.errors]
+
+
+def settled_result(result: OpResult) -> OpResult:
+    """A successful result as a run that stored it keeps it: its status and timing, not its compile,
+    device and golden records; a failure is kept whole (the shrink of failing ops reads it)."""
+    if result.status is not Status.SUCCESS:
+        return result
+    return result.model_copy(update={"compile": None, "device": None, "golden": None, "ttsim": None})
 
 
 class Executor(Protocol):
@@ -150,15 +166,17 @@ def fitting_whole(plan: RunPlan, outcome: RunOutcome, name: str, logger: logging
 
 
 def execute(plan: RunPlan, models: Feed, executor: Executor, sink: ResultSink | None = None, *,
-            workspace: Workspace | None = None, keep_modules: bool = False, stop: Callable[[], bool] = lambda: False,
-            clock: Clock | None = None, logger: logging.Logger | logging.LoggerAdapter = log) -> RunOutcome:
+            workspace: Workspace | None = None, keep_modules: bool = False, settle_successes: bool = False,
+            stop: Callable[[], bool] = lambda: False, clock: Clock | None = None,
+            logger: logging.Logger | logging.LoggerAdapter = log) -> RunOutcome:
     """The run: each model as it arrives added to the run (its new ops kept in `workspace`, their
     upstream values computed, with `keep_modules` its module stored for the viewers), the sink asked
     what it already has, the executor handed the rest; then every result collected and the sink
-    given the outcome. `stop()` true between models: the run is interrupted there. `clock` times the
-    steps: waiting for a model's export ("export"), adding it ("split"), the sink ("store")."""
+    given the outcome (with `settle_successes`, the outcome keeps of each success what its summary
+    counts: settled_result). `stop()` true between models: the run is interrupted there. `clock`
+    times the steps: waiting for a model's export ("export"), adding it ("split"), the sink ("store")."""
     clock = clock or NoClock()
-    outcome = RunOutcome(plan=plan, prepared=Prepared(), sink=sink or NoSink())
+    outcome = RunOutcome(plan=plan, prepared=Prepared(), sink=sink or NoSink(), settle_successes=settle_successes)
     with clock.phase("store"):
         outcome.sink.start(plan)
     executor.open(plan, outcome)
@@ -200,7 +218,7 @@ def _arrived(plan: RunPlan, outcome: RunOutcome, model: SplitOutcome, executor: 
                 outcome.modules[name] = workspace.artifacts.put(graph.module_text.encode(), ".mlir")
     with clock.phase("store"):
         known = outcome.sink.add_model(outcome.prepared.splits[name].ops, new)
-    outcome.results.update(known)
+    outcome.keep(known)
     outcome.known += len(known)
     todo = [op for op in new if op.signature not in known]
     wholes = fitting_whole(plan, outcome, name, logger) if plan.config.whole_model else {}
