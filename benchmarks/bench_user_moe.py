@@ -3,6 +3,7 @@
     PYTHONPATH=.:benchmarks .venv/bin/python benchmarks/bench_user_moe.py [--models qwen3-30b-a3b ...]
         [--layers 2] [--timeout 120]
     PYTHONPATH=.:benchmarks .venv/bin/python benchmarks/bench_user_moe.py --kernel 16 32 [--baseline-path CHECKOUT]
+    PYTHONPATH=.:benchmarks .venv/bin/python benchmarks/bench_user_moe.py --gather 7340032 [--baseline-path CHECKOUT]
 
 Each model is what a user writes: transformers' own class built from the published configuration
 (config.json's numbers, hard-coded here, `layers` decoder layers) under `torch.device("meta")`, bf16,
@@ -16,6 +17,8 @@ unique ops by status. Goals: every op a verdict, each model <= 10 minutes and <=
 tt-mlir compiles it) on Qwen3-30B-A3B's grouped gate/up projection with E experts ((E, 1024, 2048) by
 (E, 2048, 1536) bf16: 128 tokens x top 8 rows against every expert), its wall time and the peak of
 numpy's allocations; beside it the same in another checkout (--baseline-path), each in its own process.
+--gather N ...: the device model's ttnn.rows_gather alone in its column form, N index vectors into an
+(8, 28672) table (Mixtral-8x7B's grouped gather holds 256 x 28672 = 7,340,032), the same way.
 """
 
 from __future__ import annotations
@@ -153,11 +156,31 @@ print(f"{time.perf_counter() - start:.2f} s, numpy's peak {tracemalloc.get_trace
 """
 
 
-def kernel_timing(experts: int, root: Path) -> str:
-    """The grouped matmul of `experts` experts on the device model of the checkout at `root`."""
+GATHER = """
+import sys, time
+import numpy as np
+from opbyop.device.kernels import KERNELS, Call
+from opbyop.device.program import Op, TensorType
+n = int(sys.argv[1])
+rng = np.random.default_rng(0)
+table = rng.standard_normal((8, 28672)).astype(np.float32)
+indices = rng.integers(0, table.size, (1, 1, n)).astype(np.int32)
+f32 = lambda shape: TensorType(shape=shape, dtype="f32", layout=None)
+op = Op(name="ttnn.rows_gather", operands=[0, 1], results=[2], operand_types=[f32(table.shape), TensorType(shape=indices.shape, dtype="si32", layout=None)],
+        result_types=[f32((n,))], attrs=dict(sizes=[table.size], windows=[1], column=True, fill_out_of_bounds=False))
+def memory(field):  # this process's memory (kB): tracemalloc would slow a Python loop several times
+    return int(open("/proc/self/status").read().split(field + ":")[1].split()[0])
+before = memory("VmRSS")
+start = time.perf_counter()
+KERNELS["ttnn.rows_gather"](Call(op=op, inputs=[table, indices], out_types=op.result_types, chip_numerics=False))
+print(f"{time.perf_counter() - start:.2f} s, peak memory +{(memory('VmHWM') - before) / 1e6:.2f} GB")
+"""
+
+
+def kernel_timing(script: str, size: int, root: Path) -> str:
+    """`script` (KERNEL, GATHER) run with `size` on the device model of the checkout at `root`."""
     env = {**os.environ, "PYTHONPATH": str(root)}
-    out = subprocess.run([sys.executable, "-c", KERNEL, str(experts)], capture_output=True, text=True, env=env,
-                         cwd=root)
+    out = subprocess.run([sys.executable, "-c", script, str(size)], capture_output=True, text=True, env=env, cwd=root)
     return out.stdout.strip() or out.stderr.strip()[-300:]
 
 
@@ -168,13 +191,17 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per op")
     parser.add_argument("--kernel", type=int, nargs="*", default=None, metavar="EXPERTS",
                         help="instead: time the device model's grouped matmul with these numbers of experts")
-    parser.add_argument("--baseline-path", type=Path, default=None, help="with --kernel: another checkout beside")
+    parser.add_argument("--gather", type=int, nargs="*", default=None, metavar="VECTORS",
+                        help="instead: time the device model's column row gather with these numbers of index vectors")
+    parser.add_argument("--baseline-path", type=Path, default=None,
+                        help="with --kernel or --gather: another checkout beside")
     args = parser.parse_args()
-    if args.kernel:
-        for experts in args.kernel:
-            print(f"{experts} experts: {kernel_timing(experts, ROOT)}", flush=True)
-            if args.baseline_path is not None:
-                print(f"    baseline {args.baseline_path}: {kernel_timing(experts, args.baseline_path)}", flush=True)
+    timed = [(KERNEL, n, "experts") for n in args.kernel or []] + [(GATHER, n, "index vectors") for n in args.gather or []]
+    for script, size, unit in timed:
+        print(f"{size} {unit}: {kernel_timing(script, size, ROOT)}", flush=True)
+        if args.baseline_path is not None:
+            print(f"    baseline {args.baseline_path}: {kernel_timing(script, size, args.baseline_path)}", flush=True)
+    if timed:
         return
     outcomes = []
     for name in args.models:
