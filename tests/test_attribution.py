@@ -124,3 +124,15 @@ def test_a_nan_mismatch_is_counted_never_reported_as_no_error():
     assert "max abs error 0" not in message
     extra = compare([np.array([np.nan, 2.0, np.inf])], [np.array([1.0, 2.0, 3.0])], ["f32"], Thresholds())
     assert "1 NaN where XLA has none" in verdict(extra) and "1 inf where XLA has a finite value" in verdict(extra)
+
+
+def test_a_convolution_whose_compiled_padding_leaves_no_output_is_a_run_failure_naming_the_padding(
+        workspace, worker, settings):
+    """A 1-D transposed convolution (a vocoder's upsampler: lhs_dilate 8, pad 11) compiles to
+    ttnn.conv_transpose2d with padding [4, 0, 4, 0]: read as tt-metal reads four values (top, bottom,
+    left, right) its width-1 image has no output. The device's verdict, in words that name the
+    padding, never an exception in opbyop's simulator."""
+    (_, result) = results_of(workspace, worker, settings, "conv_transpose1d_upsampler.mlir")["stablehlo.convolution"]
+    assert result.status is Status.RUN_FAILED and result.status.fault is Fault.DEVICE, result.message
+    assert "padding [4, 0, 4, 0]" in result.message
+    assert "leaves a 68x-3 output of the 8x1 input" in result.message

@@ -15,7 +15,7 @@ import numpy as np
 
 from opbyop.device.formats import BF16, store
 from opbyop.device.kernels import KERNELS, STORAGE_KERNELS, Call
-from opbyop.device.kernels.base import NotSimulated
+from opbyop.device.kernels.base import NotSimulated, Refused
 from opbyop.device.memory import OutOfMemory
 from opbyop.device.placement import PlacementError, Policy, nlp_targets, place
 from opbyop.device.program import Function, Op, Program, TensorType
@@ -101,7 +101,7 @@ class Executor:
             for op, target in zip(function.ops, targets):
                 self._step(op, env, owned, target)
             return [self._own_output(env[v], owned) for v in function.returns if env[v] is not None]
-        except (OutOfMemory, PlacementError) as e:
+        except (OutOfMemory, PlacementError, Refused) as e:
             raise SimulationError(str(e)) from None
         except NotSimulated as e:
             raise NotSimulatedError(f"not simulated: {e}") from None
@@ -154,7 +154,7 @@ class Executor:
             return kernel(Call(op=op, inputs=[None if t is None else t.values if raw else _computable(t.values)
                                               for t in inputs], out_types=op.result_types,
                                chip_numerics=self.chip_numerics))
-        except NotSimulated:
+        except (NotSimulated, Refused):
             raise
         except Exception as e:  # a gap in the simulator, named as such: never the whole run's end
             raise SimulatorBugError(f"simulator error in {op.name} ({_short(op.location)}): "

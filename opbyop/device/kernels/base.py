@@ -19,6 +19,11 @@ class NotSimulated(Exception):
     """The executor has no implementation for this op (or this variant of it)."""
 
 
+class Refused(Exception):
+    """The program asks an op for what tt-metal cannot do (an empty output, say): the device's
+    verdict, a run failure, in words that name the attribute at fault."""
+
+
 @dataclass
 class Call:
     op: Op

@@ -9,7 +9,7 @@ import numpy as np
 
 from opbyop.device import fpu
 from opbyop.device.formats import BF16, EXACT_PRODUCTS, FIDELITY_PHASES, Finish, fidelity_matmul
-from opbyop.device.kernels.base import EXACT, Call, NotSimulated, packed
+from opbyop.device.kernels.base import EXACT, Call, NotSimulated, Refused, packed
 from opbyop.device.kernels.eltwise import fused
 
 
@@ -168,6 +168,15 @@ def _four(padding: list) -> tuple[int, int, int, int]:
     return (p[0], p[1], p[2], p[3]) if len(p) == 4 else (p[0], p[0], p[1], p[1])
 
 
+def _check_output(call: Call, size: tuple[int, int], image: tuple[int, int]) -> None:
+    """A convolution whose attributes leave no output (a padding larger than what it pads) cannot run:
+    said with the padding as tt-metal reads it."""
+    if min(size) <= 0:
+        raise Refused(f"{call.op.name}: padding {list(call.attr('padding'))}, read as tt-metal reads it ([height, "
+                      "width], or [top, bottom, left, right]), leaves a {}x{} output of the {}x{} input: the program "
+                      "cannot run as compiled".format(*size, *image))
+
+
 def _bias(call: Call) -> np.ndarray | None:
     return np.asarray(call.tensors[2], dtype=np.float32).reshape(-1) if len(call.tensors) >= 3 else None
 
@@ -207,6 +216,7 @@ def _conv_transpose2d(call: Call) -> list:
     oph, opw = _pairs(call.attr("output_padding", [0, 0]), 2)
     oh = (h - 1) * sh - top - bottom + dh * (kh - 1) + oph + 1
     ow = (w - 1) * sw - left - right + dw * (kw - 1) + opw + 1
+    _check_output(call, (oh, ow), (h, w))
     full = np.zeros((n, (h - 1) * sh + dh * (kh - 1) + 1 + oph, (w - 1) * sw + dw * (kw - 1) + 1 + opw, cout), np.float32)
     image = x.reshape(n * h * w, cin)
     per_in, per_out = cin // groups, cout // groups
