@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_real_size import PeakRss
-from common import Figures
+from bench_real_size import peak_rss
+from common import Figures, PeakMemory
 
 from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisSettings, Zoo, ZooEntry, load_thresholds, load_zoo
@@ -73,7 +73,7 @@ def multiply_adds(record: OpRecord) -> int:
     return math.prod(record.outputs[0].shape) * math.prod(lhs[d] for d in contracting)
 
 
-def measure(name: str, form: str, layers: int, chip, workspace: Path, timeout: float, rss: PeakRss,
+def measure(name: str, form: str, layers: int, chip, workspace: Path, timeout: float, rss: PeakMemory,
             analyse: bool = True) -> FormFigures:
     figures = FormFigures(f"{name} ({layers} layer{'s' * (layers > 1)}) {form}")
     rss.reset()
@@ -123,7 +123,7 @@ def main() -> None:
     chip = resolve(args.chip)
     workspace = Path(tempfile.mkdtemp(prefix="bench-experts-"))
     runs: list[FormFigures] = []
-    with PeakRss() as rss:
+    with peak_rss() as rss:
         for name in args.models:
             for form in args.forms:
                 analyse = args.analyse is None or form in args.analyse

@@ -26,14 +26,13 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import yaml
-from common import Figures
+from common import Figures, PeakMemory
 
 from real_size_models import CONFIGS, stablehlo
 
@@ -48,38 +47,9 @@ from opbyop.ir.split import split_module  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
 
 
-class PeakRss:
+def peak_rss() -> PeakMemory:
     """The largest summed RSS of this process and its descendants, sampled every 50 ms."""
-
-    def __init__(self) -> None:
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> int:
-        me = psutil.Process()
-        total = 0
-        for p in [me, *me.children(recursive=True)]:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            self.peak = max(self.peak, self._sample())
-
-    def reset(self) -> None:
-        self.peak = self._sample()
-
-    def __enter__(self) -> PeakRss:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
+    return PeakMemory(os.getpid(), every=0.05)
 
 
 def role(p: psutil.Process) -> str:
@@ -227,7 +197,7 @@ class ModelFigures:
     error: str = ""
 
 
-def run_model(name: str, layers: int | None, chip, rss: PeakRss, workspace: Path, env: dict[str, str] | None,
+def run_model(name: str, layers: int | None, chip, rss: PeakMemory, workspace: Path, env: dict[str, str] | None,
               label: str) -> ModelFigures:
     config = CONFIGS[name]
     layers = config.layers if layers is None else layers
@@ -243,7 +213,7 @@ def run_model(name: str, layers: int | None, chip, rss: PeakRss, workspace: Path
         with OpWorker(chip.path, workspace, chip=chip.chip, name=f"bench-{name}", env=env) as worker:
             for op in unique:
                 before = rss.peak
-                rss.peak = rss._sample()
+                rss.peak = rss.total()
                 t = time.perf_counter()
                 result = worker.analyze(op, settings, timeout=600)
                 shapes = ", ".join(str(i) for i in op.inputs)
@@ -278,7 +248,7 @@ def main() -> None:
     chip = resolve(args.chip)
     workspace = Path(tempfile.mkdtemp(prefix="bench-real-size-"))
     runs: list[ModelFigures] = []
-    with PeakRss() as rss:
+    with peak_rss() as rss:
         for name in args.models:
             runs.append(run_model(name, args.layers, chip, rss, workspace, None, ""))
         for name in args.baseline:

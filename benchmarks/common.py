@@ -97,6 +97,21 @@ class PeakMemory:
         self._stop.set()
         self._thread.join()
 
+    def total(self) -> int:
+        """The summed RSS of the process and its descendants now."""
+        root = psutil.Process(self.pid)
+        total = 0
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        return total
+
+    def reset(self) -> None:
+        """The peak starts again from now."""
+        self.peak = self.total()
+
     def _sample(self) -> None:
         while not self._stop.is_set():
             try:
