@@ -69,11 +69,12 @@ def main() -> None:
                "--no-whole", "--workers", str(args.workers), "--timeout", str(args.timeout), "--manifest", str(manifest)]
     if args.export_memory is not None:
         command += ["--export-memory", str(args.export_memory)]
-    run = measured(command, env)
+    run = measured(command, env, timeline=home / "memory.tsv")
     (home / "analyze.log").write_text(run.output)
     print(f"opbyop analyze of {len(running)} models: exit {run.exit_code}, {run.seconds:.0f} s, "
           f"peak {run.memory.peak / 1e9:.1f} GB (the command and its children), the command alone "
-          f"{run.memory.own / 1e9:.2f} GB; log: {home / 'analyze.log'}")
+          f"{run.memory.own / 1e9:.2f} GB; log: {home / 'analyze.log'}, memory each second (seconds, the "
+          f"command's MB, all MB, the largest children): {home / 'memory.tsv'}")
     if not manifest.exists():
         print(run.output[-3000:])
         return

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -81,11 +81,15 @@ ROOT = Path(__file__).resolve().parent.parent
 class PeakMemory:
     """Sampled every `every` seconds while in use: the largest summed RSS of a process and all its
     descendants (`peak`), of the process alone (`own`), and the most descendants at once that
-    `counted` picks (`count`)."""
+    `counted` picks (`count`). With a `timeline` file, each sample is a line there too: seconds since
+    the start, the process's RSS, the total, and the three largest descendants (MB, command): where
+    a peak was, and whose."""
 
-    def __init__(self, pid: int, every: float = 0.5, counted: Callable[[psutil.Process], bool] | None = None):
-        self.pid, self.every, self.counted = pid, every, counted
+    def __init__(self, pid: int, every: float = 0.5, counted: Callable[[psutil.Process], bool] | None = None,
+                 timeline: Path | None = None):
+        self.pid, self.every, self.counted, self.timeline = pid, every, counted, timeline
         self.peak = self.own = self.count = 0
+        self._start = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -113,20 +117,28 @@ class PeakMemory:
         self.peak = self.total()
 
     def _sample(self) -> None:
-        while not self._stop.is_set():
-            try:
-                root = psutil.Process(self.pid)
-                own, total, count = root.memory_info().rss, 0, 0
-                for p in [root, *root.children(recursive=True)]:
-                    try:
-                        total += p.memory_info().rss
-                        count += p is not root and self.counted is not None and self.counted(p)
-                    except psutil.Error:
-                        continue
-                self.peak, self.own, self.count = max(self.peak, total), max(self.own, own), max(self.count, count)
-            except psutil.Error:
-                pass
-            self._stop.wait(self.every)
+        with open(self.timeline, "w") if self.timeline else nullcontext() as log:
+            while not self._stop.is_set():
+                try:
+                    root = psutil.Process(self.pid)
+                    own, total, count, children = root.memory_info().rss, 0, 0, []
+                    for p in [root, *root.children(recursive=True)]:
+                        try:
+                            rss = p.memory_info().rss
+                            total += rss
+                            count += p is not root and self.counted is not None and self.counted(p)
+                            if p is not root and log is not None:
+                                children.append((rss, " ".join(p.cmdline()[1:4])[:80]))
+                        except psutil.Error:
+                            continue
+                    self.peak, self.own, self.count = max(self.peak, total), max(self.own, own), max(self.count, count)
+                    if log is not None:
+                        top = "; ".join(f"{rss >> 20} {cmd}" for rss, cmd in sorted(children, reverse=True)[:3])
+                        log.write(f"{time.monotonic() - self._start:.1f}\t{own >> 20}\t{total >> 20}\t{top}\n")
+                        log.flush()
+                except psutil.Error:
+                    pass
+                self._stop.wait(self.every)
 
 
 @dataclass
@@ -139,12 +151,13 @@ class Measured:
     output: str
 
 
-def measured(command: list[str], env: dict[str, str], counted: Callable[[psutil.Process], bool] | None = None
-             ) -> Measured:
-    """`command` run from the checkout with `env`, its output taken whole, its memory sampled."""
+def measured(command: list[str], env: dict[str, str], counted: Callable[[psutil.Process], bool] | None = None,
+             timeline: Path | None = None) -> Measured:
+    """`command` run from the checkout with `env`, its output taken whole, its memory sampled (each
+    sample written to `timeline` when given: PeakMemory)."""
     start = time.monotonic()
     process = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    with PeakMemory(process.pid, counted=counted) as memory:
+    with PeakMemory(process.pid, counted=counted, timeline=timeline) as memory:
         output = process.communicate()[0]
     return Measured(process.returncode, time.monotonic() - start, memory, output)
 
