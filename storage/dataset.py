@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import date
 from types import TracebackType
-from typing import Any, Collection, Hashable, Iterable
+from typing import Any, Callable, Collection, Hashable, Iterable, Iterator
 
 import pyarrow as pa
 from filelock import FileLock, Timeout
@@ -27,13 +27,16 @@ from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus,
 from opbyop.shrink.result import ShrinkResult
 from opbyop_storage import convert
 from opbyop_storage.convert import ModelCounts, StoredModel
-from opbyop_storage.files import SkippedFile, Vanished, check_run_id, default_root
+from opbyop_storage.files import Pieces, SkippedFile, Vanished, check_run_id, default_root
 from opbyop_storage.location import DataFile, StoreFiles, StoreRoot, store_files
 from opbyop_storage.schema import TABLES, schema_of
 
 log = logging.getLogger("opbyop.storage")
 
 RUN_PART = "part-000000.parquet"  # the name of a compacted run's single file per table
+# A run's compaction holds about this much of a table at once (plus the part being read): a big run's
+# ops table is 300 MB in Arrow at 177,000 rows (reading it whole to sort it took 700 MB at the run's end).
+COMPACTION_CHUNK_BYTES = 32 << 20
 
 # A reader that meets a writer's rename (a file gone, a run between the two renames of a compaction)
 # lists the files again; renames take microseconds, so a few short waits cover them. A writer that
@@ -59,7 +62,7 @@ class DatasetScan:
         return sum(len(v) for v in self.files.values())
 
 
-# Each table's key within a run: at most one row per key (and a compacted file's sort order).
+# Each table's key within a run: at most one row per key (and the sort order of a compacted file's pieces).
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "results": ("signature",),
     "ops": ("model", "position"),
@@ -84,27 +87,41 @@ def _table_keys(table: str, data: pa.Table) -> list[Hashable]:
     return list(zip(*(data.column(c).to_pylist() for c in TABLE_KEYS[table])))
 
 
+class ModelCounting:
+    """Per model: occurrences by their unique op's depth and status, and those without a result.
+    Fed a run's results first, then its ops, a part at a time: only the columns counted are kept."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[Stage, Status]] = {}
+        self.counts: dict[str, ModelCounts] = {}
+
+    def add_results(self, results: pa.Table) -> None:
+        self._found.update(
+            (sig, (Stage(depth), Status(status)))
+            for sig, depth, status in zip(results.column("signature").to_pylist(), results.column("depth").to_pylist(),
+                                          results.column("status").to_pylist()))
+
+    def add_ops(self, ops: pa.Table) -> None:
+        for model, sig, split_error in zip(ops.column("model").to_pylist(), ops.column("signature").to_pylist(),
+                                           ops.column("split_error").to_pylist()):
+            c = self.counts.setdefault(model, ModelCounts())
+            if split_error is not None:
+                continue  # counted by ModelSummary.split_failures
+            found = self._found.get(sig)
+            if found is None:
+                c.without_result += 1
+                continue
+            depth, status = found
+            c.by_depth[depth] = c.by_depth.get(depth, 0) + 1
+            c.by_status[status] = c.by_status.get(status, 0) + 1
+
+
 def count_models(ops: pa.Table, results: pa.Table) -> dict[str, ModelCounts]:
     """Per model: occurrences by their unique op's depth and status, and those without a result."""
-    by_signature = {
-        sig: (Stage(depth), Status(status))
-        for sig, depth, status in zip(results.column("signature").to_pylist(), results.column("depth").to_pylist(),
-                                      results.column("status").to_pylist())
-    }
-    counts: dict[str, ModelCounts] = {}
-    for model, sig, split_error in zip(ops.column("model").to_pylist(), ops.column("signature").to_pylist(),
-                                       ops.column("split_error").to_pylist()):
-        c = counts.setdefault(model, ModelCounts())
-        if split_error is not None:
-            continue  # counted by ModelSummary.split_failures
-        found = by_signature.get(sig)
-        if found is None:
-            c.without_result += 1
-            continue
-        depth, status = found
-        c.by_depth[depth] = c.by_depth.get(depth, 0) + 1
-        c.by_status[status] = c.by_status.get(status, 0) + 1
-    return counts
+    counting = ModelCounting()
+    counting.add_results(results)
+    counting.add_ops(ops)
+    return counting.counts
 
 
 class Store:
@@ -268,8 +285,8 @@ class Store:
                 if status not in excluded}
 
     # ------------------------------------------------------------------ writing
-    def writer(self) -> RunWriter:
-        return RunWriter(self)
+    def writer(self, compaction_chunk_bytes: int = COMPACTION_CHUNK_BYTES) -> RunWriter:
+        return RunWriter(self, compaction_chunk_bytes)
 
     def write_run(self, run: RunInfo, ops: list[OpRecord], results: list[OpResult],
                   models: list[ModelSummary]) -> RunInfo:
@@ -327,11 +344,14 @@ def _sort_keys(table: str) -> list[tuple[str, str]]:
     return [(c, "ascending") for c in TABLE_KEYS[table]]
 
 
-def _replace_run_dir(files: StoreFiles, table: str, day: date, run_id: str, data: pa.Table) -> None:
+def _sorted(table: str, data: pa.Table) -> pa.Table:
+    return data.sort_by(_sort_keys(table)) if _sort_keys(table) and data.num_rows else data
+
+
+def _replace_run_dir(files: StoreFiles, table: str, day: date, run_id: str, data: pa.Table | Pieces) -> None:
     """The run's files of `table` are now exactly `data`, in one file, swapped in whole."""
-    if _sort_keys(table) and data.num_rows:
-        data = data.sort_by(_sort_keys(table))
-    files.replace_run(table, day, run_id, RUN_PART, data)
+    files.replace_run(table, day, run_id, RUN_PART, data if isinstance(data, Pieces) else _sorted(table, data))
+
 
 
 class RunWriter:
@@ -344,8 +364,9 @@ class RunWriter:
             w.finish(run, models)
     """
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, compaction_chunk_bytes: int = COMPACTION_CHUNK_BYTES):
         self.store = store
+        self.compaction_chunk_bytes = compaction_chunk_bytes
         self.run: RunInfo | None = None
         self.day: date | None = None
         self._lock_file: FileLock | None = None
@@ -454,6 +475,28 @@ class RunWriter:
         index.update(dict.fromkeys(keys, path))
         return path
 
+    def _compacted(self, table: str, seen: Callable[[pa.Table], None]) -> Pieces:
+        """The run's parts of `table` as the pieces of its compacted file, each piece about
+        compaction_chunk_bytes sorted by the table's key (a run that fits one piece is sorted whole);
+        `seen` is shown every part as it is read. A part is read when its piece is written."""
+        def pieces() -> Iterator[pa.Table]:
+            buffer: list[pa.Table] = []
+            for path in self._parts(table):
+                got = self.store.files.read_part(path, table)
+                if isinstance(got, Vanished):  # only this run's writer (the lock holder) replaces its files
+                    continue
+                if isinstance(got, SkippedFile):
+                    self.store._note([got])
+                    continue
+                seen(got)
+                buffer.append(got)
+                if sum(b.nbytes for b in buffer) >= self.compaction_chunk_bytes:
+                    yield _sorted(table, pa.concat_tables(buffer))
+                    buffer = []
+            if buffer:
+                yield _sorted(table, pa.concat_tables(buffer))
+        return Pieces(schema_of(table), pieces())
+
     def _rewrite_without(self, table: str, part: DataFile, keys: set[Hashable]) -> None:
         got = self.store.files.read_part(part, table)
         if isinstance(got, Vanished):
@@ -477,14 +520,14 @@ class RunWriter:
         run = (run or self.run).model_copy(update={
             "status": status, "started_at": self.run.started_at,
             "ended_at": (run.ended_at if run and run.ended_at else None) or utcnow()})
-        results = self.store._read_files("results", self._parts("results"))
-        ops = self.store._read_files("ops", self._parts("ops"))
-        counts = count_models(ops, results)
-        models_t = convert.to_table("models", _dedupe("models", [
-            convert.model_row(run.run_id, m, counts.get(m.model, ModelCounts())) for m in models]))
         assert self.day is not None
-        for table, data in (("results", results), ("ops", ops), ("models", models_t)):
-            _replace_run_dir(self.store.files, table, self.day, run.run_id, data)
+        counting = ModelCounting()  # results first: an op's count needs its result
+        _replace_run_dir(self.store.files, "results", self.day, run.run_id,
+                         self._compacted("results", counting.add_results))
+        _replace_run_dir(self.store.files, "ops", self.day, run.run_id, self._compacted("ops", counting.add_ops))
+        models_t = convert.to_table("models", _dedupe("models", [
+            convert.model_row(run.run_id, m, counting.counts.get(m.model, ModelCounts())) for m in models]))
+        _replace_run_dir(self.store.files, "models", self.day, run.run_id, models_t)
         self._put_run_row(run)
         # finished: the lock is let go of and nothing more is added; a writer that starts the run
         # again loads its index then (reading the compacted tables again here cost a big run's

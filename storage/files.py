@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Union
+from typing import Iterable, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -158,12 +158,31 @@ def mount_point(path: Path) -> Path:
     return path
 
 
-def write_parquet_atomic(table: pa.Table, path: Path) -> Path:
+@dataclass(frozen=True)
+class Pieces:
+    """A table written piece by piece (each piece its own row groups): only the piece being written is
+    in memory, however big the table."""
+
+    schema: pa.Schema
+    tables: Iterable[pa.Table]
+
+
+def write_parquet(data: pa.Table | Pieces, sink: object) -> None:
+    """`data` as Parquet into `sink` (an open binary file or stream)."""
+    if isinstance(data, pa.Table):
+        pq.write_table(data, sink, compression="zstd")
+        return
+    with pq.ParquetWriter(sink, data.schema, compression="zstd") as writer:
+        for piece in data.tables:
+            writer.write_table(piece)
+
+
+def write_parquet_atomic(table: pa.Table | Pieces, path: Path) -> Path:
     """Write `table` to `path`: all of it or nothing is ever visible under that name. A full disk
     is a StoreError naming the file system (the partial file is removed)."""
     try:
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
+            write_parquet(table, f)
             f.flush()
             os.fsync(f.fileno())
     except BaseException as e:

@@ -21,7 +21,7 @@ import pyarrow as pa
 from filelock import FileLock
 
 from opbyop_storage import files
-from opbyop_storage.files import DataFile, SkippedFile, Vanished
+from opbyop_storage.files import DataFile, Pieces, SkippedFile, Vanished
 from opbyop_storage.object_files import ObjectFiles
 from opbyop_storage.schema import TABLES
 
@@ -75,7 +75,7 @@ class StoreFiles(Protocol):
 
     def rewrite_part(self, path: DataFile, data: pa.Table | None) -> DataFile | None: ...
 
-    def replace_run(self, table: str, day: date, run_id: str, name: str, data: pa.Table) -> None: ...
+    def replace_run(self, table: str, day: date, run_id: str, name: str, data: pa.Table | Pieces) -> None: ...
 
     def remove_run(self, run_id: str, keep_day: date | None = None) -> None: ...
 
@@ -139,7 +139,7 @@ class LocalFiles:
             return None
         return files.write_parquet_atomic(data, Path(path))
 
-    def replace_run(self, table: str, day: date, run_id: str, name: str, data: pa.Table) -> None:
+    def replace_run(self, table: str, day: date, run_id: str, name: str, data: pa.Table | Pieces) -> None:
         """The run's directory of `table` now holds exactly `data`, in one file; built hidden, then
         renamed into place."""
         live = files.run_dir(self.root, table, day, run_id)

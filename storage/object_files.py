@@ -37,7 +37,7 @@ from pyarrow import fs as pafs
 
 from opbyop.errors import StoreError
 from opbyop.workspace import Workspace
-from opbyop_storage.files import DataFile, SkippedFile, Vanished, check_run_id
+from opbyop_storage.files import DataFile, Pieces, SkippedFile, Vanished, check_run_id, write_parquet
 from opbyop_storage.schema import TABLES, VERSION_KEY, conform, schema_of
 
 log = logging.getLogger("opbyop.storage")
@@ -251,12 +251,12 @@ class ObjectFiles:
         except FileNotFoundError:
             pass
 
-    def _upload(self, table: str, day: date, run_id: str, name: str, data: pa.Table) -> str:
+    def _upload(self, table: str, day: date, run_id: str, name: str, data: pa.Table | Pieces) -> str:
         """`data` as a new object for `name`; returns the object's name within the run's directory."""
         obj = f"{name.removesuffix('.parquet')}.{uuid.uuid4().hex[:12]}.parquet"
         try:
             with self.filesystem.open_output_stream(f"{self._dir(table, day, run_id)}/{obj}") as f:
-                pq.write_table(data, f, compression="zstd")
+                write_parquet(data, f)
         except OSError as e:
             raise StoreError(f"cannot write {name} of run {run_id!r} to {self.root}: {e}",
                              "check the object store is reachable and writable, then resume: what was "
@@ -309,7 +309,7 @@ class ObjectFiles:
             return None
         return self.put_part(table, day, run_id, name, data)
 
-    def replace_run(self, table: str, day: date, run_id: str, name: str, data: pa.Table) -> None:
+    def replace_run(self, table: str, day: date, run_id: str, name: str, data: pa.Table | Pieces) -> None:
         obj = self._upload(table, day, run_id, name, data)
         m = self.manifest(run_id) or {}
         dropped = {n: None for n in (m.get("tables", {}).get(table, {}) if m.get("date") == day.isoformat() else {})}

@@ -151,6 +151,31 @@ def test_writer_replaces_a_signature_instead_of_duplicating_it(store_root: Path)
     assert [len(_files(store_root, t, "n1")) for t in ("runs", "ops", "results", "models")] == [1, 1, 1, 1]
 
 
+def test_a_compaction_writes_a_big_run_piece_by_piece_and_keeps_every_row_and_count(store_root: Path) -> None:
+    store = Store(store_root)
+    n1 = samples.night("n1", 2, samples.NIGHT1)
+    with store.writer(compaction_chunk_bytes=1) as w:  # every part its own piece
+        w.start(n1.run)
+        for op in reversed(n1.ops):
+            w.add_ops([op])
+        for r in n1.results:
+            w.add_results([r])
+        w.finish(n1.run, n1.models)
+    ops_file = pq.ParquetFile(_files(store_root, "ops", "n1")[0])
+    assert len(_files(store_root, "ops", "n1")) == 1 and ops_file.metadata.num_row_groups == len(n1.ops)
+    assert sorted((o.model, o.position) for o in store.ops("n1")) == sorted((o.model, o.position) for o in n1.ops)
+    assert len(store.results("n1")) == len(n1.results)
+    whole = Store(store_root / "whole")  # the same run written in one go: the same counts
+    whole.write_run(n1.run, n1.ops, n1.results, n1.models)
+    assert {m.summary.model: m.counts for m in store.models("n1")} == \
+        {m.summary.model: m.counts for m in whole.models("n1")}
+    with store.writer() as w:  # a piece big enough for the run: sorted whole, as before
+        w.start(n1.run)
+        w.finish(n1.run, n1.models)
+    keys = [(o.model, o.position) for o in store.ops("n1")]
+    assert keys == sorted(keys) and pq.ParquetFile(_files(store_root, "ops", "n1")[0]).metadata.num_row_groups == 1
+
+
 def test_one_writer_per_run_id(store_root: Path) -> None:
     store = Store(store_root)
     run = samples.night("n1", 2, samples.NIGHT1).run
