@@ -5,17 +5,22 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
+from concurrent.futures import Future
 from pathlib import Path
+
+import numpy as np
 
 import pytest
 
 from core_fixtures import DATA
 from opbyop.config import AnalysisConfig, load_zoo
+from opbyop.graph import ModelGraph
 from opbyop.pipeline import prepare_model, summarize
 from opbyop.records import Stage, Status
 from opbyop.run.engine import execute
 from opbyop.run.local import LocalExecutor
-from opbyop.run.models import Splits
+from opbyop.run.models import Arrivals, SplitOutcome, Splits
 from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
 
@@ -63,6 +68,25 @@ def test_a_model_is_let_go_of_once_every_run_that_asked_has_taken_it_unless_kept
         kept = next(splits.ask([chain], 0).arriving(idle=lambda: None))
         assert next(splits.ask([chain], 0).arriving(idle=lambda: None)) is kept  # split once within kept()
     assert not splits.futures and kept is not first  # asked again after it was let go of: split again
+
+
+def test_a_model_taken_by_a_run_is_not_held_by_its_arrivals_while_the_next_one_is_awaited():
+    def done(name: str) -> Future:
+        weights = [np.ones((256, 256), np.float32)]
+        graph = ModelGraph(name=name, frontend="torch", module_text="", arguments=[], argument_values=weights)
+        future: Future = Future()
+        future.set_result(SplitOutcome(name, graph, None, None))
+        return future
+
+    waiting = Future()  # the next model, still exporting
+    models = Arrivals([("a", ("a", 0), done("a")), ("b", ("b", 0), waiting)])
+    seen: list[weakref.ref] = []
+    arriving = models.arriving(idle=lambda: waiting.set_result(SplitOutcome("b", None, None, "stopped")))
+    first = next(arriving)
+    seen.append(weakref.ref(first.graph.argument_values[0]))
+    del first  # the run is done with it
+    assert seen[0]() is None  # nothing else holds the weights, while model b is awaited
+    assert next(arriving).spec == "b"
 
 
 class Timed(LocalExecutor):

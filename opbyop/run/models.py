@@ -88,7 +88,13 @@ class Arrivals:
                     return
                 self.futures.popleft()
                 self._release(key)
-                yield outcome
+                # Handed over without a reference left in this frame (the future's result is the
+                # outcome too): a model's weights (4 GB for a 1 B-parameter one) are let go of as soon
+                # as the run is done with them, not kept while the next model exports.
+                del future
+                handed = [outcome]
+                del outcome
+                yield handed.pop()
         finally:  # a run that ends early lets go of the models it did not take
             while self.futures:
                 self._release(self.futures.popleft()[1])
