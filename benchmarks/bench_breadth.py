@@ -72,9 +72,10 @@ def main() -> None:
     run = measured(command, env, timeline=home / "memory.tsv")
     (home / "analyze.log").write_text(run.output)
     print(f"opbyop analyze of {len(running)} models: exit {run.exit_code}, {run.seconds:.0f} s, "
-          f"peak {run.memory.peak / 1e9:.1f} GB (the command and its children), the command alone "
-          f"{run.memory.own / 1e9:.2f} GB; log: {home / 'analyze.log'}, memory each second (seconds, the "
-          f"command's MB, all MB, the largest children): {home / 'memory.tsv'}")
+          f"peak {run.memory.peak / 1e9:.1f} GB RSS for the command and its children ({run.memory.peak_pss / 1e9:.1f} GB "
+          f"PSS: pages a forked child shares with its parent counted once), the command alone "
+          f"{run.memory.own / 1e9:.2f} GB; log: {home / 'analyze.log'}, memory each half second (seconds, the "
+          f"command's MB, all MB of RSS, of PSS, the largest children): {home / 'memory.tsv'}")
     if not manifest.exists():
         print(run.output[-3000:])
         return

@@ -80,15 +80,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 class PeakMemory:
     """Sampled every `every` seconds while in use: the largest summed RSS of a process and all its
-    descendants (`peak`), of the process alone (`own`), and the most descendants at once that
-    `counted` picks (`count`). With a `timeline` file, each sample is a line there too: seconds since
-    the start, the process's RSS, the total, and the three largest descendants (MB, command): where
-    a peak was, and whose."""
+    descendants (`peak`), the same summed as PSS (`peak_pss`: a page shared by a forked child and its
+    parent counted once, where RSS counts it in both), of the process alone (`own`), and the most
+    descendants at once that `counted` picks (`count`). With a `timeline` file, each sample is a line
+    there too: seconds since the start, the process's RSS, the total RSS, the total PSS, and the three
+    largest descendants (MB of RSS, command): where a peak was, and whose."""
 
     def __init__(self, pid: int, every: float = 0.5, counted: Callable[[psutil.Process], bool] | None = None,
                  timeline: Path | None = None):
         self.pid, self.every, self.counted, self.timeline = pid, every, counted, timeline
-        self.peak = self.own = self.count = 0
+        self.peak = self.peak_pss = self.own = self.count = 0
         self._start = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -121,20 +122,22 @@ class PeakMemory:
             while not self._stop.is_set():
                 try:
                     root = psutil.Process(self.pid)
-                    own, total, count, children = root.memory_info().rss, 0, 0, []
+                    own, total, pss, count, children = root.memory_info().rss, 0, 0, 0, []
                     for p in [root, *root.children(recursive=True)]:
                         try:
                             rss = p.memory_info().rss
                             total += rss
+                            pss += p.memory_full_info().pss
                             count += p is not root and self.counted is not None and self.counted(p)
                             if p is not root and log is not None:
                                 children.append((rss, " ".join(p.cmdline()[1:4])[:80]))
                         except psutil.Error:
                             continue
                     self.peak, self.own, self.count = max(self.peak, total), max(self.own, own), max(self.count, count)
+                    self.peak_pss = max(self.peak_pss, pss)
                     if log is not None:
                         top = "; ".join(f"{rss >> 20} {cmd}" for rss, cmd in sorted(children, reverse=True)[:3])
-                        log.write(f"{time.monotonic() - self._start:.1f}\t{own >> 20}\t{total >> 20}\t{top}\n")
+                        log.write(f"{time.monotonic() - self._start:.1f}\t{own >> 20}\t{total >> 20}\t{pss >> 20}\t{top}\n")
                         log.flush()
                 except psutil.Error:
                     pass
