@@ -481,6 +481,7 @@ class RunWriter:
         `seen` is shown every part as it is read. A part is read when its piece is written."""
         def pieces() -> Iterator[pa.Table]:
             buffer: list[pa.Table] = []
+            held = 0
             for path in self._parts(table):
                 got = self.store.files.read_part(path, table)
                 if isinstance(got, Vanished):  # only this run's writer (the lock holder) replaces its files
@@ -490,9 +491,10 @@ class RunWriter:
                     continue
                 seen(got)
                 buffer.append(got)
-                if sum(b.nbytes for b in buffer) >= self.compaction_chunk_bytes:
+                held += got.nbytes
+                if held >= self.compaction_chunk_bytes:
                     yield _sorted(table, pa.concat_tables(buffer))
-                    buffer = []
+                    buffer, held = [], 0
             if buffer:
                 yield _sorted(table, pa.concat_tables(buffer))
         return Pieces(schema_of(table), pieces())
