@@ -263,6 +263,12 @@ class AnalysisConfig(BaseModel):
         return [self.model_copy(update={"compilers": [spec]}) for spec in dict.fromkeys(self.compilers)]
 
     @property
+    def keeps_weights(self) -> bool:
+        """Whether the run's models need their weights' values: only a whole model's run stitches them
+        (an op's upstream values come from the inputs and buffers alone)."""
+        return self.whole_model
+
+    @property
     def compiler_spec(self) -> str:
         """The compiler build of a one-compiler configuration (per_compiler() makes those)."""
         if len(self.compilers) != 1:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
@@ -54,6 +54,15 @@ class ModelGraph:
         """The value of @main's argument `index`, or None when it is known by shape and dtype only."""
         values = self.argument_values or []
         return values[index] if index < len(values) else None
+
+    def without_weights(self) -> ModelGraph:
+        """The graph with its weights known by shape and dtype only (inputs and buffers keep their
+        values, the reference outputs are kept): what a run that stitches no whole model needs of
+        it (its ops' upstream values come from real_values)."""
+        if self.argument_values is None:
+            return self
+        return replace(self, argument_values=[None if a.kind is ArgumentKind.PARAMETER and not a.buffer else v
+                                              for a, v in zip(self.arguments, self.argument_values)])
 
     def real_values(self) -> dict[int, np.ndarray]:
         """Argument index -> value, for the arguments whose value is real and independent of the

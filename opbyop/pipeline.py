@@ -120,13 +120,14 @@ def settled_record(record: OpRecord, shared: SettledParts) -> OpRecord:
         result_shardings=shared.empty, frontend_error=record.frontend_error)
 
 
-def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None
+def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None, weights: bool = True
                   ) -> tuple[ModelGraph | None, SplitResult | None, str | None]:
     """(graph, split, error): never raises for the model's own faults. A factory's export runs in a
     child process within `budget` (frontends.isolation): past it, it is this model's error. A zoo
-    model's export is read from the export cache when it is there (frontends.graph_cache)."""
+    model's export is read from the export cache when it is there (frontends.graph_cache). Without
+    `weights` the graph has none of its weights' values (a run with no whole model needs none)."""
     try:
-        graph = load_model(spec, zoo=zoo, seed=seed, budget=budget)
+        graph = load_model(spec, zoo=zoo, seed=seed, budget=budget, weights=weights)
         return graph, split_graph(graph), None
     except OpbyopError as e:
         return None, None, str(e)

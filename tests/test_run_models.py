@@ -61,13 +61,35 @@ def test_a_model_is_let_go_of_once_every_run_that_asked_has_taken_it_unless_kept
     splits.prefetch([chain], 0)
     one, two = splits.ask([chain], 0), splits.ask([chain], 0)
     first = next(one.arriving(idle=lambda: None))
-    assert (chain, 0) in splits.futures  # the second run has not taken it yet
+    assert (chain, 0, True) in splits.futures  # the second run has not taken it yet
     assert next(two.arriving(idle=lambda: None)) is first
     assert not splits.futures  # taken by both: a run of many models holds only those still to come
     with splits.kept():
         kept = next(splits.ask([chain], 0).arriving(idle=lambda: None))
         assert next(splits.ask([chain], 0).arriving(idle=lambda: None)) is kept  # split once within kept()
     assert not splits.futures and kept is not first  # asked again after it was let go of: split again
+
+
+@pytest.mark.slow
+def test_a_run_without_whole_models_gets_no_weights_from_the_export_and_its_ops_still_succeed(tmp_path, monkeypatch):
+    (tmp_path / "weighted.py").write_text(
+        "import torch\n\ndef small():\n    torch.manual_seed(0)\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh()), [torch.ones(2, 4)]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    splits = Splits()
+    with_weights, without = (next(splits.ask(["weighted:small"], 0, weights=w).arriving(idle=lambda: None))
+                             for w in (True, False))
+    kinds = [a.kind.value for a in without.graph.arguments]
+    assert kinds == ["input", "parameter", "parameter"]
+    assert [v is None for v in without.graph.argument_values] == [False, True, True]  # the input's value kept
+    assert all(v is not None for v in with_weights.graph.argument_values)
+    assert without.split.ops and [o.signature for o in without.split.ops] == [o.signature for o in with_weights.split.ops]
+    config = AnalysisConfig(models=["weighted:small"], chip="p150", whole_model=False, reuse_cached=False)
+    assert not config.keeps_weights
+    workspace = Workspace(tmp_path / "home")
+    outcome = execute(RunPlan.from_config(config), Splits().ask(config.models, 0, weights=config.keeps_weights),
+                      LocalExecutor(workspace, "weightless"), workspace=workspace)
+    assert outcome.results and all(r.status is Status.SUCCESS for r in outcome.results.values())
 
 
 def test_a_model_taken_by_a_run_is_not_held_by_its_arrivals_while_the_next_one_is_awaited():
@@ -79,7 +101,7 @@ def test_a_model_taken_by_a_run_is_not_held_by_its_arrivals_while_the_next_one_i
         return future
 
     waiting = Future()  # the next model, still exporting
-    models = Arrivals([("a", ("a", 0), done("a")), ("b", ("b", 0), waiting)])
+    models = Arrivals([("a", ("a", 0, True), done("a")), ("b", ("b", 0, True), waiting)])
     seen: list[weakref.ref] = []
     arriving = models.arriving(idle=lambda: waiting.set_result(SplitOutcome("b", None, None, "stopped")))
     first = next(arriving)

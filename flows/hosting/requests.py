@@ -38,7 +38,8 @@ def run_flow(request: AnalyzeRequest, handoff: Handoff, address: str) -> Analyze
         update={"address": address})})
 
     def flow() -> State:
-        handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config))
+        handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config),
+                                weights=config.keeps_weights)
         return analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
 
     return _outcome(request.run_id, handoff, flow, summarised=True)

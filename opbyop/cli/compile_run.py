@@ -56,7 +56,7 @@ def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> Run
     # a first use makes the descriptor
     plan = RunPlan.from_config(config, notices=Notices(say=console.print), compiler=compiler)
     prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
-    models = Splits().ask(config.models, config.seed, config.export, plan.host_devices, zoo)
+    models = Splits().ask(config.models, config.seed, config.export, plan.host_devices, zoo, config.keeps_weights)
     workspace = Workspace.default()
     sink = open_sink(run_id) if run_id else nullcontext(NoSink())
     with worker_errors(), sink as into, Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),

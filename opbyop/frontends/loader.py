@@ -80,14 +80,17 @@ def _describe(e: BaseException) -> str:
 
 
 def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | None = None,
-               seed: int = 0, budget: ExportBudget | None = None) -> ModelGraph:
+               seed: int = 0, budget: ExportBudget | None = None, weights: bool = True) -> ModelGraph:
     """Resolve `spec` in order: zoo name, one dumped module (`<dump file>#<name>`, what a folder of IR
     dumps expands into: expand_specs), a folder holding one dumped module, a plugin dump file, a
     StableHLO file, package.module:factory. A model made by a factory is exported in a child
-    process within `budget` (default: ExportBudget())."""
+    process within `budget` (default: ExportBudget()). Without `weights`, the graph comes back
+    without its weights' values (ModelGraph.without_weights): a factory's child never hands them
+    over (a 1 B-parameter model's are 4 GB)."""
     zoo = zoo or load_zoo()
     if spec in zoo.names():
-        return _zoo_model(spec, zoo, seed, budget)
+        graph = _zoo_model(spec, zoo, seed, budget)  # whole, as the export cache keeps it
+        return graph if weights else graph.without_weights()
     dumped = dumps.split_spec(spec)
     if dumped is not None:
         return load_dumped(*dumped, seed=seed)
@@ -104,7 +107,7 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     if path.suffix in MLIR_SUFFIXES or path.is_file() or path.is_dir():
         return load_stablehlo_file(path, seed=seed)
     if ":" in spec:
-        return load_entry(factory_entry(spec, inputs or []), seed=seed, budget=budget)
+        return load_entry(factory_entry(spec, inputs or []), seed=seed, budget=budget, weights=weights)
     zoo.get(spec)  # raises UnknownModelError listing the zoo
     raise AssertionError("unreachable")
 
@@ -159,13 +162,14 @@ def recorded_name(spec: str) -> str:
 
 
 def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
-               budget: ExportBudget | None = None) -> ModelGraph:
+               budget: ExportBudget | None = None, weights: bool = True) -> ModelGraph:
     """A zoo entry (with its sharding plan applied, when it has one) -> ModelGraph. A factory's model
-    is made and exported in a child process within `budget` (frontends.isolation)."""
+    is made and exported in a child process within `budget` (frontends.isolation), which hands back
+    its weights' values only with `weights`."""
     if entry.frontend == "stablehlo":
         graph = _load_entry(entry, seed, infer_frontend)
     else:
-        graph = export_isolated(entry, seed, budget or ExportBudget())
+        graph = export_isolated(entry, seed, budget or ExportBudget(), weights)
     if entry.sharding is not None:
         inputs = sum(1 for a in graph.arguments if a.kind is ArgumentKind.INPUT)
         graph.module_text = apply_plan(graph.module_text, [a.name for a in graph.arguments], inputs,
@@ -174,12 +178,13 @@ def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
     return graph
 
 
-def export_isolated(entry: ZooEntry, seed: int, budget: ExportBudget) -> ModelGraph:
+def export_isolated(entry: ZooEntry, seed: int, budget: ExportBudget, weights: bool = True) -> ModelGraph:
     """The entry's model made and exported in a child process watched against `budget`: one past
-    it, or dead, is this model's ExportError; the calling process never holds the export."""
+    it, or dead, is this model's ExportError; the calling process never holds the export (nor,
+    without `weights`, the weights' values)."""
     with tempfile.TemporaryDirectory(prefix="opbyop-export-") as folder:
         try:
-            kind, value = run_in_child(_export_child, (entry.model_dump_json(), seed, budget.model_dump_json()),
+            kind, value = run_in_child(_export_child, (entry.model_dump_json(), seed, budget.model_dump_json(), weights),
                                        Path(folder), budget.memory_limit(), budget.timeout_s, forkserver())
         except BudgetExceeded as e:
             raise ExportError(e.words(f"exporting {entry.name} (the factory, torch.export or JAX, torch-mlir)"),
@@ -205,13 +210,15 @@ _RAISE_BUDGET = {
 }
 
 
-def _export_child(entry_json: str, seed: int, budget_json: str, folder: Path) -> None:
-    """In the export's child: make and export the model, and leave ("graph", ModelGraph), ("opbyop",
-    (error type, problem, fix)) or ("error", words) for the parent."""
+def _export_child(entry_json: str, seed: int, budget_json: str, weights: bool, folder: Path) -> None:
+    """In the export's child: make and export the model, and leave ("graph", ModelGraph) (with its
+    weights' values only when `weights`), ("opbyop", (error type, problem, fix)) or ("error", words)
+    for the parent."""
     prepare_jax()  # this child's JAX on the CPU (a forkserver child does not see its parent's settings)
     entry, budget = ZooEntry.model_validate_json(entry_json), ExportBudget.model_validate_json(budget_json)
     try:
-        write_result(folder, ("graph", _load_entry(entry, seed, lowering=budget)))
+        graph = _load_entry(entry, seed, lowering=budget)
+        write_result(folder, ("graph", graph if weights else graph.without_weights()))
     except OpbyopError as e:
         write_result(folder, ("opbyop", (type(e), e.problem, e.fix)))
     except MemoryError:

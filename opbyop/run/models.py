@@ -44,12 +44,14 @@ class SplitOutcome:
 
 
 Arriving = Generator[SplitOutcome, None, None]  # a feed's models; close() lets go of those not taken
+SplitKey = tuple[str, int, bool]  # (spec, seed, weights): one split of a model
 
 
-def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = None) -> SplitOutcome:
+def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = None,
+                  weights: bool = True) -> SplitOutcome:
     """pipeline.prepare_model, timed."""
     start = time.monotonic()
-    graph, split, error = prepare_model(spec, zoo, seed, budget)
+    graph, split, error = prepare_model(spec, zoo, seed, budget, weights)
     return SplitOutcome(spec, graph, split, error, time.monotonic() - start)
 
 
@@ -75,7 +77,7 @@ class Arrivals:
     """Models asked of Splits: each one's future, in the order asked. Each outcome is let go of as it is
     taken (Splits.release): a run holds only the models it has not reached yet."""
 
-    def __init__(self, futures: Sequence[tuple[str, tuple[str, int], Future]], splits: Splits | None = None):
+    def __init__(self, futures: Sequence[tuple[str, SplitKey, Future]], splits: Splits | None = None):
         self.futures = deque(futures)
         self.splits = splits
 
@@ -111,13 +113,13 @@ class Arrivals:
                 return SplitOutcome(spec, None, None, f"{type(e).__name__}: {e}")
         return None
 
-    def _release(self, key: tuple[str, int]) -> None:
+    def _release(self, key: SplitKey) -> None:
         if self.splits is not None:
             self.splits.release(key)
 
 
 class Splits:
-    """A caller's split thread: models split one after another in the order asked, each (spec, seed)
+    """A caller's split thread: models split one after another in the order asked, each (spec, seed, weights)
     once. Once `stop` is set, or after close(), models not yet started are not split (an export can
     take minutes; nothing of it would be used).
 
@@ -128,35 +130,37 @@ class Splits:
 
     def __init__(self, stop: threading.Event | None = None):
         """`stop`: once set, the models not yet started are not split (the run's own stop request)."""
-        self.futures: dict[tuple[str, int], Future] = {}
-        self._work: queue.Queue[tuple[str, int, ExportBudget | None, Future, Zoo] | None] = queue.Queue()
+        self.futures: dict[SplitKey, Future] = {}
+        self._work: queue.Queue[tuple[SplitKey, ExportBudget | None, Future, Zoo] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._host_devices: int | None = None
         self._lock = threading.Lock()
         self._stopped = stop or threading.Event()
         self._closed = False
-        self._claims: dict[tuple[str, int], int] = {}  # runs that asked and have not taken the model yet
+        self._claims: dict[SplitKey, int] = {}  # runs that asked and have not taken the model yet
         self._keeping = 0  # kept() blocks open
 
     def ask(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
-            host_devices: int | None = None, zoo: Zoo | None = None) -> Arrivals:
+            host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True) -> Arrivals:
         """The models of `specs` (a folder of IR dumps: each of its modules), split in this order
         after any asked before; those asked before with the same seed and not let go of are not split
         again. `host_devices`: the XLA:CPU devices of the process (pipeline values on a host mesh),
-        fixed by the first ask; `zoo`: where zoo names are looked up (default: the configured zoo)."""
+        fixed by the first ask; `zoo`: where zoo names are looked up (default: the configured zoo);
+        `weights`: whether the graphs keep their weights' values (a run that stitches whole models;
+        a model split with and without them is two splits)."""
         with self._lock:
-            keys = self._queue(specs, seed, budget, host_devices, zoo)
+            keys = self._queue(specs, seed, budget, host_devices, zoo, weights)
             for key in keys:
                 self._claims[key] = self._claims.get(key, 0) + 1
-            return Arrivals([(spec, (spec, s), self.futures[(spec, s)]) for spec, s in keys], self)
+            return Arrivals([(key[0], key, self.futures[key]) for key in keys], self)
 
     def prefetch(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
-                 host_devices: int | None = None, zoo: Zoo | None = None) -> None:
+                 host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True) -> None:
         """Start splitting these models now, for a run that asks for them later (ask's arguments)."""
         with self._lock:
-            self._queue(specs, seed, budget, host_devices, zoo)
+            self._queue(specs, seed, budget, host_devices, zoo, weights)
 
-    def release(self, key: tuple[str, int]) -> None:
+    def release(self, key: SplitKey) -> None:
         """One run took model `key`: let go of it when no other run waits for it (outside kept())."""
         with self._lock:
             self._claims[key] = self._claims.get(key, 1) - 1
@@ -180,17 +184,17 @@ class Splits:
                         self.futures.pop(key, None)
 
     def _queue(self, specs: Sequence[str], seed: int, budget: ExportBudget | None, host_devices: int | None,
-               zoo: Zoo | None) -> list[tuple[str, int]]:
-        """The (spec, seed) keys of `specs`, the new ones queued for the split thread (under the lock)."""
+               zoo: Zoo | None, weights: bool) -> list[SplitKey]:
+        """The keys of `specs`, the new ones queued for the split thread (under the lock)."""
         zoo = zoo or load_zoo()
-        asked = [(spec, seed) for spec in dict.fromkeys(expand_specs(specs))]
+        asked = [(spec, seed, weights) for spec in dict.fromkeys(expand_specs(specs))]
         new = [key for key in asked if key not in self.futures]
         if new:
-            warm_exports([spec for spec, _ in new], zoo, seed)  # the export children warm up meanwhile
-        for spec, _ in new:
+            warm_exports([spec for spec, _, _ in new], zoo, seed)  # the export children warm up meanwhile
+        for key in new:
             future: Future = Future()
-            self.futures[(spec, seed)] = future
-            self._work.put((spec, seed, budget, future, zoo))
+            self.futures[key] = future
+            self._work.put((key, budget, future, zoo))
         if self._thread is None:
             self._host_devices = host_devices
             self._thread = threading.Thread(target=self._split, name="split", daemon=True)
@@ -206,13 +210,13 @@ class Splits:
     def _split(self) -> None:
         prepare_jax(host_devices=self._host_devices)  # before anything in this process imports JAX
         while (work := self._work.get()) is not None:
-            spec, seed, budget, future, zoo = work
+            (spec, seed, weights), budget, future, zoo = work
             if not future.set_running_or_notify_cancel():
                 continue
             if self._stopped.is_set() or self._closed:
                 future.set_result(SplitOutcome(spec, None, None, STOPPED))
                 continue
             try:
-                future.set_result(split_outcome(spec, zoo, seed, budget))
+                future.set_result(split_outcome(spec, zoo, seed, budget, weights))
             except BaseException as e:  # noqa: BLE001  (the run that waits for it reports it)
                 future.set_exception(e)
