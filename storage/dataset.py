@@ -239,10 +239,12 @@ class Store:
         return [convert.result_from_row(r) for r in data.to_pylist()]
 
     def ops(self, run_id: str, model: str | None = None, signatures: Collection[str] | None = None) -> list[OpRecord]:
+        """The run's op records by model and position (a big run's compacted file is sorted piece by
+        piece, so the order is made here)."""
         data = _of_signatures(self.read_table("ops", run_id), signatures)
         if model is not None:
             data = data.filter(pc.equal(data.column("model"), model))
-        return [convert.op_from_row(r) for r in data.to_pylist()]
+        return [convert.op_from_row(r) for r in _sorted("ops", data).to_pylist()]
 
     def models(self, run_id: str) -> list[StoredModel]:
         return [convert.model_from_row(r) for r in self.read_table("models", run_id).to_pylist()]
@@ -493,8 +495,10 @@ class RunWriter:
                 buffer.append(got)
                 held += got.nbytes
                 if held >= self.compaction_chunk_bytes:
-                    yield _sorted(table, pa.concat_tables(buffer))
-                    buffer, held = [], 0
+                    piece = _sorted(table, pa.concat_tables(buffer))
+                    buffer, held, got = [], 0, None  # the parts go before the piece is written
+                    yield piece
+                    del piece
             if buffer:
                 yield _sorted(table, pa.concat_tables(buffer))
         return Pieces(schema_of(table), pieces())

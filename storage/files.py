@@ -175,6 +175,7 @@ def write_parquet(data: pa.Table | Pieces, sink: object) -> None:
     with pq.ParquetWriter(sink, data.schema, compression="zstd") as writer:
         for piece in data.tables:
             writer.write_table(piece)
+            del piece  # not held while the next one is made
 
 
 def write_parquet_atomic(table: pa.Table | Pieces, path: Path) -> Path:

@@ -13,6 +13,7 @@ half-visible.
 
 from __future__ import annotations
 
+import shutil
 from datetime import date
 from pathlib import Path
 from typing import Any, Protocol, Union
@@ -144,7 +145,11 @@ class LocalFiles:
         renamed into place."""
         live = files.run_dir(self.root, table, day, run_id)
         staging = files.staging_dir(live)
-        files.write_parquet_atomic(data, staging / name)
+        try:
+            files.write_parquet_atomic(data, staging / name)
+        except BaseException:  # pieces are read while written: a failure leaves no staging behind
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         files.swap_in(staging, live)
 
     def remove_run(self, run_id: str, keep_day: date | None = None) -> None:
