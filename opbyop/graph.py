@@ -62,7 +62,7 @@ class ModelGraph:
         if self.argument_values is None:
             return self
         return replace(self, argument_values=[None if a.kind is ArgumentKind.PARAMETER and not a.buffer else v
-                                              for a, v in zip(self.arguments, self.argument_values)])
+                                              for a, v in zip(self.arguments, self.argument_values, strict=True)])
 
     def real_values(self) -> dict[int, np.ndarray]:
         """Argument index -> value, for the arguments whose value is real and independent of the

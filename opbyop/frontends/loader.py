@@ -89,8 +89,7 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     over (a 1 B-parameter model's are 4 GB)."""
     zoo = zoo or load_zoo()
     if spec in zoo.names():
-        graph = _zoo_model(spec, zoo, seed, budget)  # whole, as the export cache keeps it
-        return graph if weights else graph.without_weights()
+        return _zoo_model(spec, zoo, seed, budget, weights)
     dumped = dumps.split_spec(spec)
     if dumped is not None:
         return load_dumped(*dumped, seed=seed)
@@ -112,15 +111,18 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     raise AssertionError("unreachable")
 
 
-def _zoo_model(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None) -> ModelGraph:
-    """A zoo model from the export cache when it is there (frontends.graph_cache), else loaded and kept."""
+def _zoo_model(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None, weights: bool) -> ModelGraph:
+    """A zoo model from the export cache when it is there (frontends.graph_cache), else loaded and kept
+    (whole: the cache serves every run); without `weights`, one the cache does not keep is exported
+    without them, one it keeps loses them here."""
     path = graph_cache.cache_path(spec, zoo, seed)
-    graph = graph_cache.read(path) if path is not None and path.exists() else None
+    if path is None:
+        return load_entry(zoo.get(spec), seed=seed, budget=budget, weights=weights)
+    graph = graph_cache.read(path) if path.exists() else None
     if graph is None:
         graph = load_entry(zoo.get(spec), seed=seed, budget=budget)
-        if path is not None:
-            graph_cache.write(path, graph)
-    return graph
+        graph_cache.write(path, graph)
+    return graph if weights else graph.without_weights()
 
 
 def warm_exports(specs: Sequence[str], zoo: Zoo, seed: int) -> None:
