@@ -355,7 +355,6 @@ def _replace_run_dir(files: StoreFiles, table: str, day: date, run_id: str, data
     files.replace_run(table, day, run_id, RUN_PART, data if isinstance(data, Pieces) else _sorted(table, data))
 
 
-
 class RunWriter:
     """Writes one run incrementally. One writer per run id at a time (enforced by a file lock).
 
