@@ -13,6 +13,7 @@ what finish did before it streamed).
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -35,27 +36,22 @@ WHOLE = 1 << 62  # one piece: the whole table
 
 # Run in a child: resume the run, then finish it with the given piece size; print seconds and MB.
 CHILD = """
-import sys, threading, time, gc
-import psutil
+import gc, os, sys, time
+from common import PeakMemory
 from opbyop_storage.dataset import Store
 root, run_id, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = Store(root)
 run = store.run(run_id)
-process, peak, done = psutil.Process(), [0], threading.Event()
-def sample():
-    while not done.is_set():
-        peak[0] = max(peak[0], process.memory_info().rss)
-        time.sleep(0.01)
-with store.writer(compaction_chunk_bytes=chunk) as w:
+with store.writer(compaction_chunk_bytes=chunk) as w, PeakMemory(os.getpid(), every=0.01) as memory:
     w.start(run)
     gc.collect()
-    before = process.memory_info().rss
-    threading.Thread(target=sample, daemon=True).start()
+    memory.reset()
+    before = memory.peak
     t = time.perf_counter()
     w.finish(run, [])
     seconds = time.perf_counter() - t
-    done.set()
-print(seconds, (max(peak[0], process.memory_info().rss) - before) / 2**20)
+    time.sleep(0.05)  # one more sample after the end
+print(seconds, (max(memory.peak, memory.total()) - before) / 2**20)
 """
 
 
@@ -81,8 +77,9 @@ def unfinished_run(root: Path, models: int, ops: int) -> tuple[str, int, float]:
 
 def compaction(root: Path, run_id: str, chunk: int) -> tuple[float, float]:
     """(seconds, MB above what the process held before) of finishing the run, in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "benchmarks")])}
     out = subprocess.run([sys.executable, "-c", CHILD, str(root), run_id, str(chunk)], capture_output=True,
-                         text=True, cwd=ROOT, check=True)
+                         text=True, cwd=ROOT, env=env, check=True)
     seconds, mb = out.stdout.split()
     return float(seconds), float(mb)
 
