@@ -72,11 +72,11 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _of_signatures(data: pa.Table, signatures: Collection[str] | None) -> pa.Table:
-    """The rows of `data` whose op is one of `signatures` (all of them when None)."""
+def of_signatures(signatures: Collection[str] | None) -> pc.Expression | None:
+    """The rows whose op is one of `signatures` (all of them when None), as a filter a read applies."""
     if signatures is None:
-        return data
-    return data.filter(pc.is_in(data.column("signature"), value_set=pa.array(list(signatures), pa.string())))
+        return None
+    return pc.field("signature").isin(pa.array(list(signatures), pa.string()))
 
 
 def _row_key(table: str, row: dict[str, Any]) -> Hashable:
@@ -170,25 +170,32 @@ class Store:
     def _read_files(self, table: str, paths: Iterable[DataFile]) -> pa.Table:
         return self._read_parts(table, paths)[0]
 
-    def _read_parts(self, table: str, paths: Iterable[DataFile]) -> tuple[pa.Table, bool]:
-        """The files' rows, and whether any file vanished while they were read."""
+    def _read_parts(self, table: str, paths: Iterable[DataFile], where: pc.Expression | None = None,
+                    columns: list[str] | None = None) -> tuple[pa.Table, bool]:
+        """The files' rows (files.part_rows), and whether any file vanished while they were read."""
         parts, skipped, vanished = [], [], False
         for path in paths:
-            got = self.files.read_part(path, table)
+            got = self.files.read_part(path, table, where, columns)
             if isinstance(got, Vanished):
                 vanished = True
             else:
                 (skipped if isinstance(got, SkippedFile) else parts).append(got)
         self._note(skipped)
-        return (pa.concat_tables(parts) if parts else schema_of(table).empty_table()), vanished
+        if parts:
+            return pa.concat_tables(parts), vanished
+        schema = schema_of(table)
+        return (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table(), vanished
 
-    def read_table(self, table: str, run_id: str | None = None) -> pa.Table:
+    def read_table(self, table: str, run_id: str | None = None, where: pc.Expression | None = None,
+                   columns: list[str] | None = None) -> pa.Table:
         """One table (of one run, or all), in the current schema; corrupt files skipped and noted.
-        Files a writer replaced while they were read are listed and read again."""
+        Files a writer replaced while they were read are listed and read again. With `where` and
+        `columns`, the rows it keeps and those columns only (files.part_rows): a big run's tables
+        are not read whole for a few of their rows."""
         if run_id is not None:
             check_run_id(run_id)
         for attempt in range(RELIST_ATTEMPTS):
-            data, vanished = self._read_parts(table, self.files.data_files(table, run_id))
+            data, vanished = self._read_parts(table, self.files.data_files(table, run_id), where, columns)
             if not vanished and not self.files.mid_swap(table, run_id):
                 break
             _relist_pause(attempt)
@@ -235,15 +242,16 @@ class Store:
     def results(self, run_id: str, signatures: Collection[str] | None = None) -> list[OpResult]:
         """The run's results (of `signatures` only, when given: a big run's rows are not all read into
         records)."""
-        data = _of_signatures(self.read_table("results", run_id), signatures)
+        data = self.read_table("results", run_id, of_signatures(signatures))
         return [convert.result_from_row(r) for r in data.to_pylist()]
 
     def ops(self, run_id: str, model: str | None = None, signatures: Collection[str] | None = None) -> list[OpRecord]:
         """The run's op records by model and position (a big run's compacted file is sorted piece by
         piece, so the order is made here)."""
-        data = _of_signatures(self.read_table("ops", run_id), signatures)
+        where = of_signatures(signatures)
         if model is not None:
-            data = data.filter(pc.equal(data.column("model"), model))
+            where = (pc.field("model") == model) if where is None else where & (pc.field("model") == model)
+        data = self.read_table("ops", run_id, where)
         return [convert.op_from_row(r) for r in _sorted("ops", data).to_pylist()]
 
     def models(self, run_id: str) -> list[StoredModel]:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterable, Union
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from opbyop.atomic import atomic_path
@@ -105,13 +106,33 @@ class SkippedFile:
         return f"{self.path}: {self.error}"
 
 
-def read_part(path: Path, table: str) -> pa.Table | SkippedFile | Vanished:
-    """One part file in the table's current schema, or why it could not be read.
+READ_BATCH_ROWS = 8192  # a part read with a filter is held a batch of this many rows at a time
+
+
+def part_rows(parquet: pq.ParquetFile, table: str, where: pc.Expression | None = None,
+              columns: list[str] | None = None) -> pa.Table:
+    """A part's rows in the table's current schema (of `columns` only, when given). With `where`
+    (an expression over those columns) only the rows it keeps: the part is read a batch at a time,
+    so a run's compacted file is never whole in memory to give a few of its rows."""
+    schema = schema_of(table)
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
+        columns = [c for c in columns if c in parquet.schema_arrow.names]  # an older file lacks newer ones
+    if where is None:
+        return conform(parquet.read(columns=columns), schema)
+    kept = [conform(pa.Table.from_batches([batch]), schema).filter(where)
+            for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns)]
+    return pa.concat_tables(kept) if kept else schema.empty_table()
+
+
+def read_part(path: Path, table: str, where: pc.Expression | None = None,
+              columns: list[str] | None = None) -> pa.Table | SkippedFile | Vanished:
+    """One part file's rows (part_rows), or why it could not be read.
 
     ParquetFile reads the file alone: pq.read_table would also add the Hive path's columns.
     """
     try:
-        return conform(pq.ParquetFile(path).read(), schema_of(table))
+        return part_rows(pq.ParquetFile(path), table, where, columns)
     except FileNotFoundError:
         return Vanished(path)
     except (pa.ArrowException, OSError, ValueError) as e:

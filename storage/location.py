@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, Union
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from filelock import FileLock
 
 from opbyop_storage import files
@@ -58,7 +59,8 @@ class StoreFiles(Protocol):
 
     def read_footers(self, paths: list[DataFile]) -> list[int | None | SkippedFile | Vanished]: ...
 
-    def read_part(self, path: DataFile, table: str) -> pa.Table | SkippedFile | Vanished: ...
+    def read_part(self, path: DataFile, table: str, where: pc.Expression | None = None,
+                  columns: list[str] | None = None) -> pa.Table | SkippedFile | Vanished: ...
 
     def mid_swap(self, table: str | None = None, run_id: str | None = None) -> bool: ...
 
@@ -101,8 +103,9 @@ class LocalFiles:
     def read_footers(self, paths: list[DataFile]) -> list[int | None | SkippedFile | Vanished]:
         return [self.read_footer(p) for p in paths]
 
-    def read_part(self, path: DataFile, table: str) -> pa.Table | SkippedFile | Vanished:
-        return files.read_part(Path(path), table)
+    def read_part(self, path: DataFile, table: str, where: pc.Expression | None = None,
+                  columns: list[str] | None = None) -> pa.Table | SkippedFile | Vanished:
+        return files.read_part(Path(path), table, where, columns)
 
     def mid_swap(self, table: str | None = None, run_id: str | None = None) -> bool:
         return files.mid_swap(self.root, table, run_id)

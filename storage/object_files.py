@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from filelock import FileLock
 from pyarrow import fs as pafs
 
 from opbyop.errors import StoreError
 from opbyop.workspace import Workspace
-from opbyop_storage.files import DataFile, Pieces, SkippedFile, Vanished, check_run_id, write_parquet
-from opbyop_storage.schema import TABLES, VERSION_KEY, conform, schema_of
+from opbyop_storage.files import DataFile, Pieces, SkippedFile, Vanished, check_run_id, part_rows, write_parquet
+from opbyop_storage.schema import TABLES, VERSION_KEY
 
 log = logging.getLogger("opbyop.storage")
 
@@ -190,11 +191,12 @@ class ObjectFiles:
         _footers[key] = int(version) if version is not None else None
         return _footers[key]
 
-    def read_part(self, path: DataFile, table: str) -> pa.Table | SkippedFile | Vanished:
+    def read_part(self, path: DataFile, table: str, where: pc.Expression | None = None,
+                  columns: list[str] | None = None) -> pa.Table | SkippedFile | Vanished:
         key = str(path)
         try:
             with self.filesystem.open_input_file(key) as f:
-                return conform(pq.ParquetFile(f).read(), schema_of(table))
+                return part_rows(pq.ParquetFile(f), table, where, columns)
         except FileNotFoundError:
             return Vanished(Path(key))
         except (pa.ArrowException, OSError, ValueError) as e:

@@ -17,7 +17,7 @@ import store_samples as samples
 
 from opbyop.errors import StoreError
 from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun
-from opbyop_storage import schema
+from opbyop_storage import files, schema
 from opbyop_storage.dataset import Store
 from opbyop_storage.files import data_files, run_dirs
 from opbyop_storage.readonly import run_sql
@@ -175,6 +175,31 @@ def test_a_compaction_writes_a_big_run_piece_by_piece_and_keeps_every_row_and_co
         w.finish(n1.run, n1.models)
     keys = [(o.model, o.position) for o in store.ops("n1")]
     assert keys == sorted(keys) and pq.ParquetFile(_files(store_root, "ops", "n1")[0]).metadata.num_row_groups == 1
+
+
+def test_a_read_of_some_ops_gives_what_the_whole_table_filtered_gives(store_root: Path, monkeypatch) -> None:
+    store = Store(store_root)
+    n1 = samples.night("n1", 2, samples.NIGHT1)
+    with store.writer(compaction_chunk_bytes=1) as w:  # a compacted file of many row groups
+        w.start(n1.run)
+        for op in n1.ops:
+            w.add_ops([op])
+        w.add_results(n1.results)
+        w.finish(n1.run, n1.models)
+    monkeypatch.setattr(files, "READ_BATCH_ROWS", 2)  # a filtered read goes batch by batch: many of them here
+    wanted = sorted({o.signature for o in n1.ops if o.signature})[::2]
+    every = store.ops("n1")
+    assert [(o.model, o.position) for o in store.ops("n1", signatures=wanted)] == \
+        [(o.model, o.position) for o in every if o.signature in wanted]
+    model = every[0].model
+    assert [(o.model, o.position) for o in store.ops("n1", model=model, signatures=wanted)] == \
+        [(o.model, o.position) for o in every if o.signature in wanted and o.model == model]
+    assert {r.signature for r in store.results("n1", wanted)} == set(wanted) and store.results("n1", []) == []
+    # a few columns, from a file written before one of them existed: it reads as nulls
+    path = _files(store_root, "results", "n1")[0]
+    pq.write_table(pq.read_table(path, partitioning=None).drop_columns(["placements"]), path)
+    some = store.read_table("results", "n1", columns=["signature", "placements"])
+    assert some.column_names == ["signature", "placements"] and some.column("placements").null_count == len(n1.results)
 
 
 def test_one_writer_per_run_id(store_root: Path) -> None:

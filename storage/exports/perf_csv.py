@@ -298,7 +298,7 @@ def busiest_signatures(store: Store, run_id: str, n: int) -> list[str]:
     device time, found without reading the others: the `n` with the most cycles and any tied with the
     last of them (each occurrence of an op takes its op's time, and a run's ops share one chip, whose
     clock orders them as their cycles do)."""
-    table = store.read_table("results", run_id).select(["signature", "placements"])
+    table = store.read_table("results", run_id, columns=["signature", "placements"])
     placements = table.column("placements").combine_chunks()
     cycles = pc.struct_field(pc.list_flatten(placements), "cycles")
     per_op = pa.table({"op": pc.list_parent_indices(placements), "cycles": cycles}).group_by("op").aggregate(
