@@ -266,15 +266,22 @@ class Manifest(BaseModel):
 
 
 def manifest(prepared: Prepared) -> Manifest:
+    """The manifest whole (write_manifest streams the same document)."""
+    return Manifest(models=_manifest_models(prepared), ops_total=len(prepared.records),
+                    ops_unique=len(prepared.unique), ops=[_manifest_op(op) for op in prepared.unique])
+
+
+def _manifest_models(prepared: Prepared) -> list[ManifestModel]:
     models = [ManifestModel(name=name, source=prepared.sources.get(name, name), ops=len(split.ops),
                             unique=len({r.signature for r in split.ops if r.ok}))
               for name, split in prepared.splits.items()]
-    models += [ManifestModel(name=name, source=prepared.sources.get(name, name), error=error)
-               for name, error in prepared.errors.items()]
-    ops = [ManifestOp(signature=op.signature, op_name=op.op_name, inputs=[str(t) for t in op.inputs],
+    return models + [ManifestModel(name=name, source=prepared.sources.get(name, name), error=error)
+                     for name, error in prepared.errors.items()]
+
+
+def _manifest_op(op: UniqueOp) -> ManifestOp:
+    return ManifestOp(signature=op.signature, op_name=op.op_name, inputs=[str(t) for t in op.inputs],
                       outputs=[str(t) for t in op.outputs], models=op.models, occurrences=op.occurrences)
-           for op in prepared.unique]
-    return Manifest(models=models, ops_total=len(prepared.records), ops_unique=len(ops), ops=ops)
 
 
 def run_manifest_path(workspace_root: Path, run_id: str) -> Path:
@@ -283,5 +290,14 @@ def run_manifest_path(workspace_root: Path, run_id: str) -> Path:
 
 
 def write_manifest(prepared: Prepared, path: Path) -> Path:
-    """The manifest as JSON at `path` (written whole or not at all)."""
-    return atomic.write_text(path, manifest(prepared).model_dump_json(indent=1))
+    """The manifest as JSON at `path` (written whole or not at all), an op at a time: a run of
+    hundreds of models has 10,000s of unique ops, and their document is never whole in memory."""
+    head = Manifest(models=_manifest_models(prepared), ops_total=len(prepared.records),
+                    ops_unique=len(prepared.unique), ops=[]).model_dump_json()
+    closing = '[]}'  # "ops" is the document's last field: its ops are written in place of its empty list
+    with atomic.atomic_path(path) as partial, partial.open("w") as out:
+        out.write(head.removesuffix(closing) + "[")
+        for i, op in enumerate(prepared.unique):
+            out.write(("," if i else "") + _manifest_op(op).model_dump_json())
+        out.write(closing[1:])
+    return Path(path)
