@@ -41,12 +41,16 @@ class Prepared:
     graphs: dict[str, ModelGraph] = field(default_factory=dict)
     splits: dict[str, SplitResult] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # model -> why it produced no ops
-    unique: list[UniqueOp] = field(default_factory=list)
     # model -> {position: XLA's message}: upstream ops whose values could not be computed (their
     # dependents got random inputs instead of real ones)
     upstream_failures: dict[str, dict[int, str]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)  # model -> the spec it was loaded from
     _deduper: Deduper = field(default_factory=Deduper, repr=False)
+
+    @property
+    def unique(self) -> list[UniqueOp]:
+        """The run's unique ops, first seen first (settled ones as settled_op left them)."""
+        return list(self._deduper.unique.values())
 
     @property
     def records(self) -> list[OpRecord]:
@@ -76,24 +80,26 @@ class Prepared:
             self.graphs[name] = graph
         self.splits[name] = split
         new = self._deduper.add(split.ops)
-        self.unique.extend(new)
         if artifacts is not None and graph is not None and new:
             failed = attach(new, {name: split}, XlaCpu, artifacts, real_arguments={name: graph.real_values()},
                             argument_names={name: argument_names(graph)})
             self.upstream_failures.update(failed)
         return name, new
 
-    def settle(self, name: str) -> None:
+    def settle(self, name: str, kept: Sequence[UniqueOp] = ()) -> None:
         """Let go of what a model's analysis no longer needs once its ops and whole model are handed
         out and its records are with the sink: its module text, weights and eager outputs, and of each
-        op record all but what the run's end counts (settled_record). The graph and split are replaced,
-        not changed: another run may share them (Splits splits a model once)."""
+        op record all but what the run's end counts (settled_record); of the unique ops it brought that
+        are `kept` in the workspace's op index, all but what the run's end reads (settled_op). The
+        graph, split and ops are replaced, not changed: another run, or the executor, may share them
+        (Splits splits a model once)."""
         graph, split = self.graphs.get(name), self.splits.get(name)
+        shared = SettledParts()
         if graph is not None:
             self.graphs[name] = replace(graph, module_text="", argument_values=None, reference_outputs=None)
         if split is not None:
-            shared = SettledParts()
             self.splits[name] = split.model_copy(update={"ops": [settled_record(r, shared) for r in split.ops]})
+        self._deduper.replace([settled_op(op, shared) for op in kept])
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,19 @@ def settled_record(record: OpRecord, shared: SettledParts) -> OpRecord:
         inputs=shared.empty, input_sources=shared.empty, outputs=shared.empty, provenance=shared.provenance,
         module_text=None, split_error=record.split_error, mesh=record.mesh, operand_shardings=shared.empty,
         result_shardings=shared.empty, frontend_error=record.frontend_error)
+
+
+def settled_op(op: UniqueOp, shared: SettledParts) -> UniqueOp:
+    """A unique op as a run keeps it once it is handed out and kept in the workspace's op index:
+    its name, tensors and occurrences (the same list: later models still add theirs), what the
+    run's summary and manifest read. Its module, operands, provenance and values are read back from
+    the index when needed (the shrink of failing ops): a run of hundreds of models has 10,000s."""
+    return UniqueOp.model_construct(
+        op.model_fields_set, signature=op.signature, op_name=op.op_name, module_text="",
+        attributes=shared.attributes, inputs=op.inputs, outputs=op.outputs, operands=shared.empty,
+        provenance=shared.provenance, occurrences=op.occurrences, input_values=shared.attributes,
+        mesh=op.mesh, operand_shardings=op.operand_shardings, result_shardings=op.result_shardings,
+        synthetic_reasons=shared.attributes, frontend_error=op.frontend_error)
 
 
 def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None, weights: bool = True

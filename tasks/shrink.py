@@ -19,7 +19,7 @@ from opbyop.shrink.result import Outcome, ShrinkResult, outcome_of
 from opbyop.shrink.search import Shrinker
 from opbyop.worker import dask as on_dask
 from opbyop.config import AnalysisSettings, ShrinkOption
-from opbyop.workspace import Workspace
+from opbyop.workspace import OpIndex, Workspace
 from opbyop.worker.wire import Parcel, pack
 from opbyop_tasks.gate import ClusterGate
 from opbyop_tasks.ops import KilledTwice, run_shipping
@@ -56,13 +56,16 @@ def failing(results: dict[str, OpResult], ops: list[UniqueOp], limit: int) -> li
     return sorted(chosen, key=lambda pair: -len(pair[0].occurrences))[:limit]
 
 
-def shrink_failing_ops(option: ShrinkOption, results: dict[str, OpResult], ops: list[UniqueOp], chip: str,
-                       settings: AnalysisSettings, timeout: float, plugin: str, writer, logger) -> list[ShrinkResult]:  # noqa: ANN001
-    """Shrink the run's failing ops (at most option.max_ops) and store what each search found."""
+def shrink_failing_ops(option: ShrinkOption, results: dict[str, OpResult], ops: list[UniqueOp], index: OpIndex,
+                       chip: str, settings: AnalysisSettings, timeout: float, plugin: str, writer, logger  # noqa: ANN001
+                       ) -> list[ShrinkResult]:
+    """Shrink the run's failing ops (at most option.max_ops) and store what each search found. Each op
+    is searched from its whole form in `index` (the run keeps its ops settled: pipeline.settled_op)."""
     chosen = failing(results, ops, option.max_ops)
     gate = ClusterGate(default_client(), plugin)
-    futures = [shrink_op.submit(op, result, f"{op.op_name.removeprefix('stablehlo.')}-{op.signature[:10]}", chip,
-                                settings, timeout, option.seconds_per_op, plugin, gate) for op, result in chosen]
+    futures = [shrink_op.submit(index.get(op.signature), result,
+                                f"{op.op_name.removeprefix('stablehlo.')}-{op.signature[:10]}", chip, settings,
+                                timeout, option.seconds_per_op, plugin, gate) for op, result in chosen]
     found: list[ShrinkResult] = []
     for future in futures:
         try:

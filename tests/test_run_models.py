@@ -172,13 +172,14 @@ def test_a_run_stopped_while_a_model_exports_ends_without_it_and_lets_it_go(slow
 def test_a_run_keeps_of_each_op_record_and_success_only_what_its_summaries_count(tmp_path):
     """Once a model's ops are handed out and stored, its records keep their op and whether it split;
     the module, operands, tensors and source stack are let go of (a run of hundreds of models holds
-    100,000s of records), and the summaries count as they did. A flow run, which shows its results
-    from the store, keeps of each success its status, not its compile, device and golden records."""
+    100,000s of records), and the summaries count as they did. Its unique ops keep their tensors and
+    occurrences; the rest is read back from the workspace's op index. A flow run, which shows its
+    results from the store, keeps of each success its status, not its compile, device and golden records."""
     workspace = Workspace(tmp_path / "home")
     chain = str(DATA / "tanh_matmul_chain.mlir")
     config = AnalysisConfig(models=[chain], chip="p150", whole_model=False, reuse_cached=False)
     outcome = execute(RunPlan.from_config(config), Splits().ask(config.models, 0), LocalExecutor(workspace, "settled"),
-                      settle_successes=True)
+                      workspace=workspace, settle_successes=True)
     assert outcome.results and all(r.status is Status.SUCCESS and r.depth is Stage.GOLDEN and r.device is None
                                    and r.compile is None and r.golden is None for r in outcome.results.values())
     records = outcome.prepared.splits["tanh_matmul_chain"].ops
@@ -189,3 +190,7 @@ def test_a_run_keeps_of_each_op_record_and_success_only_what_its_summaries_count
     assert any(r.operands for r in whole.ops)
     summary = summarize("tanh_matmul_chain", outcome.prepared)
     assert summary.ops_total == len(whole.ops) and summary.ops_unique == len({r.signature for r in whole.ops if r.ok})
+    assert outcome.prepared.unique and all(op.module_text == "" and not op.operands for op in outcome.prepared.unique)
+    for op in outcome.prepared.unique:
+        kept = workspace.ops.get(op.signature)
+        assert kept.module_text and (kept.inputs, kept.occurrences) == (op.inputs, op.occurrences)

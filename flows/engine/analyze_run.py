@@ -70,7 +70,8 @@ class FanOut:
     gate: ClusterGate
     progress: object  # the Prefect progress artifact's id
     started: float = field(default_factory=time.monotonic)
-    ops: dict[PrefectFuture, UniqueOp] = field(default_factory=dict)  # dropped once taken: 20k states are not held
+    # each op out: its (signature, op name), not the op (the run keeps it settled); dropped once taken
+    ops: dict[PrefectFuture, tuple[str, str]] = field(default_factory=dict)
     wholes: dict[PrefectFuture, str] = field(default_factory=dict)
     done: queue.Queue[PrefectFuture] = field(default_factory=queue.Queue)
     handed: int = 0  # ops handed out so far
@@ -171,7 +172,7 @@ class AnalyzeRun:
         artifacts = self.workspace.artifacts  # the flow's: ops' inputs come from it, their results' land in it
         for op in ops:
             future = analyze_op.submit(op, _label(op), chip, settings, timeout, fan.plugin, fan.gate, artifacts)
-            fan.ops[future] = op
+            fan.ops[future] = (op.signature, op.op_name)
             future.add_done_callback(fan.done.put)
         fan.handed += len(ops)
 
@@ -203,9 +204,9 @@ class AnalyzeRun:
                 update_progress_artifact(fan.progress, progress=100.0)
             if self.shrink is not None and self.shrink.failing and not self.out.interrupted:
                 with self.clock.phase("shrink"):
-                    shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.desc.chip,
-                                       self.settings, self.config.op_timeout_s, fan.plugin, self.sink.writer,
-                                       self.logger)
+                    shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.workspace.ops,
+                                       self.desc.chip, self.settings, self.config.op_timeout_s, fan.plugin,
+                                       self.sink.writer, self.logger)
         finally:  # the op workers rest (a cluster that outlives the run keeps only their main children)
             if self._cluster_asked:
                 with self.clock.phase("cluster"):  # a cluster of the run's own takes seconds to stop
@@ -252,7 +253,7 @@ class AnalyzeRun:
                 self.out.add_whole(fan.wholes.pop(future), _whole_result(future))
                 fan.last_whole = time.monotonic()
                 continue
-            written = self.out.add(_op_result(future, fan.ops.pop(future)))
+            written = self.out.add(_op_result(future, *fan.ops.pop(future)))
             fan.finished += 1
             fan.last_op = time.monotonic()
             if written:
@@ -349,12 +350,12 @@ def _label(op: UniqueOp) -> str:
     return f"{op.op_name.removeprefix('stablehlo.')}-{op.signature[:10]}"
 
 
-def _op_result(future: PrefectFuture, op: UniqueOp) -> OpResult:
+def _op_result(future: PrefectFuture, signature: str, op_name: str) -> OpResult:
     """The task's result; a task that failed for good (the cluster, twice) is that op's infra_error."""
     call = StageCall.of(future.result)
     if call.ok:
         return call.value
-    return OpResult.failure(op.signature, op.op_name, Status.INFRA_ERROR,
+    return OpResult.failure(signature, op_name, Status.INFRA_ERROR,
                             f"the cluster failed while running this op: {call.brief}")
 
 

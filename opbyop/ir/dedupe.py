@@ -32,6 +32,11 @@ class Deduper:
             op.occurrences.append(Occurrence(model=r.model, position=r.position))
         return new
 
+    def replace(self, ops: Iterable[UniqueOp]) -> None:
+        """Ops already seen, each in its place by a lighter copy of itself (Prepared.settle)."""
+        for op in ops:
+            self.unique[op.signature] = op
+
 
 def dedupe(records: Iterable[OpRecord]) -> list[UniqueOp]:
     """Unique ops by signature, first-seen order, each with every (model, position) it came from."""

@@ -226,4 +226,4 @@ def _arrived(plan: RunPlan, outcome: RunOutcome, model: SplitOutcome, executor: 
                 len(new), len(todo))
     if todo or wholes:
         executor.submit(todo, wholes)
-    outcome.prepared.settle(name)
+    outcome.prepared.settle(name, kept=new if workspace is not None else [])
