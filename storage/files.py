@@ -112,17 +112,17 @@ READ_BATCH_ROWS = 8192  # a part read with a filter is held a batch of this many
 def part_rows(parquet: pq.ParquetFile, table: str, where: pc.Expression | None = None,
               columns: list[str] | None = None) -> pa.Table:
     """A part's rows in the table's current schema (of `columns` only, when given). With `where`
-    (an expression over those columns) only the rows it keeps: the part is read a batch at a time,
+    only the rows it keeps: the part is read a batch at a time (every column, `where` may name any),
     so a run's compacted file is never whole in memory to give a few of its rows."""
-    schema = schema_of(table)
+    schema, wanted = schema_of(table), schema_of(table)
     if columns is not None:
-        schema = pa.schema([schema.field(c) for c in columns])
-        columns = [c for c in columns if c in parquet.schema_arrow.names]  # an older file lacks newer ones
+        wanted = pa.schema([schema.field(c) for c in columns])
     if where is None:
-        return conform(parquet.read(columns=columns), schema)
-    kept = [conform(pa.Table.from_batches([batch]), schema).filter(where)
-            for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns)]
-    return pa.concat_tables(kept) if kept else schema.empty_table()
+        present = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
+        return conform(parquet.read(columns=present), wanted)  # an older file lacks newer columns: nulls
+    kept = [conform(conform(pa.Table.from_batches([batch]), schema).filter(where), wanted)
+            for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS)]
+    return pa.concat_tables(kept) if kept else wanted.empty_table()
 
 
 def read_part(path: Path, table: str, where: pc.Expression | None = None,

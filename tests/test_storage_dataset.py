@@ -18,7 +18,7 @@ import store_samples as samples
 from opbyop.errors import StoreError
 from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun
 from opbyop_storage import files, schema
-from opbyop_storage.dataset import Store
+from opbyop_storage.dataset import Store, of_signatures
 from opbyop_storage.files import data_files, run_dirs
 from opbyop_storage.readonly import run_sql
 
@@ -195,6 +195,8 @@ def test_a_read_of_some_ops_gives_what_the_whole_table_filtered_gives(store_root
     assert [(o.model, o.position) for o in store.ops("n1", model=model, signatures=wanted)] == \
         [(o.model, o.position) for o in every if o.signature in wanted and o.model == model]
     assert {r.signature for r in store.results("n1", wanted)} == set(wanted) and store.results("n1", []) == []
+    one = store.read_table("results", "n1", where=of_signatures(wanted[:1]), columns=["status"])  # where names another
+    assert one.column_names == ["status"] and one.num_rows == 1
     # a few columns, from a file written before one of them existed: it reads as nulls
     path = _files(store_root, "results", "n1")[0]
     pq.write_table(pq.read_table(path, partitioning=None).drop_columns(["placements"]), path)
@@ -217,7 +219,7 @@ CRASHING_WRITER = textwrap.dedent("""
     import os, signal, sys
     import pyarrow.parquet as pq
     import opbyop_storage.files
-    from opbyop_storage.dataset import Store
+    from opbyop_storage.dataset import Store, of_signatures
     from tests import store_samples as samples
 
     night = samples.night("n1", 2, samples.NIGHT1)
