@@ -314,6 +314,7 @@ def write_manifest(prepared: Prepared, path: Path) -> Path:
     head = Manifest(models=_manifest_models(prepared), ops_total=len(prepared.records),
                     ops_unique=len(prepared.unique), ops=[]).model_dump_json()
     closing = '[]}'  # "ops" is the document's last field: its ops are written in place of its empty list
+    assert head.endswith('"ops":' + closing), "Manifest.ops must stay the manifest's last field"
     with atomic.atomic_path(path) as partial, partial.open("w") as out:
         out.write(head.removesuffix(closing) + "[")
         for i, op in enumerate(prepared.unique):
