@@ -19,7 +19,7 @@ from opbyop_storage.dataset import Store
 from opbyop_storage.location import StoreRoot, is_object_url
 from opbyop_storage.object_views import upload_file
 from opbyop_storage.readonly import QueryResult
-from opbyop_storage.exports.report import device_time, write_report
+from opbyop_storage.exports.report import device_time, write_report_apart
 
 
 def _cell(value: Any) -> str:
@@ -80,7 +80,7 @@ def publish(store_root: StoreRoot, run_id: str, report_path: Path,
     summary = nightly_for(store_root, run_id)
     create_markdown_artifact(markdown=regressions_markdown(summary), key="regressions",
                              description=f"regressions and progressions of run {run_id}")
-    path = write_report(store_root, run_id, report_path, summary=summary)
+    path = write_report_apart(store_root, run_id, report_path)
     where: Path | str = (upload_file(str(store_root), path, f"reports/{run_id}.html") if is_object_url(store_root)
                          else path.resolve())
     create_markdown_artifact(markdown=report_markdown(summary, where, phases or {}), key="report",

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import store_samples as samples
 
+from opbyop.errors import OpbyopError
 from opbyop.records import AccuracyTrace, TtsimOutcome, TtsimRun
 from opbyop_storage.dataset import Store
 from opbyop_storage.expectations import from_outcomes, outcomes
-from opbyop_storage.exports.report import render_html, report_data, write_report
+from opbyop_storage.exports.report import render_html, report_data, write_report, write_report_apart
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -179,3 +180,22 @@ def test_the_rendered_report_draws_a_models_trace_on_ttsim_beside_its_own(histor
     (mlp,) = [c for c in charts if 'data-model="mlp"' in c]
     assert re.findall(r'<polyline [^>]*class="trace-line" data-backend="(\w+)"', mlp) == ["model", "ttsim"]
     assert "on ttsim" in mlp and "on the device model" in mlp
+
+
+def test_a_report_written_apart_is_the_report_and_its_failure_says_how_to_rebuild_it(history_store: Store,
+                                                                                      tmp_path: Path) -> None:
+    """A run's publish step writes its report in a process of its own (what a report holds is given
+    back when it ends); the page is the one write_report makes, and a failure carries the child's words."""
+    run_id = history_store.runs()[-1].run_id
+    apart = write_report_apart(history_store.root, run_id, tmp_path / "apart.html")
+    here = write_report(history_store.root, run_id, tmp_path / "here.html")
+
+    def stamped_out(page: str) -> str:  # each page says when it was generated
+        return re.sub(r'"generated_at":"[^"]*"', "", page)
+
+    assert stamped_out(apart.read_text()) == stamped_out(here.read_text())
+    with pytest.raises(OpbyopError) as failed:
+        write_report_apart(history_store.root, "no-such-run", tmp_path / "none.html")
+    assert "'no-such-run' is not in the store" in failed.value.problem
+    assert failed.value.fix == f"rebuild it with `opbyop report --run no-such-run --out {tmp_path / 'none.html'}`"
+    assert not (tmp_path / "none.html").exists()
