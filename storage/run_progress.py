@@ -24,7 +24,7 @@ class RunSignatures:
             del self.parts[gone]
         for path in files:
             if path not in self.parts:
-                got = self.store.files.read_part(path, self.table)
+                got = self.store.files.read_part(path, self.table, columns=["signature"])
                 if not isinstance(got, (Vanished, SkippedFile)):  # replaced meanwhile: read at the next call
                     self.parts[path] = set(got.column("signature").to_pylist()) - {None, ""}
         return set().union(*self.parts.values())
