@@ -27,7 +27,7 @@ from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus,
 from opbyop.shrink.result import ShrinkResult
 from opbyop_storage import convert
 from opbyop_storage.convert import ModelCounts, StoredModel
-from opbyop_storage.files import Pieces, SkippedFile, Vanished, check_run_id, default_root
+from opbyop_storage.files import Pieces, SkippedFile, Vanished, check_run_id, columns_schema, default_root
 from opbyop_storage.location import DataFile, StoreFiles, StoreRoot, store_files
 from opbyop_storage.schema import TABLES, schema_of
 
@@ -181,10 +181,7 @@ class Store:
             else:
                 (skipped if isinstance(got, SkippedFile) else parts).append(got)
         self._note(skipped)
-        if parts:
-            return pa.concat_tables(parts), vanished
-        schema = schema_of(table)
-        return (schema if columns is None else pa.schema([schema.field(c) for c in columns])).empty_table(), vanished
+        return (pa.concat_tables(parts) if parts else columns_schema(table, columns).empty_table()), vanished
 
     def read_table(self, table: str, run_id: str | None = None, where: pc.Expression | None = None,
                    columns: list[str] | None = None) -> pa.Table:

@@ -109,14 +109,18 @@ class SkippedFile:
 READ_BATCH_ROWS = 8192  # a part read with a filter is held a batch of this many rows at a time
 
 
+def columns_schema(table: str, columns: list[str] | None = None) -> pa.Schema:
+    """The table's current schema, of `columns` only when given (what a read of them returns)."""
+    schema = schema_of(table)
+    return schema if columns is None else pa.schema([schema.field(c) for c in columns])
+
+
 def part_rows(parquet: pq.ParquetFile, table: str, where: pc.Expression | None = None,
               columns: list[str] | None = None) -> pa.Table:
     """A part's rows in the table's current schema (of `columns` only, when given). With `where`
     only the rows it keeps: the part is read a batch at a time (every column, `where` may name any),
     so a run's compacted file is never whole in memory to give a few of its rows."""
-    schema, wanted = schema_of(table), schema_of(table)
-    if columns is not None:
-        wanted = pa.schema([schema.field(c) for c in columns])
+    schema, wanted = schema_of(table), columns_schema(table, columns)
     if where is None:
         present = None if columns is None else [c for c in columns if c in parquet.schema_arrow.names]
         return conform(parquet.read(columns=present), wanted)  # an older file lacks newer columns: nulls

@@ -24,7 +24,7 @@ from opbyop.errors import OpbyopError
 from opbyop.records import RunInfo, Status
 from opbyop.shrink.saved import load_shrink
 from opbyop.workspace import Workspace
-from opbyop_storage.aggregate import NightlySummary, nightly, run_query
+from opbyop_storage.aggregate import nightly, run_query
 from opbyop_storage.colours import DEPTH_COLOURS, status_colours
 from opbyop_storage.compare import compare_group, compiler_label
 from opbyop_storage.convert import run_row, shrink_rows
@@ -48,13 +48,12 @@ def _jsonable(value: Any) -> Any:
 
 
 def report_data(root: Path | str | None, run_id: str, expectations: Expectations | None = None,
-                previous: str | None = None, n: int = 30, summary: NightlySummary | None = None) -> dict[str, Any]:
-    """Everything the page shows, as plain JSON-ready values (`summary`: the run's nightly summary
-    against `previous` over `n` runs, when the caller has it already)."""
+                previous: str | None = None, n: int = 30) -> dict[str, Any]:
+    """Everything the page shows, as plain JSON-ready values (the trend against `previous` over `n` runs)."""
     store = Store(root)
     run = store.run(run_id)
     with StoreConnection(store.root) as con:
-        summary = summary or nightly(con, run_id, previous, n=n)
+        summary = nightly(con, run_id, previous, n=n)
         ops = run_query(con, "run_ops", run_id=run_id).records()
         models = run_query(con, "run_models", run_id=run_id).records()
         gaps = run_query(con, "opbyop_gaps", run_id=run_id).records()
@@ -160,16 +159,15 @@ def render_html(data: dict[str, Any]) -> str:
 
 
 def write_report(root: Path | str | None, run_id: str, out: Path, expectations_path: Path | None = None,
-                 use_expectations: bool = True, previous: str | None = None, n: int = 30,
-                 summary: NightlySummary | None = None) -> Path:
+                 use_expectations: bool = True, previous: str | None = None, n: int = 30) -> Path:
     """Render the report of `run_id` to `out` (atomically); expectations from `expectations_path`
-    (default configs/expectations.yaml) unless use_expectations is False; `summary` as in report_data."""
+    (default configs/expectations.yaml) unless use_expectations is False."""
     expectations = None
     if use_expectations:
         path = expectations_path or default_expectations_path()
         if expectations_path is not None or path.exists():  # the default file is optional
             expectations = load_expectations(path)
-    page = render_html(report_data(root, run_id, expectations, previous, n, summary))
+    page = render_html(report_data(root, run_id, expectations, previous, n))
     return write_text(out, page)
 
 
