@@ -81,9 +81,8 @@ def _kind_of(main: str, text: str) -> tuple[SpecKind, str, str]:
 
 
 def check_spec(text: str) -> str:
-    """`text` when it names a build (a configuration field's validator: a ValueError names the fix)."""
-    try:
-        CompilerSpec.parse(text)
-    except CompilerError as e:
-        raise ValueError(str(e)) from None
+    """`text` when it names a build (a configuration field's validator). Its CompilerError passes
+    through pydantic as it is (pydantic wraps only a ValueError or an AssertionError in its
+    "Value error," framing and link): the user reads opbyop's problem and fix alone."""
+    CompilerSpec.parse(text)
     return text

@@ -17,7 +17,7 @@ import pytest
 
 from core_fixtures import DATA
 from opbyop.compiler.assets import Notices
-from opbyop.compiler.builds import Compiler, installed, portable_spec, prepare
+from opbyop.compiler.builds import Compiler, installed, installed_library, portable_spec, prepare
 from opbyop.compiler_spec import CompilerSpec, SpecKind
 from opbyop.compiler.system_desc import resolve
 from opbyop.config import AnalysisConfig, AnalysisSettings, load_zoo
@@ -57,7 +57,7 @@ def test_a_spec_that_names_no_build_is_refused_with_the_forms(text: str, words: 
 
 
 def test_a_configuration_naming_no_build_is_refused_when_it_is_read() -> None:
-    with pytest.raises(ValueError, match="neither a release, a wheel, a library nor a directory"):
+    with pytest.raises(CompilerError, match="neither a release, a wheel, a library nor a directory"):
         AnalysisConfig(compilers=["installed", "tonights build"])
     assert [c.compilers for c in AnalysisConfig(compilers=["installed", RELEASE, "installed"]).per_compiler()] == \
         [["installed"], [RELEASE]]
@@ -99,6 +99,31 @@ def test_a_library_that_is_not_a_pjrt_plugin_is_refused_with_the_fix(tmp_path: P
     shutil.copy(next(p for p in Path("/lib/x86_64-linux-gnu").glob("libm.so.6")), other)
     with pytest.raises(CompilerError, match="GetPjrtApi"):
         prepare(str(other))
+
+
+def test_a_plugin_library_cut_short_is_refused_as_cut_short_not_as_built_for_another_jax(tmp_path: Path) -> None:
+    """A copy of the installed plugin's library stopped at 20 MB passes as a PJRT library (its symbols
+    come first) but dies loading with SIGBUS: its ELF headers point past its end, and that is what is said."""
+    whole = installed_library().library
+    cut = tmp_path / "libtt.so"
+    with open(whole, "rb") as source, open(cut, "wb") as copy:
+        copy.write(source.read(20 * 1024 * 1024))
+    with pytest.raises(CompilerError, match=r"is cut short: it holds 20,971,520 bytes, and its ELF headers point "
+                       rf"to byte {whole.stat().st_size:,}") as refused:
+        prepare(str(cut), Notices())
+    assert "copy the library again, whole" in refused.value.fix and "died loading" not in str(refused.value)
+
+
+def test_a_compiler_path_that_does_not_exist_is_refused_in_opbyops_words_alone(tmp_path: Path) -> None:
+    """pydantic's "Value error," framing and its errors.pydantic.dev link are not opbyop's words."""
+    done = subprocess.run([str(Path(sys.executable).with_name("opbyop")), "run", "mlp", "--no-whole",
+                           "--compiler", str(tmp_path / "missing" / "pjrt_plugin_tt.so")],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OPBYOP_HOME": str(tmp_path)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"error: compiler '{tmp_path / 'missing' / 'pjrt_plugin_tt.so'}' is neither"), \
+        done.stderr
+    assert "\n  fix: give one of: installed" in done.stderr
+    assert "Value error" not in done.stderr and "pydantic" not in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.slow

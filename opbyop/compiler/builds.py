@@ -146,6 +146,50 @@ def _is_pjrt(path: Path) -> bool:
         return False
 
 
+def elf_extent(path: Path) -> int | None:
+    """The bytes an ELF file's own headers say it holds: the end of its section header table and of
+    every segment's bytes in the file (the ELF specification's e_shoff, e_phoff, p_offset + p_filesz);
+    None for a file that is not ELF or too short to hold its file header."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+                return None
+            wide, order = head[4] == 2, "<" if head[5] == 1 else ">"
+            if wide:
+                phoff, shoff = struct.unpack_from(order + "QQ", head, 0x20)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 0x36)
+            else:
+                phoff, shoff = struct.unpack_from(order + "II", head, 0x1C)
+                phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", head, 0x2A)
+            end = max(phoff + phnum * phentsize, shoff + shnum * shentsize)
+            f.seek(phoff)
+            table = f.read(phnum * phentsize)
+    except OSError:
+        return None
+    for i in range(len(table) // phentsize if phentsize else 0):
+        entry = table[i * phentsize:(i + 1) * phentsize]
+        if wide:  # Elf64_Phdr: p_offset at 8, p_filesz at 32
+            (offset,), (filesz,) = struct.unpack_from(order + "Q", entry, 8), struct.unpack_from(order + "Q", entry, 32)
+        else:  # Elf32_Phdr: p_offset at 4, p_filesz at 16
+            (offset,), (filesz,) = struct.unpack_from(order + "I", entry, 4), struct.unpack_from(order + "I", entry, 16)
+        end = max(end, offset + filesz)
+    return end
+
+
+def refuse_cut_short(library: Path) -> None:
+    """A library whose file ends before its ELF headers say it does (a copy or download stopped
+    part way) is refused as that: loading one dies with SIGBUS, which would read as a build made for
+    another jax."""
+    extent = elf_extent(library)
+    size = library.stat().st_size
+    if extent is not None and size < extent:
+        raise CompilerError(f"{library} is cut short: it holds {size:,} bytes, and its ELF headers point to byte "
+                            f"{extent:,} ({size / extent:.0%} of the library is there)",
+                            "copy the library again, whole (a copy or download that stopped part way, or a full "
+                            "disk, leaves a file like this one), and check its size against the original's")
+
+
 def _lowest_jax(requires: list[str]) -> str:
     for line in requires:
         match = re.match(r"^jax\s*(?:\[[^]]*\])?\s*(?:>=|==|~=)\s*([0-9][0-9a-z.]*)", line.split(";")[0].strip())
@@ -345,6 +389,7 @@ def prepare(spec: CompilerSpec | str | None = None, notices: Notices | None = No
     spec = spec if isinstance(spec, CompilerSpec) else CompilerSpec.parse(spec)
     notices = notices or Notices()
     located = locate(spec, notices)
+    refuse_cut_short(located.library)
     digest = _digest(located.library)
     home = compilers_dir() / digest[:16]
     home.mkdir(parents=True, exist_ok=True)
