@@ -8,6 +8,7 @@ them they fail with the backend's own words, never skip.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +17,9 @@ from ttsim_ops import run_on_ttsim
 
 from opbyop.analysis.analyzer import ttsim_host_outputs
 from opbyop.config import CompilerOptions
-from opbyop.device import formats, fpu, sfpu_reduce
+from opbyop.device import fpu, sfpu_reduce
 from opbyop.device.kernels import matmul_conv
+from opbyop.device.conv_plan import Conv, Sharding, plan
 from opbyop.device.kernels.matmul_conv import conv_nhwc
 from opbyop.device.simulator import DeviceSimulator
 from opbyop.device.ttsim.agreement import agreement, principal_op
@@ -113,19 +115,15 @@ def test_conv2ds_on_the_model_equal_ttsims_bit_for_bit(tmp_path, workspace, work
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("channels, size, out, tt_metals_chunk", [
-    (128, 28, 128, None),  # resnet18's layer2 conv: the model's blocking is tt-metal's (block sharded, chunks of 16)
-    (64, 56, 64, 8),  # resnet18's layer1 conv: tt-metal block-shards it (chunks of 8), the model's rule height-shards
+@pytest.mark.parametrize("channels, size, out", [
+    (128, 28, 128),  # resnet18's layer2 conv: block sharded, chunks of 16
+    (64, 56, 64),  # resnet18's layer1 conv: block sharded, chunks of 8
 ])
-def test_a_conv2d_the_model_differs_from_ttsim_on_is_bit_equal_with_the_engines_sum_and_tt_metals_blocking(
-        tmp_path, workspace, worker, settings, workspace_root, ttsim_ready, monkeypatch, channels, size, out,
-        tt_metals_chunk):
-    """The zoo's convolutions that differ from ttsim differ for two reasons only, both the model's: above
-    EXACT_PRODUCTS it sums each block of the reduction by BLAS (fast, the last bits differ) where the
-    engine sums in groups of 8 and rounds after every MVMUL; and where its rule for tt-metal's height or
-    block sharding guesses wrong, it splits the input channels into other blocks, whose partial sums
-    lose other low bits through srcA. Forced to the engine's sum (and given tt-metal's channel chunks),
-    the model is ttsim's bit for bit."""
+def test_a_conv2d_above_the_exact_limit_is_bit_equal_with_the_engines_sum(
+        tmp_path, workspace, worker, settings, workspace_root, ttsim_ready, monkeypatch, channels, size, out):
+    """Above EXACT_PRODUCTS the model sums each block of the reduction by BLAS (fast, the last bits
+    differ from the engine's groups of 8 rounded after every MVMUL); the blocks themselves are
+    tt-metal's, so forced to the engine's sum the model is ttsim's bit for bit."""
     compile_only = settings.model_copy(update={"run_device": False, "run_golden": False})
     path = tmp_path / "conv.mlir"
     path.write_text(conv(channels, size, out, 3, 1, 1))
@@ -144,15 +142,25 @@ def test_a_conv2d_the_model_differs_from_ttsim_on_is_bit_equal_with_the_engines_
         return agreement(outputs, ttsim_host_outputs(binary, on_ttsim, outputs))[0]
 
     assert model() == "differ"  # as the model runs it: BLAS above EXACT_PRODUCTS
-    monkeypatch.setattr(formats, "EXACT_PRODUCTS", 1 << 40)
     monkeypatch.setattr(matmul_conv, "EXACT_PRODUCTS", 1 << 40)
-    if tt_metals_chunk is None:
-        assert model() == "bit_equal"
-        return
-    assert model() == "differ"  # the engine's sum, but all 64 channels in one block
-    monkeypatch.setattr(matmul_conv, "channel_chunks",
-                        lambda pixels, cin, cout: (tt_metals_chunk, -(-cin // tt_metals_chunk)))
     assert model() == "bit_equal"
+
+
+def test_the_model_shards_and_blocks_convolutions_as_tt_metal_does():
+    """tt-metal's own choices (ttnn 0.81.1's conv2d on ttsim's p150, read from its graph capture in
+    NO_DISPATCH mode: the Conv2dParallelizationConfig and Conv2dBlockConfig it ran with) for 150
+    convolutions of every sharding: the model's plan takes the same sharding, channel chunks and
+    block widths."""
+    for case in json.loads((DATA / "conv_sharding_tt_metal.json").read_text()):
+        size, k, width = case["size"], case["kernel"], 4 if case["dtype"] == "f32" else 2
+        conv_ = Conv(case["batch"], size, size, case["cin"], case["cout"], (k, k), (case["stride"],) * 2,
+                     (case["pad"],) * 4, (case["dilation"],) * 2, width, width)
+        got = plan(conv_)
+        assert got.sharding.value == case["sharding"], case
+        if got.sharding is not Sharding.HEIGHT:
+            assert got.chunks == case["chunks"], case
+        tiles = -(-got.chunk * k * (k if got.sharding is Sharding.WIDTH else 1) // 32)
+        assert tiles == case["block_tiles"], case
 
 
 @pytest.mark.parametrize("recording", ["ttsim_conv2d_1x1_bias.npz", "ttsim_conv2d_3x3_bias.npz"])

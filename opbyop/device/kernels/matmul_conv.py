@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 from opbyop.device import fpu
+from opbyop.device.conv_plan import Conv, ConvPlan, plan
 from opbyop.device.formats import BF16, EXACT_PRODUCTS, FIDELITY_PHASES, Finish, fidelity_matmul
 from opbyop.device.kernels.base import EXACT, Call, NotSimulated, Refused, packed
 from opbyop.device.kernels.eltwise import fused
@@ -68,98 +69,94 @@ def _windows(x: np.ndarray, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int
 
 def conv_nhwc(image: np.ndarray, weight: np.ndarray, stride: tuple[int, int], dilation: tuple[int, int],
               pads: tuple[int, int, int, int], groups: int, fidelity: str, fp32_acc: bool,
-              bias: np.ndarray | None = None) -> np.ndarray:
+              bias: np.ndarray | None = None, storage: str = "f32") -> np.ndarray:
     """(N, H, W, Cin) convolved with an (O, Cin/groups, kh, kw) kernel (plus `bias`) -> (N*OH*OW, O),
-    on the matrix engine as tt-metal's conv2d feeds it (conv_blocks; grouped convolutions as one
-    matmul per group)."""
-    n, _, _, cin = image.shape
+    on the matrix engine as tt-metal's conv2d feeds it: a grouped kernel as the block-diagonal dense
+    one tt-metal makes of it (convert_conv_weight_tensor_to_grouped_layout), a 1x1 stride-1 conv as
+    a matmul, any other as blocks of its reduction (conv_plan) whose partial sums pass through L1 in
+    the output's format `storage` between blocks."""
+    n, h, w, cin = image.shape
     cout, _, kh, kw = weight.shape
+    weight = _grouped_dense(np.asarray(weight, np.float32), groups, cin)
     top, bottom, left, right = pads
-    image = np.pad(image, ((0, 0), (top, bottom), (left, right), (0, 0)))
-    windows, oh, ow = _windows(image, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
-    matmul_conv = kh == kw == 1 and tuple(stride) == (1, 1) and not any(pads)
-    if groups == 1 and fidelity != EXACT and not matmul_conv:
-        return _blocked_conv(windows.reshape(-1, kh, kw, cin), weight, fidelity, fp32_acc, bias)
-    per_group_in, per_group_out = cin // groups, cout // groups
-    outputs = []
+    padded = np.pad(image, ((0, 0), (top, bottom), (left, right), (0, 0)))
+    windows, oh, ow = _windows(padded, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
+    conv = Conv(n, h, w, cin, cout, (kh, kw), tuple(stride), tuple(pads), tuple(dilation),
+                *(2 if storage == "bf16" else 4,) * 2)
+    if fidelity == EXACT or conv.is_matmul:
+        cols = np.ascontiguousarray(windows.reshape(n * oh * ow, kh * kw * cin))
+        out = fidelity_matmul(cols, np.transpose(weight, (2, 3, 1, 0)).reshape(kh * kw * cin, cout), fidelity, fp32_acc)
+        return _add_bias(out, bias, fidelity, fp32_acc, storage)
+    return _blocked_conv(windows.reshape(-1, kh, kw, cin), weight, plan(conv), fidelity, fp32_acc, bias, storage)
+
+
+def _grouped_dense(weight: np.ndarray, groups: int, cin: int) -> np.ndarray:
+    """(O, Cin/groups, kh, kw) -> (O, Cin, kh, kw), each group's output channels seeing only its own
+    input channels (zeros elsewhere)."""
+    if groups == 1:
+        return weight
+    cout, per_in, kh, kw = weight.shape
+    per_out = cout // groups
+    dense = np.zeros((cout, cin, kh, kw), np.float32)
     for g in range(groups):
-        cols = windows[..., g * per_group_in:(g + 1) * per_group_in].reshape(n * oh * ow, kh * kw * per_group_in)
-        wg = weight[g * per_group_out:(g + 1) * per_group_out]  # (O, I, kh, kw)
-        wmat = np.transpose(wg, (2, 3, 1, 0)).reshape(kh * kw * per_group_in, per_group_out)
-        outputs.append(fidelity_matmul(np.ascontiguousarray(cols), wmat, fidelity, fp32_acc))
-    return _add_bias(np.concatenate(outputs, axis=1), bias, fidelity, fp32_acc)
+        dense[g * per_out:(g + 1) * per_out, g * per_in:(g + 1) * per_in] = weight[g * per_out:(g + 1) * per_out]
+    return dense
 
 
-# tt-metal's conv2d shards a Blackhole p150's 13 x 10 compute grid (as ttsim opens it). The
-# kernels do not see the device, so its grid is stated here.
-GRID_COLUMNS, GRID_ROWS = 13, 10
-TILE = 32
-
-
-def _round8(n: int) -> int:
-    return -(-n // 8) * 8
-
-
-def channel_chunks(pixels: int, cin: int, cout: int) -> tuple[int, int]:
-    """(input channels per chunk, chunks) of a conv2d's reduction, as tt-metal shards it: height
-    sharded (every core holds all channels: one chunk of Cin rounded up to 8) unless block sharding
-    uses at least as many cores (output pixel tiles over the grid's rows, output channel tiles over
-    its columns); block sharded, the channels are split over the grid's columns, ceil(Cin / 13)
-    rounded up to 8 each. Measured on ttsim: Cin 16, 128, 256, 512 -> chunks of 8, 16, 24, 40."""
-    tiles = -(-pixels // TILE)
-    height_cores = min(tiles, GRID_ROWS * GRID_COLUMNS)
-    block_cores = min(tiles, GRID_ROWS) * min(-(-cout // TILE), GRID_COLUMNS)
-    chunk = _round8(-(-cin // GRID_COLUMNS)) if block_cores >= height_cores else _round8(cin)
-    return chunk, -(-cin // chunk)
-
-
-def conv_blocks(kh: int, kw: int, chunks: int) -> list[tuple[int, int]]:
-    """The reduction's blocks in the order the compute kernel (conv_bmm_tilize.cpp) takes them:
-    per kernel row, per channel chunk; each block holds that row's kw taps of the chunk's channels."""
-    return [(row, chunk) for row in range(kh) for chunk in range(chunks)]
-
-
-def _blocked_conv(windows: np.ndarray, weight: np.ndarray, fidelity: str, fp32_acc: bool,
-                  bias: np.ndarray | None) -> np.ndarray:
-    """windows (M, kh, kw, Cin) against weight (O, Cin, kh, kw), block by block: each block's
-    products go into the destination register on top of the partial sums so far, which the kernel
-    reloads from L1 through srcA between blocks (dropping their low 13 bits: fpu.reload_through_src_a);
-    the bias is an ELWADD of the result and the bias row. Bit for bit up to EXACT_PRODUCTS, else each
-    block by fidelity_matmul and the reloads applied between blocks."""
+def _blocked_conv(windows: np.ndarray, weight: np.ndarray, conv_plan: ConvPlan, fidelity: str, fp32_acc: bool,
+                  bias: np.ndarray | None, storage: str) -> np.ndarray:
+    """windows (M, kh, kw, Cin) against weight (O, Cin, kh, kw), block by block in tt-metal's order
+    (ConvPlan.blocks): each block's products go into the destination register on top of the partial
+    sums so far, which the kernel packed to L1 in the output's format and reloads through srcA
+    (reload); a fused bias is an ELWADD of the packed result and the bias row. Bit for bit up to
+    EXACT_PRODUCTS, else each block by fidelity_matmul and the reloads applied between blocks."""
     m, kh, kw, cin = windows.shape
     cout = weight.shape[0]
-    chunk, chunks = channel_chunks(m, cin, cout)
+    chunk, chunks = conv_plan.chunk, conv_plan.chunks
     padded = chunk * chunks - cin
     cols = np.pad(windows, ((0, 0), (0, 0), (0, 0), (0, padded))).reshape(m, kh, kw, chunks, chunk)
-    taps = np.pad(np.transpose(weight, (2, 3, 1, 0)).astype(np.float32),
+    taps = np.pad(np.transpose(weight, (2, 3, 1, 0)),
                   ((0, 0), (0, 0), (0, padded), (0, 0))).reshape(kh, kw, chunks, chunk, cout)
-    blocks = conv_blocks(kh, kw, chunks)
-    a = np.stack([cols[:, row, :, part, :].reshape(m, kw * chunk) for row, part in blocks]).astype(np.float32)
-    b = np.stack([taps[row, :, part].reshape(kw * chunk, cout) for row, part in blocks])
-    if m * cout * a.shape[0] * a.shape[2] * FIDELITY_PHASES[fidelity] > EXACT_PRODUCTS:
-        parts = fidelity_matmul(a, b, fidelity, fp32_acc, bit_exact=False)  # every block at once
-        acc = parts[0]
-        for part in parts[1:]:
-            acc = fpu.as_f32(fpu.reload_through_src_a(fpu.u32(acc))) + part
-        return _add_bias(acc, bias, fidelity, fp32_acc)
-    storage = "f32" if fp32_acc else "bf16"
+    blocks = conv_plan.blocks(kh)
+    rows = [slice(None) if row is None else slice(row, row + 1) for row, _ in blocks]
+    a = [cols[:, r, :, part, :].reshape(m, -1).astype(np.float32) for r, (_, part) in zip(rows, blocks)]
+    b = [taps[r, :, part].reshape(-1, cout) for r, (_, part) in zip(rows, blocks)]
+    storage_in = "f32" if fp32_acc else "bf16"
+    products = m * cout * sum(x.shape[1] for x in a) * FIDELITY_PHASES[fidelity]
+    exact = products <= EXACT_PRODUCTS
     dst = None
     for block_a, block_b in zip(a, b):
-        dst = fpu.matmul_bits(block_a, block_b, (storage, storage), fidelity, fp32_acc,
-                              dst=None if dst is None else fpu.reload_through_src_a(dst))
-    return _add_bias(fpu.as_f32(dst), bias, fidelity, fp32_acc)
+        if exact:
+            dst = fpu.matmul_bits(block_a, block_b, (storage_in, storage_in), fidelity, fp32_acc,
+                                  dst=None if dst is None else reload(dst, storage))
+        else:
+            part = fpu.u32(fidelity_matmul(block_a, block_b, fidelity, fp32_acc, bit_exact=False))
+            dst = part if dst is None else fpu.u32(fpu.as_f32(reload(dst, storage)) + fpu.as_f32(part))
+    return _add_bias(fpu.as_f32(dst), bias, fidelity, fp32_acc, storage)
 
 
-def _add_bias(out: np.ndarray, bias: np.ndarray | None, fidelity: str, fp32_acc: bool) -> np.ndarray:
+def reload(bits: np.ndarray, storage: str) -> np.ndarray:
+    """Destination bit patterns packed to the partial sums' buffer in `storage` (the output's format)
+    and copied back through srcA: bf16 rounded half away from zero by the packer, f32 cut to TF32 by srcA."""
+    if storage == "bf16":
+        return fpu.u32(fpu.pack_bf16(bits))
+    return fpu.reload_through_src_a(bits)
+
+
+def _add_bias(out: np.ndarray, bias: np.ndarray | None, fidelity: str, fp32_acc: bool,
+              storage: str = "f32") -> np.ndarray:
     """The conv's bias row added to every output row: on the FPU (add_tiles_bcast_rows, an ELWADD of
-    the reloaded result and the bias), exactly when the chip's numerics are off."""
+    the result packed to the partial sums' buffer and the bias), exactly when the chip's numerics are off."""
     if bias is None:
         return out
     bias = np.broadcast_to(np.asarray(bias, np.float32).reshape(1, -1), out.shape)
     if fidelity == EXACT:
         return out + bias
-    storage = "f32" if fp32_acc else "bf16"
-    return fpu.as_f32(fpu.add_bits(out, np.ascontiguousarray(bias), (storage, storage), fp32_acc))
+    if storage == "bf16":
+        out, operands = fpu.pack_bf16(fpu.u32(out)), ("bf16", "bf16")
+    else:
+        operands = ("f32", "f32") if fp32_acc else ("bf16", "bf16")
+    return fpu.as_f32(fpu.add_bits(out, np.ascontiguousarray(bias), operands, fp32_acc))
 
 
 def _four(padding: list) -> tuple[int, int, int, int]:
@@ -187,8 +184,13 @@ def _conv2d(call: Call) -> list:
     cin, groups = int(call.attr("in_channels")), int(call.attr("groups", 1))
     out = conv_nhwc(x.reshape(n, h, w, cin), weight, tuple(_pairs(call.attr("stride", [1, 1]), 2)),
                     tuple(_pairs(call.attr("dilation", [1, 1]), 2)), _four(call.attr("padding", [0, 0])), groups,
-                    *call.fidelity, bias=_bias(call))
+                    *call.fidelity, bias=_bias(call), storage=_storage(call))
     return [packed(call, out).reshape(call.out_shape)]
+
+
+def _storage(call: Call) -> str:
+    """The output's format, which the partial sums between blocks are packed in (f32 with the chip's numerics off)."""
+    return call.out_types[0].storage if call.chip_numerics and call.out_types[0] is not None else "f32"
 
 
 def _conv1d(call: Call) -> list:
@@ -198,7 +200,8 @@ def _conv1d(call: Call) -> list:
     padding = [int(p) for p in np.atleast_1d(call.attr("padding", [0, 0]))]
     left, right = (padding[0], padding[-1])
     out = conv_nhwc(x.reshape(n, length, 1, cin), weight[..., None], (int(call.attr("stride", 1)), 1),
-                    (int(call.attr("dilation", 1)), 1), (left, right, 0, 0), int(call.attr("groups", 1)), *call.fidelity)
+                    (int(call.attr("dilation", 1)), 1), (left, right, 0, 0), int(call.attr("groups", 1)), *call.fidelity,
+                    storage=_storage(call))
     bias = _bias(call)
     return [(out if bias is None else out + bias).reshape(call.out_shape)]
 
