@@ -71,12 +71,21 @@ def test_without_an_approximation_attribute_the_accurate_path_runs():
 
 
 # -- FPU fidelity ---------------------------------------------------------------------------------
-def test_multiply_on_the_fpu_follows_the_compute_config_fidelity():
+def test_a_bf16_multiply_runs_on_the_sfpu_and_rounds_to_nearest_even():
+    """ttnn 0.81.1 multiplies bf16 on the vector unit (mul_binary_tile: SFPMUL, then
+    float32_to_bf16_rne), whatever the compute config: the exact product rounded to nearest even."""
     a, b = bf16_values(4096, -4, 4).reshape(64, 64), bf16_values(4096, -4, 4).reshape(64, 64)
     exact = a.astype(np.float64) * b.astype(np.float64)
-    lofi = run("ttnn.multiply", [a, b], a.shape, fmt="bf16",
+    got = run("ttnn.multiply", [a, b], a.shape, fmt="bf16", compute_config={"math_fidelity": "lofi"})
+    np.testing.assert_array_equal(got, round_bf16(exact.astype(np.float32)))
+
+
+def test_a_bf16_multiply_asked_to_be_fast_follows_the_compute_config_fidelity_on_the_fpu():
+    a, b = bf16_values(4096, -4, 4).reshape(64, 64), bf16_values(4096, -4, 4).reshape(64, 64)
+    exact = a.astype(np.float64) * b.astype(np.float64)
+    lofi = run("ttnn.multiply", [a, b], a.shape, fmt="bf16", fast_and_approximate_mode=True,
                compute_config={"math_fidelity": "lofi", "fp32_dest_acc_en": True})
-    hifi4 = run("ttnn.multiply", [a, b], a.shape, fmt="bf16")  # no config: tt-metal's default HiFi4
+    hifi4 = run("ttnn.multiply", [a, b], a.shape, fmt="bf16", fast_and_approximate_mode=True)  # tt-metal's HiFi4
     np.testing.assert_allclose(hifi4, exact, rtol=1e-6)  # bf16 operands fit the TF32 phases exactly
     assert np.abs(lofi - exact).mean() > 100 * np.abs(hifi4 - exact).mean()
     np.testing.assert_array_equal(lofi, fidelity_multiply(a, b, "lofi"))

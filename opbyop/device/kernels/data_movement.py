@@ -6,6 +6,9 @@ from typing import Callable
 
 import numpy as np
 
+from opbyop.device import vector_unit as vu
+from opbyop.device.formats import store
+from opbyop.device.kernels import sfpu
 from opbyop.device.kernels.base import Call, NotSimulated, shape_attr
 
 
@@ -13,6 +16,46 @@ def _to_result_shape(call: Call) -> list:
     """reshape / squeeze / unsqueeze / to_layout / typecast / memory moves: same values."""
     x = np.asarray(call.tensors[0])
     return [x.reshape(call.out_shape)]
+
+
+def _device_layout_change(call: Call) -> bool:
+    """Whether a to_layout tilizes or untilizes on the device (a tilize or untilize kernel: unpacker,
+    Dst, packer), rather than on the host or in memory alone."""
+    t_in = next((t for t in call.op.operand_types if t is not None), None)
+    t_out = call.out_types[0] if call.out_types else None
+    if t_in is None or t_out is None or t_in.layout is None or t_out.layout is None:
+        return False
+    return t_in.layout.on_device and t_out.layout.on_device and t_in.layout.tiled != t_out.layout.tiled
+
+
+def _to_layout(call: Call) -> list:
+    """to_layout: the same values, but a bf16 tile made or unmade on the device passes the packer of a
+    16-bit Dst (ttsim TENSIX_EXECUTE_MOVA2D, PACR): a NaN becomes the infinity of its sign, and zero
+    exponents (denormals, -0) +0."""
+    x = np.asarray(call.tensors[0])
+    t_in = next((t for t in call.op.operand_types if t is not None), None)
+    if call.chip_numerics and t_in is not None and t_in.storage == "bf16" and _device_layout_change(call):
+        stored = np.asarray(x, np.float32)
+        x = store(vu.pack(vu.unpack(stored, False, "bf16"), False, "bf16"), "bf16")
+    return [x.reshape(call.out_shape)]
+
+
+def _typecast(call: Call) -> list:
+    """typecast on the device (eltwise_typecast's typecast_tile, ckernel_sfpu_typecast.h): f32 to bf16
+    by float32_to_bf16_rne's integer rounding, to si32 by truncation with tt-metal's saturation, bf16 to
+    f32 through Dst (zero exponents to +0); other conversions and host tensors as stored values."""
+    x = np.asarray(call.tensors[0])
+    t_in = next((t for t in call.op.operand_types if t is not None), None)
+    t_out = call.out_types[0] if call.out_types else None
+    if not (call.chip_numerics and t_in is not None and t_out is not None and t_in.layout is not None
+            and t_in.layout.on_device and t_in.storage in ("f32", "bf16") and t_out.storage in ("f32", "bf16", "si32")):
+        return [x.reshape(call.out_shape)]
+    dest = vu.unpack(np.asarray(x, np.float32), True, t_in.storage)
+    if t_out.storage == "si32":
+        return [sfpu.typecast_to_int32(dest, True).view(np.int32).reshape(call.out_shape)]
+    if t_out.storage == "bf16" and t_in.storage == "f32":
+        dest = vu.store(sfpu.typecast_to_bf16(dest, True), True)
+    return [store(vu.pack(dest, True, t_out.storage), t_out.storage).reshape(call.out_shape)]
 
 
 def _permute(call: Call) -> list:
@@ -86,8 +129,9 @@ def _bitcast_convert(call: Call) -> list:
 
 KERNELS: dict[str, Callable[[Call], list]] = {
     **{name: _to_result_shape for name in (
-        "ttnn.reshape", "ttnn.squeeze", "ttnn.unsqueeze", "ttnn.to_layout", "ttnn.typecast",
+        "ttnn.reshape", "ttnn.squeeze", "ttnn.unsqueeze",
         "ttnn.to_memory_config", "ttnn.to_device", "ttnn.from_device", "ttnn.to_dtype", "ttnn.clone")},
+    "ttnn.to_layout": _to_layout, "ttnn.typecast": _typecast,
     "ttnn.permute": _permute, "ttnn.transpose": _transpose, "ttnn.slice_static": _slice,
     "ttnn.concat": _concat, "ttnn.repeat": _repeat, "ttnn.repeat_interleave": _repeat_interleave,
     "ttnn.pad": _pad, "ttnn.bitcast_convert": _bitcast_convert, "ttnn.assign": _to_result_shape, "ttnn.embedding": _embedding,

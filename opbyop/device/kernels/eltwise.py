@@ -1,4 +1,10 @@
-"""Element-wise TTNN ops (SFPU/FPU math in f32; the executor rounds to the result's format)."""
+"""Element-wise TTNN ops.
+
+With the chip's numerics, float data goes through the vector unit as tt-metal's kernels drive it
+(opbyop.device.kernels.sfpu: copy into Dst, the kernel, SFPSTORE, the packer), bf16 add and subtract
+through the FPU (opbyop.device.fpu); integers are computed as integers. Without them (Call.chip_numerics
+False) each op is its plain f32 meaning, the reading the reference checks against.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import numpy as np
 from scipy import special
 
 from opbyop.device import fpu
-from opbyop.device.formats import fidelity_multiply
+from opbyop.device.formats import fidelity_multiply, store
 from opbyop.device.kernels import sfpu
 from opbyop.device.kernels.base import Call, NotSimulated, packed
 
@@ -47,19 +53,71 @@ def _binary(fn: _Binary) -> Callable[[Call], list]:
 
 
 def on_fpu(call: Call) -> bool:
-    """Whether an element-wise binary op runs on the FPU (matrix engine) rather than the SFPU:
-    ttnn routes every f32 op and every same-type int32/uint32/uint16 add/sub/mul to the SFPU
-    (ttnn/cpp/ttnn/operations/eltwise/binary_ng/device/binary_ng_device_operation.cpp,
-    is_binary_sfpu_op); bf16 and block-float operands go through the FPU."""
+    """Whether an element-wise add or subtract runs on the FPU (matrix engine) rather than the SFPU:
+    ttnn routes same-type f32 and 32-bit integer add/sub to the SFPU, bf16 and block-float operands
+    to the FPU (binary_ng_device_operation.cpp, is_binary_sfpu_op)."""
     formats = [t.storage for t in call.op.operand_types[:2] if t is not None]
     return any(f == "bf16" or f.startswith("bfp") for f in formats)
 
 
+def _sources(call: Call, count: int) -> tuple[str, ...]:
+    """The storage formats of the op's first `count` tensor operands (f32 where the program names none)."""
+    types = [t for t in call.op.operand_types if t is not None][:count]
+    formats = tuple(t.storage for t in types)
+    return formats + ("f32",) * (count - len(formats))
+
+
+def _out_format(call: Call) -> str:
+    t = call.out_types[0] if call.out_types else None
+    return t.storage if t is not None else "f32"
+
+
+def _on_sfpu(call: Call, values: list[np.ndarray]) -> bool:
+    """Whether the op's values go through the vector unit's kernels: the chip's numerics on, float data."""
+    return call.chip_numerics and all(np.asarray(v).dtype.kind == "f" for v in values)
+
+
+def _post_activations(call: Call) -> list[sfpu.UnaryKernel] | None:
+    """A binary op's fused activations as SFPU kernels on Dst (None: one has no kernel here)."""
+    kernels = []
+    for act in call.attr("activations") or []:
+        kind = str(act.get("op_type") if isinstance(act, dict) else act)
+        if kind not in sfpu.UNARY_KERNELS:
+            return None
+        kernels.append(sfpu.UNARY_KERNELS[kind])
+    return kernels
+
+
+def _sfpu_binary(name: str, fallback: Callable[[Call], list]) -> Callable[[Call], list]:
+    """A binary op on the SFPU (binary_ng's eltwise_binary_sfpu kernels), a scalar right-hand side
+    filled into a tile of the left operand's format; the plain reading where the SFPU does not run."""
+    kernel = sfpu.BINARY_KERNELS[name]
+
+    def run(call: Call) -> list:
+        tensors = call.tensors[:2]
+        if len(tensors) == 1 and call.attr("rhs", call.attr("scalar")) is not None:
+            rhs = np.float32(call.attr("rhs", call.attr("scalar")))
+            source = _sources(call, 1)[0]
+            tensors = [tensors[0], store(np.full(np.shape(tensors[0]), rhs, np.float32), source)]
+            sources = (source, source)
+        else:
+            sources = _sources(call, 2)
+        post = _post_activations(call)
+        if len(tensors) < 2 or not _on_sfpu(call, tensors) or post is None or \
+                call.attr("input_tensor_a_activations") or call.attr("input_tensor_b_activations"):
+            return fallback(call)
+        with np.errstate(all="ignore"):
+            a, b = (np.asarray(t, np.float32) for t in tensors)
+            return [sfpu.binary(kernel, a, b, sources, _out_format(call), post)]
+    return run
+
+
 def _multiply(call: Call) -> list:
-    """On the FPU the product goes through the fidelity's phases (the op's compute config, else
-    tt-metal's default HiFi4, exact for bf16 operands); on the SFPU it is the f32 product."""
-    if len(call.tensors) < 2 or not on_fpu(call):
-        return _scalar_binary(np.multiply)(call)
+    """ttnn 0.81.1 multiplies on the SFPU (mul_binary_tile) unless asked for fast_and_approximate_mode,
+    where bf16 and block-float operands go through the FPU's fidelity phases (the op's compute config,
+    else tt-metal's default HiFi4)."""
+    if not (sfpu.asks_for_approximation(call.attrs) and len(call.tensors) >= 2 and on_fpu(call)):
+        return _sfpu_binary("multiply", _scalar_binary(np.multiply))(call)
     a, b = (np.asarray(x, np.float32) for x in call.tensors[:2])
     with np.errstate(all="ignore"):
         a = fused(a, call.attr("input_tensor_a_activations"))
@@ -72,7 +130,7 @@ def _fpu_add(negate: bool) -> Callable[[Call], list]:
     """add / subtract: bf16 and block-float operands go through the FPU's ELWADD / ELWSUB (the
     smaller operand aligned at 11 bits, the sum rounded half away from zero: opbyop.device.fpu);
     the rest as other binary ops."""
-    fallback = _scalar_binary(np.subtract if negate else np.add)
+    fallback = _sfpu_binary("subtract" if negate else "add", _scalar_binary(np.subtract if negate else np.add))
 
     def kernel(call: Call) -> list:
         if len(call.tensors) < 2 or not call.chip_numerics or not on_fpu(call) or \
@@ -97,16 +155,21 @@ def _unary(name: str, fn: _Unary) -> Callable[[Call], list]:
         x = _float_or_int(call.tensors[0])
         if not (name in _INTEGER_UNARY and x.dtype.kind in "iub"):
             x = x.astype(np.float32)  # an int32 beyond 2**24 would lose its low bits here
+        if name in sfpu.UNARY_KERNELS and _on_sfpu(call, [x]) and not (name == "round" and call.attr("decimals", 0)):
+            with np.errstate(all="ignore"):
+                return [sfpu.unary((name,), x, _sources(call, 1)[0], _out_format(call))]
         with np.errstate(all="ignore"):
             return [fn(x)]
     return kernel
 
 
-def _compare(fn: _Binary) -> Callable[[Call], list]:
-    def kernel(call: Call) -> list:
+def _compare(name: str, fn: _Binary) -> Callable[[Call], list]:
+    """eq / ne / gt / ge / lt / le on the SFPU (calculate_binary_comp_fp32: 1.0 or 0.0); logical
+    and / or / xor, integers, and the chip's numerics off: their plain meaning."""
+    def plain(call: Call) -> list:
         a, b = (_float_or_int(x) for x in call.tensors[:2])
         return [fn(a, b).astype(np.float32)]
-    return kernel
+    return _sfpu_binary(name, plain) if name in sfpu.BINARY_KERNELS else plain
 
 
 def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -141,18 +204,13 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return (0.5 * x * (1.0 + special.erf(x / np.sqrt(2.0)))).astype(np.float32)
 
 
-def _bf16_destination(call: Call) -> bool:
-    """A unary op on bf16 / block-float data runs with a 16-bit destination register (ttnn enables
-    fp32_dest_acc_en for f32 and 32-bit integer inputs only)."""
-    t = call.op.operand_types[0] if call.op.operand_types else None
-    return t is not None and (t.storage == "bf16" or t.storage.startswith("bfp"))
-
-
 def _exp(call: Call) -> list:
-    if not call.chip_numerics:
-        with np.errstate(all="ignore"):
-            return [np.exp(np.asarray(call.tensors[0], np.float32))]
-    return [sfpu.exp(call.tensors[0], sfpu.asks_for_approximation(call.attrs), _bf16_destination(call))]
+    """ttnn.exp: Schraudolph's approximation when asked for fast_and_approximate_mode (not bit for
+    bit), else calculate_exponential's accurate path (opbyop.device.kernels.sfpu.exp)."""
+    x = np.asarray(call.tensors[0], np.float32)
+    if call.chip_numerics and sfpu.asks_for_approximation(call.attrs):
+        return [sfpu.exp_fast(x)]
+    return _unary("exp", np.exp)(call)
 
 
 def _gelu_op(call: Call) -> list:
@@ -165,7 +223,11 @@ def _gelu_op(call: Call) -> list:
 
 def _clamp_scalar(call: Call) -> list:
     x = _float_or_int(call.tensors[0])
-    return [np.clip(x, call.attr("min", -np.inf), call.attr("max", np.inf))]
+    lo, hi = call.attr("min", -np.inf), call.attr("max", np.inf)
+    if _on_sfpu(call, [x]):
+        key = ("clamp", float(np.float32(lo)), float(np.float32(hi)))
+        return [sfpu.unary(key, x, _sources(call, 1)[0], _out_format(call))]
+    return [np.clip(x, lo, hi)]
 
 
 def _clamp_tensor(call: Call) -> list:
@@ -174,12 +236,18 @@ def _clamp_tensor(call: Call) -> list:
 
 
 def _pow_scalar(call: Call) -> list:
+    x = _float_or_int(call.tensors[0]).astype(np.float32)
+    exponent = float(np.float32(call.attr("rhs", 1.0)))
+    if _on_sfpu(call, [x]):
+        return [sfpu.unary(("pow", exponent), x, _sources(call, 1)[0], _out_format(call))]
     with np.errstate(all="ignore"):
-        return [np.power(_float_or_int(call.tensors[0]).astype(np.float32), np.float32(call.attr("rhs", 1.0)))]
+        return [np.power(x, np.float32(exponent))]
 
 
 def _where(call: Call) -> list:
     cond, a, b = call.tensors[:3]
+    if _on_sfpu(call, [cond, a, b]):
+        return [sfpu.where(cond, a, b, _sources(call, 3), _out_format(call))]
     return [np.where(np.asarray(cond) != 0, a, b)]
 
 
@@ -252,9 +320,12 @@ _UNARY: dict[str, _Unary] = {
     "hardsigmoid": lambda x: np.clip(x / 6.0 + 0.5, 0, 1),
 }
 
+_SFPU_NAME = {"pow_tensor": "pow"}  # TTNN op names whose SFPU kernel goes by another name
+
 KERNELS: dict[str, Callable[[Call], list]] = {
-    **{f"ttnn.{name}": _scalar_binary(fn) for name, fn in _BINARY.items()},
-    **{f"ttnn.{name}": _compare(fn) for name, fn in _COMPARE.items()},
+    **{f"ttnn.{name}": _sfpu_binary(_SFPU_NAME.get(name, name), _scalar_binary(fn)) if _SFPU_NAME.get(name, name)
+       in sfpu.BINARY_KERNELS else _scalar_binary(fn) for name, fn in _BINARY.items()},
+    **{f"ttnn.{name}": _compare(name, fn) for name, fn in _COMPARE.items()},
     **{f"ttnn.{name}": _unary(name, fn) for name, fn in _UNARY.items()},
     "ttnn.clamp_scalar": _clamp_scalar, "ttnn.clamp_tensor": _clamp_tensor, "ttnn.pow_scalar": _pow_scalar,
     "ttnn.where": _where, "ttnn.leaky_relu": _leaky_relu, "ttnn.reduce_precision": _reduce_precision,
