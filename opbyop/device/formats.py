@@ -191,8 +191,13 @@ def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray
 
 
 # Matmuls with at most this many products (M x N x K x fidelity phases) are computed bit for bit
-# (opbyop.device.fpu, about 11 ns a product in numpy: 0.4 s at the limit); larger ones by BLAS.
+# (opbyop.device.mvmul, about 0.5 ns a product: 17 ms at the limit); larger ones by BLAS, whose sum
+# differs from the engine's in the last bits of f32 only.
 EXACT_PRODUCTS = 1 << 25
+# A convolution's limit: between its blocks the chip cuts the partial sums to TF32 (or packs them to
+# bf16), which turns a last-bit difference into a difference of 2**-11 of the value, so the engine's
+# own sum is kept up to about 2 s of it (resnet50's largest convolutions are about 2**31 products).
+CONV_EXACT_PRODUCTS = 1 << 32
 
 
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32,
@@ -219,7 +224,7 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     if fidelity != "exact" and bit_exact and products * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS:
         storage = "f32" if fp32_acc else "bf16"
         whole = fpu.as_f32(fpu.matmul_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), (storage, storage),
-                                           fidelity, fp32_acc, k_tile))
+                                           fidelity, fp32_acc))
         return np.asarray(finish(whole, (...,)), out_dtype)
     if a.size <= CHUNK_ELEMENTS and b.size <= CHUNK_ELEMENTS:  # one block: no copy of the output
         return np.asarray(finish(_block_matmul(a, b, fidelity, fp32_acc, k_tile), (...,)), out_dtype)

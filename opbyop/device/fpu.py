@@ -17,16 +17,17 @@ What the chip does that a float matmul does not:
 
 A matmul's destination takes, per 32-wide K tile, every fidelity phase over the tile's two
 16-wide K faces (phase by phase: the LLK's MOP loops the phases outside the tile's MVMULs).
-Integer arithmetic on numpy arrays (int16 per product), one K face at a time: exact, and work grows with
-M x N x K x phases, so fidelity_matmul uses it only up to EXACT_PRODUCTS (formats.py).
-"""
+The MVMULs themselves run compiled (opbyop.device.mvmul, about 0.5 ns a product on one core): exact,
+and work grows with M x N x K x phases, so fidelity_matmul uses them up to EXACT_PRODUCTS and a
+convolution up to CONV_EXACT_PRODUCTS (formats.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from opbyop.device.mvmul import ZERO_EXP, mvmul_block
+
 FACE = 16  # K per MVMUL
-GROUP = 8  # products aligned together
 PHASE_ORDER = {"lofi": (0,), "hifi2": (0, 1), "hifi3": (0, 1, 2), "hifi4": (0, 1, 2, 3)}
 
 
@@ -97,72 +98,40 @@ def accumulate(sops: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dst: np.nd
     return np.where((total == 0) | (exp <= 0), 0, out)
 
 
-# A zero operand's lanes: an exponent no product reaches, so they never raise a group's largest
-# exponent (ttsim gives them 0, which only matters for groups it then drops as underflowed). Small
-# enough in magnitude that every per-lane quantity fits int16 (half the memory traffic of int32).
-ZERO_EXP = -8000
-# A product (at most 12 bits) shifted this far right rounds to 0: alignment distances clamp here.
-FAR = 13
-
-
-def _operand(fields: tuple, phase: int, is_src_a: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(signed mantissa slice, exponent) of one operand for one phase, int16; zero lanes as above."""
+def _operand_parts(fields: tuple, is_src_a: bool) -> tuple[np.ndarray, np.ndarray]:
+    """((high phase part, low phase part) of the signed mantissa, exponent) of one operand, int32;
+    a zero operand's lanes have part 0 and exponent mvmul.ZERO_EXP. srcA's parts are its hidden bit
+    and top 4 mantissa bits, then bits 5..1; srcB's its hidden bit and top 6, then its low 4 (<< 3)."""
     sign, exp, man = fields
-    if is_src_a:
-        part = (man >> 1) & 31 if phase & 1 else man >> 6
-    else:
-        part = (man & 15) << 3 if phase & 2 else man >> 4
     live = man != 0
-    return (np.where(sign == 1, -part, part) * live).astype(np.int16), np.where(live, exp, ZERO_EXP).astype(np.int16)
-
-
-def _group_sums(part0: np.ndarray, exp0: np.ndarray, part1: np.ndarray, exp1: np.ndarray,
-                adjust: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """One MVMUL's 16 products per output in two groups of 8, each aligned to its largest exponent
-    (every product rounded half up in magnitude), as (sign, exponent, mantissa << 13) per group.
-    part0/exp0: (..., 16, M) from srcB; part1/exp1: (..., 16, N) from srcA (lanes first, so the
-    reductions over a group run across whole (M, N) planes)."""
-    out = []
-    for g in range(FACE // GROUP):
-        lanes = slice(g * GROUP, (g + 1) * GROUP)
-        m = part0[..., lanes, :, None] * part1[..., lanes, None, :]  # signed products (..., 8, M, N)
-        e = exp0[..., lanes, :, None] + exp1[..., lanes, None, :]
-        top = e.max(axis=-3)
-        d = np.minimum(top[..., None, :, :] - e, FAR)
-        magnitude = np.abs(m)
-        aligned = ((magnitude << 1) + (np.int16(1) << d)) >> (d + 1)
-        total = np.where(m < 0, -aligned, aligned).sum(axis=-3, dtype=np.int64)
-        top = top.astype(np.int64) + adjust
-        live = top > 0
-        out.append((np.where(live & (total < 0), 1, 0), np.where(live, top, 0),
-                    np.where(live, np.abs(total) << 13, 0)))
-    return out
+    high, low = (man >> 6, (man >> 1) & 31) if is_src_a else (man >> 4, (man & 15) << 3)
+    signed = np.stack([np.where(sign == 1, -high, high), np.where(sign == 1, -low, low)]) * live
+    return signed.astype(np.int32), np.where(live, exp, ZERO_EXP).astype(np.int32)
 
 
 def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity: str, fp32_acc: bool,
-                k_tile: int = 32, dst: np.ndarray | None = None) -> np.ndarray:
+                dst: np.ndarray | None = None) -> np.ndarray:
     """a @ b in the destination register as f32 bit patterns (int64), K zero-padded to whole faces,
-    accumulated onto `dst` (bit patterns already in the register) when given."""
+    accumulated onto `dst` (bit patterns already in the register) when given; per K tile of 32,
+    every fidelity phase over the tile's two faces (opbyop.device.mvmul)."""
     k = a.shape[-1]
     pad = -k % FACE
     if pad:
         a = np.concatenate([a, np.zeros(a.shape[:-1] + (pad,), np.float32)], axis=-1)
         b = np.concatenate([b, np.zeros(b.shape[:-2] + (pad,) + b.shape[-1:], np.float32)], axis=-2)
-    f0 = src_register(np.swapaxes(a, -1, -2), storage[0])  # in0 in srcB, as (..., K, M)
-    f1 = src_register(b, storage[1])  # in1 in srcA: (..., K, N)
-    ops0 = {p: _operand(f0, p, False) for p in sorted({p & 2 for p in PHASE_ORDER[fidelity]})}
-    ops1 = {p: _operand(f1, p, True) for p in sorted({p & 1 for p in PHASE_ORDER[fidelity]})}
+    src_b, exp_b = _operand_parts(src_register(a, storage[0]), is_src_a=False)  # in0 sits in srcB
+    src_a, exp_a = _operand_parts(src_register(b, storage[1]), is_src_a=True)  # in1 in srcA
+    adjusts = np.array([_phase_adjust(p) for p in PHASE_ORDER[fidelity]], np.int64)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    dst = np.zeros(batch + (a.shape[-2], b.shape[-1]), np.int64) if dst is None else np.asarray(dst, np.int64)
-    for start in range(0, a.shape[-1], k_tile):
-        for phase in PHASE_ORDER[fidelity]:
-            (p0, e0), (p1, e1) = ops0[phase & 2], ops1[phase & 1]
-            for f in range(start, min(start + k_tile, a.shape[-1]), FACE):
-                face = slice(f, f + FACE)
-                sops = _group_sums(p0[..., face, :], e0[..., face, :], p1[..., face, :], e1[..., face, :],
-                                   _phase_adjust(phase))
-                dst = accumulate(sops, dst, fp32_acc)
-    return dst
+    shape = batch + (a.shape[-2], b.shape[-1])
+    out = np.zeros(shape, np.int64) if dst is None else np.array(np.broadcast_to(dst, shape), np.int64)
+    src_b, exp_b = np.broadcast_to(src_b, (2,) + batch + a.shape[-2:]), np.broadcast_to(exp_b, batch + a.shape[-2:])
+    src_a, exp_a = np.broadcast_to(src_a, (2,) + batch + b.shape[-2:]), np.broadcast_to(exp_a, batch + b.shape[-2:])
+    for index in np.ndindex(*batch):
+        mvmul_block(np.ascontiguousarray(src_b[(slice(None),) + index]), np.ascontiguousarray(exp_b[index]),
+                    np.ascontiguousarray(src_a[(slice(None),) + index]), np.ascontiguousarray(exp_a[index]),
+                    adjusts, out[index], fp32_acc)
+    return out
 
 
 def reload_through_src_a(bits: np.ndarray) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 
 from opbyop.device import fpu
 from opbyop.device.conv_plan import Conv, ConvPlan, plan
-from opbyop.device.formats import BF16, EXACT_PRODUCTS, FIDELITY_PHASES, Finish, fidelity_matmul
+from opbyop.device.formats import BF16, CONV_EXACT_PRODUCTS, FIDELITY_PHASES, Finish, fidelity_matmul
 from opbyop.device.kernels.base import EXACT, Call, NotSimulated, Refused, packed
 from opbyop.device.kernels.eltwise import fused
 
@@ -109,7 +109,7 @@ def _blocked_conv(windows: np.ndarray, weight: np.ndarray, conv_plan: ConvPlan, 
     (ConvPlan.blocks): each block's products go into the destination register on top of the partial
     sums so far, which the kernel packed to L1 in the output's format and reloads through srcA
     (reload); a fused bias is an ELWADD of the packed result and the bias row. Bit for bit up to
-    EXACT_PRODUCTS, else each block by fidelity_matmul and the reloads applied between blocks."""
+    CONV_EXACT_PRODUCTS, else each block by fidelity_matmul and the reloads applied between blocks."""
     m, kh, kw, cin = windows.shape
     cout = weight.shape[0]
     chunk, chunks = conv_plan.chunk, conv_plan.chunks
@@ -123,7 +123,7 @@ def _blocked_conv(windows: np.ndarray, weight: np.ndarray, conv_plan: ConvPlan, 
     b = [taps[r, :, part].reshape(-1, cout) for r, (_, part) in zip(rows, blocks)]
     storage_in = "f32" if fp32_acc else "bf16"
     products = m * cout * sum(x.shape[1] for x in a) * FIDELITY_PHASES[fidelity]
-    exact = products <= EXACT_PRODUCTS
+    exact = products <= CONV_EXACT_PRODUCTS
     dst = None
     for block_a, block_b in zip(a, b):
         if exact:
