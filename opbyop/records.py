@@ -390,6 +390,11 @@ class TtsimRun(BaseModel):
     # outputs within `max_ulps` units in the last place), "differ", or "model_failed" (only ttsim ran)
     agreement: str | None = None
     max_ulps: float | None = None
+    # the largest difference relative to its output's scale (its largest magnitude on ttsim), and its
+    # kind: "rounding" (within 2**-10 of the scale), "sign", "magnitude", "nonfinite", "shape"
+    # (opbyop.device.ttsim.agreement.difference); None where the model did not run
+    max_error: float | None = None
+    difference: str | None = None
     pcc: float | None = None  # a whole model's outputs on ttsim against its reference
     # a whole model's accuracy trace on ttsim's values: each op's output on ttsim against XLA:CPU's value
     accuracy_trace: AccuracyTrace | None = None

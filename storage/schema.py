@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 9  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+SCHEMA_VERSION = 10  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
@@ -34,9 +34,11 @@ SCHEMA_VERSION = 9  # 2: fault, narrowing, golden_method, run phases, a status c
 #                 8: the compiler under test (runs: compiler_*, group_id; results: compiler), which ttsim
 #                    ran an op (ttsim_simulator)
 #                 9: a whole model's accuracy trace on ttsim's values (models: whole_ttsim_trace*)
+#                10: how far the model's outputs are from ttsim's against their scale, and what kind of
+#                    difference (ttsim_max_error, ttsim_difference)
 # The tables' columns at SCHEMA_VERSION (schema_fingerprint()): a test fails when the columns change and the
 # version does not; bump the version, then record the new fingerprint here.
-SCHEMA_FINGERPRINT = "da25101d53cc0b27"
+SCHEMA_FINGERPRINT = "615622d090722634"
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -152,6 +154,8 @@ TTSIM_COLUMNS: dict[str, tuple[str, pa.DataType]] = {
     "runner_seconds": ("runner_s", pa.float64()),  # of ttsim_s, inside ttnn
     "agreement": ("agreement", pa.string()),  # the model against ttsim: bit_equal | within_ulps | differ ...
     "max_ulps": ("max_ulps", pa.float64()),
+    "max_error": ("max_error", pa.float64()),  # the largest difference over its output's scale
+    "difference": ("difference", pa.string()),  # rounding | sign | magnitude | nonfinite | shape
     "pcc": ("pcc", pa.float64()),  # a whole model's outputs on ttsim against its reference
     "peak_l1_bytes": ("peak_l1_bytes", pa.int64()),  # per core, as tt-metal allocated it
     "peak_cb_bytes": ("peak_cb_bytes", pa.int64()),  # circular + dataflow buffers, per core

@@ -330,7 +330,8 @@ def test_every_field_of_a_ttsim_run_has_its_column_and_comes_back():
     assert set().union(*homes) == set(TtsimRun.model_fields)
     assert sum(len(h) for h in homes) == len(TtsimRun.model_fields)  # each in one home
     run = TtsimRun(outcome=TtsimOutcome.RAN, message="m", op="ttnn.add", seconds=1.5, runner_seconds=1.0,
-                   agreement="within_ulps", max_ulps=float("inf"), pcc=0.99, peak_l1_bytes=1, peak_cb_bytes=2,
+                   agreement="within_ulps", max_ulps=float("inf"), max_error=2e-9, difference="rounding", pcc=0.99,
+                   peak_l1_bytes=1, peak_cb_bytes=2,
                    peak_dram_bytes=3, report="digest", report_error="words")
     assert _ttsim_from(_ttsim_columns(run, "whole_"), "whole_") == run
 

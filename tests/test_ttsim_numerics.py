@@ -22,7 +22,7 @@ from opbyop.device.kernels import matmul_conv
 from opbyop.device.conv_plan import Conv, Sharding, plan
 from opbyop.device.kernels.matmul_conv import conv_nhwc
 from opbyop.device.simulator import DeviceSimulator
-from opbyop.device.ttsim.agreement import agreement, principal_op
+from opbyop.device.ttsim.agreement import agreement, difference, principal_op
 from opbyop.pipeline import prepare
 from opbyop.records import TtsimOutcome
 
@@ -305,3 +305,17 @@ def test_a_conv2d_programs_disagreement_is_put_down_to_the_conv_not_the_data_mov
     assert principal_op(["ttnn.full", "ttnn.reshape", "ttnn.add", "ttnn.sum"]) == "ttnn.sum"
     assert principal_op(["ttnn.to_layout", "ttnn.full"]) == "ttnn.full"
     assert principal_op(["ttnn.deallocate"]) is None
+
+
+def test_the_agreement_tells_a_near_zero_element_apart_from_another_sign_or_magnitude():
+    """1e-9 against -1e-9 beside values of 5 is 1.6e9 ulps apart and 4e-10 of the output's scale: a
+    rounding difference; 3 against -3 is another sign, 5.1 against 5 another magnitude."""
+    ttsim = np.array([5.0, -3.0, 1e-9], np.float32)
+    near_zero = np.array([5.0, -3.0, -1e-9], np.float32)
+    assert agreement([near_zero], [ttsim])[0] == "differ" and agreement([near_zero], [ttsim])[1] > 1e9
+    error, kind = difference([near_zero], [ttsim])
+    assert kind == "rounding" and error == pytest.approx(4e-10, rel=1e-3)
+    assert difference([np.array([5.0, 3.0, 1e-9], np.float32)], [ttsim]) == (pytest.approx(1.2), "sign")
+    assert difference([np.array([5.1, -3.0, 1e-9], np.float32)], [ttsim]) == (pytest.approx(0.02, rel=1e-5), "magnitude")
+    assert difference([ttsim], [ttsim]) == (0.0, None)
+    assert difference([np.array([np.nan, -3.0, 1e-9], np.float32)], [ttsim])[1] == "nonfinite"

@@ -26,7 +26,7 @@ from opbyop.device.placement import Policy
 from opbyop.device.runtime import Binary, as_host_type
 from opbyop.device.simulator import DeviceSimulator, SimulationError
 from opbyop.device.stitch import run_stitched
-from opbyop.device.ttsim.agreement import agreement, as_model_dtype
+from opbyop.device.ttsim.agreement import agreement, as_model_dtype, difference
 from opbyop.device.ttsim.backend import TtsimBackend, TtsimResult
 from opbyop.frontends.values import read_values
 from opbyop.golden import upstream
@@ -194,8 +194,11 @@ class OpAnalyzer:
         if run.outcome is TtsimOutcome.RAN:
             result.device_backend = "ttsim"
             converted = ttsim_host_outputs(binary, ttsim.outputs, outputs)
-            run.agreement, run.max_ulps = agreement(outputs, converted) if failure is None and outputs is not None \
-                else ("model_failed", None)
+            if failure is None and outputs is not None:
+                run.agreement, run.max_ulps = agreement(outputs, converted)
+                run.max_error, run.difference = difference(outputs, converted)
+            else:
+                run.agreement = "model_failed"
             return converted, None
         if run.outcome in TTSIM_VERDICTS:
             result.device_backend = "ttsim"

@@ -199,10 +199,14 @@ def print_ttsim_summary(results: list[OpResult], wholes: dict[str, WholeModelRes
     if not ran:
         return
     outcomes = Counter(t.outcome.value for t in ran)
-    agreements = Counter(t.agreement for t in ran if t.agreement)
+    # a difference says its kind and its largest size against the output's scale (agreement.difference)
+    agreements = Counter(t.agreement + (f" ({t.difference})" if t.agreement == "differ" and t.difference else "")
+                         for t in ran if t.agreement)
+    worst = max((t.max_error for t in ran if t.agreement == "differ" and t.max_error is not None), default=None)
     console.print("ttsim: " + ", ".join(f"{n} {k}" for k, n in outcomes.most_common())
                   + ("; the device model against ttsim: " + ", ".join(f"{n} {k}" for k, n in agreements.most_common())
-                     if agreements else ""))
+                     if agreements else "")
+                  + (f"; the largest difference {worst:.2g} of its output's scale" if worst is not None else ""))
 
 
 def print_slowest_passes(results: list[OpResult], top: int = 10) -> None:

@@ -3,6 +3,14 @@
 Integers, booleans and bf16 are compared bitwise (bf16 is what both store: a differing bit is a
 different value); f32 by units in the last place, since the two may sum in different orders.
 
+Units in the last place alone cannot say how far apart two values are: an element that a sum
+cancels to near zero may be 1e9 ulps apart and 1e-9 apart in value against the output's other
+elements. So each comparison also gives the largest difference relative to the output's scale (its
+largest magnitude on ttsim; `difference`) and what kind of difference that is: `rounding` (within
+2**-10 of the scale, the chip's own TF32 precision: near-zero elements far apart in ulps land
+here), `sign` (the two sides take opposite signs beyond that), `magnitude` (the same sign, apart
+beyond that), `nonfinite` (NaN or infinity on one side only), `shape` (different outputs).
+
 A program is compared on its outputs only, so a disagreement is put down to one op of it: its
 principal op (principal_op), the op most likely to have produced the first differing value. A
 conv2d program that also permutes and reshapes counts under ttnn.conv2d, never under the data
@@ -19,6 +27,9 @@ import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ULPS_TOLERATED = 4.0  # f32 outputs this close are "within_ulps": a different summation order, not a bug
+# Differences up to this fraction of the output's scale are "rounding": TF32's precision, which the
+# chip's own partial sums and srcA/srcB operands keep
+SCALE_ROUNDING = 2.0 ** -10
 
 # TTNN op kinds by how likely they are to produce a differing value (rank 0 first): what rounds the
 # most, then what only moves or makes values. Ops not listed are other math (rank 2).
@@ -95,3 +106,38 @@ def agreement(model: Sequence[np.ndarray], ttsim: Sequence[np.ndarray]) -> tuple
     if not worst:
         return "bit_equal", worst
     return ("within_ulps" if worst <= ULPS_TOLERATED else "differ"), worst
+
+
+def difference(model: Sequence[np.ndarray], ttsim: Sequence[np.ndarray]) -> tuple[float | None, str | None]:
+    """(the largest |model - ttsim| relative to its output's scale, its kind: rounding | sign |
+    magnitude | nonfinite | shape), over every output; (0.0, None) when they are the same values.
+    An output's scale is its largest finite magnitude on ttsim (the model's where ttsim's is 0; 1
+    where both are 0)."""
+    if len(model) != len(ttsim):
+        return None, "shape"
+    worst, kind = 0.0, None
+    for a, b in zip(model, ttsim):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape:
+            return None, "shape"
+        if a.dtype.kind not in "fiub" and a.dtype != BF16 or a.size == 0:
+            continue
+        x, y = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)
+        nan_x, nan_y = np.isnan(x), np.isnan(y)
+        finite = np.isfinite(x) & np.isfinite(y)
+        if np.any(nan_x ^ nan_y) or np.any(~finite & ~(nan_x & nan_y) & (x != y)):
+            return float("inf"), "nonfinite"
+        if not finite.any():
+            continue
+        x, y = x[finite], y[finite]
+        scale = np.abs(y).max() or np.abs(x).max() or 1.0
+        apart = np.abs(x - y) / scale
+        at = int(np.argmax(apart))
+        if apart[at] <= worst:
+            continue
+        worst = float(apart[at])
+        if worst <= SCALE_ROUNDING:
+            kind = "rounding"
+        else:
+            kind = "sign" if np.sign(x[at]) * np.sign(y[at]) < 0 else "magnitude"
+    return worst, kind if worst > 0 else None
