@@ -182,6 +182,32 @@ def test_the_rendered_report_draws_a_models_trace_on_ttsim_beside_its_own(histor
     assert "on ttsim" in mlp and "on the device model" in mlp
 
 
+def test_the_report_shows_how_the_device_model_agrees_with_ttsim_per_op_kind(history_store: Store) -> None:
+    """Night n4's successful ops ran on ttsim too: two bit-equal, one within ulps, one apart by another
+    sign; the report's ttsim section counts them per op kind with the largest differences."""
+    n4 = samples.night("n4", 5, samples.NIGHT2, zoo_night=2)
+    runs = [TtsimRun(outcome=TtsimOutcome.RAN, agreement="bit_equal", max_ulps=0.0, max_error=0.0),
+            TtsimRun(outcome=TtsimOutcome.RAN, agreement="within_ulps", max_ulps=2.0, max_error=3e-8, difference="rounding"),
+            TtsimRun(outcome=TtsimOutcome.RAN, agreement="differ", max_ulps=2.05e9, max_error=0.4, difference="sign"),
+            TtsimRun(outcome=TtsimOutcome.RAN, agreement="bit_equal", max_ulps=0.0, max_error=0.0)]
+    results = list(n4.results)
+    ran = [i for i, r in enumerate(results) if r.device is not None][:len(runs)]
+    for i, run in zip(ran, runs):
+        results[i] = results[i].model_copy(update={"ttsim": run, "device_backend": "ttsim"})
+    history_store.write_run(n4.run, n4.ops, results, n4.models)
+    data = report_data(history_store.root, "n4")
+    rows = data["ttsim_agreement"]
+    assert sum(r["programs"] for r in rows) == len(ran) == 4
+    assert (sum(r["bit_equal"] for r in rows), sum(r["within_ulps"] for r in rows), sum(r["differ"] for r in rows)) \
+        == (2, 1, 1)
+    (apart,) = [r for r in rows if r["differ"]]
+    assert apart == {**apart, "differences": "sign", "max_ulps": 2.05e9, "max_error": 0.4}
+    assert rows[0] is apart  # what differs comes first
+    html = render_html(data)
+    assert 'id="ttsim-section"' in html and 'id="ttsim-agreement-table"' in html
+    assert report_data(history_store.root, "n2")["ttsim_agreement"] == []  # a night not run on ttsim: none
+
+
 def test_a_report_written_apart_is_the_report_and_its_failure_says_how_to_rebuild_it(history_store: Store,
                                                                                       tmp_path: Path) -> None:
     """A run's publish step writes its report in a process of its own (what a report holds is given

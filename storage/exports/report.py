@@ -61,6 +61,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         failed_passes = run_query(con, "failed_passes", run_id=run_id).records()
         slowest_passes = run_query(con, "slowest_passes", run_id=run_id, limit=5).records()
         accuracy_trace = run_query(con, "accuracy_trace", run_id=run_id).records()
+        ttsim_agreement = run_query(con, "ttsim_agreement", run_id=run_id).records()
         compilers = compilers_data(con, run)
         skipped = [{"path": str(s.path), "error": s.error} for s in con.skipped]
     expectation_report = None
@@ -87,6 +88,7 @@ def report_data(root: Path | str | None, run_id: str, expectations: Expectations
         "failed_passes": failed_passes,
         "slowest_passes": slowest_passes,
         "accuracy_trace": accuracy_trace,
+        "ttsim_agreement": ttsim_agreement,
         "compilers": compilers,
         "expectations": expectation_report,
         "skipped": skipped,
