@@ -121,18 +121,55 @@ def _blocked_conv(windows: np.ndarray, weight: np.ndarray, conv_plan: ConvPlan, 
     rows = [slice(None) if row is None else slice(row, row + 1) for row, _ in blocks]
     a = [cols[:, r, :, part, :].reshape(m, -1).astype(np.float32) for r, (_, part) in zip(rows, blocks)]
     b = [taps[r, :, part].reshape(-1, cout) for r, (_, part) in zip(rows, blocks)]
-    storage_in = "f32" if fp32_acc else "bf16"
-    products = m * cout * sum(x.shape[1] for x in a) * FIDELITY_PHASES[fidelity]
+    # a block reaches an output channel where its weights for it are not all zero (a grouped or
+    # depthwise kernel: one channel chunk's blocks); channels reached by the same blocks go together
+    reaches = np.array([np.any(block_b != 0, axis=0) for block_b in b])  # (blocks, Cout)
+    keys, group_of = np.unique(reaches, axis=1, return_inverse=True)
+    products = m * int(sum(x.shape[1] * reaches[i].sum() for i, x in enumerate(a))) * FIDELITY_PHASES[fidelity]
     exact = products <= CONV_EXACT_PRODUCTS
+    out = np.zeros((m, cout), np.int64)
+    for g in range(keys.shape[1]):
+        columns = np.flatnonzero(group_of.reshape(-1) == g)
+        out[:, columns] = _reduce_blocks(a, [block_b[:, columns] for block_b in b], keys[:, g], fidelity, fp32_acc,
+                                         storage, exact)
+    return _add_bias(fpu.as_f32(out), bias, fidelity, fp32_acc, storage)
+
+
+def _reduce_blocks(a: list[np.ndarray], b: list[np.ndarray], reaching: np.ndarray, fidelity: str, fp32_acc: bool,
+                   storage: str, exact: bool) -> np.ndarray:
+    """The destination's bit patterns after every block in order, for output channels that the blocks
+    marked in `reaching` reach. A block reaching none of them still has its partial sums packed and
+    reloaded and an MVMUL pass that adds nothing (idle): idempotent, so a run of such blocks is one."""
+    storage_in = "f32" if fp32_acc else "bf16"
     dst = None
-    for block_a, block_b in zip(a, b):
+    idle = False
+    for block_a, block_b, live in zip(a, b, reaching):
+        if not live:
+            idle = dst is not None
+            continue
+        if idle:
+            dst = _idle_pass(dst, fidelity, fp32_acc, storage, exact)
+            idle = False
         if exact:
             dst = fpu.matmul_bits(block_a, block_b, (storage_in, storage_in), fidelity, fp32_acc,
                                   dst=None if dst is None else reload(dst, storage))
         else:
             part = fpu.u32(fidelity_matmul(block_a, block_b, fidelity, fp32_acc, bit_exact=False))
             dst = part if dst is None else fpu.u32(fpu.as_f32(reload(dst, storage)) + fpu.as_f32(part))
-    return _add_bias(fpu.as_f32(dst), bias, fidelity, fp32_acc, storage)
+    if dst is None:
+        return np.zeros((a[0].shape[0], b[0].shape[1]), np.int64)
+    return _idle_pass(dst, fidelity, fp32_acc, storage, exact) if idle else dst
+
+
+def _idle_pass(dst: np.ndarray, fidelity: str, fp32_acc: bool, storage: str, exact: bool) -> np.ndarray:
+    """A block that adds nothing to these channels: the partial sums reloaded, then a face of zero
+    products (which renormalises a 16-bit destination)."""
+    reloaded = reload(dst, storage)
+    if not exact:
+        return reloaded
+    storage_in = "f32" if fp32_acc else "bf16"
+    zeros_a, zeros_b = np.zeros((dst.shape[0], fpu.FACE), np.float32), np.zeros((fpu.FACE, dst.shape[1]), np.float32)
+    return fpu.matmul_bits(zeros_a, zeros_b, (storage_in, storage_in), fidelity, fp32_acc, dst=reloaded)
 
 
 def reload(bits: np.ndarray, storage: str) -> np.ndarray:
