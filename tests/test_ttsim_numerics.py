@@ -250,21 +250,23 @@ def _ttsim_mvmul(a_values: list[int], b_values: list[int], dst: int, adjust: int
     return (sign << 31) | (255 << 23) if exp >= 255 else (sign << 31) | (exp << 23) | (total & 0x7FFFFF)
 
 
-@pytest.mark.parametrize("fidelity, fp32_acc", [("hifi4", True), ("hifi2", False), ("lofi", True), ("hifi3", True)])
-def test_the_compiled_mvmul_sums_as_ttsims_c_does(fidelity, fp32_acc):
+@pytest.mark.parametrize("fidelity, fp32_acc, rows, columns", [("hifi4", True, 5, 3), ("hifi2", False, 5, 3),
+                                                                ("lofi", True, 3, 5), ("hifi3", True, 3, 5)])
+def test_the_compiled_mvmul_sums_as_ttsims_c_does(fidelity, fp32_acc, rows, columns):
     """The model's compiled MVMUL against ttsim's own C transcribed in Python, output by output, on
-    operands of mixed magnitudes, signs and zeros (K = 40: three faces, the last padded)."""
+    operands of mixed magnitudes, signs and zeros (K = 40: three faces, the last padded), its work
+    laid along the columns or, where they are fewer, the rows."""
     rng = np.random.default_rng(7)
-    a = (rng.standard_normal((5, 40)) * np.exp2(rng.integers(-6, 6, (5, 40)))).astype(np.float32)
-    b = (rng.standard_normal((40, 3)) * np.exp2(rng.integers(-6, 6, (40, 3)))).astype(np.float32)
+    a = (rng.standard_normal((rows, 40)) * np.exp2(rng.integers(-6, 6, (rows, 40)))).astype(np.float32)
+    b = (rng.standard_normal((40, columns)) * np.exp2(rng.integers(-6, 6, (40, columns)))).astype(np.float32)
     a[rng.random(a.shape) < 0.2], b[rng.random(b.shape) < 0.2] = 0.0, 0.0
     storage = "f32" if fp32_acc else "bf16"
     got = fpu.matmul_bits(a, b, (storage, storage), fidelity, fp32_acc)
     mask = 0xFFFFE000 if fp32_acc else 0xFFFF0000
     as_19_bits = lambda x: (int(np.float32(x).view(np.uint32)) & mask) >> 13  # noqa: E731 (srcA/srcB's value)
     pad = np.zeros(8, np.float32)
-    for m in range(5):
-        for n in range(3):
+    for m in range(rows):
+        for n in range(columns):
             column, row = np.concatenate([b[:, n], pad]), np.concatenate([a[m], pad])
             dst = 0
             for tile in range(0, 48, 32):

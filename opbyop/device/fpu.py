@@ -98,39 +98,69 @@ def accumulate(sops: list[tuple[np.ndarray, np.ndarray, np.ndarray]], dst: np.nd
     return np.where((total == 0) | (exp <= 0), 0, out)
 
 
-def _operand_parts(fields: tuple, is_src_a: bool) -> tuple[np.ndarray, np.ndarray]:
-    """((high phase part, low phase part) of the signed mantissa, exponent) of one operand, int32;
-    a zero operand's lanes have part 0 and exponent mvmul.ZERO_EXP. srcA's parts are its hidden bit
-    and top 4 mantissa bits, then bits 5..1; srcB's its hidden bit and top 6, then its low 4 (<< 3)."""
-    sign, exp, man = fields
-    live = man != 0
-    high, low = (man >> 6, (man >> 1) & 31) if is_src_a else (man >> 4, (man & 15) << 3)
-    signed = np.stack([np.where(sign == 1, -high, high), np.where(sign == 1, -low, low)]) * live
-    return signed.astype(np.int32), np.where(live, exp, ZERO_EXP).astype(np.int32)
+def operand(x: np.ndarray, storage: str, is_src_a: bool, k_axis: int = -1) -> tuple[np.ndarray, np.ndarray]:
+    """A matmul operand as the multiplier takes it, K zero-padded to whole faces along `k_axis`:
+    ((high phase part, low phase part) of the signed mantissa (stacked first), exponent), int32; a
+    zero's lanes have part 0 and exponent mvmul.ZERO_EXP. srcA's parts are its hidden bit and top 4
+    mantissa bits, then bits 5..1; srcB's its hidden bit and top 6, then its low 4 (<< 3)."""
+    x = np.asarray(x, np.float32)
+    pad = -x.shape[k_axis] % FACE
+    if pad:
+        widths = [(0, 0)] * x.ndim
+        widths[k_axis] = (0, pad)
+        x = np.pad(x, widths)
+    # the 19-bit register value (TF32 or bf16 truncated), in int32 throughout
+    v = (np.ascontiguousarray(x).view(np.int32) & np.int32(-8192 if storage in ("f32", "tf32") else -65536)) >> 13
+    magnitude = v & 0x3FFFF
+    live = magnitude >= 0x400
+    man = (v & 0x3FF) | 0x400
+    negative = (v >> 18) & 1 == 1  # the sign (v is an arithmetic shift of the pattern: its sign bit)
+    parts = np.empty((2,) + x.shape, np.int32)
+    if is_src_a:
+        np.right_shift(man, 6, out=parts[0]), np.bitwise_and(man >> 1, 31, out=parts[1])
+    else:
+        np.right_shift(man, 4, out=parts[0]), np.left_shift(man & 15, 3, out=parts[1])
+    np.negative(parts, out=parts, where=negative)
+    parts *= live
+    return parts, np.where(live, (v >> 10) & 255, ZERO_EXP).astype(np.int32)
+
+
+def mvmul_bits(in0: tuple[np.ndarray, np.ndarray], in1: tuple[np.ndarray, np.ndarray], fidelity: str,
+               fp32_acc: bool, dst: np.ndarray | None = None) -> np.ndarray:
+    """in0 (M, K) @ in1 (K, N), both as `operand` gives them (in0 sits in srcB, in1 in srcA), in the
+    destination register as f32 bit patterns (int64), on top of `dst` when given; per K tile of 32,
+    every fidelity phase over the tile's two faces (opbyop.device.mvmul, its work vectorised over
+    the longer of M and N)."""
+    (src_b, exp_b), (src_a, exp_a) = in0, in1
+    adjusts = np.array([_phase_adjust(p) for p in PHASE_ORDER[fidelity]], np.int64)
+    shape = (exp_b.shape[0], exp_a.shape[1])
+    out = np.zeros(shape, np.int64) if dst is None else np.array(np.broadcast_to(dst, shape), np.int64)
+    if shape[1] >= shape[0]:
+        mvmul_block(np.ascontiguousarray(src_b), np.ascontiguousarray(exp_b), np.ascontiguousarray(src_a),
+                    np.ascontiguousarray(exp_a), adjusts, out, fp32_acc, False)
+        return out
+    transposed = np.ascontiguousarray(out.T)
+    mvmul_block(np.ascontiguousarray(np.swapaxes(src_a, -1, -2)), np.ascontiguousarray(exp_a.T),
+                np.ascontiguousarray(np.swapaxes(src_b, -1, -2)), np.ascontiguousarray(exp_b.T), adjusts, transposed,
+                fp32_acc, True)
+    return np.ascontiguousarray(transposed.T)
 
 
 def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity: str, fp32_acc: bool,
                 dst: np.ndarray | None = None) -> np.ndarray:
     """a @ b in the destination register as f32 bit patterns (int64), K zero-padded to whole faces,
-    accumulated onto `dst` (bit patterns already in the register) when given; per K tile of 32,
-    every fidelity phase over the tile's two faces (opbyop.device.mvmul)."""
-    k = a.shape[-1]
-    pad = -k % FACE
-    if pad:
-        a = np.concatenate([a, np.zeros(a.shape[:-1] + (pad,), np.float32)], axis=-1)
-        b = np.concatenate([b, np.zeros(b.shape[:-2] + (pad,) + b.shape[-1:], np.float32)], axis=-2)
-    src_b, exp_b = _operand_parts(src_register(a, storage[0]), is_src_a=False)  # in0 sits in srcB
-    src_a, exp_a = _operand_parts(src_register(b, storage[1]), is_src_a=True)  # in1 in srcA
-    adjusts = np.array([_phase_adjust(p) for p in PHASE_ORDER[fidelity]], np.int64)
+    accumulated onto `dst` (bit patterns already in the register) when given (mvmul_bits, batch
+    element by batch element)."""
+    src_b, exp_b = operand(a, storage[0], is_src_a=False)  # in0 sits in srcB
+    src_a, exp_a = operand(b, storage[1], is_src_a=True, k_axis=-2)  # in1 in srcA
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     shape = batch + (a.shape[-2], b.shape[-1])
     out = np.zeros(shape, np.int64) if dst is None else np.array(np.broadcast_to(dst, shape), np.int64)
-    src_b, exp_b = np.broadcast_to(src_b, (2,) + batch + a.shape[-2:]), np.broadcast_to(exp_b, batch + a.shape[-2:])
-    src_a, exp_a = np.broadcast_to(src_a, (2,) + batch + b.shape[-2:]), np.broadcast_to(exp_a, batch + b.shape[-2:])
+    src_b, exp_b = np.broadcast_to(src_b, (2,) + batch + exp_b.shape[-2:]), np.broadcast_to(exp_b, batch + exp_b.shape[-2:])
+    src_a, exp_a = np.broadcast_to(src_a, (2,) + batch + exp_a.shape[-2:]), np.broadcast_to(exp_a, batch + exp_a.shape[-2:])
     for index in np.ndindex(*batch):
-        mvmul_block(np.ascontiguousarray(src_b[(slice(None),) + index]), np.ascontiguousarray(exp_b[index]),
-                    np.ascontiguousarray(src_a[(slice(None),) + index]), np.ascontiguousarray(exp_a[index]),
-                    adjusts, out[index], fp32_acc)
+        out[index] = mvmul_bits((src_b[(slice(None),) + index], exp_b[index]), (src_a[(slice(None),) + index], exp_a[index]),
+                                fidelity, fp32_acc, out[index])
     return out
 
 

@@ -31,11 +31,13 @@ def _shift_round(man, diff, minus):
 
 @njit(cache=True)
 def mvmul_block(src_b: np.ndarray, exp_b: np.ndarray, src_a: np.ndarray, exp_a: np.ndarray,
-                adjusts: np.ndarray, dst: np.ndarray, fp32_acc: bool) -> None:  # pragma: no cover (compiled)
-    """dst (M, N; f32 bit patterns, int64) += in0 @ in1 as the engine sums it, in place.
-    src_b: (2, M, K) in0's signed srcB mantissa parts (high phase part, low), exp_b (M, K) its
-    exponents; src_a: (2, K, N) and exp_a (K, N) in1's, in srcA; K a whole number of 16-wide faces;
-    adjusts: the exponent adjust of each phase the fidelity runs, in order (fpu._phase_adjust)."""
+                adjusts: np.ndarray, dst: np.ndarray, fp32_acc: bool, rows_in_src_a: bool) -> None:  # pragma: no cover
+    """dst (M, N; f32 bit patterns, int64) += rows @ columns as the engine sums it, in place.
+    src_b: (2, M, K) the rows' signed mantissa parts (high phase part, low), exp_b (M, K) their
+    exponents; src_a: (2, K, N) and exp_a (K, N) the columns'; K a whole number of 16-wide faces;
+    adjusts: the exponent adjust of each phase the fidelity runs, in order (fpu._phase_adjust).
+    The rows are in0 in srcB and the columns in1 in srcA, or the other way round (`rows_in_src_a`:
+    dst is then the transposed result, the work vectorised over the longer side)."""
     m_size, k_size = exp_b.shape
     n_size = exp_a.shape[1]
     distance = np.empty((32, n_size), np.int32)
@@ -65,7 +67,9 @@ def mvmul_block(src_b: np.ndarray, exp_b: np.ndarray, src_a: np.ndarray, exp_a: 
                         far[n] = min(group_top[n] - (e_b + e_a[n]), FAR)
             for phase in range(adjusts.shape[0]):
                 adjust = adjusts[phase]
-                part_b, part_a = src_b[(phase >> 1) & 1], src_a[phase & 1]
+                src_b_part, src_a_part = (phase >> 1) & 1, phase & 1  # srcB's part by phase bit 1, srcA's by bit 0
+                part_b = src_b[src_a_part if rows_in_src_a else src_b_part]
+                part_a = src_a[src_b_part if rows_in_src_a else src_a_part]
                 for face in range(faces):
                     for half in range(2):
                         g = 2 * face + half

@@ -87,7 +87,13 @@ def conv_nhwc(image: np.ndarray, weight: np.ndarray, stride: tuple[int, int], di
         cols = np.ascontiguousarray(windows.reshape(n * oh * ow, kh * kw * cin))
         out = fidelity_matmul(cols, np.transpose(weight, (2, 3, 1, 0)).reshape(kh * kw * cin, cout), fidelity, fp32_acc)
         return _add_bias(out, bias, fidelity, fp32_acc, storage)
-    return _blocked_conv(windows.reshape(-1, kh, kw, cin), weight, plan(conv), fidelity, fp32_acc, bias, storage)
+    conv_plan = plan(conv)
+    extra = conv_plan.chunk * conv_plan.chunks - cin  # the padding channels, zeros: added to the image, not its windows
+    if extra:
+        padded = np.pad(padded, ((0, 0), (0, 0), (0, 0), (0, extra)))
+        weight = np.pad(weight, ((0, 0), (0, extra), (0, 0), (0, 0)))
+        windows, oh, ow = _windows(padded, kh, kw, stride[0], stride[1], dilation[0], dilation[1])
+    return _blocked_conv(windows, weight, conv_plan, fidelity, fp32_acc, bias, storage)
 
 
 def _grouped_dense(weight: np.ndarray, groups: int, cin: int) -> np.ndarray:
@@ -105,21 +111,21 @@ def _grouped_dense(weight: np.ndarray, groups: int, cin: int) -> np.ndarray:
 
 def _blocked_conv(windows: np.ndarray, weight: np.ndarray, conv_plan: ConvPlan, fidelity: str, fp32_acc: bool,
                   bias: np.ndarray | None, storage: str) -> np.ndarray:
-    """windows (M, kh, kw, Cin) against weight (O, Cin, kh, kw), block by block in tt-metal's order
+    """windows (N, OH, OW, kh, kw, Cin) against weight (O, Cin, kh, kw), Cin padded to the plan's
+    chunks, block by block in tt-metal's order
     (ConvPlan.blocks): each block's products go into the destination register on top of the partial
     sums so far, which the kernel packed to L1 in the output's format and reloads through srcA
     (reload); a fused bias is an ELWADD of the packed result and the bias row. Bit for bit up to
     CONV_EXACT_PRODUCTS, else each block by fidelity_matmul and the reloads applied between blocks."""
-    m, kh, kw, cin = windows.shape
+    kh, kw, cin = windows.shape[-3:]
+    m = int(np.prod(windows.shape[:3]))
     cout = weight.shape[0]
     chunk, chunks = conv_plan.chunk, conv_plan.chunks
-    padded = chunk * chunks - cin
-    cols = np.pad(windows, ((0, 0), (0, 0), (0, 0), (0, padded))).reshape(m, kh, kw, chunks, chunk)
-    taps = np.pad(np.transpose(weight, (2, 3, 1, 0)),
-                  ((0, 0), (0, 0), (0, padded), (0, 0))).reshape(kh, kw, chunks, chunk, cout)
+    cols = windows.reshape(windows.shape[:5] + (chunks, chunk))  # a view: each block is copied out once
+    taps = np.transpose(weight, (2, 3, 1, 0)).reshape(kh, kw, chunks, chunk, cout)
     blocks = conv_plan.blocks(kh)
     rows = [slice(None) if row is None else slice(row, row + 1) for row, _ in blocks]
-    a = [cols[:, r, :, part, :].reshape(m, -1).astype(np.float32) for r, (_, part) in zip(rows, blocks)]
+    a = [np.ascontiguousarray(cols[:, :, :, r, :, part, :], np.float32).reshape(m, -1) for r, (_, part) in zip(rows, blocks)]
     b = [taps[r, :, part].reshape(-1, cout) for r, (_, part) in zip(rows, blocks)]
     # a block reaches an output channel where its weights for it are not all zero (a grouped or
     # depthwise kernel: one channel chunk's blocks); channels reached by the same blocks go together
@@ -127,49 +133,37 @@ def _blocked_conv(windows: np.ndarray, weight: np.ndarray, conv_plan: ConvPlan, 
     keys, group_of = np.unique(reaches, axis=1, return_inverse=True)
     products = m * int(sum(x.shape[1] * reaches[i].sum() for i, x in enumerate(a))) * FIDELITY_PHASES[fidelity]
     exact = products <= CONV_EXACT_PRODUCTS
+    storage_in = "f32" if fp32_acc else "bf16"
+    in0 = [fpu.operand(block_a, storage_in, is_src_a=False) if reaches[i].any() else None
+           for i, block_a in enumerate(a)] if exact else None  # converted once for every channel group
     out = np.zeros((m, cout), np.int64)
     for g in range(keys.shape[1]):
         columns = np.flatnonzero(group_of.reshape(-1) == g)
         out[:, columns] = _reduce_blocks(a, [block_b[:, columns] for block_b in b], keys[:, g], fidelity, fp32_acc,
-                                         storage, exact)
+                                         storage, in0)
     return _add_bias(fpu.as_f32(out), bias, fidelity, fp32_acc, storage)
 
 
 def _reduce_blocks(a: list[np.ndarray], b: list[np.ndarray], reaching: np.ndarray, fidelity: str, fp32_acc: bool,
-                   storage: str, exact: bool) -> np.ndarray:
+                   storage: str, exact: list | None) -> np.ndarray:
     """The destination's bit patterns after every block in order, for output channels that the blocks
-    marked in `reaching` reach. A block reaching none of them still has its partial sums packed and
-    reloaded and an MVMUL pass that adds nothing (idle): idempotent, so a run of such blocks is one."""
+    marked in `reaching` reach (`exact`: each block's in0 as fpu.operand gives it, None for the BLAS
+    sum). A block reaching none of them still has the partial sums packed and reloaded, and an MVMUL
+    pass adding nothing to a destination the engine wrote changes none of its bits: it is a reload,
+    and a reload again changes nothing, so only a run of them after the last block that reaches
+    these channels shows (the result reloaded once more)."""
     storage_in = "f32" if fp32_acc else "bf16"
     dst = None
-    idle = False
-    for block_a, block_b, live in zip(a, b, reaching):
-        if not live:
-            idle = dst is not None
-            continue
-        if idle:
-            dst = _idle_pass(dst, fidelity, fp32_acc, storage, exact)
-            idle = False
-        if exact:
-            dst = fpu.matmul_bits(block_a, block_b, (storage_in, storage_in), fidelity, fp32_acc,
-                                  dst=None if dst is None else reload(dst, storage))
+    for i in np.flatnonzero(reaching):
+        if exact is not None:
+            dst = fpu.mvmul_bits(exact[i], fpu.operand(b[i], storage_in, is_src_a=True, k_axis=0), fidelity, fp32_acc,
+                                 dst=None if dst is None else reload(dst, storage))
         else:
-            part = fpu.u32(fidelity_matmul(block_a, block_b, fidelity, fp32_acc, bit_exact=False))
+            part = fpu.u32(fidelity_matmul(a[i], b[i], fidelity, fp32_acc, bit_exact=False))
             dst = part if dst is None else fpu.u32(fpu.as_f32(reload(dst, storage)) + fpu.as_f32(part))
     if dst is None:
         return np.zeros((a[0].shape[0], b[0].shape[1]), np.int64)
-    return _idle_pass(dst, fidelity, fp32_acc, storage, exact) if idle else dst
-
-
-def _idle_pass(dst: np.ndarray, fidelity: str, fp32_acc: bool, storage: str, exact: bool) -> np.ndarray:
-    """A block that adds nothing to these channels: the partial sums reloaded, then a face of zero
-    products (which renormalises a 16-bit destination)."""
-    reloaded = reload(dst, storage)
-    if not exact:
-        return reloaded
-    storage_in = "f32" if fp32_acc else "bf16"
-    zeros_a, zeros_b = np.zeros((dst.shape[0], fpu.FACE), np.float32), np.zeros((fpu.FACE, dst.shape[1]), np.float32)
-    return fpu.matmul_bits(zeros_a, zeros_b, (storage_in, storage_in), fidelity, fp32_acc, dst=reloaded)
+    return reload(dst, storage) if not reaching[-1] else dst
 
 
 def reload(bits: np.ndarray, storage: str) -> np.ndarray:
