@@ -123,8 +123,9 @@ def test_resnet_sized_conv2ds_are_bit_equal_with_the_engines_sum_and_differ_with
         tmp_path, workspace, worker, settings, workspace_root, ttsim_ready, monkeypatch, channels, size, out):
     """resnet18's convolutions (1.5e8 products) are summed as the engine sums them (groups of 8 rounded
     after every MVMUL, compiled), in tt-metal's blocks: ttsim's bit for bit. Summed by BLAS instead
-    (as above CONV_EXACT_PRODUCTS), the last bits differ, and the TF32 reloads between blocks make
-    of them differences of 2**-11 of the value: why the limit is high."""
+    (as above CONV_EXACT_PRODUCTS), the sum is exact where the engine rounds every product to its
+    group's largest exponent, and the TF32 reloads between blocks keep 2**-11 of what differs: why
+    the limit is high."""
     compile_only = settings.model_copy(update={"run_device": False, "run_golden": False})
     path = tmp_path / "conv.mlir"
     path.write_text(conv(channels, size, out, 3, 1, 1))

@@ -17,8 +17,9 @@
   (ttsim's mvmul). srcA's last TF32 mantissa bit never takes part.
 - A matmul small enough is computed bit for bit as the matrix engine sums (opbyop.device.fpu:
   products aligned in groups of 8, the destination rounded after every MVMUL); above
-  EXACT_PRODUCTS the phases' products are summed by BLAS in f64 and rounded to f32 once, which
-  differs from the engine's sum in the last bits but not with the CPU or the blocking.
+  EXACT_PRODUCTS the phases' products are summed by BLAS in f64 and rounded to f32 once: an exact
+  sum, where the engine rounds each product to its group's largest exponent, so the two differ by
+  about 2**-11 of the output's scale; the BLAS sum does not change with the CPU or the blocking.
 """
 
 from __future__ import annotations
@@ -191,18 +192,19 @@ def fidelity_multiply(a: np.ndarray, b: np.ndarray, fidelity: str) -> np.ndarray
 
 
 # Matmuls with at most this many products (M x N x K x fidelity phases) are computed bit for bit
-# (opbyop.device.mvmul, about 0.5 ns a product: 17 ms at the limit); larger ones by BLAS, whose sum
-# differs from the engine's in the last bits of f32 only.
+# (opbyop.device.mvmul, about 0.5 ns a product: 17 ms at the limit); larger ones by BLAS, an exact
+# sum where the engine rounds each product to its group of 8's largest exponent: they differ by about
+# 2**-11 of the output's scale (agreement's "rounding"), a price the speed of a large matmul pays.
 EXACT_PRODUCTS = 1 << 25
-# A convolution's limit: between its blocks the chip cuts the partial sums to TF32 (or packs them to
-# bf16), which turns a last-bit difference into a difference of 2**-11 of the value, so the engine's
-# own sum is kept up to about 2 s of it (resnet50's largest convolutions are about 2**31 products).
+# A convolution's limit (a 1x1 one, a matmul on the chip, included): the engine's own sum up to about
+# 2 s of it (resnet50's largest convolutions are about 2**31 products), so that convolutions agree
+# with tt-metal's bit for bit; past it, its blocks are summed by BLAS and reloaded as the chip does.
 CONV_EXACT_PRODUCTS = 1 << 32
 
 
 def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool, k_tile: int = 32,
                     bit_exact: bool = True, finish: Finish | None = None,
-                    out_dtype: np.dtype = np.float32) -> np.ndarray:
+                    out_dtype: np.dtype = np.float32, exact_limit: int = EXACT_PRODUCTS) -> np.ndarray:
     """a @ b as the FPU computes it (MVMUL): in0 `a` sits in srcB and in1 `b` in srcA (the
     unpacker's matmul mapping), partial products per fidelity phase, and the running sum kept in
     f32 (fp32_dest_acc_en) or in bf16. Without fp32_dest_acc_en the unpacker holds f32 operands
@@ -216,12 +218,13 @@ def fidelity_matmul(a: np.ndarray, b: np.ndarray, fidelity: str, fp32_acc: bool,
     `finish(block, index)` turns a block of results (f32) into what the output holds at `index` (a
     bias, an activation, the packer's rounding), so that no full-size f32 temporary is made for them;
     `out_dtype` is the output's (bf16 when `finish` packs to bf16). `bit_exact=False` skips the
-    bit-exact path (for a caller whose whole computation is above EXACT_PRODUCTS though this part is not)."""
+    bit-exact path (for a caller whose whole computation is above EXACT_PRODUCTS though this part is not);
+    `exact_limit` moves the limit (a 1x1 convolution keeps CONV_EXACT_PRODUCTS)."""
     finish = finish or _as_is
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     products = int(np.prod(batch, dtype=np.int64)) * m * n * k
-    if fidelity != "exact" and bit_exact and products * FIDELITY_PHASES[fidelity] <= EXACT_PRODUCTS:
+    if fidelity != "exact" and bit_exact and products * FIDELITY_PHASES[fidelity] <= exact_limit:
         storage = "f32" if fp32_acc else "bf16"
         whole = fpu.as_f32(fpu.matmul_bits(np.asarray(a, np.float32), np.asarray(b, np.float32), (storage, storage),
                                            fidelity, fp32_acc))

@@ -85,7 +85,8 @@ def conv_nhwc(image: np.ndarray, weight: np.ndarray, stride: tuple[int, int], di
                 *(2 if storage == "bf16" else 4,) * 2)
     if fidelity == EXACT or conv.is_matmul:
         cols = np.ascontiguousarray(windows.reshape(n * oh * ow, kh * kw * cin))
-        out = fidelity_matmul(cols, np.transpose(weight, (2, 3, 1, 0)).reshape(kh * kw * cin, cout), fidelity, fp32_acc)
+        out = fidelity_matmul(cols, np.transpose(weight, (2, 3, 1, 0)).reshape(kh * kw * cin, cout), fidelity, fp32_acc,
+                              exact_limit=CONV_EXACT_PRODUCTS)
         return _add_bias(out, bias, fidelity, fp32_acc, storage)
     conv_plan = plan(conv)
     extra = conv_plan.chunk * conv_plan.chunks - cin  # the padding channels, zeros: added to the image, not its windows
