@@ -136,14 +136,18 @@ def mvmul_bits(in0: tuple[np.ndarray, np.ndarray], in1: tuple[np.ndarray, np.nda
     shape = (exp_b.shape[0], exp_a.shape[1])
     out = np.zeros(shape, np.int64) if dst is None else np.array(np.broadcast_to(dst, shape), np.int64)
     if shape[1] >= shape[0]:
-        mvmul_block(np.ascontiguousarray(src_b), np.ascontiguousarray(exp_b), np.ascontiguousarray(src_a),
-                    np.ascontiguousarray(exp_a), adjusts, out, fp32_acc, False)
+        mvmul_block(_plain(src_b), _plain(exp_b), _plain(src_a), _plain(exp_a), adjusts, out, fp32_acc, False)
         return out
     transposed = np.ascontiguousarray(out.T)
-    mvmul_block(np.ascontiguousarray(np.swapaxes(src_a, -1, -2)), np.ascontiguousarray(exp_a.T),
-                np.ascontiguousarray(np.swapaxes(src_b, -1, -2)), np.ascontiguousarray(exp_b.T), adjusts, transposed,
-                fp32_acc, True)
+    mvmul_block(_plain(np.swapaxes(src_a, -1, -2)), _plain(exp_a.T), _plain(np.swapaxes(src_b, -1, -2)),
+                _plain(exp_b.T), adjusts, transposed, fp32_acc, True)
     return np.ascontiguousarray(transposed.T)
+
+
+def _plain(x: np.ndarray) -> np.ndarray:
+    """A C-contiguous, writable array (a copy only where `x` is neither): numba compiles the kernel
+    once per kind of array it is given, and a read-only view (a broadcast operand) is another kind."""
+    return np.require(x, requirements=["C", "W"])
 
 
 def matmul_bits(a: np.ndarray, b: np.ndarray, storage: tuple[str, str], fidelity: str, fp32_acc: bool,
