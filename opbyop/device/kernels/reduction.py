@@ -7,8 +7,9 @@ from typing import Callable
 import numpy as np
 
 from opbyop.device import fpu, sfpu_reduce
+from opbyop.device import vector_unit as vu
 from opbyop.device.formats import EXACT_PRODUCTS, FIDELITY_PHASES, fidelity_multiply, round_bf16
-from opbyop.device.kernels.base import EXACT, Call, packed
+from opbyop.device.kernels.base import EXACT, Call, NotSimulated, packed
 
 
 def _dims(call: Call, ndim: int) -> tuple[int, ...] | None:
@@ -117,7 +118,10 @@ def _unpad(out: np.ndarray, shape: tuple[int, ...], dims: tuple[int, ...] | None
 
 
 def _argmax(call: Call) -> list:
-    x = np.asarray(call.tensors[0], dtype=np.float32)
+    """The index of the first maximum; integers compared as integers (a uint32 near 2**32 read through
+    f32 would tie with its neighbours)."""
+    x = np.asarray(call.tensors[0])
+    x = x if x.dtype.kind in "iu" else x.astype(np.float32)
     dim = call.attr("dim")
     out = np.argmax(x, axis=None if dim is None else int(dim))
     return [np.asarray(out).reshape(call.out_shape)]
@@ -192,15 +196,98 @@ def _batch_norm_training(call: Call) -> list:
     return [_affine_channels(x, mean, var, eps, ops), mean, var]
 
 
-def _cumsum(call: Call) -> list:
-    x = np.asarray(call.tensors[0])
-    return [np.cumsum(x, axis=int(call.attr("dim", 0)), dtype=x.dtype if x.dtype.kind in "iu" else np.float32)]
+def scan(x: np.ndarray, axis: int, kind: str, storage: str, reverse: bool = False) -> np.ndarray:
+    """A running sum or product along `axis` as ttnn's accumulation op computes it
+    (ttnn/cpp/ttnn/operations/reduction/accumulation, device/kernels/compute/accumulation_compute.cpp):
+    one position after another, an accumulator of the running value in f32 on the vector unit
+    (SFPADD, SFPMUL: opbyop.device.vector_unit); an f32 sum compensated (Kahan: the kernel's
+    calculate_kahan_step, COMPENSATED_SUM for Float32 data), each position's output packed from the
+    32-bit Dst into the tensor's format (bf16: rounded half away from zero). Checked against ttsim
+    over every axis of a 4x40x70 tensor, f32 and bf16."""
+    moved = np.moveaxis(np.asarray(x, np.float32), axis, 0)
+    if reverse:
+        moved = moved[::-1]
+    shape = moved.shape
+    moved = moved.reshape(shape[0], -1)
+    acc = np.full(moved.shape[1], vu.ONE if kind == "prod" else vu.ZERO, np.uint32)
+    compensation = np.zeros(moved.shape[1], np.uint32)
+    out = np.empty(moved.shape, np.float32)
+    for i, row in enumerate(moved):
+        value = np.ascontiguousarray(row).view(np.uint32)
+        if kind == "prod":
+            acc = vu.mul(acc, value)
+        elif storage == "f32":
+            y = vu.sub(value, compensation)
+            total = vu.add(acc, y)
+            difference = vu.sub(total, acc)
+            compensation = np.where(((difference >> np.uint32(23)) & np.uint32(255)) >= 255, np.uint32(0),
+                                    vu.sub(difference, y)).astype(np.uint32)
+            acc = total
+        else:
+            acc = vu.add(acc, value)
+        out[i] = vu.pack(vu.store(acc, True), True, "f32" if storage == "f32" else "bf16")
+    out = out.reshape(shape)
+    if reverse:
+        out = out[::-1]
+    return np.moveaxis(out, 0, axis)
+
+
+def _integer_scan(x: np.ndarray, axis: int, kind: str, reverse: bool) -> np.ndarray:
+    moved = np.moveaxis(x, axis, 0)[::-1] if reverse else np.moveaxis(x, axis, 0)
+    out = (np.cumprod if kind == "prod" else np.cumsum)(moved, axis=0, dtype=x.dtype)
+    return np.moveaxis(out[::-1] if reverse else out, 0, axis)
+
+
+def _scan_kernel(kind: str | None) -> Callable[[Call], list]:
+    """ttnn.cumsum / moreh_cumsum / cumprod, and ttnn.cumulative (`kind` None: its reduction attribute)."""
+    def kernel(call: Call) -> list:
+        x = np.asarray(call.tensors[0])
+        axis = int(call.attr("dim", 0)) % max(1, x.ndim)
+        reverse = bool(call.attr("reverse", False))
+        reduction = kind or str(call.attr("reduction", "sum"))
+        reduction = {"add": "sum", "mul": "prod"}.get(reduction, reduction)
+        if x.dtype.kind in "iub":
+            if reduction not in ("sum", "prod"):
+                return [_extremum_scan(x, axis, reduction, reverse)]
+            return [_integer_scan(x, axis, reduction, reverse).reshape(call.out_shape)]
+        if reduction in ("sum", "prod") and call.chip_numerics:
+            storage = call.op.operand_types[0].storage if call.op.operand_types and call.op.operand_types[0] else "f32"
+            return [scan(x, axis, reduction, storage, reverse).reshape(call.out_shape)]
+        if reduction in ("sum", "prod"):
+            fn = np.cumprod if reduction == "prod" else np.cumsum
+            moved = np.moveaxis(x.astype(np.float64), axis, 0)
+            out = fn(moved[::-1] if reverse else moved, axis=0)
+            return [np.moveaxis(out[::-1] if reverse else out, 0, axis).astype(np.float32).reshape(call.out_shape)]
+        return [_extremum_scan(x.astype(np.float32), axis, reduction, reverse).reshape(call.out_shape)]
+    return kernel
+
+
+def _extremum_scan(x: np.ndarray, axis: int, reduction: str, reverse: bool) -> np.ndarray:
+    """ttnn.cumulative's other reductions (logsumexp, max, min): ttnn 0.81.1 has no kernel for them (its
+    accumulation op does cumsum and cumprod), so they are their definitions, one position after another
+    in f32: max and min select exactly; logsumexp is max(a, b) + log1p(exp(-|a - b|)) (not bit for bit)."""
+    moved = np.moveaxis(x, axis, 0)
+    moved = moved[::-1] if reverse else moved
+    if reduction in ("max", "min"):
+        out = (np.maximum if reduction == "max" else np.minimum).accumulate(moved, axis=0)
+    elif reduction == "logsumexp":
+        out = np.empty(moved.shape, np.float32)
+        acc = np.full(moved.shape[1:], -np.inf, np.float32)
+        with np.errstate(all="ignore"):
+            for i, row in enumerate(moved.astype(np.float32)):
+                high = np.maximum(acc, row)
+                acc = np.where(np.isneginf(high), high, high + np.log1p(np.exp(-np.abs(acc - row)))).astype(np.float32)
+                out[i] = acc
+    else:
+        raise NotSimulated(f"ttnn.cumulative with reduction {reduction}")
+    return np.moveaxis(out[::-1] if reverse else out, 0, axis)
 
 
 KERNELS: dict[str, Callable[[Call], list]] = {
     "ttnn.sum": _reduce("sum", np.sum), "ttnn.mean": _reduce("mean", np.mean), "ttnn.max": _reduce("max", np.max),
     "ttnn.min": _reduce("min", np.min), "ttnn.prod": _reduce("prod", np.prod), "ttnn.argmax": _argmax,
     "ttnn.softmax": _softmax, "ttnn.rms_norm": _rms_norm, "ttnn.layer_norm": _layer_norm,
-    "ttnn.moreh_cumsum": _cumsum, "ttnn.cumsum": _cumsum,
+    "ttnn.moreh_cumsum": _scan_kernel("sum"), "ttnn.cumsum": _scan_kernel("sum"), "ttnn.cumprod": _scan_kernel("prod"),
+    "ttnn.cumulative": _scan_kernel(None),
     "ttnn.batch_norm_inference": _batch_norm_inference, "ttnn.batch_norm_training": _batch_norm_training,
 }

@@ -345,10 +345,24 @@ def _batch_norm_training(xs: list[np.ndarray], op: Op) -> list[np.ndarray]:
     return [_normalise_channels(named, mean, var, float(_attr(op, "epsilon", 1e-5))), mean, var]
 
 
-def _cumsum(xs: list[np.ndarray], op: Op) -> list[np.ndarray]:
-    x = np.asarray(xs[0])
-    x = x.astype(np.int64) if _is_int(x) and x.dtype.kind != "b" else _f(x)
-    return [np.cumsum(x, axis=int(_attr(op, "dim", 0)))]
+def _scan(kind: str | None) -> Semantics:
+    """A running reduction along `dim` (ttnn.cumsum, ttnn.cumprod; ttnn.cumulative names its own:
+    sum, prod, max, min or logsumexp), from the last position back when `reverse`."""
+    def semantics(xs: list[np.ndarray], op: Op) -> list[np.ndarray]:
+        x = np.asarray(xs[0])
+        x = x.astype(np.int64) if _is_int(x) and x.dtype.kind != "b" else _f(x)
+        axis = int(_attr(op, "dim", 0)) % max(1, x.ndim)
+        reduction = kind or str(_attr(op, "reduction", "sum"))
+        ufunc = {"sum": np.add, "add": np.add, "prod": np.multiply, "mul": np.multiply, "max": np.maximum,
+                 "min": np.minimum, "logsumexp": np.logaddexp}.get(reduction)
+        if ufunc is None:
+            raise Unreadable(f"{op.name} with reduction {reduction}")
+        reverse = bool(_attr(op, "reverse", False))
+        moved = np.flip(x, axis) if reverse else x
+        with np.errstate(all="ignore"):
+            out = ufunc.accumulate(moved, axis=axis)
+        return [np.flip(out, axis) if reverse else out]
+    return semantics
 
 
 # -- data movement ------------------------------------------------------------------------------
@@ -740,7 +754,8 @@ SEMANTICS: dict[str, Semantics] = {
     "ttnn.sum": _reduce(np.sum), "ttnn.mean": _reduce(np.mean), "ttnn.max": _reduce(np.max),
     "ttnn.min": _reduce(np.min), "ttnn.prod": _reduce(np.prod), "ttnn.argmax": _argmax, "ttnn.softmax": _softmax,
     "ttnn.rms_norm": _rms_norm, "ttnn.layer_norm": _layer_norm, "ttnn.batch_norm_inference": _batch_norm_inference,
-    "ttnn.batch_norm_training": _batch_norm_training, "ttnn.cumsum": _cumsum, "ttnn.moreh_cumsum": _cumsum,
+    "ttnn.batch_norm_training": _batch_norm_training, "ttnn.cumsum": _scan("sum"), "ttnn.moreh_cumsum": _scan("sum"),
+    "ttnn.cumprod": _scan("prod"), "ttnn.cumulative": _scan(None),
     "ttnn.permute": _permute, "ttnn.transpose": _transpose, "ttnn.slice_static": _slice_static,
     "ttnn.slice_dynamic": _slice_dynamic, "ttnn.concat": _concat, "ttnn.repeat": _repeat,
     "ttnn.repeat_interleave": _repeat_interleave, "ttnn.pad": _pad, "ttnn.embedding": _embedding,

@@ -95,6 +95,14 @@ def memory_config(layout: dict | None):
     return ttnn.MemoryConfig(MEMORY_LAYOUTS[kind], buffer)
 
 
+def ttnn_dtype(fmt: str):
+    """ttnn's DataType of a storage format; ttnn has none for f16 (tt-metal holds no fp16 tensor)."""
+    if fmt not in DTYPES:
+        raise Unmapped(f"ttnn 0.81.1 has no data type for {fmt} tensors (its DataType holds bf16, f32, block "
+                       "floats and integers)")
+    return DTYPES[fmt]
+
+
 def conform(x, ttype: dict, device):
     """`x` in the layout, data type and memory the program's type says (ttnn.to_layout's meaning)."""
     layout = ttype.get("layout")
@@ -102,11 +110,11 @@ def conform(x, ttype: dict, device):
         return x
     on_host = layout["buffer"] == "system_memory"
     if not on_host and x.storage_type() == ttnn.StorageType.HOST and layout["tiled"] and \
-            DTYPES[layout["dtype"]] in (ttnn.bfloat8_b, ttnn.bfloat4_b):
+            ttnn_dtype(layout["dtype"]) in (ttnn.bfloat8_b, ttnn.bfloat4_b):
         x = ttnn.to_layout(x, ttnn.TILE_LAYOUT)
     if x.storage_type() != ttnn.StorageType.HOST and on_host:
         x = ttnn.from_device(x)
-    want_dtype = DTYPES[layout["dtype"]]
+    want_dtype = ttnn_dtype(layout["dtype"])
     want_layout = ttnn.TILE_LAYOUT if layout["tiled"] else ttnn.ROW_MAJOR_LAYOUT
     if x.storage_type() == ttnn.StorageType.HOST:
         if x.dtype != want_dtype:
@@ -172,7 +180,7 @@ class Ctx:
 
     def dtype(self):
         layout = self.out.get("layout")
-        return DTYPES[layout["dtype"]] if layout else None
+        return ttnn_dtype(layout["dtype"]) if layout else None
 
     def compute_config(self):
         cfg = self.attrs.get("compute_config")
@@ -610,6 +618,21 @@ def _last_wins(positions: np.ndarray, spare: int) -> np.ndarray:
     return out
 
 
+# ttnn 0.81.1's accumulation ops: the reductions of ttnn.cumulative it has a call for
+ACCUMULATIONS = {"sum": "cumsum", "add": "cumsum", "prod": "cumprod", "mul": "cumprod"}
+
+
+def _cumulative(c: Ctx):
+    """ttnn.cumulative (the compiler's scan of a reduction along a dimension) as ttnn 0.81.1's
+    accumulation op of that reduction; a reduction it has none for (logsumexp, max, min) is unmapped."""
+    kind = str(c.attrs.get("reduction", "sum")).split("<")[-1].rstrip(">").strip()
+    if kind not in ACCUMULATIONS:
+        raise Unmapped(f"ttnn.cumulative with reduction {kind} has no call in ttnn 0.81.1: its accumulation ops "
+                       "are cumsum and cumprod")
+    return getattr(ttnn, ACCUMULATIONS[kind])(c.args[0], int(c.attrs["dim"]),
+                                              reverse_order=bool(c.attrs.get("reverse", False)))
+
+
 def _clamp_scalar(c: Ctx):
     """Integer bounds stay integers on an integer tensor (float bounds make tt-metal's clamp a float op)."""
     bound = int if c.args[0].dtype in (ttnn.int32, ttnn.uint32, ttnn.uint16, ttnn.uint8) else float
@@ -664,6 +687,8 @@ HANDLERS = {
     "ttnn.pow_scalar": lambda c: ttnn.pow(c.args[0], float(_scalar_of(c.attrs["rhs"])), memory_config=c.mc()),
     "ttnn.cumsum": lambda c: ttnn.cumsum(c.args[0], int(c.attrs["dim"])),
     "ttnn.moreh_cumsum": lambda c: ttnn.cumsum(c.args[0], int(c.attrs["dim"])),
+    "ttnn.cumprod": lambda c: ttnn.cumprod(c.args[0], int(c.attrs["dim"])),
+    "ttnn.cumulative": lambda c: _cumulative(c),
     "ttnn.argmax": lambda c: ttnn.argmax(c.args[0], dim=c.attrs.get("dim"), keepdim=bool(c.attrs.get("keep_dim"))),
     "ttnn.pad": lambda c: ttnn.pad(c.args[0], [tuple(_ints(c.attrs["padding"])[i:i + 2])
                                                for i in range(0, len(_ints(c.attrs["padding"])), 2)],
