@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from opbyop.device.formats import round_bf16
 from opbyop.device.kernels import KERNELS, Call
 from opbyop.device.layout import Layout
 from opbyop.device.program import Op, TensorType
@@ -184,11 +185,11 @@ def test_conv_transpose2d_matches_torch(stride, padding, output_padding, groups)
 
 def test_max_pool2d_with_indices_matches_torch():
     n, c, h, w = 2, 3, 8, 6
-    x = RNG.standard_normal((n, c, h, w)).astype(np.float32)
+    x = round_bf16(RNG.standard_normal((n, c, h, w)).astype(np.float32))  # tt-metal pools bf16 only
     values, indices = F.max_pool2d(torch.from_numpy(x), 2, stride=2, padding=1, return_indices=True)
     oh, ow = values.shape[2:]
     got, got_indices = run("ttnn.max_pool2d_with_indices", [x.transpose(0, 2, 3, 1).reshape(1, 1, n * h * w, c)],
-                           [ttype((1, 1, n * oh * ow, c)), ttype((1, 1, n * oh * ow, c), "u16")], batch_size=n,
+                           [ttype((1, 1, n * oh * ow, c)), ttype((1, 1, n * oh * ow, c), "u16")], ["bf16"], batch_size=n,
                            channels=c, input_height=h, input_width=w, kernel_size=[2, 2], stride=[2, 2],
                            padding=[1, 1], dilation=[1, 1], ceil_mode=False)
     np.testing.assert_array_equal(got.reshape(n, oh, ow, c).transpose(0, 3, 1, 2), values.numpy())

@@ -21,10 +21,10 @@ def src_a(x: np.ndarray) -> np.ndarray:
     return truncate_mantissa(to_tf32(x), 9)
 
 
-def run(name: str, inputs: list, out_shape: tuple, **attrs) -> np.ndarray:
-    """One kernel on host arrays, the way the executor calls it."""
+def run(name: str, inputs: list, out_shape: tuple, storage: str = "f32", **attrs) -> np.ndarray:
+    """One kernel on host arrays, the way the executor calls it; operands held in `storage`."""
     def ttype(x):
-        return TensorType(tuple(np.shape(x)), "f32", Layout(tiled=True)) if x is not None else None
+        return TensorType(tuple(np.shape(x)), storage, Layout(tiled=True, dtype=storage)) if x is not None else None
 
     op = Op(name=name, operands=list(range(len(inputs))), results=[len(inputs)],
             operand_types=[ttype(x) for x in inputs],
@@ -156,10 +156,10 @@ def test_conv2d_matches_torch():
 
 @pytest.mark.parametrize("name, fn", [("ttnn.max_pool2d", F.max_pool2d), ("ttnn.avg_pool2d", F.avg_pool2d)])
 def test_pooling_matches_torch(name, fn):
-    x = RNG.standard_normal((1, 5, 8, 8)).astype(np.float32)
+    x = round_bf16(RNG.standard_normal((1, 5, 8, 8)).astype(np.float32))  # tt-metal pools bf16 only
     want = fn(t(x), kernel_size=2, stride=2).numpy()
     flat = x.transpose(0, 2, 3, 1).reshape(1, 1, 64, 5)
-    got = run(name, [flat], (1, 1, 16, 5), batch_size=1, channels=5, input_height=8, input_width=8,
+    got = run(name, [flat], (1, 1, 16, 5), "bf16", batch_size=1, channels=5, input_height=8, input_width=8,
               kernel_size=[2, 2], stride=[2, 2], padding=[0, 0], dilation=[1, 1])
     np.testing.assert_allclose(got.reshape(1, 4, 4, 5).transpose(0, 3, 1, 2), want, rtol=1e-6)
 

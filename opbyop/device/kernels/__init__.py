@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from opbyop.device.kernels.base import Call
-from opbyop.device.kernels import creation, data_movement, eltwise, indexing, matmul_conv, reduction
+from opbyop.device.kernels import creation, data_movement, eltwise, indexing, matmul_conv, pool, reduction
 
 Kernel = Callable[[Call], list]
 
@@ -21,6 +21,7 @@ KERNELS: dict[str, Kernel] = {
     **indexing.KERNELS,
     **creation.KERNELS,
     **matmul_conv.KERNELS,
+    **pool.KERNELS,
 }
 
 # Kernels that take stored values in any storage format (bf16 held as bf16): they move values
