@@ -108,7 +108,8 @@ CASES = [
     Case("1x1 stride 1 (a matmul), 4 groups", channels=32, size=8, out=64, kernel=1, pad=0, groups=4),
     Case("7x7 stride 2, 3 channels", channels=3, size=32, out=64, kernel=7, stride=2, pad=3),
     Case("width sharded 128 channels, 4x4", channels=128, size=4, out=192),
-    Case("width sharded 256 channels, 7x7", channels=256, size=7, out=64),
+    Case("256 channels, 7x7 (block sharded: the padding's halo rows)", channels=256, size=7, out=64),
+    Case("width sharded 256 channels, 7x7, unpadded", channels=256, size=7, out=64, pad=0),
     Case("width sharded 1x1 stride 2", channels=384, size=7, out=32, kernel=1, stride=2, pad=0),
     Case("block sharded 160 channels, bias", channels=160, size=8, out=128, bias=True),
     Case("resnet18 layer1 (64 channels, 56x56)", channels=64, size=56, out=64),
@@ -157,7 +158,8 @@ def main() -> None:
                 error, kind = difference(outputs, converted)
                 apart = int(np.sum(np.asarray(outputs[0], np.float32) != np.asarray(converted[0], np.float32)))
                 chosen = plan(case.conv())
-                figures.add(case.name, f"{chosen.sharding.value}, {chosen.chunks} x {chosen.chunk} channels", agreed,
+                shown = "matmul" if case.conv().is_matmul else f"{chosen.sharding.value}, {chosen.chunks} x {chosen.chunk} channels"
+                figures.add(case.name, shown, agreed,
                             ulps if ulps is not None else "-", error if error is not None else "-", kind or "-",
                             f"{apart} of {np.asarray(outputs[0]).size}", model_s, on_ttsim.run.seconds)
     finally:
