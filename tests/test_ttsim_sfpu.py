@@ -66,6 +66,19 @@ def test_the_vector_units_multiply_add_keeps_a_sticky_bit_per_operand_not_ieees_
     assert got[0] == np.uint32(0xC06A2A44)  # ttsim's fma_model_bh, run on these operands
 
 
+def test_the_compiled_multiply_add_gives_the_bits_of_its_numpy_statement():
+    """vu.mad (numba, lane by lane) against vu.mad_numpy over random bit patterns (NaNs, infinities,
+    denormals), normal values, and sums that cancel to the denormal range."""
+    rng = np.random.default_rng(5)
+    bits = rng.integers(0, 2 ** 32, (3, 20000), dtype=np.uint64).astype(np.uint32)
+    normal = rng.standard_normal((3, 20000)).astype(np.float32).view(np.uint32)
+    x, y = normal[0], normal[1]
+    with np.errstate(all="ignore"):
+        cancelling = (-(x.view(np.float32) * y.view(np.float32))).view(np.uint32) ^ (normal[2] & np.uint32(3))
+    for operands in (bits, normal, (x, y, cancelling), (x, vu.ONE, normal[2])):
+        np.testing.assert_array_equal(vu.mad(*operands), vu.mad_numpy(*operands))
+
+
 def test_a_16_bit_destination_packs_a_nan_as_infinity_and_a_negative_zero_as_zero():
     """The packer from a 16-bit Dst into bf16 (ttsim PACR): NaN becomes the infinity of its sign,
     zero exponents +0; copy_tile's MOVA2D has already made a denormal input +0."""

@@ -15,6 +15,7 @@ output's format).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 U32 = np.uint32
 SIGN = U32(0x80000000)
@@ -120,7 +121,59 @@ def _with_steps(out: np.ndarray, hard: np.ndarray, x: np.ndarray, y: np.ndarray,
     return out
 
 
+_POW2 = np.ldexp(1.0, np.arange(-512, 512))  # 2**k at [k + 512]: scaling by a table read, not a libm call
+
+
+@njit(cache=True)
+def _mad_lanes(x: np.ndarray, y: np.ndarray, z: np.ndarray, xf: np.ndarray, yf: np.ndarray, zf: np.ndarray,
+               out: np.ndarray, outf: np.ndarray, hard: np.ndarray) -> None:  # pragma: no cover (compiled)
+    """`mad_numpy`'s rule lane by lane, compiled: x, y, z the bit patterns (xf, yf, zf the same
+    memory as f32), written to out (outf: its f32 view); `hard` marks the lanes fma_model_bh's
+    special or denormal-range steps must decide."""
+    for i in range(x.size):
+        xe, ye, ze = (x[i] >> 23) & 255, (y[i] >> 23) & 255, (z[i] >> 23) & 255
+        pe = np.int64(xe) + np.int64(ye) - 127
+        ps, zs = ((x[i] ^ y[i]) >> 31) != 0, (z[i] >> 31) != 0
+        signed_zero = np.uint32(0x80000000) if ps and zs else np.uint32(0)
+        if xe == 255 or ye == 255 or ze == 255 or pe >= 255:
+            hard[i] = True
+            out[i] = 0
+            continue
+        if xe == 0 or ye == 0 or pe < 0:
+            out[i] = z[i] if ze != 0 else signed_zero
+            continue
+        larger = max(pe, np.int64(ze))
+        to_units = _POW2[153 - larger + 512]
+        p = abs(np.float64(xf[i]) * np.float64(yf[i])) * to_units
+        pi = np.int64(p)
+        if pi != 0 and pi != p:
+            pi |= 1
+        qi = np.int64(0)
+        if ze != 0:
+            q = abs(np.float64(zf[i])) * to_units
+            qi = np.int64(q)
+            if qi != 0 and qi != q:
+                qi |= 1
+        total = (-pi if ps else pi) + (-qi if zs else qi)
+        if total == 0:
+            out[i] = signed_zero
+            continue
+        outf[i] = np.float32(np.float64(total) * _POW2[larger - 153 + 512])
+        hard[i] = (out[i] & np.uint32(0x7F800000)) == 0
+
+
 def mad(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """SFPMAD, compiled (`_mad_lanes`): the same bits as `mad_numpy`, several times faster."""
+    x, y, z = np.broadcast_arrays(np.asarray(x, U32), np.asarray(y, U32), np.asarray(z, U32))
+    shape = x.shape
+    x, y, z = (np.ascontiguousarray(v).reshape(-1) for v in (x, y, z))
+    out = np.empty(x.size, U32)
+    hard = np.zeros(x.size, np.bool_)
+    _mad_lanes(x, y, z, x.view(np.float32), y.view(np.float32), z.view(np.float32), out, out.view(np.float32), hard)
+    return _with_steps(out, hard, x, y, z).reshape(shape)
+
+
+def mad_numpy(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     """SFPMAD: x * y + z as Blackhole's vector unit computes it (ttsim fma_model_bh).
 
     Not IEEE's fused multiply-add: denormal inputs count as zero; the product keeps 3 bits beyond
