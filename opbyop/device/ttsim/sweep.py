@@ -27,10 +27,11 @@ class Case:
     operands: int = 1
     result: str = "{t}"  # the result type ({t}: the operands')
     constants: str = ""  # lines before the op (constant operands)
+    predicate: bool = False  # a first operand %p of booleans (select's), before the swept ones
 
     def module(self, dtype: str) -> str:
         t = f"tensor<{SHAPE[0]}x{SHAPE[1]}x{dtype}>"
-        args = ", ".join(f"%a{i}: {t}" for i in range(self.operands))
+        args = ", ".join([f"%p: {BOOL}"] * self.predicate + [f"%a{i}: {t}" for i in range(self.operands)])
         result = self.result.format(t=t)
         return (f"func.func @main({args}) -> {result} {{\n{self.constants.format(t=t, dtype=dtype)}"
                 f"  %0 = {self.body.format(t=t, result=result, dtype=dtype)}\n  return %0 : {result}\n}}\n")
@@ -61,8 +62,9 @@ CASES: tuple[Case, ...] = (
     Case("is_finite", "stablehlo.is_finite %a0 : ({t}) -> " + BOOL, result=BOOL),
     *(_binary(op) for op in ("add", "subtract", "multiply", "divide", "power", "atan2", "remainder", "maximum",
                              "minimum")),
-    Case("compare_gt", "stablehlo.compare GT, %a0, %a1 : ({t}, {t}) -> " + BOOL, operands=2, result=BOOL),
-    Case("compare_eq", "stablehlo.compare EQ, %a0, %a1 : ({t}, {t}) -> " + BOOL, operands=2, result=BOOL),
+    *(Case(f"compare_{kind.lower()}", f"stablehlo.compare {kind}, %a0, %a1 : ({{t}}, {{t}}) -> " + BOOL, operands=2,
+           result=BOOL) for kind in ("GT", "GE", "LT", "LE", "EQ", "NE")),
+    Case("select", "stablehlo.select %p, %a0, %a1 : " + BOOL + ", {t}", operands=2, predicate=True),
     _with_constant("relu (maximum with 0)", "maximum", 0.0),
     _with_constant("reciprocal (1 / x)", "divide", 1.0, constant_first=True),
     _with_constant("power_scalar 2.5", "power", 2.5),
@@ -99,11 +101,12 @@ def f32_sample(seed: int = 0) -> np.ndarray:
 
 def inputs(case: Case, dtype: str) -> list[np.ndarray]:
     """The sweep's operands: the values above, and for a second operand the same values shuffled (each
-    value meets others, every one of them once in each position)."""
+    value meets others, every one of them once in each position); a select's predicate half true."""
     first = every_bf16() if dtype == "bf16" else f32_sample()
     order = np.random.default_rng(1).permutation(first.size)
     second = first.reshape(-1)[order].reshape(SHAPE)
-    return [first, second][:case.operands]
+    predicate = [np.random.default_rng(2).random(SHAPE) < 0.5] if case.predicate else []
+    return predicate + [first, second][:case.operands]
 
 
 def as_bits(x: np.ndarray) -> np.ndarray:
