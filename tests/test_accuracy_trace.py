@@ -148,5 +148,6 @@ def test_a_zoo_models_trace_names_the_same_ops_on_the_model_and_on_ttsim(request
     engine = [(m, t) for m, t in zip(model.points, ttsim.points)
               if m.op_name in ("stablehlo.convolution", "stablehlo.dot_general")]
     assert engine
-    for on_model, on_ttsim_ in engine:
-        assert (on_ttsim_.pcc, on_ttsim_.max_abs_error) == (on_model.pcc, on_model.max_abs_error), on_model.position
+    for on_model, on_ttsim_ in engine:  # the same values (pcc's own f64 sums may order them apart: 1e-14)
+        assert on_ttsim_.max_abs_error == on_model.max_abs_error, on_model.position
+        assert on_ttsim_.pcc == pytest.approx(on_model.pcc, abs=1e-12), on_model.position
