@@ -58,11 +58,15 @@ def mvmul_block(src_b: np.ndarray, exp_b: np.ndarray, src_a: np.ndarray, exp_a: 
                 for lane in range(8):
                     k = start + 8 * g + lane
                     e_b, e_a = exp_b[m, k], exp_a[k]
+                    if e_b == ZERO_EXP:  # a zero (a padding channel, say): its products are skipped below
+                        continue
                     for n in range(n_size):
                         group_top[n] = max(group_top[n], e_b + e_a[n])
                 for lane in range(8):
                     k = start + 8 * g + lane
                     e_b, e_a, far = exp_b[m, k], exp_a[k], distance[8 * g + lane]
+                    if e_b == ZERO_EXP:
+                        continue
                     for n in range(n_size):
                         far[n] = min(group_top[n] - (e_b + e_a[n]), FAR)
             for phase in range(adjusts.shape[0]):
