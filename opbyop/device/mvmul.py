@@ -15,18 +15,91 @@ found once and serve every phase.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 ZERO_EXP = -8000  # a zero operand's lanes: never a group's largest exponent (fpu.ZERO_EXP)
 FAR = 13  # a product (at most 12 bits) shifted this far right rounds to 0
+I32 = np.int32
 
 
-@njit(cache=True, inline="always")
-def _shift_round(man, diff, minus):
-    """man >> diff rounding half up (less `minus` at the tie), 0 once diff >= 31; diff >= 0."""
-    clamped = min(diff, 62)
-    half = (np.int64(1) << clamped) >> 1
-    return ((man + half - minus * np.int64(clamped > 0)) >> clamped) * np.int64(diff < 31)
+@intrinsic
+def _leading_zeros(typingctx, x):  # pragma: no cover (compiled)
+    """The number of leading zero bits of an int32 (32 for 0: llvm.ctlz)."""
+    def codegen(context, builder, signature, args):
+        return builder.ctlz(args[0], ir.Constant(ir.IntType(1), 0))
+    return types.int32(types.int32), codegen
+
+
+@njit(cache=True, forceinline=True)
+def _shl(x, count):  # pragma: no cover (compiled)
+    """x << count in 32 bits, 0 <= count < 32 (the mask tells LLVM so: it keeps the shift 32 bits wide)."""
+    return I32(x << (count & 31))
+
+
+@njit(cache=True, forceinline=True)
+def _sar(x, count):  # pragma: no cover (compiled)
+    """x >> count (arithmetic) in 32 bits, 0 <= count < 32."""
+    return I32(x >> (count & 31))
+
+
+@njit(cache=True, forceinline=True)
+def _shift_round(man, diff, minus):  # pragma: no cover (compiled)
+    """man >> diff rounding half up (less `minus` at the tie), 0 once diff >= 31; 0 <= man < 2**30, diff >= 0."""
+    clamped = I32(min(diff, 30))
+    half = _sar(_shl(I32(1), clamped), 1)
+    return _sar(I32(man + half - minus * I32(clamped > 0)), clamped) * I32(diff < 31)
+
+
+@njit(cache=True, forceinline=True)
+def _group_sum(part_b, part_a, far, m, k0, n):  # pragma: no cover (compiled)
+    """One group's 8 products for output n, each rounded half up in magnitude to the group's largest
+    exponent (`far`: each lane's distance to it), summed as integers."""
+    total = I32(0)
+    for lane in range(8):
+        product = I32(part_b[m, k0 + lane] * part_a[k0 + lane, n])
+        negative = product >> 31  # 0 or -1
+        distance = I32(far[k0 % 32 + lane, n])
+        aligned = _sar(I32(I32(I32(product ^ negative) - negative) + _sar(_shl(I32(1), distance), 1)), distance)
+        total = I32(total + I32(I32(aligned ^ negative) - negative))
+    return total
+
+
+@njit(cache=True, forceinline=True)
+def _accumulate(value, s0, s1, e0, e1, fp32_acc):  # pragma: no cover (compiled)
+    """fpu_accum_normalize_encode: the two group sums (exponents e0, e1) and the destination's bits
+    `value` aligned to their largest exponent (rounded again), added, renormalised and rounded."""
+    sign_d = (value >> 31) & 1
+    exp_d = (value >> 23) & 255
+    man_d = I32((value & 0x7FFFFF) | 0x800000) if exp_d != 0 else I32(0)
+    live0, live1 = e0 > 0, e1 > 0
+    sign0, sign1 = I32(live0 & (s0 < 0)), I32(live1 & (s1 < 0))
+    man0 = _shl(I32(abs(s0)), 13) if live0 else I32(0)
+    man1 = _shl(I32(abs(s1)), 13) if live1 else I32(0)
+    e0, e1 = (e0 if live0 else I32(0)), (e1 if live1 else I32(0))
+    exp = max(exp_d, max(e0, e1))
+    man_d = _shift_round(man_d, I32(exp - exp_d), I32(0))
+    man0 = _shift_round(man0, I32(exp - e0), sign0)
+    man1 = _shift_round(man1, I32(exp - e1), sign1)
+    if not fp32_acc:
+        man_d = I32(man_d + 4096) & ~0x1FFF
+        man0 = I32(man0 + 4096 - sign0) & ~0x1FFF
+        man1 = I32(man1 + 4096 - sign1) & ~0x1FFF
+    summed = I32(I32(man_d + (man0 if sign0 == sign_d else -man0)) + (man1 if sign1 == sign_d else -man1))
+    magnitude = I32(abs(summed))
+    sign = sign_d ^ I32(summed < 0)
+    shift = I32(24 - max(I32(32 - _leading_zeros(magnitude)), 1))  # 24 less the sum's bit length
+    exp = I32(exp - shift)
+    if not fp32_acc:
+        shift = I32(shift - 16)
+    man = _shl(_shift_round(magnitude, I32(max(-shift, 0)), I32(0)), I32(max(shift, 0)))
+    if not fp32_acc:
+        man = _shl(man, 16)
+    exp = I32(exp + ((man >> 24) & 1))
+    man &= 0x7FFFFF
+    encoded = _shl(sign, 31) | _shl(I32(min(exp, 255)), 23) | (man if exp < 255 else I32(0))
+    return encoded if (exp > 0) & (magnitude != 0) else I32(0)
 
 
 @njit(cache=True)
@@ -37,19 +110,17 @@ def mvmul_block(src_b: np.ndarray, exp_b: np.ndarray, src_a: np.ndarray, exp_a: 
     exponents; src_a: (2, K, N) and exp_a (K, N) the columns'; K a whole number of 16-wide faces;
     adjusts: the exponent adjust of each phase the fidelity runs, in order (fpu._phase_adjust).
     The rows are in0 in srcB and the columns in1 in srcA, or the other way round (`rows_in_src_a`:
-    dst is then the transposed result, the work vectorised over the longer side)."""
+    dst is then the transposed result, the work vectorised over the longer side). Every quantity
+    fits 32 bits (a product 12, a group sum 16, an aligned mantissa 30), so the lanes are int32; each
+    output takes a face's 16 products and its accumulation in one pass, in registers."""
     m_size, k_size = exp_b.shape
     n_size = exp_a.shape[1]
-    distance = np.empty((32, n_size), np.int32)
+    far = np.empty((32, n_size), np.int8)  # each lane's distance to its group's largest exponent
     top = np.empty((4, n_size), np.int32)
-    sums = np.empty((2, n_size), np.int32)
-    magnitude = np.empty(n_size, np.int64)
-    floats = np.empty(n_size, np.float64)
-    float_bits = floats.view(np.int64)
-    exponent = np.empty(n_size, np.int64)
-    sign = np.empty(n_size, np.int64)
+    row = np.empty(n_size, np.int32)
     for m in range(m_size):
-        row = dst[m]
+        for n in range(n_size):
+            row[n] = I32(dst[m, n])
         for start in range(0, k_size, 32):
             faces = min(32, k_size - start) // 16
             for g in range(2 * faces):  # each group's largest exponent, each lane's distance to it
@@ -58,72 +129,34 @@ def mvmul_block(src_b: np.ndarray, exp_b: np.ndarray, src_a: np.ndarray, exp_a: 
                 for lane in range(8):
                     k = start + 8 * g + lane
                     e_b, e_a = exp_b[m, k], exp_a[k]
-                    if e_b == ZERO_EXP:  # a zero (a padding channel, say): its products are skipped below
+                    if e_b == ZERO_EXP:  # a zero (a padding channel, say): never the largest, always FAR away
                         continue
                     for n in range(n_size):
-                        group_top[n] = max(group_top[n], e_b + e_a[n])
+                        group_top[n] = max(group_top[n], I32(e_b + e_a[n]))
                 for lane in range(8):
                     k = start + 8 * g + lane
-                    e_b, e_a, far = exp_b[m, k], exp_a[k], distance[8 * g + lane]
-                    if e_b == ZERO_EXP:
-                        continue
+                    e_b, e_a, lane_far = exp_b[m, k], exp_a[k], far[8 * g + lane]
                     for n in range(n_size):
-                        far[n] = min(group_top[n] - (e_b + e_a[n]), FAR)
+                        lane_far[n] = min(I32(group_top[n] - I32(e_b + e_a[n])), FAR)
             for phase in range(adjusts.shape[0]):
-                adjust = adjusts[phase]
+                adjust = I32(adjusts[phase])
                 src_b_part, src_a_part = (phase >> 1) & 1, phase & 1  # srcB's part by phase bit 1, srcA's by bit 0
                 part_b = src_b[src_a_part if rows_in_src_a else src_b_part]
                 part_a = src_a[src_b_part if rows_in_src_a else src_a_part]
-                for face in range(faces):
-                    for half in range(2):
-                        g = 2 * face + half
-                        total = sums[half]
-                        total[:] = 0
-                        for lane in range(8):
-                            k = start + 8 * g + lane
-                            b = part_b[m, k]
-                            if b == 0:
-                                continue
-                            a, far = part_a[k], distance[8 * g + lane]
-                            for n in range(n_size):
-                                product = b * a[n]
-                                aligned = ((abs(product) << 1) + (1 << far[n])) >> (far[n] + 1)
-                                total[n] += aligned if product >= 0 else -aligned
-                    top0, top1 = top[2 * face], top[2 * face + 1]
-                    for n in range(n_size):  # fpu_accum_normalize_encode: align, add ...
+                if faces == 2:
+                    for n in range(n_size):
                         value = row[n]
-                        sign_d = (value >> 31) & 1
-                        exp_d = (value >> 23) & 255
-                        man_d = ((value & 0x7FFFFF) | 0x800000) * np.int64(exp_d != 0)
-                        e0, e1 = np.int64(top0[n]) + adjust, np.int64(top1[n]) + adjust
-                        s0, s1 = np.int64(sums[0, n]), np.int64(sums[1, n])
-                        live0, live1 = np.int64(e0 > 0), np.int64(e1 > 0)
-                        sign0, sign1 = live0 & np.int64(s0 < 0), live1 & np.int64(s1 < 0)
-                        man0, man1 = (abs(s0) << 13) * live0, (abs(s1) << 13) * live1
-                        e0, e1 = e0 * live0, e1 * live1
-                        exp = max(exp_d, max(e0, e1))
-                        man_d = _shift_round(man_d, exp - exp_d, 0)
-                        man0 = _shift_round(man0, exp - e0, sign0)
-                        man1 = _shift_round(man1, exp - e1, sign1)
-                        if not fp32_acc:
-                            man_d = (man_d + 4096) & ~0x1FFF
-                            man0 = (man0 + 4096 - sign0) & ~0x1FFF
-                            man1 = (man1 + 4096 - sign1) & ~0x1FFF
-                        summed = man_d + man0 * (1 - 2 * (sign0 ^ sign_d)) + man1 * (1 - 2 * (sign1 ^ sign_d))
-                        magnitude[n] = abs(summed)
-                        exponent[n] = exp
-                        sign[n] = sign_d ^ np.int64(summed < 0)
-                        floats[n] = float(abs(summed))
-                    for n in range(n_size):  # ... renormalise and round
-                        man = magnitude[n]
-                        shift = 24 - max((float_bits[n] >> 52) - 1022, 1)  # 24 less the sum's bit length
-                        exp = exponent[n] - shift
-                        if not fp32_acc:
-                            shift -= 16
-                        man = _shift_round(man, max(-shift, 0), 0) << max(shift, 0)
-                        if not fp32_acc:
-                            man = man << 16
-                        exp += (man >> 24) & 1
-                        man &= 0x7FFFFF
-                        encoded = (sign[n] << 31) | (min(exp, 255) << 23) | (man * np.int64(exp < 255))
-                        row[n] = encoded * np.int64(exp > 0) * np.int64(magnitude[n] != 0)
+                        for face in range(2):
+                            k0 = start + 16 * face
+                            value = _accumulate(value, _group_sum(part_b, part_a, far, m, k0, n),
+                                                _group_sum(part_b, part_a, far, m, k0 + 8, n),
+                                                I32(top[2 * face, n] + adjust), I32(top[2 * face + 1, n] + adjust),
+                                                fp32_acc)
+                        row[n] = value
+                else:
+                    for n in range(n_size):
+                        row[n] = _accumulate(row[n], _group_sum(part_b, part_a, far, m, start, n),
+                                             _group_sum(part_b, part_a, far, m, start + 8, n),
+                                             I32(top[0, n] + adjust), I32(top[1, n] + adjust), fp32_acc)
+        for n in range(n_size):
+            dst[m, n] = np.int64(row[n]) & 0xFFFFFFFF
