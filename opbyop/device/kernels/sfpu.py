@@ -16,6 +16,12 @@ through a core: copy_tile into Dst, the kernel, SFPSTORE, the packer (vector_uni
 pack). On a 16-bit Dst a unary function's result depends on the 65,536 bf16 inputs alone: it is
 computed once per function and parameters, then looked up.
 
+These functions are the statement of each kernel. The busiest (exp, log, sqrt, rsqrt, sigmoid, tanh,
+pow on f32; add, subtract, multiply, divide, pow, maximum, minimum and the compares) also run
+compiled whole, lane by lane (opbyop.device.kernels.sfpu_lanes: the same instructions in the same
+order, vectorised over a tile); `unary` and `binary` take the compiled results and compute here the
+lanes the compiled form cannot vouch for, so the bits are this statement's either way.
+
 Not modelled bit for bit: the approximate paths (exp_fast, gelu_fast: fast_and_approximate_mode) and
 the functions no TTNN program of this compiler has been seen to carry (gelu, silu, erf ...): these
 keep their f32 formulas.
@@ -31,6 +37,7 @@ from scipy import special
 
 from opbyop.device import vector_unit as vu
 from opbyop.device.formats import round_bf16
+from opbyop.device.kernels import sfpu_lanes as lanes
 from opbyop.device.vector_unit import (INF, NAN, NEG_ZERO, ONE, U32, ZERO, add, bf16_const, const, fp16_const, mad,
                                        mul, words)
 
@@ -771,24 +778,60 @@ def _in_chunks(compute: Callable[..., np.ndarray], *arrays: np.ndarray) -> np.nd
                            for i in range(0, flat[0].size, CHUNK)]).reshape(shape)
 
 
+def _unary_compiled(key: tuple) -> Callable[[np.ndarray, np.ndarray, np.ndarray, bool], None] | None:
+    """The compiled form (sfpu_lanes) of UNARY_KERNELS' kernel `key` on a 32-bit Dst, if it has one."""
+    name, *params = key
+    if name in lanes.UNARY_F32:
+        return lanes.UNARY_F32[name]
+    if name == "pow":
+        e = float(params[0])
+        if e == np.floor(e) and int(e) in (2, 3):
+            return lambda x, out, unsafe, out_f32: lanes.power_iterative_f32(x, out, unsafe, out_f32, int(e))
+        if not (e == np.floor(e) and int(e) in (0, 1)):
+            bits = const(e).view(np.int32)
+            return lambda x, out, unsafe, out_f32: lanes.power_scalar_f32(x, out, unsafe, out_f32, bits, e >= 0)
+    return None
+
+
+def _compiled_with_statement(run: Callable, statement: Callable[..., np.ndarray], *operands: np.ndarray,
+                             out_f32: bool) -> np.ndarray:
+    """run's results (a compiled kernel over flat f32 operands), and the lanes it marks unsafe computed
+    again by `statement` (the numpy pipeline of the same kernel)."""
+    flat = [np.ascontiguousarray(v, np.float32).reshape(-1) for v in operands]
+    result = np.empty(flat[0].size, np.float32)
+    unsafe = np.empty(flat[0].size, np.bool_)
+    run(*(v.view(np.int32) for v in flat), result.view(np.int32), unsafe, out_f32)
+    if unsafe.any():
+        result[unsafe] = statement(*(v[unsafe] for v in flat))
+    return result
+
+
 def unary(key: tuple, x: np.ndarray, source: str, out: str) -> np.ndarray:
     """The values a unary SFPU op stores for inputs `x` (f32 values held in format `source`): copy_tile,
-    the kernel `key` (UNARY_KERNELS' name and parameters), SFPSTORE, the packer into `out`."""
+    the kernel `key` (UNARY_KERNELS' name and parameters), SFPSTORE, the packer into `out`. The
+    compiled form where there is one (sfpu_lanes), the lanes it cannot vouch for by this statement."""
     dest32 = dest_is_32bit(source)
     x = np.ascontiguousarray(x, np.float32)
     if not dest32 and x.size > 4096:  # a 16-bit Dst: each input's result, looked up
-        return _bf16_table(key)[x.view(U32) >> U32(16)]
+        result = np.empty(x.size, np.float32)
+        lanes.lookup(_bf16_table(key).view(np.int32), x.reshape(-1).view(np.int32), result.view(np.int32))
+        return result.reshape(x.shape)
     kernel = make_unary(*key)
 
     def compute(values: np.ndarray) -> np.ndarray:
         return vu.pack(_through_core(kernel, vu.unpack(values, dest32, source), dest32), dest32, out)
+    run = _unary_compiled(key) if dest32 and source == "f32" else None
+    if run is not None:
+        return _compiled_with_statement(run, compute, x, out_f32=out == "f32").reshape(x.shape)
     return _in_chunks(compute, x)
 
 
 def binary(kernel: BinaryKernel, a: np.ndarray, b: np.ndarray, sources: tuple[str, str], out: str,
            post: list[UnaryKernel] | None = None) -> np.ndarray:
     """The values a binary SFPU op stores (binary_ng's eltwise_binary_sfpu kernels): both operands
-    copied into Dst, the kernel, SFPSTORE, any fused activations on Dst, the packer into `out`."""
+    copied into Dst, the kernel, SFPSTORE, any fused activations on Dst, the packer into `out`. The
+    compiled form where there is one (sfpu_lanes, no fused activation), the lanes it cannot vouch
+    for by this statement."""
     dest32 = dest_is_32bit(*sources)
     a, b = (np.ascontiguousarray(v) for v in np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32)))
 
@@ -797,6 +840,12 @@ def binary(kernel: BinaryKernel, a: np.ndarray, b: np.ndarray, sources: tuple[st
         for activation in post or []:
             dest = _through_core(activation, dest, dest32)
         return vu.pack(dest, dest32, out)
+    run = _BINARY_COMPILED.get(kernel) if not post else None
+    if run is not None:
+        flags = (dest32, sources[0] == "f32", sources[1] == "f32")
+        result = _compiled_with_statement(lambda x, y, r, unsafe, out_f32: run(x, y, r, unsafe, *flags, out_f32),
+                                          compute, a, b, out_f32=out == "f32")
+        return result.reshape(a.shape)
     return _in_chunks(compute, a, b)
 
 
@@ -820,6 +869,9 @@ BINARY_KERNELS: dict[str, BinaryKernel] = {
     "remainder": remainder_binary, "atan2": atan2_binary, "maximum": max_binary, "minimum": min_binary,
     **{kind: compare(kind) for kind in ("eq", "ne", "gt", "ge", "lt", "le")},
 }
+
+
+_BINARY_COMPILED = {BINARY_KERNELS[name]: run for name, run in lanes.BINARY.items()}
 
 
 def make_unary(name: str, *params: float) -> UnaryKernel:
