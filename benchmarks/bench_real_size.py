@@ -16,7 +16,9 @@ zoo's meta-device model, in a fresh OPBYOP_HOME, its peak RSS summed over the co
 children (sampled every 0.5 s), with each process's own peak and the share of each at the moment of
 the peak, and the unique ops by status; `@LAYERS` builds the model LAYERS decoder layers deep (a copy
 of configs/ whose zoo entry says so: the layers after the first few repeat their unique ops);
-`--cli-baseline MODEL ...` runs the same command with `--baseline-path`'s code in the same run.
+`--cli-baseline MODEL ...` runs the same command with `--baseline-path`'s code in the same run (each
+command in its fresh home as working directory, its code its checkout's on PYTHONPATH); the CPU
+seconds of each kind of process (the command, the op worker's child) are read at the last sample.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class CliFigures:
     exit_code: int = 0
     tail: str = ""
     statuses: dict[str, int] = field(default_factory=dict)  # unique ops by status, from the command's table
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds (user + system) by role, last sample
 
 
 def configs_with_layers(model: str, layers: int, folder: Path) -> Path:
@@ -120,10 +123,13 @@ def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5,
            *(["--chip", chip] if chip else [])]
     started = time.perf_counter()
     with open(Path(home) / "stdout.txt", "w+") as out:
+        # run in the fresh home: `python -m` puts the working directory first on sys.path, so the code is
+        # PYTHONPATH's checkout's, not that of the directory the benchmark was started from
         proc = subprocess.Popen(cmd, env={**os.environ, **env, "OPBYOP_HOME": home, "COLUMNS": "400"}, stdout=out,
-                                stderr=subprocess.STDOUT)
+                                stderr=subprocess.STDOUT, cwd=home)
         top = psutil.Process(proc.pid)
         roles: dict[int, str] = {}
+        cpu: dict[int, float] = {}  # each process's CPU seconds at its last sample
         while proc.poll() is None:
             sample: dict[str, int] = {}
             try:
@@ -138,6 +144,11 @@ def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5,
                 r = roles.get(p.pid) or role(p)
                 if r != "?":  # a process just started may show no command line yet: asked again next time
                     roles[p.pid] = r
+                try:
+                    times = p.cpu_times()
+                    cpu[p.pid] = times.user + times.system
+                except psutil.Error:
+                    pass
                 sample[r] = sample.get(r, 0) + rss
                 figures.per_role_peak[r] = max(figures.per_role_peak.get(r, 0), rss)
             total = sum(sample.values())
@@ -152,6 +163,8 @@ def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5,
             time.sleep(interval)
         figures.wall_s = time.perf_counter() - started
         figures.exit_code = proc.returncode
+        for pid, seconds in cpu.items():
+            figures.cpu_s[roles.get(pid, "?")] = figures.cpu_s.get(roles.get(pid, "?"), 0.0) + seconds
         out.seek(0)
         text = out.read()
         figures.tail = " | ".join(line.strip() for line in text.splitlines()[-3:])[:200]
@@ -161,15 +174,17 @@ def run_cli(case: str, env: dict[str, str], label: str, interval: float = 0.5,
 
 
 def cli_main(models: list[str], baseline: list[str], baseline_path: str, limit_s: float | None) -> None:
-    runs = [run_cli(m, {}, "", limit_s=limit_s) for m in models]
+    this = str(Path(__file__).resolve().parent.parent)
+    runs = [run_cli(m, {"PYTHONPATH": this}, "", limit_s=limit_s) for m in models]
     runs += [run_cli(m, {"PYTHONPATH": baseline_path}, f" [code of {baseline_path}]", limit_s=limit_s)
              for m in baseline]
     table = Figures("`opbyop run MODEL --no-whole` (zoo meta-device model): wall time and peak RSS of all processes",
-                    ["model", "exit", "unique ops by status", "wall s", "peak RSS GB (all)", "at the peak, GB by process",
-                     "each process's own peak GB", "last lines"])
+                    ["model", "exit", "unique ops by status", "wall s", "CPU s by process", "peak RSS GB (all)",
+                     "at the peak, GB by process", "each process's own peak GB", "last lines"])
     for r in runs:
         table.add(r.name, r.exit_code, " ".join(f"{k}={v}" for k, v in sorted(r.statuses.items())),
-                  f"{r.wall_s:.0f}", f"{r.peak_rss / 1e9:.2f}",
+                  f"{r.wall_s:.0f}", " ".join(f"{k}={v:.0f}" for k, v in sorted(r.cpu_s.items())),
+                  f"{r.peak_rss / 1e9:.2f}",
                   " ".join(f"{k}={v / 1e9:.2f}" for k, v in sorted(r.at_peak.items())),
                   " ".join(f"{k}={v / 1e9:.2f}" for k, v in sorted(r.per_role_peak.items())), r.tail)
     table.show()
