@@ -46,6 +46,7 @@ class ModelGraph:
     # (None when some argument has no value: there was no eager run).
     reference_outputs: list[np.ndarray] | None = None
     export_seconds: float = 0.0
+    reused: bool = False  # taken from the export cache: nothing its export read had changed
     notes: list[str] = field(default_factory=list)
     # Framework ops the frontend could not lower (their outputs became @main arguments of the rest).
     frontend_failures: list[FrontendFailure] = field(default_factory=list)

@@ -22,13 +22,14 @@ from opbyop.errors import OpbyopError
 from opbyop.frontends.dumps import spec_name
 from opbyop.frontends.failures import failure_records
 from opbyop.graph import ArgumentKind, ModelGraph
+from opbyop.frontends.export_cache import ExportCache
 from opbyop.frontends.loader import expand_specs, load_model
-from opbyop.golden.upstream import attach
-from opbyop.golden.xla_cpu import XlaCpu
+from opbyop.golden.upstream_cache import attach_kept
 from opbyop.ir.dedupe import Deduper
 from opbyop.ir.mesh import check_fits, module_mesh
 from opbyop.ir.sharding import strip_shardings
 from opbyop.ir.split import SplitResult, split_module
+from opbyop.ir.split_cache import SplitCache
 from opbyop.op_memory import process_out_of_memory
 from opbyop.records import (ModelSummary, Occurrence, OpRecord, OpResult, Provenance, Stage, Status, UniqueOp,
                             WholeModelResult)
@@ -58,14 +59,15 @@ class Prepared:
 
     def add(self, spec: str, graph: ModelGraph | None, split: SplitResult | None, error: str | None, *,
             artifacts: ArtifactStore | None = None, target: Target | None = None,
-            unshard: bool = False) -> tuple[str, list[UniqueOp]]:
+            unshard: bool = False, reuse: bool = True) -> tuple[str, list[UniqueOp]]:
         """One more model (prepare_model's outcome for `spec`): (its name in the run, the unique ops
         it brings that no model before it had). A name an earlier model took gets a suffix (`name.2`).
         With `target`, a sharded model must fit its mesh (never silently one chip: an error for that
         model, or with `unshard` its shardings removed, noted on the model). With `artifacts`, the
         new ops' arguments whose values the model's constants fix get those values (golden.upstream,
         on XLA:CPU in this process), stored there for the workers: an op's values come from the
-        first model that brings it."""
+        first model that brings it; with `reuse`, those kept for the same model are not computed
+        again (golden.upstream_cache)."""
         name = _free_name(graph.name if graph is not None else split.model if split is not None
                           else spec_name(spec), self)
         if graph is not None and name != graph.name:  # two specs, one name (a dump folder named like a zoo model)
@@ -81,8 +83,7 @@ class Prepared:
         self.splits[name] = split
         new = self._deduper.add(split.ops)
         if artifacts is not None and graph is not None and new:
-            failed = attach(new, {name: split}, XlaCpu, artifacts, real_arguments={name: graph.real_values()},
-                            argument_names={name: argument_names(graph)})
+            failed = attach_kept(new, name, split, graph, artifacts, argument_names(graph), reuse=reuse)
             self.upstream_failures.update(failed)
         return name, new
 
@@ -139,15 +140,20 @@ def settled_op(op: UniqueOp, shared: SettledParts) -> UniqueOp:
         synthetic_reasons=shared.attributes, frontend_error=op.frontend_error)
 
 
-def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None, weights: bool = True
+def prepare_model(spec: str, zoo: Zoo, seed: int = 0, budget: ExportBudget | None = None, weights: bool = True,
+                  exports: ExportCache | None = None, splits: SplitCache | None = None
                   ) -> tuple[ModelGraph | None, SplitResult | None, str | None]:
     """(graph, split, error): never raises for the model's own faults. A factory's export runs in a
-    child process within `budget` (frontends.isolation): past it, it is this model's error. A zoo
-    model's export is read from the export cache when it is there (frontends.graph_cache). Without
-    `weights` the graph has none of its weights' values (a run with no whole model needs none)."""
+    child process within `budget` (frontends.isolation): past it, it is this model's error. An
+    export is taken from `exports` (default: the machine's export cache) while nothing it read has
+    changed, a split from `splits` (default: the machine's split cache) while its graph is the same.
+    Without `weights` the graph has none of its weights' values (a run with no whole model needs none)."""
     try:
-        graph = load_model(spec, zoo=zoo, seed=seed, budget=budget, weights=weights)
-        return graph, split_graph(graph), None
+        graph = load_model(spec, zoo=zoo, seed=seed, budget=budget, weights=weights, exports=exports)
+        split, kept = (splits or SplitCache()).split(graph, split_graph)
+        if kept:
+            graph.notes.append("split reused from the machine's cache (the same module)")
+        return graph, split, None
     except OpbyopError as e:
         return None, None, str(e)
     except MemoryError:  # the model's values do not fit this process: said with the figures and the fix

@@ -558,6 +558,7 @@ class WholeModelResult(BaseModel):
     seconds: float = 0.0
     accuracy_trace: AccuracyTrace | None = None  # each op's value on the device against XLA:CPU's
     ttsim: TtsimRun | None = None  # the same program run once on ttsim, beside the device model's stitched run
+    reused_from: str | None = None  # the run it was taken from (the same graph, compiler build, chip, options)
 
 
 class ModelSummary(BaseModel):
@@ -572,6 +573,8 @@ class ModelSummary(BaseModel):
     error: str | None = None  # the model could not be loaded, exported or split at all
     whole: WholeModelResult | None = None
     module_artifact: str | None = None  # sha256 of the model's StableHLO module (with locations) in the artifacts
+    export_reused: bool = False  # its export kept from an earlier run: nothing the export read had changed
+    whole_key: str | None = None  # what its whole-model result depends on (opbyop.run.wholes.whole_key)
 
 
 class CompilerIdentity(BaseModel):

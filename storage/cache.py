@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Iterable
 import duckdb
 import pyarrow as pa
 
-from opbyop.records import RETRYABLE, Fault, OpResult, Status
+from opbyop.records import RETRYABLE, Fault, OpResult, Status, WholeModelResult
 from opbyop_storage import convert
 from opbyop_storage.catalog import create_views
-from opbyop_storage.schema import schema_of
+from opbyop_storage.schema import conform, schema_of
 
 if TYPE_CHECKING:
     from opbyop_storage.dataset import Store
@@ -44,6 +44,15 @@ FROM results r
 SEMI JOIN (SELECT unnest($pair_runs) AS run_id, unnest($pair_signatures) AS signature) p
     ON p.run_id = r.run_id AND p.signature = r.signature
 WHERE list_contains($runs, r.run_id)
+"""
+
+# The newest models row of those runs with a reusable whole-model result for one key
+WHOLE_SQL = """
+SELECT m.*, coalesce(m.whole_reused_from, m.run_id) AS origin_run FROM models m
+JOIN runs r USING (run_id)
+WHERE list_contains($runs, m.run_id) AND m.whole_key = $key AND m.whole_status IN (SELECT unnest($reusable))
+ORDER BY r.started_at DESC, m.run_id DESC
+LIMIT 1
 """
 
 REUSABLE = [s.value for s in Status if s not in RETRYABLE and s.fault is not Fault.OPBYOP]
@@ -121,6 +130,23 @@ class CachedResults:
         for origin, row in zip(table.column("origin_run").to_pylist(), rows):
             out[row["signature"]] = (origin, convert.result_from_row(row))
         return out
+
+    def whole(self, key: str) -> tuple[str, WholeModelResult] | None:
+        """(run id that produced it, the most recent reusable whole-model result for `key`), or None."""
+        if not self.runs or self.con is None:
+            return None
+        try:
+            table = self.con.sql(WHOLE_SQL, params={"runs": self.runs, "key": key,
+                                                    "reusable": REUSABLE}).to_arrow_table()
+        except duckdb.IOException:  # a file compacted away since the store was scanned: scanned again
+            self._open()
+            return self.whole(key) if self.runs else None
+        if not table.num_rows:
+            return None
+        origin = table.column("origin_run")[0].as_py()
+        row = conform(table, schema_of("models")).to_pylist()[0]
+        stored = convert.model_from_row(row)
+        return (origin, stored.summary.whole) if stored.summary.whole is not None else None
 
     def close(self) -> None:
         if self.con is not None:

@@ -206,6 +206,7 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
     row: dict[str, Any] = {
         "run_id": run_id, "model": m.model, "frontend": m.frontend, "ops_total": m.ops_total,
         "ops_unique": m.ops_unique, "split_failures": m.split_failures, "export_s": m.export_seconds,
+        "export_reused": m.export_reused, "whole_key": m.whole_key,
         "error": m.error, "ops_without_result": counts.without_result,
         "whole_status": _enum(w.status) if w else None, "whole_depth": _enum(w.depth) if w else None,
         "whole_failed_stage": _enum(w.failed_stage) if w else None, "whole_message": w.message if w else None,
@@ -213,6 +214,7 @@ def model_row(run_id: str, m: ModelSummary, counts: ModelCounts) -> dict[str, An
         **_device_columns(w.device if w else None, "whole_"),
         "whole_pcc": w.pcc if w else None, "whole_reference": w.reference if w else None, "whole_max_abs_error": w.max_abs_error if w else None,
         "whole_iterations": w.iterations if w else None, "whole_s": w.seconds if w else None,
+        "whole_reused_from": w.reused_from if w else None,
         **_whole_ttsim_columns(w.ttsim if w else None),
         "module_artifact": m.module_artifact,
         **_trace_columns(w.accuracy_trace if w else None, S.TRACE_PREFIXES["model"]),
@@ -387,12 +389,13 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
             compile=_compile_from(row, "whole_"), device=_device_from(row, "whole_"), pcc=row["whole_pcc"],
             max_abs_error=row["whole_max_abs_error"], reference=row.get("whole_reference") or "framework", iterations=row["whole_iterations"] or 0,
             seconds=row["whole_s"] or 0.0, accuracy_trace=_trace_from(row, S.TRACE_PREFIXES["model"]),
-            ttsim=_whole_ttsim_from(row),
+            ttsim=_whole_ttsim_from(row), reused_from=row.get("whole_reused_from"),
         )
     summary = ModelSummary(model=row["model"], frontend=row["frontend"] or "", ops_total=row["ops_total"] or 0,
                            ops_unique=row["ops_unique"] or 0, split_failures=row["split_failures"] or 0,
                            export_seconds=row["export_s"] or 0.0, error=row["error"], whole=whole,
-                           module_artifact=row.get("module_artifact"))
+                           module_artifact=row.get("module_artifact"), export_reused=bool(row.get("export_reused")),
+                           whole_key=row.get("whole_key"))
     counts = ModelCounts(
         by_depth={stage: row[c] for stage, c in zip(Stage, S.DEPTH_COUNT_COLUMNS) if row[c]},
         by_status={status: row[f"status_{status.value}"] for status in Status if row.get(f"status_{status.value}")},

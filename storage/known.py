@@ -4,7 +4,7 @@ options. Asked model by model, as the run's models arrive."""
 
 from __future__ import annotations
 
-from opbyop.records import RETRYABLE, OpResult, RunInfo, UniqueOp
+from opbyop.records import RETRYABLE, OpResult, RunInfo, UniqueOp, WholeModelResult
 from opbyop_storage.cache import CachedResults
 from opbyop_storage.dataset import RunWriter, Store
 
@@ -18,7 +18,7 @@ class KnownResults:
         self.writer, self.store, self.run, self.reuse = writer, store, run, reuse
         stored = {r.signature: r for r in store.results(run.run_id)}  # one read; the latest result per op wins
         self.stored = {s: r for s, r in stored.items() if r.status not in RETRYABLE}
-        self.unique = self.todo = self.resumed = self.reused = 0
+        self.unique = self.todo = self.resumed = self.reused = self.wholes_reused = 0
         # earlier runs' results: the store scanned once for the run, not once per model
         self.cache = CachedResults(store, run.compiler.key, run.chip, run.options_key, exclude_run=run.run_id) \
             if reuse else None
@@ -39,10 +39,21 @@ class KnownResults:
         self.todo += len(ops) - len(known)
         return known
 
+    def whole(self, key: str) -> WholeModelResult | None:
+        """An earlier run's whole-model result for `key` (run.wholes.whole_key), naming its origin."""
+        if self.cache is None:
+            return None
+        found = self.cache.whole(key)
+        if found is None:
+            return None
+        origin, result = found
+        self.wholes_reused += 1
+        return result.model_copy(update={"reused_from": origin})
+
     def close(self) -> None:
         if self.cache is not None:
             self.cache.close()
 
     def line(self) -> str:
         return (f"{self.unique} unique ops: {self.todo} to analyse, {self.resumed} from this run id, "
-                f"{self.reused} reused from earlier runs")
+                f"{self.reused} reused from earlier runs; {self.wholes_reused} whole models reused")

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Callable, Iterator
 
-from opbyop.records import OpRecord, OpResult, RunInfo, UniqueOp
+from opbyop.records import OpRecord, OpResult, RunInfo, UniqueOp, WholeModelResult
 from opbyop.run.engine import RunOutcome
 from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
@@ -39,6 +39,9 @@ class StoreSink:
     def add_model(self, records: list[OpRecord], new: list[UniqueOp]) -> dict[str, OpResult]:
         self.writer.add_ops(records)
         return self.known.of(new)
+
+    def whole_known(self, key: str) -> WholeModelResult | None:
+        return self.known.whole(key)
 
     def op_done(self, result: OpResult) -> bool:
         return self.batches.add(result)

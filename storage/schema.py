@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 10  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+SCHEMA_VERSION = 11  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
@@ -36,9 +36,10 @@ SCHEMA_VERSION = 10  # 2: fault, narrowing, golden_method, run phases, a status 
 #                 9: a whole model's accuracy trace on ttsim's values (models: whole_ttsim_trace*)
 #                10: how far the model's outputs are from ttsim's against their scale, and what kind of
 #                    difference (ttsim_max_error, ttsim_difference)
+#                11: what a run took from earlier ones (models: export_reused, whole_key, whole_reused_from)
 # The tables' columns at SCHEMA_VERSION (schema_fingerprint()): a test fails when the columns change and the
 # version does not; bump the version, then record the new fingerprint here.
-SCHEMA_FINGERPRINT = "615622d090722634"
+SCHEMA_FINGERPRINT = "35bdbd2b7f452583"
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -340,6 +341,7 @@ MODELS = pa.schema([
     pa.field("ops_unique", pa.int64()),
     pa.field("split_failures", pa.int64()),
     pa.field("export_s", pa.float64()),
+    pa.field("export_reused", pa.bool_()),  # the export kept from an earlier run (nothing it read had changed)
     pa.field("error", pa.string()),
     *[pa.field(name, pa.int64()) for name in DEPTH_COUNT_COLUMNS],
     *[pa.field(name, pa.int64()) for name in STATUS_COUNT_COLUMNS],
@@ -355,6 +357,8 @@ MODELS = pa.schema([
     pa.field("whole_max_abs_error", pa.float64()),
     pa.field("whole_iterations", pa.int64()),
     pa.field("whole_s", pa.float64()),
+    pa.field("whole_key", pa.string()),  # what the whole-model result depends on (run.wholes.whole_key)
+    pa.field("whole_reused_from", pa.string()),  # the run the whole-model result was taken from
     *ttsim_fields("whole_"),
     pa.field("module_artifact", pa.string()),  # the model's StableHLO module in the artifact store (sha256)
     *(field for prefix in TRACE_PREFIXES.values() for field in trace_fields(prefix)),

@@ -39,7 +39,7 @@ def run_flow(request: AnalyzeRequest, handoff: Handoff, address: str) -> Analyze
 
     def flow() -> State:
         handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config),
-                                weights=config.keeps_weights)
+                                weights=config.keeps_weights, reuse=config.reuse_cached)
         return analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
 
     return _outcome(request.run_id, handoff, flow, summarised=True)

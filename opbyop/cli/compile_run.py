@@ -56,6 +56,7 @@ def _analyze(config: AnalysisConfig, zoo: Zoo, run_id: str | None = None) -> Run
     # a first use makes the descriptor
     plan = RunPlan.from_config(config, notices=Notices(say=console.print), compiler=compiler)
     prepare_jax(host_devices=plan.host_devices)  # sharded ops' upstream values run on a host mesh here too
+    # exports and splits kept from earlier runs are used (reuse_cached only says whether ops' results are)
     models = Splits().ask(config.models, config.seed, config.export, plan.host_devices, zoo, config.keeps_weights)
     workspace = Workspace.default()
     sink = open_sink(run_id) if run_id else nullcontext(NoSink())

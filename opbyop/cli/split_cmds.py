@@ -15,6 +15,7 @@ from rich.text import Text
 from opbyop.cli.app import app, console, fail, input_specs, styled
 from opbyop.config import load_zoo
 from opbyop.errors import OpbyopError
+from opbyop.frontends.export_cache import ExportCache
 from opbyop.frontends.loader import load_model, warm_exports
 from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import split_graph
@@ -41,11 +42,12 @@ def split(model: str = typer.Argument(..., help="zoo name, .mlir/.mlirbc file, o
           out: Optional[Path] = typer.Option(None, "--out", help="write the op records as JSON lines"),
           seed: int = typer.Option(0)) -> None:
     """Split a model into single-op modules: op table, total and unique counts, ops per kind."""
-    warm_exports([model], load_zoo(), seed)  # while this process starts JAX
+    exports = ExportCache()
+    warm_exports([model], load_zoo(), seed, exports)  # while this process starts JAX
     prepare_jax()
 
     try:
-        graph = load_model(model, inputs=input_specs(input), seed=seed)
+        graph = load_model(model, inputs=input_specs(input), seed=seed, exports=exports)
         result = split_graph(graph)  # with the framework ops the frontend could not lower
     except OpbyopError as e:
         fail(e)

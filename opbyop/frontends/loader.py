@@ -22,11 +22,13 @@ import numpy as np
 
 from opbyop.config import ExportBudget, InputSpec, Zoo, ZooEntry, config_dir, load_zoo
 from opbyop.errors import ExportError, ModuleError, OpbyopError, UnknownModelError
-from opbyop.frontends import dumps, graph_cache
+from opbyop.frontends import dumps
+from opbyop.frontends.export_cache import AGAIN, ExportCache, Request
 from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, forkserver, run_in_child, start_forkserver,
                                         write_result)
 from opbyop.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.frontends.jax_export import export_jax
+from opbyop.frontends.reads import ExportReads, Recorder
 from opbyop.sharding_plan import apply_plan
 from opbyop.ir.context import make_context
 from opbyop.jaxenv import prepare_jax
@@ -80,16 +82,18 @@ def _describe(e: BaseException) -> str:
 
 
 def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | None = None,
-               seed: int = 0, budget: ExportBudget | None = None, weights: bool = True) -> ModelGraph:
+               seed: int = 0, budget: ExportBudget | None = None, weights: bool = True,
+               exports: ExportCache | None = None) -> ModelGraph:
     """Resolve `spec` in order: zoo name, one dumped module (`<dump file>#<name>`, what a folder of IR
     dumps expands into: expand_specs), a folder holding one dumped module, a plugin dump file, a
-    StableHLO file, package.module:factory. A model made by a factory is exported in a child
-    process within `budget` (default: ExportBudget()). Without `weights`, the graph comes back
-    without its weights' values (ModelGraph.without_weights): a factory's child never hands them
-    over (a 1 B-parameter model's are 4 GB)."""
+    StableHLO file, package.module:factory. A model made by a factory (a zoo model's or a user's) is
+    exported in a child process within `budget` (default: ExportBudget()), or taken from `exports`
+    (default: the machine's export cache) when nothing its export read has changed. Without
+    `weights`, the graph comes back without its weights' values (ModelGraph.without_weights): a
+    factory's child never hands them over (a 1 B-parameter model's are 4 GB)."""
     zoo = zoo or load_zoo()
     if spec in zoo.names():
-        return _zoo_model(spec, zoo, seed, budget, weights)
+        return load_entry(zoo.get(spec), seed=seed, budget=budget, weights=weights, exports=exports)
     dumped = dumps.split_spec(spec)
     if dumped is not None:
         return load_dumped(*dumped, seed=seed)
@@ -106,41 +110,34 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     if path.suffix in MLIR_SUFFIXES or path.is_file() or path.is_dir():
         return load_stablehlo_file(path, seed=seed)
     if ":" in spec:
-        return load_entry(factory_entry(spec, inputs or []), seed=seed, budget=budget, weights=weights)
+        return load_entry(factory_entry(spec, inputs or []), seed=seed, budget=budget, weights=weights,
+                          exports=exports)
     zoo.get(spec)  # raises UnknownModelError listing the zoo
     raise AssertionError("unreachable")
 
 
-def _zoo_model(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None, weights: bool) -> ModelGraph:
-    """A zoo model from the export cache when it is there (frontends.graph_cache), else loaded and kept
-    (whole: the cache serves every run); without `weights`, one the cache does not keep is exported
-    without them, one it keeps loses them here."""
-    path = graph_cache.cache_path(spec, zoo, seed)
-    if path is None:
-        return load_entry(zoo.get(spec), seed=seed, budget=budget, weights=weights)
-    graph = graph_cache.read(path) if path.exists() else None
-    if graph is None:
-        graph = load_entry(zoo.get(spec), seed=seed, budget=budget)
-        graph_cache.write(path, graph)
-    return graph if weights else graph.without_weights()
+def warm_exports(specs: Sequence[str], zoo: Zoo, seed: int, exports: ExportCache, weights: bool = True) -> None:
+    """Start the export forkserver now (it imports and warms torch, torch-mlir and JAX while the
+    caller starts up) if a framework will export one of `specs` in a child; not for a StableHLO file,
+    a dump or a model whose kept export is fresh (about 5 CPU-s for nothing). A hint only: an export
+    the hint missed starts the forkserver itself."""
+    for spec in specs:
+        entry = _exported_entry(spec, zoo)
+        if entry is not None and not exports.fresh(Request(entry, seed, weights)):
+            start_forkserver()
+            return
 
 
-def warm_exports(specs: Sequence[str], zoo: Zoo, seed: int) -> None:
-    """Start the export forkserver now (it imports and warms torch while the caller starts up) if a
-    framework will export one of `specs` in a child; not for a StableHLO file, a dump or a model in
-    the export cache (about 5 CPU-s for nothing). A hint only: an export the hint missed starts the
-    forkserver itself."""
-    if any(_exported_in_child(spec, zoo) and not graph_cache.is_cached(spec, zoo, seed) for spec in specs):
-        start_forkserver()
-
-
-def _exported_in_child(spec: str, zoo: Zoo) -> bool:
-    """Whether load_model makes `spec` with a framework in an export child (a zoo model or a
-    `package.module:factory`)."""
+def _exported_entry(spec: str, zoo: Zoo) -> ZooEntry | None:
+    """The entry load_model makes `spec` from with a framework in an export child (a zoo model's or a
+    `package.module:factory`), or None."""
     if spec in zoo.names():
-        return zoo.get(spec).frontend != "stablehlo"
+        entry = zoo.get(spec)
+        return entry if entry.frontend != "stablehlo" else None
     path = Path(spec)
-    return ":" in spec and dumps.split_spec(spec) is None and not path.exists() and path.suffix not in MLIR_SUFFIXES
+    if ":" in spec and dumps.split_spec(spec) is None and not path.exists() and path.suffix not in MLIR_SUFFIXES:
+        return factory_entry(spec, [])
+    return None
 
 
 def factory_entry(spec: str, inputs: Sequence[InputSpec]) -> ZooEntry:
@@ -164,14 +161,15 @@ def recorded_name(spec: str) -> str:
 
 
 def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
-               budget: ExportBudget | None = None, weights: bool = True) -> ModelGraph:
+               budget: ExportBudget | None = None, weights: bool = True,
+               exports: ExportCache | None = None) -> ModelGraph:
     """A zoo entry (with its sharding plan applied, when it has one) -> ModelGraph. A factory's model
     is made and exported in a child process within `budget` (frontends.isolation), which hands back
-    its weights' values only with `weights`."""
+    its weights' values only with `weights`; or taken from `exports` (export_kept)."""
     if entry.frontend == "stablehlo":
         graph = _load_entry(entry, seed, infer_frontend)
     else:
-        graph = export_isolated(entry, seed, budget or ExportBudget(), weights)
+        graph = export_kept(entry, seed, budget or ExportBudget(), weights, exports or ExportCache())
     if entry.sharding is not None:
         inputs = sum(1 for a in graph.arguments if a.kind is ArgumentKind.INPUT)
         graph.module_text = apply_plan(graph.module_text, [a.name for a in graph.arguments], inputs,
@@ -180,13 +178,30 @@ def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
     return graph
 
 
-def export_isolated(entry: ZooEntry, seed: int, budget: ExportBudget, weights: bool = True) -> ModelGraph:
-    """The entry's model made and exported in a child process watched against `budget`: one past
-    it, or dead, is this model's ExportError; the calling process never holds the export (nor,
-    without `weights`, the weights' values)."""
+def export_kept(entry: ZooEntry, seed: int, budget: ExportBudget, weights: bool, exports: ExportCache) -> ModelGraph:
+    """The entry's export from `exports` when nothing it read has changed; else exported again
+    (export_isolated), kept, and the model's notes say why it was made again."""
+    request = Request(entry, seed, weights)
+    found = exports.find(request)
+    if found.graph is not None:
+        return found.graph
+    graph, reads = export_isolated(entry, seed, budget, weights, ignored=(exports.root,))
+    exports.keep(request, graph, reads)
+    if found.again:
+        graph.notes.append(AGAIN + found.again)
+    return graph
+
+
+def export_isolated(entry: ZooEntry, seed: int, budget: ExportBudget, weights: bool = True,
+                    ignored: Sequence[Path] = ()) -> tuple[ModelGraph, ExportReads]:
+    """The entry's model made and exported in a child process watched against `budget`, with what
+    the export read (frontends.reads; files under `ignored` are not its input). One past the budget,
+    or dead, is this model's ExportError; the calling process never holds the export (nor, without
+    `weights`, the weights' values)."""
     with tempfile.TemporaryDirectory(prefix="opbyop-export-") as folder:
         try:
-            kind, value = run_in_child(_export_child, (entry.model_dump_json(), seed, budget.model_dump_json(), weights),
+            kind, value = run_in_child(_export_child, (entry.model_dump_json(), seed, budget.model_dump_json(), weights,
+                                                       [str(p) for p in ignored]),
                                        Path(folder), budget.memory_limit(), budget.timeout_s, forkserver())
         except BudgetExceeded as e:
             raise ExportError(e.words(f"exporting {entry.name} (the factory, torch.export or JAX, torch-mlir)"),
@@ -212,15 +227,17 @@ _RAISE_BUDGET = {
 }
 
 
-def _export_child(entry_json: str, seed: int, budget_json: str, weights: bool, folder: Path) -> None:
-    """In the export's child: make and export the model, and leave ("graph", ModelGraph) (with its
-    weights' values only when `weights`), ("opbyop", (error type, problem, fix)) or ("error", words)
-    for the parent."""
+def _export_child(entry_json: str, seed: int, budget_json: str, weights: bool, ignored: list[str],
+                  folder: Path) -> None:
+    """In the export's child: make and export the model, and leave ("graph", (ModelGraph, ExportReads))
+    (with its weights' values only when `weights`), ("opbyop", (error type, problem, fix)) or
+    ("error", words) for the parent."""
+    recorder = Recorder(ignored=[folder, *map(Path, ignored)])  # first: everything the export reads
     prepare_jax()  # this child's JAX on the CPU (a forkserver child does not see its parent's settings)
     entry, budget = ZooEntry.model_validate_json(entry_json), ExportBudget.model_validate_json(budget_json)
     try:
         graph = _load_entry(entry, seed, lowering=budget)
-        write_result(folder, ("graph", graph if weights else graph.without_weights()))
+        write_result(folder, ("graph", (graph if weights else graph.without_weights(), recorder.reads())))
     except OpbyopError as e:
         write_result(folder, ("opbyop", (type(e), e.problem, e.fix)))
     except MemoryError:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 from opbyop.compiler.system_desc import dram_bytes
+from opbyop.frontends.export_cache import AGAIN
 from opbyop.graph import ModelGraph
 from opbyop.op_memory import whole_model_misfit_on
 from opbyop.pipeline import Prepared, summarize
 from opbyop.records import ModelSummary, OpRecord, OpResult, RunStatus, Stage, Status, UniqueOp, WholeModelResult
 from opbyop.run.models import Feed, SplitOutcome
 from opbyop.run.plan import RunPlan
+from opbyop.run.wholes import whole_key
 from opbyop.workspace import Workspace
 
 log = logging.getLogger("opbyop.run")
@@ -37,6 +39,9 @@ class ResultSink(Protocol):
 
     def add_model(self, records: list[OpRecord], new: list[UniqueOp]) -> dict[str, OpResult]:
         """Record one model's ops; the results it already has of `new` (signature -> result): not analysed again."""
+
+    def whole_known(self, key: str) -> WholeModelResult | None:
+        """An earlier run's whole-model result for the same key (run.wholes.whole_key), or None."""
 
     def op_done(self, result: OpResult) -> bool:
         """Keep one op's result; True when results reached the sink's storage with this one."""
@@ -53,6 +58,9 @@ class NoSink:
 
     def add_model(self, records: list[OpRecord], new: list[UniqueOp]) -> dict[str, OpResult]:
         return {}
+
+    def whole_known(self, key: str) -> WholeModelResult | None:
+        return None
 
     def op_done(self, result: OpResult) -> bool:
         return False
@@ -71,6 +79,7 @@ class RunOutcome:
     results: dict[str, OpResult] = field(default_factory=dict)
     wholes: dict[str, WholeModelResult] = field(default_factory=dict)
     modules: dict[str, str] = field(default_factory=dict)  # model -> artifact digest of its module
+    whole_keys: dict[str, str] = field(default_factory=dict)  # model -> what its whole-model result depends on
     known: int = 0  # results the sink already had (resumed from the run id, or reused from earlier runs)
     error: str | None = None  # the run could not go on (no op worker could start ...)
     interrupted: bool = False  # the caller asked the run to stop
@@ -99,7 +108,9 @@ class RunOutcome:
         """One summary per model: split, whole-model result and module; the models that failed to load too."""
         prepared = self.prepared
         models = [summarize(name, prepared, self.wholes.get(name)).model_copy(
-            update={"module_artifact": self.modules.get(name)}) for name in prepared.splits]
+            update={"module_artifact": self.modules.get(name), "whole_key": self.whole_keys.get(name),
+                    "export_reused": name in prepared.graphs and prepared.graphs[name].reused})
+            for name in prepared.splits]
         return models + [summarize(spec, prepared) for spec in prepared.errors]
 
 
@@ -165,6 +176,19 @@ def fitting_whole(plan: RunPlan, outcome: RunOutcome, name: str, logger: logging
     return {name: graph}
 
 
+def _whole_unless_known(plan: RunPlan, outcome: RunOutcome, name: str, graph: ModelGraph,
+                        logger: logging.Logger | logging.LoggerAdapter) -> dict[str, ModelGraph]:
+    """The model's whole-model run to hand out, or none when the sink has an earlier run's result
+    for the same graph, build, chip and options (taken instead)."""
+    key = outcome.whole_keys[name] = whole_key(graph, plan)
+    known = outcome.sink.whole_known(key) if plan.config.reuse_cached else None
+    if known is None:
+        return {name: graph}
+    outcome.add_whole(name, known)
+    logger.info("%s: whole model reused from run %s (%s)", name, known.reused_from, known.status.value)
+    return {}
+
+
 def execute(plan: RunPlan, models: Feed, executor: Executor, sink: ResultSink | None = None, *,
             workspace: Workspace | None = None, keep_modules: bool = False, settle_successes: bool = False,
             stop: Callable[[], bool] = lambda: False, clock: Clock | None = None,
@@ -206,11 +230,14 @@ def _arrived(plan: RunPlan, outcome: RunOutcome, model: SplitOutcome, executor: 
     """One model (a SplitOutcome) added to the run and its ops left to analyse handed out."""
     with clock.phase("split"):
         name, new = outcome.prepared.add(model.spec, model.graph, model.split, model.error, target=plan.target,
-                                         unshard=plan.config.unshard,
+                                         unshard=plan.config.unshard, reuse=plan.config.reuse_cached,
                                          artifacts=workspace.artifacts if workspace else None)
         if name in outcome.prepared.errors:
             logger.error("model %s produced no ops: %s", name, outcome.prepared.errors[name])
             return
+        for note in outcome.prepared.graphs[name].notes if name in outcome.prepared.graphs else []:
+            if note.startswith(AGAIN):  # a kept export that could not be used: said, not silent
+                logger.warning("%s: %s", name, note)
         if workspace is not None:
             keep_ops(new, workspace)
             graph = outcome.prepared.graphs.get(name)
@@ -222,6 +249,8 @@ def _arrived(plan: RunPlan, outcome: RunOutcome, model: SplitOutcome, executor: 
     outcome.known += len(known)
     todo = [op for op in new if op.signature not in known]
     wholes = fitting_whole(plan, outcome, name, logger) if plan.config.whole_model else {}
+    if wholes:
+        wholes = _whole_unless_known(plan, outcome, name, wholes[name], logger)
     logger.info("%s: %d ops, %d new unique (%d to analyse)", name, len(outcome.prepared.splits[name].ops),
                 len(new), len(todo))
     if todo or wholes:

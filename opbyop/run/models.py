@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from typing import Callable, Generator, Iterator, Protocol, Sequence
 
 from opbyop.config import ExportBudget, Zoo, load_zoo
+from opbyop.frontends.export_cache import ExportCache
 from opbyop.frontends.loader import expand_specs, warm_exports
 from opbyop.graph import ModelGraph
 from opbyop.ir.split import SplitResult
+from opbyop.ir.split_cache import SplitCache
 from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import prepare_model
 
@@ -44,14 +46,27 @@ class SplitOutcome:
 
 
 Arriving = Generator[SplitOutcome, None, None]  # a feed's models; close() lets go of those not taken
-SplitKey = tuple[str, int, bool]  # (spec, seed, weights): one split of a model
+SplitKey = tuple[str, int, bool, bool]  # (spec, seed, weights, reuse): one split of a model
+
+
+@dataclass
+class Kept:
+    """Where a caller's models' exports and splits are kept (with `reuse` false: kept, never used)."""
+
+    exports: ExportCache
+    splits: SplitCache
+
+    @classmethod
+    def machine(cls, reuse: bool = True) -> Kept:
+        return cls(ExportCache(reuse=reuse), SplitCache(reuse=reuse))
 
 
 def split_outcome(spec: str, zoo: Zoo, seed: int, budget: ExportBudget | None = None,
-                  weights: bool = True) -> SplitOutcome:
+                  weights: bool = True, kept: Kept | None = None) -> SplitOutcome:
     """pipeline.prepare_model, timed."""
     start = time.monotonic()
-    graph, split, error = prepare_model(spec, zoo, seed, budget, weights)
+    kept = kept or Kept.machine()
+    graph, split, error = prepare_model(spec, zoo, seed, budget, weights, kept.exports, kept.splits)
     return SplitOutcome(spec, graph, split, error, time.monotonic() - start)
 
 
@@ -135,30 +150,35 @@ class Splits:
         self._thread: threading.Thread | None = None
         self._host_devices: int | None = None
         self._lock = threading.Lock()
+        self._cache_lock = threading.Lock()  # _kept() is called under _lock and from the split thread
         self._stopped = stop or threading.Event()
         self._closed = False
         self._claims: dict[SplitKey, int] = {}  # runs that asked and have not taken the model yet
         self._keeping = 0  # kept() blocks open
+        self._caches: dict[bool, Kept] = {}  # reuse -> where exports and splits are kept (files digested once)
 
     def ask(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
-            host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True) -> Arrivals:
+            host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True,
+            reuse: bool = True) -> Arrivals:
         """The models of `specs` (a folder of IR dumps: each of its modules), split in this order
         after any asked before; those asked before with the same seed and not let go of are not split
         again. `host_devices`: the XLA:CPU devices of the process (pipeline values on a host mesh),
         fixed by the first ask; `zoo`: where zoo names are looked up (default: the configured zoo);
         `weights`: whether the graphs keep their weights' values (a run that stitches whole models;
-        a model split with and without them is two splits)."""
+        a model split with and without them is two splits); `reuse`: whether exports and splits
+        kept from earlier runs are used (run.models.Kept)."""
         with self._lock:
-            keys = self._queue(specs, seed, budget, host_devices, zoo, weights)
+            keys = self._queue(specs, seed, budget, host_devices, zoo, weights, reuse)
             for key in keys:
                 self._claims[key] = self._claims.get(key, 0) + 1
             return Arrivals([(key[0], key, self.futures[key]) for key in keys], self)
 
     def prefetch(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
-                 host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True) -> None:
+                 host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True,
+                 reuse: bool = True) -> None:
         """Start splitting these models now, for a run that asks for them later (ask's arguments)."""
         with self._lock:
-            self._queue(specs, seed, budget, host_devices, zoo, weights)
+            self._queue(specs, seed, budget, host_devices, zoo, weights, reuse)
 
     def release(self, key: SplitKey) -> None:
         """One run took model `key`: let go of it when no other run waits for it (outside kept())."""
@@ -184,13 +204,13 @@ class Splits:
                         self.futures.pop(key, None)
 
     def _queue(self, specs: Sequence[str], seed: int, budget: ExportBudget | None, host_devices: int | None,
-               zoo: Zoo | None, weights: bool) -> list[SplitKey]:
+               zoo: Zoo | None, weights: bool, reuse: bool) -> list[SplitKey]:
         """The keys of `specs`, the new ones queued for the split thread (under the lock)."""
         zoo = zoo or load_zoo()
-        asked = [(spec, seed, weights) for spec in dict.fromkeys(expand_specs(specs))]
+        asked = [(spec, seed, weights, reuse) for spec in dict.fromkeys(expand_specs(specs))]
         new = [key for key in asked if key not in self.futures]
-        if new:
-            warm_exports([spec for spec, _, _ in new], zoo, seed)  # the export children warm up meanwhile
+        if new:  # the export children warm up meanwhile
+            warm_exports([key[0] for key in new], zoo, seed, self._kept(reuse).exports, weights)
         for key in new:
             future: Future = Future()
             self.futures[key] = future
@@ -201,6 +221,12 @@ class Splits:
             self._thread.start()
         return asked
 
+    def _kept(self, reuse: bool) -> Kept:
+        with self._cache_lock:
+            if reuse not in self._caches:
+                self._caches[reuse] = Kept.machine(reuse)
+            return self._caches[reuse]
+
     def close(self) -> None:
         """No more splits: models not yet started are not split, and the thread ends (a service makes
         one Splits per request)."""
@@ -210,13 +236,13 @@ class Splits:
     def _split(self) -> None:
         prepare_jax(host_devices=self._host_devices)  # before anything in this process imports JAX
         while (work := self._work.get()) is not None:
-            (spec, seed, weights), budget, future, zoo = work
+            (spec, seed, weights, reuse), budget, future, zoo = work
             if not future.set_running_or_notify_cancel():
                 continue
             if self._stopped.is_set() or self._closed:
                 future.set_result(SplitOutcome(spec, None, None, STOPPED))
                 continue
             try:
-                future.set_result(split_outcome(spec, zoo, seed, budget, weights))
+                future.set_result(split_outcome(spec, zoo, seed, budget, weights, self._kept(reuse)))
             except BaseException as e:  # noqa: BLE001  (the run that waits for it reports it)
                 future.set_exception(e)
