@@ -367,3 +367,39 @@ def test_a_flow_runs_process_counts_as_gone_when_its_pid_is_dead_or_reused():
     assert process_gone({**process_labels(), PID_START: "1.00"})  # the pid now names another process
     assert not process_gone({**process_labels(), HOST: "another-machine"})  # not this host's to judge
     assert not process_gone({})  # a run that did not label itself
+
+
+NIGHT_MODELS = '''import torch
+
+
+def tiny():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Linear(8, 2)), [torch.ones(2, 4)]
+'''
+
+
+@pytest.mark.slow
+def test_a_second_night_pays_only_for_what_changed(harness, home, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPBYOP_CACHE_DIR", str(tmp_path / "cache"))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "night_models.py").write_text(NIGHT_MODELS)
+    monkeypatch.syspath_prepend(str(code))
+    nightly_config = config("jax-mlp", "night_models:tiny", whole_model=True)
+    store = Store(home / "store")
+
+    def models(summary: RunSummary) -> dict:
+        return {m.summary.model: m.summary for m in store.models(summary.run_id)}
+
+    _, first = run(nightly_config)
+    assert all(not m.export_reused and m.whole.status is Status.SUCCESS for m in models(first).values())
+    _, second = run(nightly_config)  # nothing changed: no export, no split, no op, no whole model
+    assert second.reused == second.ops_unique > 0 and "cluster" not in second.phases
+    assert all(m.export_reused and m.whole.reused_from == first.run_id and m.whole.status is Status.SUCCESS
+               for m in models(second).values())
+    (code / "night_models.py").write_text(NIGHT_MODELS.replace("GELU", "Tanh"))  # one model's source edited
+    _, third = run(nightly_config)
+    kept = models(third)
+    assert kept["jax-mlp"].export_reused and kept["jax-mlp"].whole.reused_from == first.run_id
+    assert not kept["night_models.tiny"].export_reused and kept["night_models.tiny"].whole.reused_from is None
+    assert 0 < third.ops_unique - third.reused < third.ops_unique  # only the edited model's new ops analysed

@@ -61,7 +61,7 @@ def test_a_model_is_let_go_of_once_every_run_that_asked_has_taken_it_unless_kept
     splits.prefetch([chain], 0)
     one, two = splits.ask([chain], 0), splits.ask([chain], 0)
     first = next(one.arriving(idle=lambda: None))
-    assert (chain, 0, True) in splits.futures  # the second run has not taken it yet
+    assert (chain, 0, True, True) in splits.futures  # the second run has not taken it yet
     assert next(two.arriving(idle=lambda: None)) is first
     assert not splits.futures  # taken by both: a run of many models holds only those still to come
     with splits.kept():
