@@ -1,0 +1,128 @@
+"""The second night: the same `opbyop analyze` of a user's own models, run again with nothing changed,
+then with one model's source file edited; this checkout beside another one (the baseline), in one run.
+
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/bench_second_night.py [--count 19]
+        [--baseline-ref REF] [--no-baseline] [--workers 2]
+
+The models are user factories, one file each (`night_<type>.py`, written in a scratch folder: each
+builds a tiny transformers architecture from benchmarks/breadth_models.py), the first --count of the
+architectures that run eagerly. Each checkout gets a fresh OPBYOP_HOME and machine cache, and runs
+three nights in it: `first` (cold), `second` (nothing changed), `edited` (one model's file edited).
+The baseline is `git worktree` of --baseline-ref (default: the commit before the export cache) run
+from its own tree (PYTHONPATH). Printed per night: wall, unique ops analysed and reused, models
+exported (not taken from the cache), whole models reused, the run's time line.
+Goals (2 cores): second <= 15 s; edited <= that model's export time + 15 s, with only it exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import breadth_models
+from common import ROOT
+
+FACTORY = '''"""A user's model: a tiny {kind}."""
+from breadth_models import build
+
+
+def model():
+    return build("{kind}")
+'''
+NIGHTS = ("first", "second", "edited")
+
+
+def user_models(folder: Path, count: int) -> list[str]:
+    """`count` user factories, one file each, of architectures that run eagerly."""
+    specs = []
+    for kind in breadth_models.architectures():
+        if len(specs) == count:
+            break
+        if breadth_models.runs_eagerly(kind) is not None:
+            continue
+        name = "night_" + kind.replace("-", "_")
+        (folder / f"{name}.py").write_text(FACTORY.format(kind=kind))
+        specs.append(f"{name}:model")
+    return specs
+
+
+def baseline_tree(ref: str, folder: Path) -> Path:
+    """A worktree of `ref`, its packages importable under their installed names."""
+    tree = folder / "baseline"
+    subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT, check=True, capture_output=True)
+    for name, source in (("opbyop_flows", "flows"), ("opbyop_tasks", "tasks"), ("opbyop_storage", "storage")):
+        (tree / name).symlink_to(tree / source)
+    return tree
+
+
+def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, workers: int) -> dict:
+    """One `opbyop analyze` of `specs` with `code`'s opbyop; its figures from its own store."""
+    env = {**os.environ, "OPBYOP_HOME": str(home), "OPBYOP_CACHE_DIR": str(cache), "COLUMNS": "300",
+           "PYTHONPATH": os.pathsep.join([str(code), str(models), str(ROOT / "benchmarks")])}
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *specs, "--workers", str(workers)],
+                          env=env, cwd=home, capture_output=True, text=True)
+    wall = time.monotonic() - start
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("time: ")), "time: ?")
+    if done.returncode not in (0, 1):
+        print(done.stdout[-3000:], done.stderr[-3000:])
+    query = ("SELECT count(*) AS models, count(*) FILTER (WHERE coalesce(export_reused, false)) AS exports_kept, "
+             "count(*) FILTER (WHERE whole_reused_from IS NOT NULL) AS wholes_kept FROM models "
+             "WHERE run_id = (SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1)")
+    stored = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "sql", query, "--format", "json"], env=env,
+                            cwd=home, capture_output=True, text=True)
+    try:
+        row = json.loads(stored.stdout)[0]
+    except (ValueError, IndexError):  # the baseline's schema has no such columns
+        row = {}
+    ops = next((ln for ln in done.stdout.splitlines() if "unique ops of" in ln), "")
+    return {"wall": wall, "exit": done.returncode, "ops": ops, "time": line, **row}
+
+
+def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path, workers: int) -> dict[str, dict]:
+    home, cache = scratch / f"{label}-home", scratch / f"{label}-cache"
+    home.mkdir()
+    out = {}
+    for name in NIGHTS:
+        if name == "edited":  # one model's own source file edited
+            edited = models / f"{specs[0].partition(':')[0]}.py"
+            edited.write_text(edited.read_text() + "\n# edited: one more line\n")
+        out[name] = night(code, specs, models, home, cache, workers)
+        print(f"{label:9} {name:7} {out[name]['wall']:7.1f} s  exit {out[name]['exit']}  "
+              f"exports kept {out[name].get('exports_kept', '?')}/{out[name].get('models', '?')}  "
+              f"wholes kept {out[name].get('wholes_kept', '?')}  {out[name]['ops']}\n"
+              f"          {out[name]['time']}", flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=19)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--baseline-ref", default="bb75754")
+    parser.add_argument("--no-baseline", action="store_true")
+    args = parser.parse_args()
+    scratch = Path(tempfile.mkdtemp(prefix="bench-second-night-"))
+    trees = {"this": ROOT}
+    try:
+        if not args.no_baseline:
+            trees["baseline"] = baseline_tree(args.baseline_ref, scratch)
+        for label, code in trees.items():
+            models = scratch / f"{label}-models"
+            models.mkdir()
+            specs = user_models(models, args.count)
+            nights(label, code, specs, models, scratch, args.workers)
+    finally:
+        if "baseline" in trees:
+            subprocess.run(["git", "worktree", "remove", "--force", str(trees["baseline"])], cwd=ROOT,
+                           capture_output=True)
+
+
+if __name__ == "__main__":
+    main()
