@@ -138,7 +138,8 @@ class AnalyzeRun:
         """The run's models, from the caller's split thread (asked there already by the CLI, or by an
         earlier run of the group or the nightly: split once)."""
         return self.handoff.splits.ask(self.config.models, self.config.seed, self.config.export,
-                                       self.plan.host_devices, weights=self.config.keeps_weights)
+                                       self.plan.host_devices, weights=self.config.keeps_weights,
+                                       reuse=self.config.reuse_cached)
 
     def execute(self) -> State:
         """The whole run, from the first model's split to the report; the flow's final state."""
