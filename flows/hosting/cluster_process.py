@@ -1,14 +1,19 @@
-"""The LocalCluster of one CLI run, in a child process (`python -m opbyop_flows.hosting.cluster`) started at
-once, beside the Prefect server and the export; this side imports neither Dask nor JAX, so the CLI
-can start it before its own imports."""
+"""The LocalCluster of one CLI run (or of `opbyop serve`), in a child process (`python -m
+opbyop_flows.hosting.cluster`) started at once, beside the Prefect server and the export; this side
+imports neither Dask nor JAX, so the CLI can start it before its own imports. A run that loses it
+starts it again (restart(): flows/hosting/run_cluster.py)."""
 
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+
+import psutil
 
 from opbyop_flows.hosting.tied import spawn_tied
 from opbyop.errors import OpbyopError
@@ -25,10 +30,15 @@ class ClusterProcess:
     def __init__(self, workers: int, chip: str, log_dir: Path):
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / "dask-cluster.log"
-        with open(self.log_path, "wb") as log:
-            self._proc = spawn_tied([sys.executable, "-m", "opbyop_flows.hosting.cluster", "--workers", str(workers), "--chip", chip],
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
+        self._command = [sys.executable, "-m", "opbyop_flows.hosting.cluster", "--workers", str(workers),
+                         "--chip", chip]
+        self._proc = self._spawn("wb")
         self.address: str | None = None
+        self._addresses: set[str] = set()  # every address it had: a run given an old one still means this cluster
+
+    def _spawn(self, mode: str) -> subprocess.Popen:
+        with open(self.log_path, mode) as log:
+            return spawn_tied(self._command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log)
 
     def wait(self, timeout: float = 180.0) -> str:
         """The scheduler's address, once the cluster is up (its op workers may still be warming)."""
@@ -44,7 +54,50 @@ class ClusterProcess:
         if not line:
             raise OpbyopError(f"the local Dask cluster did not start: {self._log_tail()}", f"see {self.log_path}")
         self.address = json.loads(line)["address"]
+        self._addresses.add(self.address)
         return self.address
+
+    def had(self, address: str) -> bool:
+        """Whether `address` is (or was, before a restart) this cluster's."""
+        return address in self._addresses
+
+    @property
+    def pid(self) -> int | None:
+        """The cluster's own process (its supervisor's child; None once it is gone): killing it loses
+        the cluster, as the kernel's out-of-memory killer would, and its supervisor takes its Dask
+        workers with it."""
+        try:
+            children = psutil.Process(self._proc.pid).children()
+        except psutil.NoSuchProcess:
+            return None
+        return children[0].pid if children else None
+
+    def restart(self, timeout: float = 180.0) -> str:
+        """A new cluster in place of a lost one (what is left of the old one stopped first), its op
+        workers warming, its log appended to the old one's; its address."""
+        self.close(wait=True)
+        self._proc, self.address = self._spawn_held(), None
+        return self.wait(timeout)
+
+    def _spawn_held(self) -> subprocess.Popen:
+        """_spawn from a thread that lives as long as this process: the tie (flows/hosting/tied.py)
+        follows the thread that starts the child, and the run's thread that asks for a restart ends
+        before the cluster should (`opbyop serve` keeps it for the runs after)."""
+        spawned: queue.Queue[subprocess.Popen | BaseException] = queue.Queue()
+
+        def hold() -> None:
+            try:
+                spawned.put(self._spawn("ab"))
+            except BaseException as e:  # noqa: BLE001  (raised in the caller's thread)
+                spawned.put(e)
+                return
+            threading.Event().wait()
+
+        threading.Thread(target=hold, name="cluster-restarted", daemon=True).start()
+        proc = spawned.get()
+        if isinstance(proc, BaseException):
+            raise proc
+        return proc
 
     def exit_code(self) -> int | None:
         """None while the cluster runs."""
