@@ -6,7 +6,9 @@ can only be its own doing. A shared/exclusive lock in the flow's process does th
 shared while their work is on the cluster; a re-run takes it exclusively (waiting for the ops in
 flight, holding back new ones, which retries rarely cost). Closing the gate (the run is being
 stopped) makes every waiter give up at once, cancels the work in flight and kills the op workers
-running it (on_dask.abort_in_flight, by the run's tag).
+running it (on_dask.abort_in_flight, by the run's tag). A cluster that is lost loses its gate
+(lose()): the waiters give up at once and nothing more is asked of the cluster, which cannot answer;
+a run whose cluster is started again hands its work out through a new gate.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
 
 
 class GateClosed(RuntimeError):
-    """The run is stopping: no new work goes to the cluster."""
+    """The run is stopping, or its cluster was lost: no new work goes through this gate."""
 
 
 class ClusterGate:
@@ -37,6 +39,8 @@ class ClusterGate:
         self._exclusive = False
         self._waiting_exclusive = 0  # writers first: a retry is not starved by the stream of ops
         self._closed = False
+        self.lost = False  # the cluster is gone (lose())
+        self.why = "the run is stopping"  # what GateClosed says
         self._in_flight: set[Any] = set()  # Dask futures, cancelled on close
 
     @contextmanager
@@ -82,6 +86,14 @@ class ClusterGate:
             with self._cond:
                 self._in_flight.discard(future)
 
+    def lose(self) -> None:
+        """The cluster is gone: every waiter gives up at once (GateClosed), and nothing is asked of
+        the cluster (Dask cancelled the futures in flight when it lost the scheduler)."""
+        with self._cond:
+            self._closed = self.lost = True
+            self.why = "the Dask cluster was lost"
+            self._cond.notify_all()
+
     def close(self) -> str:
         """Stop the run's work: waiters give up, futures are cancelled, and the op workers still
         busy with this run's ops are killed (a cancelled future does not stop a running op, which
@@ -91,12 +103,15 @@ class ClusterGate:
             self._closed = True
             futures = list(self._in_flight)
             self._cond.notify_all()
+        if self.lost:
+            return f"{len(futures)} task(s) lost with the cluster"
         for future in futures:
             try:
-                future.cancel()
+                if future.client.status == "running":  # a client that lost its scheduler would wait for it
+                    future.cancel()
             except Exception:  # the cluster may already be gone: nothing left to cancel
                 pass
-        if self.client is None or not self.plugin:
+        if self.client is None or not self.plugin or self.client.status != "running":
             return f"{len(futures)} task(s) cancelled"
         try:  # also when nothing is awaited now: a task may be starting on a worker as we speak
             killed = sum(self.client.run(on_dask.abort_in_flight, self.plugin, self.tag).values())
@@ -110,4 +125,4 @@ class ClusterGate:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise GateClosed("the run is stopping")
+            raise GateClosed(self.why)

@@ -7,7 +7,8 @@ visible task run while the per-op orchestration cost stays small next to the op'
 A Dask worker that dies fails every op it held, though at most one of them killed it: each such op is
 run once more alone on the cluster (tasks/gate.py), and only an op that kills a worker again is
 `crashed`. The cluster itself failing (connection lost, scheduler gone) is `infra_error`: worth one
-retry of the task, then recorded as such.
+retry of the task, then recorded as such; a run whose own cluster was lost starts it again and hands
+the op out once more (flows/hosting/run_cluster.py).
 
 The Dask worker may be on another host with a home of its own: there an op needs the artifacts it
 reads (sent only when that worker asks: run_shipping), and the artifacts its result names come back
@@ -62,8 +63,9 @@ def _retry_infrastructure(task, task_run, state) -> bool:  # noqa: ANN001  (Pref
 
 def run_isolated(gate: ClusterGate, submit: Callable[[Client], object]) -> T:
     """The result of the Dask future `submit(client)` returns. Its work shares the cluster with the
-    other ops; if its worker dies, it runs once more alone; KilledTwice if that worker dies too."""
-    client = default_client()
+    other ops; if its worker dies, it runs once more alone; KilledTwice if that worker dies too. It
+    goes to the gate's cluster (a run whose cluster was restarted has a gate for each)."""
+    client = gate.client or default_client()
     for alone in (False, True):
         with gate.exclusive() if alone else gate.shared():
             future = submit(client)
@@ -75,7 +77,7 @@ def run_isolated(gate: ClusterGate, submit: Callable[[Client], object]) -> T:
                     raise KilledTwice() from None
             except (CommClosedError, OSError, CancelledError, TimeoutError, RunStopped) as e:
                 if gate.closed:
-                    raise GateClosed("the run is stopping") from None
+                    raise GateClosed(gate.why) from None
                 raise InfrastructureError(f"lost the Dask cluster: {type(e).__name__}: {e}") from e
             finally:
                 future.release()

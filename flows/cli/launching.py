@@ -37,10 +37,10 @@ class Launch:
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
                  started: Services | None = None, compilers: list[str] | None = None):
-        self.handoff = Handoff(started=_process_started())
         # what main started before the command line's imports, if it was for this run; else started now
         started = adopt(started, workers, address, chip, log_dir) or start(workers, address, chip, log_dir)
         self.api, self.cluster = started.api, started.cluster
+        self.handoff = Handoff(started=_process_started(), cluster=self.cluster)  # a run that loses it restarts it
         self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
         if self.cluster is not None:
             self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)

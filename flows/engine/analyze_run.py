@@ -10,7 +10,8 @@ AnalyzeRun is the engine's executor for the cluster:
    job), while the next model exports; a model that fails is recorded, the others go on;
 2. the first ops handed out start the cluster's op workers; if none can start (a descriptor no
    compiler accepts), the run stops there with that one error; a run with nothing to analyse
-   starts nothing;
+   starts nothing; a cluster opbyop started that is lost is started again, and what was on it
+   handed out again (flows/hosting/run_cluster.py: a user's lost scheduler stops the run);
 3. results are written to the store in batches as they arrive, so an interruption loses only the
    batch in flight;
 4. the run is finished in the store with its phases (where its time went); the summary says how
@@ -34,8 +35,8 @@ from prefect.states import Cancelled, Completed, Failed, State
 
 from opbyop_flows.engine.phases import PhaseClock, format_phases
 from opbyop_flows.engine.summary import RunFailed, RunSummary
-from opbyop_flows.hosting.cluster import dask_client
 from opbyop_flows.hosting.handoff import Handoff
+from opbyop_flows.hosting.run_cluster import RunCluster
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import SystemDesc
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
@@ -66,18 +67,23 @@ POLL_SECONDS = 0.5  # how often the fan-out looks for a stop request between res
 class FanOut:
     """What the run handed to the cluster and has not taken back yet."""
 
-    plugin: str
-    gate: ClusterGate
+    plugin: on_dask.OpWorkerPlugin  # the op workers' (warmed again on a restarted cluster)
+    gate: ClusterGate  # the cluster's now: a restarted cluster has a new one
     progress: object  # the Prefect progress artifact's id
     started: float = field(default_factory=time.monotonic)
-    # each op out: its (signature, op name), not the op (the run keeps it settled); dropped once taken
-    ops: dict[PrefectFuture, tuple[str, str]] = field(default_factory=dict)
-    wholes: dict[PrefectFuture, str] = field(default_factory=dict)
+    # each op out: its (signature, op name) and the gate it went through, not the op (the run keeps it
+    # settled; the workspace's op index has it whole); dropped once taken
+    ops: dict[PrefectFuture, tuple[str, str, ClusterGate]] = field(default_factory=dict)
+    wholes: dict[PrefectFuture, tuple[str, PrefectFuture, list[int], ClusterGate]] = field(default_factory=dict)
     done: queue.Queue[PrefectFuture] = field(default_factory=queue.Queue)
     handed: int = 0  # ops handed out so far
     finished: int = 0  # ops taken back
     last_op: float | None = None  # time.monotonic() of the last op result, and of the last whole model's
     last_whole: float | None = None
+    lost: int = 0  # times the cluster was lost, and started again
+    restarts: int = 0
+    redone: int = 0  # ops handed out again on a restarted cluster, and whole models
+    wholes_redone: int = 0
 
     @property
     def remaining(self) -> int:
@@ -96,7 +102,7 @@ class AnalyzeRun:
     logger: logging.Logger | logging.LoggerAdapter
     workspace: Workspace = field(default_factory=Workspace.default)
     group_id: str = ""  # the runs started with this one, one per compiler build ("" alone)
-    client: Client | None = None  # a cluster already open (the group's), kept open after this run
+    cluster: RunCluster | None = None  # a cluster already open (the group's), kept open after this run
     clock: PhaseClock = field(init=False)
     plan: RunPlan = field(init=False)
     out: RunOutcome | None = None
@@ -163,19 +169,27 @@ class AnalyzeRun:
         Prefect task each; a stop request leaves them."""
         if self.handoff.stop.is_set() or (self.fan is None and not self._start_cluster()):
             return
-        fan, chip, settings, timeout = self.fan, self.desc.chip, self.settings, self.config.op_timeout_s
+        if self.out.error:  # the cluster was lost while this model exported: the run stops
+            return
         for name, graph in wholes.items():
-            staged = stage_whole_model.submit(graph, self.workspace.scratch)
-            future = whole_model.submit(name, staged, parameter_indices(graph), chip, settings, self.plan.whole_timeout,
-                                        fan.plugin, fan.gate, self.workspace.artifacts)
-            fan.wholes[future] = name
-            future.add_done_callback(fan.done.put)
-        artifacts = self.workspace.artifacts  # the flow's: ops' inputs come from it, their results' land in it
+            self._hand_whole(name, stage_whole_model.submit(graph, self.workspace.scratch), parameter_indices(graph))
         for op in ops:
-            future = analyze_op.submit(op, _label(op), chip, settings, timeout, fan.plugin, fan.gate, artifacts)
-            fan.ops[future] = (op.signature, op.op_name)
-            future.add_done_callback(fan.done.put)
-        fan.handed += len(ops)
+            self._hand_op(op)
+        self.fan.handed += len(ops)
+
+    def _hand_op(self, op: UniqueOp) -> None:
+        fan = self.fan  # the flow's artifacts: the op's inputs come from them, its result's land there
+        future = analyze_op.submit(op, _label(op), self.desc.chip, self.settings, self.config.op_timeout_s,
+                                   fan.plugin.name, fan.gate, self.workspace.artifacts)
+        fan.ops[future] = (op.signature, op.op_name, fan.gate)
+        future.add_done_callback(fan.done.put)
+
+    def _hand_whole(self, name: str, staged: PrefectFuture, parameters: list[int]) -> None:
+        fan = self.fan
+        future = whole_model.submit(name, staged, parameters, self.desc.chip, self.settings, self.plan.whole_timeout,
+                                    fan.plugin.name, fan.gate, self.workspace.artifacts)
+        fan.wholes[future] = (name, staged, parameters, fan.gate)
+        future.add_done_callback(fan.done.put)
 
     def collect(self) -> None:
         """The results that arrived, into the outcome (and the store, in batches)."""
@@ -203,10 +217,10 @@ class AnalyzeRun:
                         self.clock.add(name, last - fan.started)  # its span, from the first op handed out
             if not self.out.interrupted:
                 update_progress_artifact(fan.progress, progress=100.0)
-            if self.shrink is not None and self.shrink.failing and not self.out.interrupted:
+            if self.shrink is not None and self.shrink.failing and not (self.out.interrupted or self.out.error):
                 with self.clock.phase("shrink"):
                     shrink_failing_ops(self.shrink, self.out.results, self.prepared.unique, self.workspace.ops,
-                                       self.desc.chip, self.settings, self.config.op_timeout_s, fan.plugin,
+                                       self.desc.chip, self.settings, self.config.op_timeout_s, fan.plugin.name,
                                        self.sink.writer, self.logger)
         finally:  # the op workers rest (a cluster that outlives the run keeps only their main children)
             if self._cluster_asked:
@@ -219,27 +233,56 @@ class AnalyzeRun:
         self._cluster_asked = True
         try:
             with self.clock.phase("cluster"):
-                client = self.client or self._cluster.enter_context(dask_client(self.config.cluster))
+                if self.cluster is None:
+                    self.cluster = self._cluster.enter_context(RunCluster(self.config.cluster, self.handoff.cluster))
+                elif self.cluster.lost():  # the group's, lost since the run before
+                    self.cluster.restart(self.run_id)
         except OpbyopError as e:
             self._stop_with(str(e))
             return False
         plugin = on_dask.OpWorkerPlugin.for_home(self.workspace.root, {self.desc.chip: self.desc.path.read_bytes()},
                                                  host_devices=self.plan.host_devices, compiler=self.plan.compiler)
-        self._cluster.callback(rest, client, plugin.name, self.logger)
+        self._cluster.callback(rest, self.cluster, plugin.name, self.logger)
         with self.clock.phase("warm-up"):
-            error = warm_up(client, plugin, self.desc)
+            error = warm_up(self.cluster.client, plugin, self.desc)
         if error:
             self._stop_with(error)
             return False
         progress = create_progress_artifact(progress=0.0, description=f"ops analysed, run {self.run_id}")
-        self.fan = FanOut(plugin.name, ClusterGate(client, plugin.name), progress)
+        self.fan = FanOut(plugin, ClusterGate(self.cluster.client, plugin.name), progress)
         return True
+
+    def _mind_cluster(self) -> None:
+        """A lost cluster: the work out on it gives up at once (_take hands it out again as it comes
+        back). Ours is started again and its op workers warmed; a user's, or ours lost more often than
+        the limit, stops the run (what was analysed is kept: the same run id resumes)."""
+        fan = self.fan
+        if fan.gate.closed or not self.cluster.lost():
+            return
+        fan.gate.lose()
+        fan.lost += 1
+        self.logger.warning("lost the Dask cluster at %s with %d op(s) and %d whole model(s) on it",
+                            self.cluster.address, len(fan.ops), len(fan.wholes))
+        started = time.monotonic()
+        try:
+            error = warm_up(self.cluster.restart(self.run_id), fan.plugin, self.desc)
+        except OpbyopError as e:
+            error = str(e)
+        if error:
+            self._stop_with(error)
+            return
+        self.clock.add("cluster restart", time.monotonic() - started)
+        fan.restarts += 1
+        fan.gate = ClusterGate(self.cluster.client, fan.plugin.name)
+        self.logger.warning("started the Dask cluster again at %s in %.1f s; what was on the lost one goes again",
+                            self.cluster.address, time.monotonic() - started)
 
     def _take(self, wait: float) -> None:
         """Results that finished, into the outcome; waits up to `wait` seconds for the first. A stop
         request marks the run interrupted."""
         fan = self.fan
         while fan.remaining:
+            self._mind_cluster()
             stopping = self.handoff.stop.is_set()  # what finished is still taken, then the run stops
             try:
                 future = fan.done.get(timeout=wait) if wait and not stopping else fan.done.get_nowait()
@@ -251,10 +294,27 @@ class AnalyzeRun:
                 return
             wait = 0.0
             if future in fan.wholes:
-                self.out.add_whole(fan.wholes.pop(future), _whole_result(future))
+                name, staged, parameters, gate = fan.wholes.pop(future)
+                whole = _whole_result(future)
+                if whole.status is Status.INFRA_ERROR and gate.lost:
+                    if gate is not fan.gate:  # its cluster was lost and started again: once more there
+                        self._hand_whole(name, staged, parameters)
+                        fan.wholes_redone += 1
+                        continue
+                    words = self.cluster.lost_words(self.run_id, "the whole model")
+                    whole = whole.model_copy(update={"message": words})
+                self.out.add_whole(name, whole)
                 fan.last_whole = time.monotonic()
                 continue
-            written = self.out.add(_op_result(future, *fan.ops.pop(future)))
+            signature, op_name, gate = fan.ops.pop(future)
+            result = _op_result(future, signature, op_name)
+            if result.status is Status.INFRA_ERROR and gate.lost:
+                if gate is not fan.gate:  # its cluster was lost and started again: once more there
+                    self._hand_op(self.workspace.ops.get(signature))
+                    fan.redone += 1
+                    continue
+                result = result.model_copy(update={"message": self.cluster.lost_words(self.run_id, "this op")})
+            written = self.out.add(result)
             fan.finished += 1
             fan.last_op = time.monotonic()
             if written:
@@ -267,7 +327,7 @@ class AnalyzeRun:
                           ops_unique=len(prepared.unique), reused=sum(1 for r in results.values() if r.reused_from),
                           statuses=dict(Counter(r.status.value for r in results.values())), failures=dict(failures),
                           model_errors=prepared.errors, whole={m: w.status.value for m, w in self.out.wholes.items()},
-                          error=self.out.error, compiler=self.plan.compiler.label)
+                          error=self.out.error, compiler=self.plan.compiler.label, **_cluster_counts(self.fan))
 
     def conclude(self, run: RunInfo) -> State:
         """The summary, the artifacts and the report; the flow's final state."""
@@ -338,13 +398,23 @@ def warm_up(client: Client, plugin: on_dask.OpWorkerPlugin, desc: SystemDesc) ->
             f"fix: check the descriptor with `opbyop system-desc {desc.path}`, or choose another --chip")
 
 
-def rest(client: Client, plugin: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
+def rest(cluster: RunCluster, plugin: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
     """The op workers' side children stopped on every Dask worker (best effort: a worker that is gone
-    has none)."""
+    has none, nor has a lost cluster, which is asked nothing)."""
+    if cluster.lost():
+        return
     try:
-        client.run(on_dask.rest, plugin)
+        cluster.client.run(on_dask.rest, plugin)
     except Exception as e:  # noqa: BLE001  (memory, not results: the run stands)
         logger.warning("could not stop the op workers' side children: %s: %s", type(e).__name__, e)
+
+
+def _cluster_counts(fan: FanOut | None) -> dict[str, int]:
+    """The summary's words on a lost cluster."""
+    if fan is None:
+        return {}
+    return {"cluster_lost": fan.lost, "cluster_restarts": fan.restarts, "redone": fan.redone,
+            "wholes_redone": fan.wholes_redone}
 
 
 def _label(op: UniqueOp) -> str:

@@ -15,8 +15,8 @@ from prefect.states import Completed, Failed, State
 from opbyop_flows.engine.analyze_run import AnalyzeRun
 from opbyop_flows.engine.run_ids import group_run_ids
 from opbyop_flows.engine.summary import RunFailed, RunSummary, summary_of
-from opbyop_flows.hosting.cluster import dask_client
 from opbyop_flows.hosting.handoff import Handoff
+from opbyop_flows.hosting.run_cluster import RunCluster
 from opbyop.config import AnalysisConfig, ShrinkOption
 from opbyop.errors import OpbyopError
 from opbyop.workspace import Workspace
@@ -36,17 +36,17 @@ def run_group(configs: list[AnalysisConfig], run_id: str, shrink: ShrinkOption |
     failed = False
     with ExitStack() as stack:
         try:  # one cluster for every build: its start-up is paid once
-            client = stack.enter_context(dask_client(configs[0].cluster))
+            cluster = stack.enter_context(RunCluster(configs[0].cluster, handoff.cluster))
         except OpbyopError as e:
             logger.warning("no shared cluster (%s): each run starts its own", e)
-            client = None
+            cluster = None
         stack.enter_context(handoff.splits.kept())  # every build's run takes the same splits
         for i, (config, one_id) in enumerate(zip(configs, ids)):
             # the first run takes the caller's start-up phases; every run the same splits (made once)
             own = handoff if i == 0 else handoff.beside()
             try:
                 run = AnalyzeRun(config=config, run_id=one_id, shrink=shrink, handoff=own, logger=logger,
-                                 workspace=workspace, group_id=run_id, client=client)
+                                 workspace=workspace, group_id=run_id, cluster=cluster)
             except OpbyopError as e:  # a build that cannot be prepared: said, and the other builds run
                 logger.error("%s: %s", config.compiler_spec, e)
                 refused.append(f"{config.compiler_spec}: {e}")

@@ -21,7 +21,9 @@ fan-out) is kept too, with its own wall time, as `<name> (beside)`: those overla
   warm-up            the op workers (compiler, XLA:CPU, device) started on the Dask workers, when
                      the first ops are handed out
   fan-out            from the last model handed out to the last result back (and the whole models,
-                     when they end later); `ops (beside)` is the ops' whole span
+                     when they end later); `ops (beside)` is the ops' whole span; `cluster restart
+                     (beside)`: a lost cluster started again and its op workers warmed, inside the
+                     step that noticed it
   store, report      writing the store; the aggregation, HTML report and artifacts
   other              what no step claimed: a step missing from this list shows here
 """

@@ -25,6 +25,10 @@ class RunSummary(BaseModel):
     error: str | None = None  # why the run stopped before its end
     report: str | None = None  # path of the HTML report
     compiler: str = ""  # the compiler build under test (its label)
+    cluster_lost: int = 0  # times the run's Dask cluster was lost
+    cluster_restarts: int = 0  # times it was started again (one opbyop started: flows/hosting/run_cluster.py)
+    redone: int = 0  # ops handed out again on the restarted cluster
+    wholes_redone: int = 0  # whole models handed out again there
     group: list[RunSummary] = Field(default_factory=list)  # the runs before it in its group (one per compiler)
     comparisons: list[dict[str, Any]] = Field(default_factory=list)  # each run of the group against the one before
 
@@ -34,7 +38,22 @@ class RunSummary(BaseModel):
         errors = f"; {len(self.model_errors)} models could not be split" if self.model_errors else ""
         stopped = f"; stopped: {self.error}" if self.error else ""
         return (f"run {self.run_id}: {self.ops_unique} unique ops of {self.ops_total} ({self.reused} reused): "
-                f"{counts or 'nothing analysed'}" + (f" ({failed})" if failed else "") + errors + stopped)
+                f"{counts or 'nothing analysed'}" + (f" ({failed})" if failed else "") + errors + self._restarts()
+                + stopped)
+
+    def _restarts(self) -> str:
+        """'; the Dask cluster was lost once and restarted once: 12 ops and 1 whole model redone'."""
+        if not self.cluster_lost:
+            return ""
+        if not self.cluster_restarts:
+            return f"; the Dask cluster was lost {_times(self.cluster_lost)}, not restarted"
+        wholes = f" and {self.wholes_redone} whole model{'s' * (self.wholes_redone != 1)}" if self.wholes_redone else ""
+        return (f"; the Dask cluster was lost {_times(self.cluster_lost)} and restarted "
+                f"{_times(self.cluster_restarts)}: {self.redone} op{'s' * (self.redone != 1)}{wholes} redone")
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
 class RunFailed(Exception):

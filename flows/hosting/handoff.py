@@ -1,8 +1,9 @@
 """What a caller in the same process (the CLI) hands to the flow it runs, beside the parameters:
 when the run started, the phases it measured before the flow (its server and cluster start-up), the
 caller's split thread (where the CLI asks for the models while the server starts, and every run it
-makes takes them: opbyop.run.models), and an event that asks the flow to stop (Ctrl-C). A
-context variable: set in the thread that calls the flow, unseen by any other run."""
+makes takes them: opbyop.run.models), the cluster process it started for the run (a run that loses
+it starts it again: flows/hosting/run_cluster.py), and an event that asks the flow to stop (Ctrl-C).
+A context variable: set in the thread that calls the flow, unseen by any other run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from opbyop_flows.hosting.cluster_process import ClusterProcess
 from opbyop.run.models import Splits
 
 
@@ -23,6 +25,7 @@ class Handoff:
     flow_called: float | None = None  # time.monotonic() when the caller called the flow: where its steps end
     stop: threading.Event = field(default_factory=threading.Event)
     splits: Splits | None = None  # the models split once for every run that asks (default: this handoff's own)
+    cluster: ClusterProcess | None = None  # the caller's cluster process, if it started one
 
     def __post_init__(self) -> None:
         if self.splits is None:
@@ -30,8 +33,8 @@ class Handoff:
 
     def beside(self) -> Handoff:
         """A handoff for another run of the same caller (a target of the nightly, a build of a group):
-        the same stop request and split thread, its own time line."""
-        return Handoff(stop=self.stop, splits=self.splits)
+        the same stop request, split thread and cluster, its own time line."""
+        return Handoff(stop=self.stop, splits=self.splits, cluster=self.cluster)
 
 
 _HANDOFF: ContextVar[Handoff | None] = ContextVar("opbyop_handoff", default=None)

@@ -30,7 +30,6 @@ class Service:
         self.root, self.chip, self.workers = workspace_root, chip, workers
         self.api = PrefectApi(log_dir, port=port, temporary=False)
         self.cluster = ClusterProcess(workers, chip, log_dir)
-        self.address = ""  # the cluster's, once started
 
     def start(self) -> ServiceRecord:
         """Wait for both, then publish the record (atomically: a reader sees all of it or none)."""
@@ -38,7 +37,6 @@ class Service:
         record = ServiceRecord(pid=os.getpid(), api_url=self.api.wait(), dask_address=self.cluster.wait(),
                                chip=self.chip, workers=self.workers, store=store, config_dir=configs)
         os.environ["PREFECT_API_URL"] = record.api_url  # for the flows run here (Prefect is imported after)
-        self.address = record.dask_address
         write_text(record_path(self.root), record.model_dump_json(indent=2))
         return record
 
@@ -73,9 +71,9 @@ class Service:
 
     def _run(self, request: AnalyzeRequest | NightlyRequest, folder: Path) -> AnalyzeOutcome:
         """The flow in a thread; this one stops it when the CLI asks or is gone."""
-        handoff = Handoff()
+        handoff = Handoff(cluster=self.cluster)  # a run that loses it starts it again (at another address)
         box: dict[str, AnalyzeOutcome] = {}
-        thread = threading.Thread(target=lambda: box.update(outcome=run_request(request, handoff, self.address)),
+        thread = threading.Thread(target=lambda: box.update(outcome=run_request(request, handoff, self.cluster.wait())),
                                   name=f"run-{request.run_id}", daemon=True)
         thread.start()
         stop = folder / f"{request.run_id}.stop"
