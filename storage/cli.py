@@ -1,5 +1,5 @@
 """The store's commands, added to `opbyop` through the `opbyop.cli` entry point:
-sql, query, runs, report, compare, coverage, catalog, expectations update/check, export optest."""
+sql, query, runs, report, compare, capacity, coverage, catalog, expectations update/check, export optest."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from opbyop.cli.app import make_console, positive_seconds, print_error, styled
 from opbyop.cli.coverage_cmds import coverage_rows, print_coverage
 from opbyop.corpus.coverage import coverage
 from opbyop.errors import OpbyopError
+from opbyop.run.capacity import EXPORT
 from opbyop.run.sinks import supply_sink
 from opbyop_storage.aggregate import previous_run_id, run_query
+from opbyop_storage.capacity import CapacityPlan, capacity_plan
 from opbyop_storage.catalog import build_catalog
 from opbyop_storage.compare import compare_group, compare_runs
 from opbyop_storage.dataset import Store
@@ -272,6 +274,84 @@ def _print_step(step, limit: int, fmt: str) -> None:  # noqa: ANN001  (opbyop_st
                     for r in moved], fmt, title="compile time moved most")
 
 
+PLANNED_WORKERS = [2, 8, 32, 128]
+
+
+def capacity(ctx: typer.Context,
+             run: Optional[str] = typer.Option(None, "--run", help="run id (default: the latest run in the store)"),
+             workers: list[int] = typer.Option(PLANNED_WORKERS, "--workers", min=1,
+                                               help="worker counts to plan for, e.g. --workers 2 8 32 128"),
+             measured_workers: Optional[int] = typer.Option(
+                 None, "--measured-workers", min=1, help="the workers the run ran with, when the store does not "
+                                                         "say (or says otherwise): the check is for this count"),
+             export_places: int = typer.Option(1, "--export-places", min=1,
+                                               help="models exported at once (a run's split thread: 1)"),
+             exports_on_workers: bool = typer.Option(False, "--exports-on-workers",
+                                                     help="plan each export on a worker too (exports as cluster "
+                                                          "work), instead of beside them as the run exports"),
+             fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
+             store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
+    """Plan a stored run on more (or fewer) workers from its own timings: its exports, ops and whole
+    models list-scheduled on W workers, beside the wall it measured; the plan at its own worker count
+    is the check."""
+    try:
+        counts = [*workers, *_more_counts(ctx.args)]
+        if run is not None:
+            _check_run(store, run)
+        found = capacity_plan(_root(store), run, counts, export_places, exports_on_workers, measured_workers)
+    except OpbyopError as e:
+        _fail(e)
+    _print_capacity(found, fmt)
+
+
+def _more_counts(extra: list[str]) -> list[int]:
+    """The worker counts after the first of `--workers 2 8 32 128` (typer takes one value per flag)."""
+    if not all(a.isdigit() and int(a) >= 1 for a in extra):
+        raise OpbyopError(f"unexpected argument(s): {' '.join(extra)}",
+                          "give worker counts of 1 or more after --workers, e.g. --workers 2 8 32 128")
+    return [int(a) for a in extra]
+
+
+def _print_capacity(found: CapacityPlan, fmt: str) -> None:
+    t, measured = found.timings, found.timings.measured_wall
+    rows = [(p.workers, round(p.wall, 1), round(p.plan.last_end(EXPORT), 1), round(p.plan.busy(), 2),
+             _rounded(found.against_measured(p)), p.workers == found.measured_workers) for p in found.plans]
+    columns = ["workers", "planned_s", "exports_done_s", "workers_busy", "vs_measured_pct", "ran_with"]
+    if fmt != "table":
+        print_rows(columns, rows, fmt)
+        return
+    rows = [(*r[:-1], "yes" if r[-1] else "") for r in rows]
+    places = f"{found.export_places} export place{'s' if found.export_places > 1 else ''}"
+    console.print(f"run {t.run_id} ({t.status}): {t.exports} exports, {t.ops} ops analysed ({t.reused} reused: "
+                  f"not planned), {t.wholes} whole models; each op +{t.handing_out * 1000:.0f} ms handing it out",
+                  soft_wrap=True)
+    console.print(f"measured: {_seconds(measured)} ({t.wall_from}) on "
+                  f"{found.measured_workers or '?'} workers ({found.measured_workers_from}); "
+                  f"{t.work.start_up:.1f} s start-up and {t.work.fixed:.1f} s more outside the planned work, "
+                  f"the same at every worker count", soft_wrap=True)
+    console.print(f"exports: {places}, " + ("each on a worker, once the start-up is over" if found.exports_on_workers
+                                            else f"beside the workers, from {t.work.exports_from:.1f} s into the run "
+                                                 "(when it started exporting)"), soft_wrap=True)
+    print_rows(columns, rows, fmt, title=f"capacity plan of run {t.run_id}")
+    if found.check is not None:
+        at = found.at(found.measured_workers)
+        console.print(f"check: planned {at.wall:.1f} s on {at.workers} workers against the measured "
+                      f"{measured:.1f} s: {found.check:+.1f}%", soft_wrap=True)
+    elif measured:
+        console.print("check: the run does not say how many workers it ran with; pass --measured-workers N "
+                      "to check the plan at N against its measured wall", soft_wrap=True)
+    else:
+        console.print("check: the run has no measured wall time (no time line, no end)", soft_wrap=True)
+
+
+def _seconds(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f} s"
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
 def catalog(out: Optional[Path] = typer.Option(None, "--out", help="catalog file (default: <store>/opbyop.duckdb)"),
             store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Write a DuckDB catalog file with views over the store (for the DuckDB CLI, Superset, ...)."""
@@ -465,6 +545,7 @@ def register(app: typer.Typer) -> None:
     app.command("runs")(runs)
     app.command("report")(report)
     app.command("compare")(compare_cmd)
+    app.command("capacity", context_settings={"allow_extra_args": True})(capacity)
     app.command("coverage")(coverage_cmd)
     app.command("catalog")(catalog)
     app.command("explore")(explore)
