@@ -2,16 +2,18 @@
 then with one model's source file edited; this checkout beside another one (the baseline), in one run.
 
     PYTHONPATH=benchmarks .venv/bin/python benchmarks/bench_second_night.py [--count 19]
-        [--baseline-ref REF] [--no-baseline] [--workers 2]
+        [--baseline-ref REF] [--no-baseline] [--workers 2] [--build jax-tt-plugin==0.1.2]
 
 The models are user factories, one file each (`night_<type>.py`, written in a scratch folder: each
 builds a tiny transformers architecture from benchmarks/breadth_models.py), the first --count of the
 architectures that run eagerly. Each checkout gets a fresh OPBYOP_HOME and machine cache, and runs
-three nights in it: `first` (cold), `second` (nothing changed), `edited` (one model's file edited).
+three nights in it: `first` (cold), `second` (nothing changed), `edited` (one model's file edited),
+and with --build a fourth, `build`: the same models under another compiler build (`--compiler`).
 The baseline is `git worktree` of --baseline-ref (default: the commit before the export cache) run
 from its own tree (PYTHONPATH). Printed per night: wall, unique ops analysed and reused, models
 exported (not taken from the cache), whole models reused, the run's time line.
-Goals (2 cores): second <= 15 s; edited <= that model's export time + 15 s, with only it exported.
+Goals (2 cores): second <= 15 s; edited <= that model's export time + 15 s, with only it exported;
+build: no export, split or upstream value made again, only the build's own compiles and device runs.
 """
 
 from __future__ import annotations
@@ -61,12 +63,14 @@ def baseline_tree(ref: str, folder: Path) -> Path:
     return tree
 
 
-def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, workers: int) -> dict:
+def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, workers: int,
+          compiler: str | None = None) -> dict:
     """One `opbyop analyze` of `specs` with `code`'s opbyop; its figures from its own store."""
     env = {**os.environ, "OPBYOP_HOME": str(home), "OPBYOP_CACHE_DIR": str(cache), "COLUMNS": "300",
            "PYTHONPATH": os.pathsep.join([str(code), str(models), str(ROOT / "benchmarks")])}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *specs, "--workers", str(workers)],
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *specs, "--workers", str(workers),
+                           *(["--compiler", compiler] if compiler else [])],
                           env=env, cwd=home, capture_output=True, text=True)
     wall = time.monotonic() - start
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("time: ")), "time: ?")
@@ -85,15 +89,20 @@ def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, w
     return {"wall": wall, "exit": done.returncode, "ops": ops, "time": line, **row}
 
 
-def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path, workers: int) -> dict[str, dict]:
+def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path, workers: int,
+           build: str | None) -> dict[str, dict]:
     home, cache = scratch / f"{label}-home", scratch / f"{label}-cache"
     home.mkdir()
+    compilers = Path.home() / ".cache" / "opbyop" / "compilers"  # a build already fetched is not fetched again
+    if compilers.is_dir():
+        cache.mkdir()
+        (cache / "compilers").symlink_to(compilers)
     out = {}
-    for name in NIGHTS:
+    for name in NIGHTS + (("build",) if build else ()):
         if name == "edited":  # one model's own source file edited
             edited = models / f"{specs[0].partition(':')[0]}.py"
             edited.write_text(edited.read_text() + "\n# edited: one more line\n")
-        out[name] = night(code, specs, models, home, cache, workers)
+        out[name] = night(code, specs, models, home, cache, workers, build if name == "build" else None)
         print(f"{label:9} {name:7} {out[name]['wall']:7.1f} s  exit {out[name]['exit']}  "
               f"exports kept {out[name].get('exports_kept', '?')}/{out[name].get('models', '?')}  "
               f"wholes kept {out[name].get('wholes_kept', '?')}  {out[name]['ops']}\n"
@@ -107,6 +116,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--baseline-ref", default="bb75754")
     parser.add_argument("--no-baseline", action="store_true")
+    parser.add_argument("--build", default=None, help="a fourth night under this compiler build (--compiler)")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-second-night-"))
     trees = {"this": ROOT}
@@ -117,7 +127,7 @@ def main() -> None:
             models = scratch / f"{label}-models"
             models.mkdir()
             specs = user_models(models, args.count)
-            nights(label, code, specs, models, scratch, args.workers)
+            nights(label, code, specs, models, scratch, args.workers, args.build)
     finally:
         if "baseline" in trees:
             subprocess.run(["git", "worktree", "remove", "--force", str(trees["baseline"])], cwd=ROOT,
