@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from importlib.machinery import PathFinder
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -43,7 +44,22 @@ class Request:
     @property
     def key(self) -> str:
         return text_digest(self.entry.model_dump_json(), str(self.seed), str(self.weights), python_version(),
-                           __version__)[:32]
+                           __version__, found_at(self.entry.factory or ""))[:32]
+
+
+def found_at(factory: str) -> str:
+    """Where the top-level package of `package.module:factory` is found on sys.path now (nothing is
+    imported): the same name found in another folder is another model, whatever its files say."""
+    top = factory.partition(":")[0].partition(".")[0]
+    if not top:
+        return ""
+    try:
+        spec = PathFinder.find_spec(top)
+    except (ImportError, ValueError):
+        return ""
+    if spec is None:
+        return ""
+    return spec.origin or ",".join(spec.submodule_search_locations or [])
 
 
 @dataclass
