@@ -35,3 +35,12 @@ def history_store(store_root: Path):
     for night in history():
         store.write_run(night.run, night.ops, night.results, night.models)
     return store
+
+
+@pytest.fixture(scope="module")
+def harness():
+    """Prefect's test server, one per test file that runs flows (started once for its tests)."""
+    from prefect.testing.utilities import prefect_test_harness  # prefect: imported by the files that run flows
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

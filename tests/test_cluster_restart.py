@@ -27,14 +27,6 @@ from opbyop_storage.dataset import Store
 EVERY_OP_SLOW = ";".join(f"slow:{c}" for c in "0123456789abcdef")  # each op waits a little: a kill lands mid-run
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))

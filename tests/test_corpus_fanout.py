@@ -26,14 +26,6 @@ def test_a_case_whose_shapes_differ_has_no_variant_and_a_selection_stops_at_its_
     assert len(limited) == 7 and len({e.file for e, _ in limited}) == 7
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.mark.slow
 def test_a_compile_only_corpus_run_stores_its_cases_apart_from_full_results(harness, tmp_path, monkeypatch):
     from opbyop_flows.corpus import corpus

@@ -18,14 +18,6 @@ from opbyop.records import Status
 from opbyop_storage.dataset import Store
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("OPBYOP_HOME", str(tmp_path / "home"))

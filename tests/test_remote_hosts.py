@@ -35,14 +35,6 @@ SCHEDULER_PORT = 8786
 EVERY_OP_SLOW = ";".join(f"slow:{c}" for c in "0123456789abcdef")  # each op waits a little on the worker hosts
 
 
-@pytest.fixture(scope="module")
-def harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.fixture
 def network():
     reason = unavailable()

@@ -157,16 +157,8 @@ def test_shrinks_are_stored_per_op_under_their_run_and_shown_in_the_report(histo
     assert history_store.shrinks(other) == []  # another run, and stores written before the table, read empty
 
 
-@pytest.fixture(scope="module")
-def flow_harness():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 @pytest.mark.slow
-def test_the_flow_shrinks_its_failing_ops_when_asked_and_writes_the_manifest(flow_harness, tmp_path, monkeypatch):
+def test_the_flow_shrinks_its_failing_ops_when_asked_and_writes_the_manifest(harness, tmp_path, monkeypatch):
     from opbyop_flows.analyze import RunFailed, analyze, new_run_id
     from opbyop.config import AnalysisConfig, ClusterConfig
     from opbyop_storage.dataset import Store

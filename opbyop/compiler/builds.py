@@ -45,6 +45,7 @@ from opbyop.compiler_spec import DEFAULT_PACKAGE, INSTALLED, NEWEST, SPEC_FORMS,
 from opbyop.compiler.flatbuf import FlatbufferError
 from opbyop.compiler.ttsys import decode
 from opbyop.config import config_dir
+from opbyop.digests import file_digest
 from opbyop.environment import environment
 from opbyop.errors import CompilerError
 from opbyop.records import CompilerIdentity
@@ -359,12 +360,9 @@ def _digest(path: Path) -> str:
         remembered = memo.read_text().split()
         if len(remembered) == 2 and remembered[0] == stamp:
             return remembered[1]
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    write_text(memo, f"{stamp} {digest.hexdigest()}")
-    return digest.hexdigest()
+    digest = file_digest(path)
+    write_text(memo, f"{stamp} {digest}")
+    return digest
 
 
 def tt_metal_commit(library: Path) -> str:

@@ -85,18 +85,14 @@ class ExportCache:
 
     def find(self, request: Request) -> Found:
         """The kept export of `request` if everything it read is unchanged."""
-        if not self.reuse:
-            return Found(None)
-        path = self.manifest_path(request)
-        if not path.exists():
+        if not self.reuse or not self.manifest_path(request).exists():
             return Found(None)
         start = time.monotonic()
         try:
-            manifest = json.loads(path.read_text())
-            reads = ExportReads(**manifest["reads"])
-            graph_path = self.root / manifest["graph"]
+            reads, graph_path = self._manifest(request)
         except (OSError, ValueError, KeyError, TypeError) as e:
-            return Found(None, f"its kept export's manifest {path.name} cannot be read ({type(e).__name__}: {e})")
+            return Found(None, f"its kept export's manifest {self.manifest_path(request).name} cannot be read "
+                               f"({type(e).__name__}: {e})")
         changed = reads.changed(self.digests, self.installed())
         if changed is not None:
             return Found(None, changed)
@@ -115,11 +111,15 @@ class ExportCache:
         if not self.reuse:
             return False
         try:
-            manifest = json.loads(self.manifest_path(request).read_text())
-            reads = ExportReads(**manifest["reads"])
+            reads, graph_path = self._manifest(request)
         except (OSError, ValueError, KeyError, TypeError):
             return False
-        return (self.root / manifest["graph"]).exists() and reads.changed(self.digests, self.installed()) is None
+        return graph_path.exists() and reads.changed(self.digests, self.installed()) is None
+
+    def _manifest(self, request: Request) -> tuple[ExportReads, Path]:
+        """What the kept export of `request` read, and where its graph is; raises what stops the read."""
+        manifest = json.loads(self.manifest_path(request).read_text())
+        return ExportReads(**manifest["reads"]), self.root / manifest["graph"]
 
     def keep(self, request: Request, graph: ModelGraph, reads: ExportReads) -> None:
         """Keep `graph` with what its export read (atomically; a full disk costs only the cache)."""
