@@ -1,17 +1,29 @@
 """What a whole-model result depends on, as the key a later run finds it by: the graph (its module,
 its arguments' descriptions and values, the framework's reference outputs), the chip's descriptor,
-the seed its missing values are drawn from and the time it was given. The compiler build and the
-options are the runs' own keys (the store looks only among runs of the same build, chip and
+the seed its missing values are drawn from, the time it was given, and opbyop's own code that
+compiles, simulates and compares it (a changed device model is another verdict). The compiler build
+and the options are the runs' own keys (the store looks only among runs of the same build, chip and
 options, as it does for ops' results)."""
 
 from __future__ import annotations
 
 import json
+from functools import cache
+from pathlib import Path
 
 import opbyop
-from opbyop.digests import arrays_digest, text_digest
+from opbyop.digests import arrays_digest, source_digest, text_digest
 from opbyop.graph import ModelGraph
 from opbyop.run.plan import RunPlan
+
+
+PACKAGE = Path(opbyop.__file__).parent
+VERDICT_CODE = ("analysis", "compiler", "device", "golden", "worker")  # what a whole-model verdict is made by
+
+
+@cache  # once per process: the code it runs is the code it loaded
+def verdict_code() -> str:
+    return text_digest(*(source_digest(PACKAGE / name) for name in VERDICT_CODE))
 
 
 def whole_key(graph: ModelGraph, plan: RunPlan) -> str:
@@ -19,4 +31,4 @@ def whole_key(graph: ModelGraph, plan: RunPlan) -> str:
                             for a in graph.arguments])
     return text_digest(graph.module_text, arguments, arrays_digest(graph.argument_values or []),
                        arrays_digest(graph.reference_outputs or []), plan.desc.sha256, str(plan.config.seed),
-                       str(plan.whole_timeout), opbyop.__version__)[:40]
+                       str(plan.whole_timeout), verdict_code())[:40]
