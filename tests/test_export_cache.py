@@ -169,3 +169,20 @@ def test_opbyop_split_keeps_an_export_and_reads_it_back(tmp_path):
     os.utime(kept, (0, 0))
     assert split() == exported
     assert kept.stat().st_mtime > 0  # read back (a read marks the entry recently used)
+
+
+def test_a_split_is_kept_by_its_module_and_made_again_when_the_module_changes(tmp_path):
+    from dataclasses import replace
+
+    from opbyop.frontends.loader import load_stablehlo_file
+    from opbyop.pipeline import split_graph
+
+    data = Path(__file__).parent / "data"
+    graph = load_stablehlo_file(data / "tanh_matmul_chain.mlir")
+    cache = SplitCache(tmp_path / "splits")
+    first, kept_first = cache.split(graph, split_graph)
+    again, kept_again = cache.split(graph, split_graph)
+    assert not kept_first and kept_again and [r.signature for r in again.ops] == [r.signature for r in first.ops]
+    other = replace(graph, module_text=load_stablehlo_file(data / "cholesky.mlir").module_text)
+    changed, kept_changed = cache.split(other, split_graph)
+    assert not kept_changed and [r.signature for r in changed.ops] != [r.signature for r in first.ops]
