@@ -237,7 +237,8 @@ def _here(request: AnalyzeRequest | NightlyRequest, where: Where, resume: str) -
         if isinstance(request, AnalyzeRequest):
             config = request.config
             launch.handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config),
-                                            weights=config.keeps_weights, reuse=config.reuse_cached)
+                                            weights=config.keeps_weights, reuse=config.reuse_cached,
+                                            place=launch.exports())
         warm_flow(request)  # imported while the server and cluster start
         with console.status("starting: the Prefect server, the Dask cluster, the descriptor; exporting"):
             address = launch.wait(busy_until=time.monotonic()) or where.address

@@ -25,6 +25,7 @@ from opbyop.compiler.assets import Notices
 from opbyop.compiler.builds import prepare
 from opbyop.compiler.system_desc import resolve
 from opbyop.errors import OpbyopError
+from opbyop.run.models import ExportPlace
 
 STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it has before leaving
 
@@ -40,6 +41,8 @@ class Launch:
         # what main started before the command line's imports, if it was for this run; else started now
         started = adopt(started, workers, address, chip, log_dir) or start(workers, address, chip, log_dir)
         self.api, self.cluster = started.api, started.cluster
+        self.address = address  # a user's scheduler (None: the cluster started for the run)
+        self._exports: ExportPlace | None = None
         self.handoff = Handoff(started=_process_started(), cluster=self.cluster)  # a run that loses it restarts it
         self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
         if self.cluster is not None:
@@ -77,8 +80,20 @@ class Launch:
         line[OTHER] = self.handoff.flow_called - cursor
         return line
 
+    def exports(self) -> ExportPlace:
+        """The run's cluster as the place its models export, as soon as it answers (a client of its own,
+        closed with the launch)."""
+        # distributed: imported only when a run exports (the CLI starts its children before such imports)
+        from opbyop_flows.hosting.cluster_exports import ClusterExports
+
+        if self._exports is None:
+            self._exports = ClusterExports(self.cluster.wait if self.cluster is not None else lambda: self.address or "")
+        return self._exports
+
     def close(self) -> None:
         """Flush what Prefect still has to send, then ask the cluster and the server to stop."""
+        if self._exports is not None:
+            self._exports.close()
         if self.api.started_here:
             drain_prefect()
         for child in (self.cluster, self.api):

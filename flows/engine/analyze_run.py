@@ -4,7 +4,8 @@ The flow (flows/analyze.py) declares the run and its parameters; AnalyzeRun does
 the run engine's steps (opbyop.run.engine, the same as the CLI's local run) and the store as its sink.
 AnalyzeRun is the engine's executor for the cluster:
 1. the models are split one after another in the caller's split thread (opbyop.run.models; the CLI
-   asks for them while its server and cluster start); as each arrives its ops are deduplicated
+   asks for them while its server and cluster start), those that must be exported exported on the
+   cluster, several at once (flows/hosting/cluster_exports.py); as each arrives its ops are deduplicated
    against the models before it, results this run id or earlier runs already have are taken, and
    the rest go to the cluster at once, one Prefect task per op (its whole model first: the longest
    job), while the next model exports; a model that fails is recorded, the others go on;
@@ -35,6 +36,7 @@ from prefect.states import Cancelled, Completed, Failed, State
 
 from opbyop_flows.engine.phases import PhaseClock, format_phases
 from opbyop_flows.engine.summary import RunFailed, RunSummary
+from opbyop_flows.hosting.cluster_exports import ClusterExports
 from opbyop_flows.hosting.handoff import Handoff
 from opbyop_flows.hosting.run_cluster import RunCluster
 from opbyop.compiler.assets import Notices
@@ -110,6 +112,8 @@ class AnalyzeRun:
     fan: FanOut | None = None  # the cluster's side of the run, from the first op handed out
     _cluster: ExitStack = field(default_factory=ExitStack)  # what the run started on the cluster: closed at its end
     _cluster_asked: bool = False
+    _opening: threading.Lock = field(default_factory=threading.Lock)  # the cluster is opened by the first export or op
+    _exports: ClusterExports | None = None  # where the run's models are exported, once it asks for them
 
     def __post_init__(self) -> None:
         self.clock = PhaseClock(self.handoff.phases, self.handoff.started, self.handoff.flow_called)
@@ -142,10 +146,22 @@ class AnalyzeRun:
 
     def models(self) -> Feed:
         """The run's models, from the caller's split thread (asked there already by the CLI, or by an
-        earlier run of the group or the nightly: split once)."""
+        earlier run of the group or the nightly: split once), exported on the run's cluster."""
+        self._exports = ClusterExports(self._export_address, self.logger)
         return self.handoff.splits.ask(self.config.models, self.config.seed, self.config.export,
                                        self.plan.host_devices, weights=self.config.keeps_weights,
-                                       reuse=self.config.reuse_cached)
+                                       reuse=self.config.reuse_cached, place=self._exports)
+
+    def _export_address(self) -> str:
+        """The cluster's address for the run's exports, connecting to it (or starting it) on the first.
+        A lost cluster is not restarted here (the fan-out does that): its exports are made in this process."""
+        with self._opening:
+            self._cluster_asked = True
+            if self.cluster is None:
+                started = time.monotonic()
+                self.cluster = self._cluster.enter_context(RunCluster(self.config.cluster, self.handoff.cluster))
+                self.clock.add("cluster", time.monotonic() - started)
+            return self.cluster.address
 
     def execute(self) -> State:
         """The whole run, from the first model's split to the report; the flow's final state."""
@@ -223,6 +239,8 @@ class AnalyzeRun:
                                        self.desc.chip, self.settings, self.config.op_timeout_s, fan.plugin.name,
                                        self.sink.writer, self.logger)
         finally:  # the op workers rest (a cluster that outlives the run keeps only their main children)
+            if self._exports is not None:
+                self._exports.close()
             if self._cluster_asked:
                 with self.clock.phase("cluster"):  # a cluster of the run's own takes seconds to stop
                     self._cluster.close()
@@ -230,12 +248,12 @@ class AnalyzeRun:
     def _start_cluster(self) -> bool:
         """The cluster (the group's, or one of the run's own) and its op workers warm; False, with the
         outcome's error, when no op worker can start."""
-        self._cluster_asked = True
         try:
-            with self.clock.phase("cluster"):
+            with self.clock.phase("cluster"), self._opening:
+                self._cluster_asked = True
                 if self.cluster is None:
                     self.cluster = self._cluster.enter_context(RunCluster(self.config.cluster, self.handoff.cluster))
-                elif self.cluster.lost():  # the group's, lost since the run before
+                elif self.cluster.lost():  # the group's, lost since the run before (or since the exports began)
                     self.cluster.restart(self.run_id)
         except OpbyopError as e:
             self._stop_with(str(e))

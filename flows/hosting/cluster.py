@@ -3,7 +3,9 @@
 The scheduler of either kind gets opbyop's settings: a worker that dies fails the ops it held at once
 (allowed-failures 0: tasks/ops.py re-runs each of them alone, instead of Dask retrying them together
 on the next worker, which the culprit would kill too), and a worker is sent no ops beyond the one it
-runs (worker-saturation 1.0). A scheduler reads those settings at start-up, into attributes; on an
+runs (worker-saturation 1.0). Each worker of a LocalCluster offers the export resource, one model's
+export at a time (flows/hosting/cluster_exports.py), and is not a daemonic process, since an export
+runs in a child of its own (frontends.isolation); a user's workers opt in the same way. A scheduler reads those settings at start-up, into attributes; on an
 existing scheduler the attributes are set (and read back) through Client.run_on_scheduler.
 
 `python -m opbyop_flows.hosting.cluster` is the LocalCluster the CLI starts in a child process at once, beside the
@@ -36,15 +38,17 @@ from opbyop.workspace import Workspace
 
 SCHEDULER_SETTINGS = {"distributed.scheduler.allowed-failures": 0,
                       "distributed.scheduler.worker-saturation": 1.0}
+WORKER_SETTINGS = {"distributed.worker.daemon": False}  # an export's child is a child of the Dask worker
 _ATTRIBUTES = {"distributed.scheduler.allowed-failures": "allowed_failures",
                "distributed.scheduler.worker-saturation": "WORKER_SATURATION"}
 
 
 def local_cluster(workers: int) -> LocalCluster:
-    """Every listener on loopback; no dashboard (it would still open 8787 unless given a port)."""
-    with dask.config.set(SCHEDULER_SETTINGS):
+    """Every listener on loopback; no dashboard (it would still open 8787 unless given a port); each
+    worker takes exports, one at a time."""
+    with dask.config.set({**SCHEDULER_SETTINGS, **WORKER_SETTINGS}):
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                            dashboard_address="127.0.0.1:0")
+                            dashboard_address="127.0.0.1:0", resources={on_dask.EXPORT_RESOURCE: 1})
 
 
 def apply_scheduler_settings(client: Client) -> None:

@@ -35,6 +35,7 @@ class ClusterProcess:
         self._proc = self._spawn("wb")
         self.address: str | None = None
         self._addresses: set[str] = set()  # every address it had: a run given an old one still means this cluster
+        self._reading = threading.Lock()  # one reader of its address line (the run's start-up, its exports)
 
     def _spawn(self, mode: str) -> subprocess.Popen:
         with open(self.log_path, mode) as log:
@@ -42,6 +43,10 @@ class ClusterProcess:
 
     def wait(self, timeout: float = 180.0) -> str:
         """The scheduler's address, once the cluster is up (its op workers may still be warming)."""
+        with self._reading:
+            return self._read_address(timeout)
+
+    def _read_address(self, timeout: float) -> str:
         if self.address:
             return self.address
         assert self._proc.stdout is not None

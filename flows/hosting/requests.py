@@ -33,14 +33,19 @@ def warm_flow(request: AnalyzeRequest | NightlyRequest) -> None:
 def run_flow(request: AnalyzeRequest, handoff: Handoff, address: str) -> AnalyzeOutcome:
     """The analyze flow for one request, on the cluster at `address`; never raises."""
     from opbyop_flows.analyze import analyze  # prefect, pyarrow: loaded only when used
+    from opbyop_flows.hosting.cluster_exports import ClusterExports  # distributed: loaded only when used
 
     config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
         update={"address": address})})
 
     def flow() -> State:
-        handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config),
-                                weights=config.keeps_weights, reuse=config.reuse_cached)
-        return analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
+        exports = ClusterExports(lambda: address)  # the models export on the cluster while the flow starts
+        try:
+            handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config),
+                                    weights=config.keeps_weights, reuse=config.reuse_cached, place=exports)
+            return analyze(config=config, run_id=request.run_id, shrink=request.shrink, return_state=True)
+        finally:
+            exports.close()
 
     return _outcome(request.run_id, handoff, flow, summarised=True)
 

@@ -121,11 +121,15 @@ def warm_exports(specs: Sequence[str], zoo: Zoo, seed: int, exports: ExportCache
     caller starts up) if a framework will export one of `specs` in a child; not for a StableHLO file,
     a dump or a model whose kept export is fresh (about 5 CPU-s for nothing). A hint only: an export
     the hint missed starts the forkserver itself."""
-    for spec in specs:
-        entry = _exported_entry(spec, zoo)
-        if entry is not None and not exports.fresh(Request(entry, seed, weights)):
-            start_forkserver()
-            return
+    if any(needs_export(spec, zoo, seed, exports, weights) for spec in specs):
+        start_forkserver()
+
+
+def needs_export(spec: str, zoo: Zoo, seed: int, exports: ExportCache, weights: bool = True) -> bool:
+    """Whether load_model makes `spec` with a framework in an export child: a zoo model's or a
+    `package.module:factory` with no fresh kept export (checked from its manifest, nothing imported)."""
+    entry = _exported_entry(spec, zoo)
+    return entry is not None and not exports.fresh(Request(entry, seed, weights))
 
 
 def _exported_entry(spec: str, zoo: Zoo) -> ZooEntry | None:

@@ -7,6 +7,12 @@ future. The run engine takes the models in that order, and while it waits for th
 collects the results of the ops already handed out (Feed.arriving's `idle`): a model's ops fan out
 as soon as it is split. A model asked twice (the targets of a nightly, the compiler builds of one
 analyze) is split once; a caller may ask early, while its server and cluster start.
+
+A model that must be exported (a framework's, with no fresh kept export) goes to the caller's
+ExportPlace when it names one (the run's Dask cluster: flows/hosting/cluster_exports.py), where
+several export at once, one per worker; its future is set when it lands. Everything else (a kept
+export, a StableHLO file, a dump) is read and split here, in milliseconds. A place that cannot take
+an export hands it back: it is exported here, and the model's notes say why.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Callable, Generator, Iterator, Protocol, Sequence
 
 from opbyop.config import ExportBudget, Zoo, load_zoo
 from opbyop.frontends.export_cache import ExportCache
-from opbyop.frontends.loader import expand_specs, warm_exports
+from opbyop.frontends.loader import expand_specs, needs_export, warm_exports
 from opbyop.graph import ModelGraph
 from opbyop.ir.split import SplitResult
 from opbyop.ir.split_cache import SplitCache
@@ -43,6 +49,48 @@ class SplitOutcome:
     split: SplitResult | None
     error: str | None
     seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ModelAsk:
+    """One model as a run asks for it: what preparing it (split_outcome) depends on."""
+
+    spec: str
+    zoo: Zoo
+    seed: int
+    budget: ExportBudget | None = None
+    weights: bool = True
+    reuse: bool = True
+    host_devices: int | None = None  # the XLA:CPU devices of the process that splits it
+
+    def prepared(self) -> SplitOutcome:
+        """The model exported (or its kept export taken) and split in this process."""
+        prepare_jax(host_devices=self.host_devices)  # before anything in this process imports JAX
+        return split_outcome(self.spec, self.zoo, self.seed, self.budget, self.weights, Kept.machine(self.reuse))
+
+
+class ExportPlace(Protocol):
+    """Where a model that must be exported is exported and split, instead of the caller's process."""
+
+    def prepare(self, ask: ModelAsk) -> Future:
+        """The model's SplitOutcome to come. A future that fails with PlaceRefused (or any error of the
+        place's own) hands the model back: it is prepared in the caller's process, and says why."""
+
+
+class PlaceRefused(Exception):
+    """An ExportPlace cannot take exports (its words say why, with the fix)."""
+
+
+@dataclass
+class _Work:
+    """A model queued for the split thread: its key, future and where it may be exported."""
+
+    key: SplitKey
+    budget: ExportBudget | None
+    future: Future
+    zoo: Zoo
+    place: ExportPlace | None
+    handed_back: str | None = None  # why its place handed it back (it is prepared here)
 
 
 Arriving = Generator[SplitOutcome, None, None]  # a feed's models; close() lets go of those not taken
@@ -146,7 +194,7 @@ class Splits:
     def __init__(self, stop: threading.Event | None = None):
         """`stop`: once set, the models not yet started are not split (the run's own stop request)."""
         self.futures: dict[SplitKey, Future] = {}
-        self._work: queue.Queue[tuple[SplitKey, ExportBudget | None, Future, Zoo] | None] = queue.Queue()
+        self._work: queue.Queue[_Work | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._host_devices: int | None = None
         self._lock = threading.Lock()
@@ -159,26 +207,27 @@ class Splits:
 
     def ask(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
             host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True,
-            reuse: bool = True) -> Arrivals:
+            reuse: bool = True, place: ExportPlace | None = None) -> Arrivals:
         """The models of `specs` (a folder of IR dumps: each of its modules), split in this order
         after any asked before; those asked before with the same seed and not let go of are not split
         again. `host_devices`: the XLA:CPU devices of the process (pipeline values on a host mesh),
         fixed by the first ask; `zoo`: where zoo names are looked up (default: the configured zoo);
         `weights`: whether the graphs keep their weights' values (a run that stitches whole models;
         a model split with and without them is two splits); `reuse`: whether exports and splits
-        kept from earlier runs are used (run.models.Kept)."""
+        kept from earlier runs are used (run.models.Kept); `place`: where the models that must be exported
+        are (default: here)."""
         with self._lock:
-            keys = self._queue(specs, seed, budget, host_devices, zoo, weights, reuse)
+            keys = self._queue(specs, seed, budget, host_devices, zoo, weights, reuse, place)
             for key in keys:
                 self._claims[key] = self._claims.get(key, 0) + 1
             return Arrivals([(key[0], key, self.futures[key]) for key in keys], self)
 
     def prefetch(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
                  host_devices: int | None = None, zoo: Zoo | None = None, weights: bool = True,
-                 reuse: bool = True) -> None:
+                 reuse: bool = True, place: ExportPlace | None = None) -> None:
         """Start splitting these models now, for a run that asks for them later (ask's arguments)."""
         with self._lock:
-            self._queue(specs, seed, budget, host_devices, zoo, weights, reuse)
+            self._queue(specs, seed, budget, host_devices, zoo, weights, reuse, place)
 
     def release(self, key: SplitKey) -> None:
         """One run took model `key`: let go of it when no other run waits for it (outside kept())."""
@@ -204,17 +253,17 @@ class Splits:
                         self.futures.pop(key, None)
 
     def _queue(self, specs: Sequence[str], seed: int, budget: ExportBudget | None, host_devices: int | None,
-               zoo: Zoo | None, weights: bool, reuse: bool) -> list[SplitKey]:
+               zoo: Zoo | None, weights: bool, reuse: bool, place: ExportPlace | None) -> list[SplitKey]:
         """The keys of `specs`, the new ones queued for the split thread (under the lock)."""
         zoo = zoo or load_zoo()
         asked = [(spec, seed, weights, reuse) for spec in dict.fromkeys(expand_specs(specs))]
         new = [key for key in asked if key not in self.futures]
-        if new:  # the export children warm up meanwhile
+        if new and place is None:  # exported here: the export children warm up meanwhile
             warm_exports([key[0] for key in new], zoo, seed, self._kept(reuse).exports, weights)
         for key in new:
             future: Future = Future()
             self.futures[key] = future
-            self._work.put((key, budget, future, zoo))
+            self._work.put(_Work(key, budget, future, zoo, place))
         if self._thread is None:
             self._host_devices = host_devices
             self._thread = threading.Thread(target=self._split, name="split", daemon=True)
@@ -236,13 +285,39 @@ class Splits:
     def _split(self) -> None:
         prepare_jax(host_devices=self._host_devices)  # before anything in this process imports JAX
         while (work := self._work.get()) is not None:
-            (spec, seed, weights, reuse), budget, future, zoo = work
-            if not future.set_running_or_notify_cancel():
+            (spec, seed, weights, reuse), future = work.key, work.future
+            if work.handed_back is None and not future.set_running_or_notify_cancel():
                 continue
             if self._stopped.is_set() or self._closed:
                 future.set_result(SplitOutcome(spec, None, None, STOPPED))
                 continue
+            if work.place is not None and needs_export(spec, work.zoo, seed, self._kept(reuse).exports, weights):
+                self._elsewhere(work)
+                continue
             try:
-                future.set_result(split_outcome(spec, zoo, seed, budget, weights, self._kept(reuse)))
+                outcome = split_outcome(spec, work.zoo, seed, work.budget, weights, self._kept(reuse))
+                if work.handed_back and outcome.graph is not None:
+                    outcome.graph.notes.append(f"exported in the run's own process: {work.handed_back}")
+                future.set_result(outcome)
             except BaseException as e:  # noqa: BLE001  (the run that waits for it reports it)
                 future.set_exception(e)
+
+    def _elsewhere(self, work: _Work) -> None:
+        """The model exported and split at its place; handed back to this thread if the place cannot."""
+        (spec, seed, weights, reuse) = work.key
+        ask = ModelAsk(spec, work.zoo, seed, work.budget, weights, reuse, self._host_devices)
+
+        def landed(remote: Future) -> None:
+            try:
+                work.future.set_result(remote.result())
+            except BaseException as e:  # noqa: BLE001  (the place's failure, not the model's: prepared here)
+                why = str(e) if isinstance(e, PlaceRefused) else f"its place failed ({type(e).__name__}: {e})"
+                if self._closed:  # no thread left to take it
+                    work.future.set_result(SplitOutcome(spec, None, None, STOPPED))
+                else:
+                    self._work.put(_Work(work.key, work.budget, work.future, work.zoo, None, why))
+
+        try:
+            work.place.prepare(ask).add_done_callback(landed)
+        except Exception as e:  # noqa: BLE001  (a place that cannot even take it: prepared here)
+            self._work.put(_Work(work.key, work.budget, work.future, work.zoo, None, f"{type(e).__name__}: {e}"))
