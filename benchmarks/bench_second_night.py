@@ -11,7 +11,9 @@ three nights in it: `first` (cold), `second` (nothing changed), `edited` (one mo
 and with --build a fourth, `build`: the same models under another compiler build (`--compiler`).
 The baseline is `git worktree` of --baseline-ref (default: the commit before the export cache) run
 from its own tree (PYTHONPATH). Printed per night: wall, unique ops analysed and reused, models
-exported (not taken from the cache), whole models reused, the run's time line.
+exported (not taken from the cache), whole models reused, the run's time line, and the CPU seconds and
+peak memory (RSS, polled every 0.5 s) of the command's own process (where the flow runs) beside those
+of every process of the run (its server, cluster, workers and their children).
 Goals (2 cores): second <= 15 s; edited <= that model's export time + 15 s, with only it exported;
 build: no export, split or upstream value made again, only the build's own compiles and device runs.
 """
@@ -27,8 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 import breadth_models
 from common import ROOT
+
+POLL_S = 0.5
 
 FACTORY = '''"""A user's model: a tiny {kind}."""
 from breadth_models import build
@@ -69,10 +75,14 @@ def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, w
     env = {**os.environ, "OPBYOP_HOME": str(home), "OPBYOP_CACHE_DIR": str(cache), "COLUMNS": "300",
            "PYTHONPATH": os.pathsep.join([str(code), str(models), str(ROOT / "benchmarks")])}
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", *specs, "--workers", str(workers),
-                           *(["--compiler", compiler] if compiler else [])],
-                          env=env, cwd=home, capture_output=True, text=True)
-    wall = time.monotonic() - start
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "opbyop.cli.main", "analyze", *specs, "--workers", str(workers),
+                                 *(["--compiler", compiler] if compiler else [])],
+                                env=env, cwd=home, stdout=out, stderr=err, text=True)
+        usage = watch(proc)
+        wall = time.monotonic() - start
+        out.seek(0), err.seek(0)
+        done = subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read())
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("time: ")), "time: ?")
     if done.returncode not in (0, 1):
         print(done.stdout[-3000:], done.stderr[-3000:])
@@ -86,7 +96,34 @@ def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, w
     except (ValueError, IndexError):  # the baseline's schema has no such columns
         row = {}
     ops = next((ln for ln in done.stdout.splitlines() if "unique ops of" in ln), "")
-    return {"wall": wall, "exit": done.returncode, "ops": ops, "time": line, **row}
+    return {"wall": wall, "exit": done.returncode, "ops": ops, "time": line, **usage, **row}
+
+
+def watch(proc: subprocess.Popen) -> dict[str, float]:
+    """Until `proc` ends: the CPU seconds of its own process and of its whole tree (each process's
+    last reading), and the peak RSS of its own process and of the tree's sum."""
+    cpu: dict[int, float] = {}
+    peak_own = peak_all = 0
+    root = psutil.Process(proc.pid)
+    while proc.poll() is None:
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            break
+        rss_all = 0
+        for p in tree:
+            try:
+                times, rss = p.cpu_times(), p.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+            cpu[p.pid] = times.user + times.system
+            rss_all += rss
+            if p.pid == proc.pid:
+                peak_own = max(peak_own, rss)
+        peak_all = max(peak_all, rss_all)
+        time.sleep(POLL_S)
+    return {"cpu_own": cpu.get(proc.pid, 0.0), "cpu_all": sum(cpu.values()), "rss_own": peak_own / 1e9,
+            "rss_all": peak_all / 1e9}
 
 
 def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path, workers: int,
@@ -106,6 +143,9 @@ def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path
         print(f"{label:9} {name:7} {out[name]['wall']:7.1f} s  exit {out[name]['exit']}  "
               f"exports kept {out[name].get('exports_kept', '?')}/{out[name].get('models', '?')}  "
               f"wholes kept {out[name].get('wholes_kept', '?')}  {out[name]['ops']}\n"
+              f"          CPU: command {out[name]['cpu_own']:.1f} s of {out[name]['cpu_all']:.1f} s "
+              f"({100 * out[name]['cpu_own'] / max(out[name]['cpu_all'], 1e-9):.0f}%); peak RSS: command "
+              f"{out[name]['rss_own']:.2f} GB, all {out[name]['rss_all']:.2f} GB\n"
               f"          {out[name]['time']}", flush=True)
     return out
 

@@ -14,7 +14,7 @@ from distributed import LocalCluster
 from opbyop_flows.hosting.cluster import local_cluster
 from opbyop_flows.hosting.cluster_exports import ClusterExports
 from opbyop.config import load_zoo
-from opbyop.run.models import SplitOutcome, Splits
+from opbyop.run.models import HANDED_BACK, SplitOutcome, Splits
 
 MODEL = "jax-mlp"  # a zoo model exported by a framework in a child (JAX: about a second)
 
@@ -63,7 +63,7 @@ def test_a_cluster_whose_workers_offer_no_export_resource_hands_the_export_back_
                          dashboard_address=None) as cluster:
         outcome = prepared(ClusterExports(lambda: cluster.scheduler_address))
     assert outcome.error is None and outcome.split.ops  # exported after all, in this process
-    here = [note for note in outcome.graph.notes if note.startswith("exported in the run's own process")]
+    here = [note for note in outcome.graph.notes if note.startswith(HANDED_BACK)]
     assert here and "offers the `export` resource" in here[0] and "--resources export=1" in here[0]
 
 
@@ -72,11 +72,11 @@ def test_a_daemonic_worker_refuses_the_export_and_names_the_setting_that_lets_it
                       dashboard_address=None, resources={"export": 1}) as cluster:  # Dask's default: daemonic
         outcome = prepared(ClusterExports(lambda: cluster.scheduler_address))
     assert outcome.error is None and outcome.split.ops
-    here = [note for note in outcome.graph.notes if note.startswith("exported in the run's own process")]
+    here = [note for note in outcome.graph.notes if note.startswith(HANDED_BACK)]
     assert here and "daemonic" in here[0] and "DASK_DISTRIBUTED__WORKER__DAEMON=False" in here[0]
 
 
 def test_a_cluster_that_does_not_answer_costs_the_run_nothing_but_the_exports_made_here(machine_cache):
     outcome = prepared(ClusterExports(lambda: "tcp://127.0.0.1:9", connect_timeout=2))  # nothing listens on the discard port
     assert outcome.error is None and outcome.split.ops
-    assert [note for note in outcome.graph.notes if note.startswith("exported in the run's own process")]
+    assert [note for note in outcome.graph.notes if note.startswith(HANDED_BACK)]

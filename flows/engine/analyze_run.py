@@ -38,7 +38,7 @@ from opbyop_flows.engine.phases import PhaseClock, format_phases
 from opbyop_flows.engine.summary import RunFailed, RunSummary
 from opbyop_flows.hosting.cluster_exports import ClusterExports
 from opbyop_flows.hosting.handoff import Handoff
-from opbyop_flows.hosting.run_cluster import RunCluster
+from opbyop_flows.hosting.run_cluster import RunCluster, standing_address
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.system_desc import SystemDesc
 from opbyop.config import AnalysisConfig, AnalysisSettings, ShrinkOption
@@ -46,6 +46,7 @@ from opbyop.errors import OpbyopError
 from opbyop.graph import ModelGraph
 from opbyop.pipeline import run_manifest_path, write_manifest
 from opbyop.records import OpResult, RunInfo, Stage, Status, UniqueOp, WholeModelResult
+from opbyop.run.models import PlaceRefused
 from opbyop.stage_call import StageCall
 from opbyop.run.engine import RunOutcome
 from opbyop.run.engine import execute as run_engine
@@ -112,7 +113,10 @@ class AnalyzeRun:
     fan: FanOut | None = None  # the cluster's side of the run, from the first op handed out
     _cluster: ExitStack = field(default_factory=ExitStack)  # what the run started on the cluster: closed at its end
     _cluster_asked: bool = False
-    _opening: threading.Lock = field(default_factory=threading.Lock)  # the cluster is opened by the first export or op
+    # a LocalCluster of the run's own is opened by the run's thread (its client is that thread's default):
+    # the first export asks for it (wanted), the run's thread opens it while it waits for a model (opened)
+    _cluster_wanted: threading.Event = field(default_factory=threading.Event)
+    _cluster_opened: threading.Event = field(default_factory=threading.Event)
     _exports: ClusterExports | None = None  # where the run's models are exported, once it asks for them
 
     def __post_init__(self) -> None:
@@ -153,15 +157,35 @@ class AnalyzeRun:
                                        reuse=self.config.reuse_cached, place=self._exports)
 
     def _export_address(self) -> str:
-        """The cluster's address for the run's exports, connecting to it (or starting it) on the first.
+        """The cluster's address for the run's exports (called from an export's thread): one that runs
+        apart from this process at once; a LocalCluster of the run's own once the run's thread opened it.
         A lost cluster is not restarted here (the fan-out does that): its exports are made in this process."""
-        with self._opening:
-            self._cluster_asked = True
-            if self.cluster is None:
-                started = time.monotonic()
-                self.cluster = self._cluster.enter_context(RunCluster(self.config.cluster, self.handoff.cluster))
-                self.clock.add("cluster", time.monotonic() - started)
-            return self.cluster.address
+        address = standing_address(self.config.cluster, self.handoff.cluster)
+        if address:
+            return address
+        self._cluster_wanted.set()
+        self._cluster_opened.wait()
+        if self.cluster is None:
+            raise PlaceRefused("the run's own Dask cluster did not start (the run says why)")
+        return self.cluster.address
+
+    def _open_wanted_cluster(self) -> None:
+        """The run's own cluster opened for its exports, if one asked (in the run's thread)."""
+        if self._cluster_wanted.is_set() and not self._cluster_opened.is_set():
+            try:
+                with self.clock.phase("cluster"):
+                    self._open_cluster()
+            except OpbyopError as e:
+                self.logger.warning("no cluster for the exports: %s", e)
+            finally:
+                self._cluster_opened.set()
+
+    def _open_cluster(self) -> None:
+        self._cluster_asked = True
+        if self.cluster is None:
+            self.cluster = self._cluster.enter_context(RunCluster(self.config.cluster, self.handoff.cluster))
+        elif self.cluster.lost():  # the group's, lost since the run before
+            self.cluster.restart(self.run_id)
 
     def execute(self) -> State:
         """The whole run, from the first model's split to the report; the flow's final state."""
@@ -208,7 +232,9 @@ class AnalyzeRun:
         future.add_done_callback(fan.done.put)
 
     def collect(self) -> None:
-        """The results that arrived, into the outcome (and the store, in batches)."""
+        """The results that arrived, into the outcome (and the store, in batches); the run's own cluster
+        opened when an export asks for it."""
+        self._open_wanted_cluster()
         if self.fan is not None:
             self._take(wait=0.0)
 
@@ -239,6 +265,7 @@ class AnalyzeRun:
                                        self.desc.chip, self.settings, self.config.op_timeout_s, fan.plugin.name,
                                        self.sink.writer, self.logger)
         finally:  # the op workers rest (a cluster that outlives the run keeps only their main children)
+            self._cluster_opened.set()  # an export still waiting for the cluster is made in this process
             if self._exports is not None:
                 self._exports.close()
             if self._cluster_asked:
@@ -249,12 +276,8 @@ class AnalyzeRun:
         """The cluster (the group's, or one of the run's own) and its op workers warm; False, with the
         outcome's error, when no op worker can start."""
         try:
-            with self.clock.phase("cluster"), self._opening:
-                self._cluster_asked = True
-                if self.cluster is None:
-                    self.cluster = self._cluster.enter_context(RunCluster(self.config.cluster, self.handoff.cluster))
-                elif self.cluster.lost():  # the group's, lost since the run before (or since the exports began)
-                    self.cluster.restart(self.run_id)
+            with self.clock.phase("cluster"):
+                self._open_cluster()
         except OpbyopError as e:
             self._stop_with(str(e))
             return False

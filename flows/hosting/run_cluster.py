@@ -30,6 +30,16 @@ from opbyop.errors import OpbyopError
 MAX_CLUSTER_RESTARTS = 3  # a cluster lost more often in one run has a cause a restart will not fix
 
 
+def standing_address(config: ClusterConfig, process: ClusterProcess | None = None) -> str | None:
+    """The address of the run's cluster when it runs apart from this process (the caller's cluster
+    process, once it answers, or a user's scheduler), without connecting; None: the run starts a
+    LocalCluster in this process."""
+    address = config.address or environment().dask_address
+    if process is not None and (not address or process.had(address)):
+        return process.wait()
+    return address or None
+
+
 class RunCluster:
     """The run's cluster: its client, whether opbyop started it (`ours`), and restart().
 

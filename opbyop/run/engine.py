@@ -23,7 +23,7 @@ from opbyop.graph import ModelGraph
 from opbyop.op_memory import whole_model_misfit_on
 from opbyop.pipeline import Prepared, summarize
 from opbyop.records import ModelSummary, OpRecord, OpResult, RunStatus, Stage, Status, UniqueOp, WholeModelResult
-from opbyop.run.models import Feed, SplitOutcome
+from opbyop.run.models import HANDED_BACK, Feed, SplitOutcome
 from opbyop.run.plan import RunPlan
 from opbyop.run.wholes import whole_key
 from opbyop.workspace import Workspace
@@ -236,8 +236,8 @@ def _arrived(plan: RunPlan, outcome: RunOutcome, model: SplitOutcome, executor: 
             logger.error("model %s produced no ops: %s", name, outcome.prepared.errors[name])
             return
         for note in outcome.prepared.graphs[name].notes if name in outcome.prepared.graphs else []:
-            if note.startswith(AGAIN):  # a kept export that could not be used: said, not silent
-                logger.warning("%s: %s", name, note)
+            if note.startswith((AGAIN, HANDED_BACK)):  # a kept export not used, an export the cluster
+                logger.warning("%s: %s", name, note)  # could not take: said, not silent
         if workspace is not None:
             keep_ops(new, workspace)
             graph = outcome.prepared.graphs.get(name)

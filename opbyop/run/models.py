@@ -38,6 +38,7 @@ from opbyop.pipeline import prepare_model
 
 POLL_SECONDS = 0.5  # how often a run waiting for a model looks at its ops' results
 STOPPED = "not split: the run was stopped before this model"
+HANDED_BACK = "exported in the run's own process: "  # how a model's notes begin why its place handed it back
 
 
 @dataclass
@@ -297,7 +298,7 @@ class Splits:
             try:
                 outcome = split_outcome(spec, work.zoo, seed, work.budget, weights, self._kept(reuse))
                 if work.handed_back and outcome.graph is not None:
-                    outcome.graph.notes.append(f"exported in the run's own process: {work.handed_back}")
+                    outcome.graph.notes.append(HANDED_BACK + work.handed_back)
                 future.set_result(outcome)
             except BaseException as e:  # noqa: BLE001  (the run that waits for it reports it)
                 future.set_exception(e)
