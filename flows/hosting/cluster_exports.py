@@ -1,5 +1,5 @@
 """Models exported on the run's Dask cluster: each one a Dask task on a worker that offers the export
-resource (opbyop.worker.exports), so workers on every host export, one model at a time each, and the
+resource (opbyop.run.worker_exports), so workers on every host export, one model at a time each, and the
 process that runs the flow coordinates.
 
 The run's split thread (opbyop.run.models.Splits) hands a model here only when it must be exported;
@@ -25,7 +25,7 @@ from distributed import Client
 from opbyop.frontends.loader import recorded_name
 from opbyop.run.models import ModelAsk, PlaceRefused, SplitOutcome
 from opbyop.worker.dask import EXPORT_RESOURCE
-from opbyop.worker.exports import prepare_on_worker
+from opbyop.run.worker_exports import prepare_on_worker
 
 EXPORTS_IN_FLIGHT = 256  # threads that wait on export tasks (the cluster's export resources bound what runs)
 EXPORT_PRIORITY = 1  # above the ops' (0): an export is what a model's ops wait for

@@ -31,7 +31,7 @@ from opbyop.worker.wire import Parcel, Shipped, home_id, named_digests, pack, sh
 from opbyop.config import AnalysisSettings
 
 PLUGIN_PREFIX = "opbyop-op-workers"
-EXPORT_RESOURCE = "export"  # a Dask worker started with `--resources export=1` takes exports (opbyop.worker.exports)
+EXPORT_RESOURCE = "export"  # a Dask worker started with `--resources export=1` takes exports (opbyop.run.worker_exports)
 
 
 class OpWorkerPlugin(WorkerPlugin):
