@@ -96,7 +96,7 @@ class CapacityPlan:
     plans: list[PlannedRun]  # one per worker count asked, and the measured one
     measured_workers: int | None  # the count the check is for
     measured_workers_from: str
-    export_places: int
+    export_places: int | None  # None: one per worker on workers, else one
     exports_on_workers: bool
 
     def at(self, workers: int) -> PlannedRun:
@@ -150,16 +150,20 @@ def run_timings(con: StoreConnection, run_id: str) -> RunTimings:
                       wholes=sum(1 for t in tasks if t.name.startswith("whole ")), handing_out=handing_out)
 
 
-def capacity_plan(root: StoreRoot, run_id: str | None, workers: Sequence[int], export_places: int = 1,
-                  exports_on_workers: bool = False, measured_workers: int | None = None) -> CapacityPlan:
+def capacity_plan(root: StoreRoot, run_id: str | None, workers: Sequence[int], export_places: int | None = None,
+                  exports_on_workers: bool = True, measured_workers: int | None = None) -> CapacityPlan:
     """The run (default: the latest in the store) planned on each of `workers` (and on the count it
-    ran with, for the check). `measured_workers`: the count the run ran with, as the user states it."""
+    ran with, for the check). Exports are cluster work as a run makes them (`exports_on_workers`), at
+    most `export_places` at once (default: one per worker, each worker's export resource); beside the
+    workers, as a run whose cluster takes no exports makes them, one at a time by default.
+    `measured_workers`: the count the run ran with, as the user states it."""
     with StoreConnection(root) as con:
         timings = run_timings(con, run_id or latest_run(con))
     measured, measured_from = ((measured_workers, "as stated (--measured-workers)") if measured_workers
                                else (timings.workers, timings.workers_from))
     counts = list(dict.fromkeys([*workers, *([measured] if measured else [])]))
-    plans = [plan_run(timings.work, w, export_places, exports_on_workers) for w in counts]
+    places = {w: export_places or (w if exports_on_workers else 1) for w in counts}
+    plans = [plan_run(timings.work, w, places[w], exports_on_workers) for w in counts]
     return CapacityPlan(timings, plans, measured, measured_from, export_places, exports_on_workers)
 
 

@@ -284,11 +284,12 @@ def capacity(ctx: typer.Context,
              measured_workers: Optional[int] = typer.Option(
                  None, "--measured-workers", min=1, help="the workers the run ran with, when the store does not "
                                                          "say (or says otherwise): the check is for this count"),
-             export_places: int = typer.Option(1, "--export-places", min=1,
-                                               help="models exported at once (a run's split thread: 1)"),
-             exports_on_workers: bool = typer.Option(False, "--exports-on-workers",
-                                                     help="plan each export on a worker too (exports as cluster "
-                                                          "work), instead of beside them as the run exports"),
+             export_places: Optional[int] = typer.Option(
+                 None, "--export-places", min=1, help="models exported at once (default: one per worker; "
+                                                      "with --exports-beside, one)"),
+             exports_beside: bool = typer.Option(False, "--exports-beside",
+                                                 help="plan the exports beside the workers, as a run whose "
+                                                      "cluster takes no exports makes them in its own process"),
              fmt: str = typer.Option("table", "--format", "-f", help="table | csv | json"),
              store: Optional[Path] = typer.Option(None, "--store", help=STORE_HELP)) -> None:
     """Plan a stored run on more (or fewer) workers from its own timings: its exports, ops and whole
@@ -298,7 +299,7 @@ def capacity(ctx: typer.Context,
         counts = [*workers, *_more_counts(ctx.args)]
         if run is not None:
             _check_run(store, run)
-        found = capacity_plan(_root(store), run, counts, export_places, exports_on_workers, measured_workers)
+        found = capacity_plan(_root(store), run, counts, export_places, not exports_beside, measured_workers)
     except OpbyopError as e:
         _fail(e)
     _print_capacity(found, fmt)
@@ -321,7 +322,8 @@ def _print_capacity(found: CapacityPlan, fmt: str) -> None:
         print_rows(columns, rows, fmt)
         return
     rows = [(*r[:-1], "yes" if r[-1] else "") for r in rows]
-    places = f"{found.export_places} export place{'s' if found.export_places > 1 else ''}"
+    places = (f"{found.export_places} export place{'s' if found.export_places > 1 else ''}" if found.export_places
+              else "one export at a time per worker" if found.exports_on_workers else "1 export place")
     console.print(f"run {t.run_id} ({t.status}): {t.exports} exports, {t.ops} ops analysed ({t.reused} reused: "
                   f"not planned), {t.wholes} whole models; each op +{t.handing_out * 1000:.0f} ms handing it out",
                   soft_wrap=True)

@@ -147,14 +147,23 @@ def test_a_runs_timings_become_tasks_that_wait_for_the_model_that_first_brings_t
 
 def test_the_plan_of_a_stored_run_adds_its_start_up_and_fixed_steps_and_checks_the_measured_wall(small_run,
                                                                                                  store_root):
-    found = capacity_plan(store_root, "r", [1, 2, 8])
-    # exports from 0.5 s (after the command's imports), workers from 3 s (the start-up): 1 worker runs
+    found = capacity_plan(store_root, "r", [1, 2, 8], exports_on_workers=False)
+    # exports beside the workers from 0.5 s (after the command's imports), workers from 3 s (the start-up): 1 worker runs
     # whole a, add, dot, tanh one after another to 8 s;
     # 2 workers to 6 s; 8 workers to 5 s (dot, 2 s from 3 s); plus the 1 s report
     assert [round(found.at(w).wall, 6) for w in (1, 2, 8)] == [9.0, 7.0, 6.0]
     assert found.measured_workers == 2 and found.check == pytest.approx(100 * (7.0 - 7.4) / 7.4)
-    stated = capacity_plan(store_root, "r", [8], measured_workers=1)
+    stated = capacity_plan(store_root, "r", [8], exports_on_workers=False, measured_workers=1)
     assert [p.workers for p in stated.plans] == [8, 1] and stated.check == pytest.approx(100 * (9.0 - 7.4) / 7.4)
+
+
+def test_by_default_the_exports_are_planned_as_a_run_makes_them_on_its_workers_one_per_worker(small_run, store_root):
+    found = capacity_plan(store_root, "r", [1, 2, 8])
+    assert found.exports_on_workers
+    for w in (1, 2, 8):
+        assert found.at(w).wall == plan_run(found.timings.work, w, w, exports_on_workers=True).wall
+    # on one worker the exports wait for the start-up and take the worker: later than beside it
+    assert found.at(1).wall > capacity_plan(store_root, "r", [1], exports_on_workers=False).at(1).wall
 
 
 def test_the_default_run_is_the_latest_and_an_unknown_run_is_named_with_the_fix(small_run, store_root):
