@@ -186,3 +186,13 @@ def test_a_split_is_kept_by_its_module_and_made_again_when_the_module_changes(tm
     other = replace(graph, module_text=load_stablehlo_file(data / "cholesky.mlir").module_text)
     changed, kept_changed = cache.split(other, split_graph)
     assert not kept_changed and [r.signature for r in changed.ops] != [r.signature for r in first.ops]
+
+
+def test_a_zoo_models_kept_export_has_the_same_key_from_any_working_directory(tmp_path):
+    # an editable install is found by its import hook, not on sys.path: a key read from sys.path alone
+    # changed with the working directory (the run's process and its Dask workers disagreed)
+    script = ("from opbyop.config import load_zoo; from opbyop.frontends.export_cache import Request; "
+              "print(Request(load_zoo().get('mlp'), 0, True).key)")
+    keys = {subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONPATH": ""}).stdout for cwd in (tmp_path, Path(__file__).parents[1])}
+    assert len(keys) == 1 and len(keys.pop().strip()) == 32

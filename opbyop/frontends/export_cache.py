@@ -14,9 +14,9 @@ notes say why; a model whose export fails is not kept (it is tried again next ti
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
-from importlib.machinery import PathFinder
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,13 +48,15 @@ class Request:
 
 
 def found_at(factory: str) -> str:
-    """Where the top-level package of `package.module:factory` is found on sys.path now (nothing is
-    imported): the same name found in another folder is another model, whatever its files say."""
+    """Where the top-level package of `package.module:factory` is found now, as an import would find it
+    (sys.path and the import hooks: an editable install's finder too; a top-level name imports nothing):
+    the same name found in another folder is another model, whatever its files say. Every process
+    finds it alike (the run's, a Dask worker's), whatever its working directory."""
     top = factory.partition(":")[0].partition(".")[0]
     if not top:
         return ""
     try:
-        spec = PathFinder.find_spec(top)
+        spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):
         return ""
     if spec is None:
