@@ -66,37 +66,3 @@ def test_the_command_finds_the_early_start_among_what_the_plugins_prepared(tmp_p
     started = early.Services(None, None, "p150", tmp_path / "logs", api=None, cluster=None)
     assert early.started_early((object(), started)) is started
     assert early.started_early(()) is None and early.started_early(None) is None  # run without main (CliRunner)
-
-
-def test_the_cluster_starts_early_only_when_a_model_of_the_command_line_must_be_exported(monkeypatch, tmp_path):
-    from opbyop.config import load_zoo
-    from opbyop.frontends.export_cache import ExportCache
-    from opbyop.pipeline import prepare_model
-
-    monkeypatch.setenv("OPBYOP_CACHE_DIR", str(tmp_path / "cache"))
-    assert early.must_export(["analyze", "jax-mlp", "--workers", "2"])  # never exported on this machine
-    prepare_model("jax-mlp", load_zoo(), 0, exports=ExportCache())  # exported and kept, weights and all
-    assert not early.must_export(["analyze", "jax-mlp", "--workers", "2"])
-    assert not early.must_export(["analyze", "--chip", "p150", "jax-mlp", "tests/data/cholesky.mlir"])  # a file: none
-    assert early.must_export(["analyze", "jax-mlp", "--no-reuse"])  # everything is exported again
-    assert early.must_export(["analyze", "jax-mlp", "--no-whole"])  # another export: without the weights' values
-    assert early.must_export(["analyze"])  # the zoo's default models: not read here, so a doubt
-
-
-@pytest.mark.slow
-def test_a_cluster_not_started_early_starts_on_first_use_and_outlives_the_thread_that_asked(tmp_path):
-    import threading
-
-    from opbyop_flows.hosting.cluster_process import ClusterProcess
-
-    cluster = ClusterProcess(1, "p150", tmp_path / "logs", start=False)
-    try:
-        assert not cluster.started and cluster.pid is None and cluster.exit_code() is None
-        asked: list[str] = []
-        thread = threading.Thread(target=lambda: asked.append(cluster.wait()))
-        thread.start()
-        thread.join()  # the thread that started it has ended: the cluster is held by another
-        assert cluster.started and asked[0].startswith("tcp://127.0.0.1:")
-        assert cluster.exit_code() is None and cluster.wait() == asked[0]
-    finally:
-        cluster.close()

@@ -3,11 +3,8 @@ is built (its imports take seconds on 2 cores), so that they start while this pr
 
 `opbyop`'s main calls `prepare(argv)` before anything else and hands what it returns to the command as
 typer's context object; the arguments are read loosely here (only --workers, --address and --chip; the
-command line parses them properly later). The cluster starts at once only when a model of the
-command line must be exported (no fresh kept export; a loose reading of the line, in a thread beside the
-imports: any doubt starts it): a second night with nothing new to export or analyse starts no cluster,
-and one that has ops to analyse starts it with its first ops. The command's Launch
-(flows/cli/launching.py) adopts what was started when it asks for the same, and stops it otherwise;
+command line parses them properly later). The command's Launch (flows/cli/launching.py) adopts what
+was started when it asks for the same, and stops it otherwise;
 either way it is tied to this process (flows/hosting/tied.py). Nothing starts early when a Prefect
 API is configured (nothing to start), when the workspace has a `opbyop serve` record (the service may
 take the run) or when the command is asked for its help.
@@ -17,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from opbyop_flows.hosting.cluster_process import ClusterProcess
 from opbyop_flows.hosting.server import PrefectApi, configured_api_url
@@ -42,13 +37,6 @@ class Services:
     log_dir: Path
     api: PrefectApi
     cluster: ClusterProcess | None
-    deciding: threading.Thread | None = None  # deciding whether the cluster starts now
-
-    def decided(self) -> ClusterProcess | None:
-        """The cluster process, once it is decided whether it starts now (it starts on first use otherwise)."""
-        if self.deciding is not None:
-            self.deciding.join()
-        return self.cluster
 
     def close(self) -> None:
         for child in (self.cluster, self.api):
@@ -70,51 +58,17 @@ def prepare(argv: list[str]) -> Services | None:
         return None
     defaults_for_laptop()  # in the server's and the cluster's environment too, as analyze would set them
     return start(options.workers, options.address or environment().dask_address, options.chip,
-                 workspace_root() / "logs", cluster_now=lambda: must_export(argv))
+                 workspace_root() / "logs")
 
 
-def start(workers: int | None, address: str | None, chip: str, log_dir: Path,
-          cluster_now: Callable[[], bool] = lambda: True) -> Services:
-    """A Prefect server (none when an API is configured), starting in the background, and a LocalCluster
-    (none when `address` names a scheduler), started in the background when `cluster_now()` (asked in a
-    thread; its workers then warm their export forkservers too), else on its first use."""
+def start(workers: int | None, address: str | None, chip: str, log_dir: Path) -> Services:
+    """A Prefect server (none when an API is configured) and a LocalCluster (none when `address` names a
+    scheduler), both starting in the background."""
     api = PrefectApi(log_dir)
     if api.started_here:  # before Prefect is imported, which reads it once
         os.environ["PREFECT_API_URL"] = api.url or ""
-    services = Services(workers, address, chip, log_dir, api, None)
-    if not address:
-        cluster = services.cluster = ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir, start=False)
-
-        def decide() -> None:
-            if cluster_now():
-                cluster.start(warm_exports=True)
-
-        services.deciding = threading.Thread(target=decide, name="cluster-now", daemon=True)
-        services.deciding.start()
-    return services
-
-
-def must_export(argv: list[str]) -> bool:
-    """Whether a model of analyze's command line `argv` must be exported: it has no fresh kept export
-    (frontends.export_cache). A loose reading of the line: any doubt (no models named, --no-reuse, a
-    line it cannot read, an error) says yes, which costs only a cluster started early."""
-    # deferred: the loader's imports (about a second) run in this thread, beside the command's own
-    from opbyop.config import load_zoo
-    from opbyop.frontends.export_cache import ExportCache
-    from opbyop.frontends.loader import needs_export
-
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
-    parser.add_argument("models", nargs="*")
-    parser.add_argument("--no-reuse", action="store_true")
-    parser.add_argument("--no-whole", action="store_true")
-    try:
-        options, _ = parser.parse_known_intermixed_args(argv[1:])
-        if options.no_reuse or not options.models:
-            return True
-        zoo, exports = load_zoo(), ExportCache()
-        return any(needs_export(spec, zoo, 0, exports, weights=not options.no_whole) for spec in options.models)
-    except BaseException:  # noqa: BLE001  (a doubt: start the cluster, as a run that must export would)
-        return True
+    cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
+    return Services(workers, address, chip, log_dir, api, cluster)
 
 
 def adopt(started: Services | None, workers: int | None, address: str | None, chip: str,

@@ -33,19 +33,19 @@ STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it
 class Launch:
     """What one CLI run starts, all at once from this (the main) thread, and stops together: the
     Prefect server and the Dask cluster (adopted when flows/cli/early.py started them for this run
-    before the command line's imports; a cluster not started then starts on its first use); beside them each compiler build is prepared and the chip's
+    before the command line's imports); beside them each compiler build is prepared and the chip's
     system descriptor made for it if this is their first use (said on screen, with why)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
                  started: Services | None = None, compilers: list[str] | None = None):
         # what main started before the command line's imports, if it was for this run; else started now
         started = adopt(started, workers, address, chip, log_dir) or start(workers, address, chip, log_dir)
-        self.api, self.cluster = started.api, started.decided()
+        self.api, self.cluster = started.api, started.cluster
         self.address = address  # a user's scheduler (None: the cluster started for the run)
         self._exports: ExportPlace | None = None
         self.handoff = Handoff(started=_process_started(), cluster=self.cluster)  # a run that loses it restarts it
         self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
-        if self.cluster is not None and self.cluster.started:  # else it starts when the run first needs it
+        if self.cluster is not None:
             self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
         self.notices = Notices(say=lambda text: say(text))
         # each compiler build prepared (its first use on a machine fetches and starts it) and its descriptor

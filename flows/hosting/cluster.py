@@ -32,7 +32,6 @@ from opbyop.compiler.targets import target_for
 from opbyop.config import ClusterConfig
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
-from opbyop.frontends.isolation import start_forkserver
 from opbyop.jaxenv import prepare_jax
 from opbyop.worker import dask as on_dask
 from opbyop.workspace import Workspace
@@ -93,14 +92,10 @@ def dask_client(config: ClusterConfig) -> Iterator[Client]:
         yield client
 
 
-def serve(workers: int, chip: str, warm_exports: bool = False) -> None:
-    """Run a LocalCluster until terminated; print its address; with `warm_exports`, start each worker's
-    export forkserver (torch and torch-mlir imported and warmed: a cluster started for exports); warm
-    its op workers for `chip`."""
+def serve(workers: int, chip: str) -> None:
+    """Run a LocalCluster until terminated; print its address; warm its op workers for `chip`."""
     with local_cluster(workers) as cluster, Client(cluster) as client:
         print(json.dumps({"address": cluster.scheduler_address}), flush=True)
-        if warm_exports:
-            client.run(start_forkserver)  # returns at once: each forkserver imports in the background
         try:
             compiler = installed()  # the default run's: a run of another build warms its own workers
             desc = resolve(chip, compiler=compiler)
@@ -118,11 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="a LocalCluster for one CLI run (see flows/hosting/cluster_process.py)")
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--chip", required=True)
-    parser.add_argument("--warm-exports", action="store_true", help="start each worker's export forkserver")
     args = parser.parse_args(argv)
 
     prepare_jax()
-    serve(args.workers, args.chip, args.warm_exports)
+    serve(args.workers, args.chip)
 
 
 if __name__ == "__main__":

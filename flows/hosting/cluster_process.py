@@ -1,9 +1,7 @@
 """The LocalCluster of one CLI run (or of `opbyop serve`), in a child process (`python -m
 opbyop_flows.hosting.cluster`) started at once, beside the Prefect server and the export; this side
 imports neither Dask nor JAX, so the CLI can start it before its own imports. A run that loses it
-starts it again (restart(): flows/hosting/run_cluster.py). It may also be made unstarted and start on
-first use (its address asked for: a model to export, the first ops): a run that analyses nothing
-new starts no cluster."""
+starts it again (restart(): flows/hosting/run_cluster.py)."""
 
 from __future__ import annotations
 
@@ -29,13 +27,12 @@ class ClusterProcess:
     tied to the CLI (flows/hosting/tied.py): it dies with it, even on kill -9, and its Dask workers with it
     (they exit when their parent does)."""
 
-    def __init__(self, workers: int, chip: str, log_dir: Path, start: bool = True):
-        """`start`: at once (else on the first wait())."""
+    def __init__(self, workers: int, chip: str, log_dir: Path):
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / "dask-cluster.log"
         self._command = [sys.executable, "-m", "opbyop_flows.hosting.cluster", "--workers", str(workers),
                          "--chip", chip]
-        self._proc: subprocess.Popen | None = self._spawn("wb") if start else None
+        self._proc = self._spawn("wb")
         self.address: str | None = None
         self._addresses: set[str] = set()  # every address it had: a run given an old one still means this cluster
         self._reading = threading.Lock()  # one reader of its address line (the run's start-up, its exports)
@@ -49,24 +46,9 @@ class ClusterProcess:
         with self._reading:
             return self._read_address(timeout)
 
-    def start(self, warm_exports: bool = False) -> None:
-        """Start it now if it is not started yet (from any thread: it is held by one that lives as long
-        as this process); with `warm_exports`, its workers start their export forkservers at once."""
-        with self._reading:
-            if self._proc is None:
-                if warm_exports:
-                    self._command.append("--warm-exports")
-                self._proc = self._spawn_held("wb")
-
-    @property
-    def started(self) -> bool:
-        return self._proc is not None
-
     def _read_address(self, timeout: float) -> str:
         if self.address:
             return self.address
-        if self._proc is None:
-            self._proc = self._spawn_held("wb")
         assert self._proc.stdout is not None
         deadline = time.monotonic() + timeout
         line = b""
@@ -89,8 +71,6 @@ class ClusterProcess:
         """The cluster's own process (its supervisor's child; None once it is gone): killing it loses
         the cluster, as the kernel's out-of-memory killer would, and its supervisor takes its Dask
         workers with it."""
-        if self._proc is None:
-            return None
         try:
             children = psutil.Process(self._proc.pid).children()
         except psutil.NoSuchProcess:
@@ -101,10 +81,10 @@ class ClusterProcess:
         """A new cluster in place of a lost one (what is left of the old one stopped first), its op
         workers warming, its log appended to the old one's; its address."""
         self.close(wait=True)
-        self._proc, self.address = self._spawn_held("ab"), None
+        self._proc, self.address = self._spawn_held(), None
         return self.wait(timeout)
 
-    def _spawn_held(self, mode: str) -> subprocess.Popen:
+    def _spawn_held(self) -> subprocess.Popen:
         """_spawn from a thread that lives as long as this process: the tie (flows/hosting/tied.py)
         follows the thread that starts the child, and the run's thread that asks for a restart ends
         before the cluster should (`opbyop serve` keeps it for the runs after)."""
@@ -112,7 +92,7 @@ class ClusterProcess:
 
         def hold() -> None:
             try:
-                spawned.put(self._spawn(mode))
+                spawned.put(self._spawn("ab"))
             except BaseException as e:  # noqa: BLE001  (raised in the caller's thread)
                 spawned.put(e)
                 return
@@ -125,14 +105,13 @@ class ClusterProcess:
         return proc
 
     def exit_code(self) -> int | None:
-        """None while the cluster runs (or before it is started)."""
-        return None if self._proc is None else self._proc.poll()
+        """None while the cluster runs."""
+        return self._proc.poll()
 
     def close(self, wait: bool = True) -> None:
         """Stop the cluster and all it started; without `wait`, its supervisor finishes the job
         after this process is gone (flows/hosting/tied.py)."""
-        if self._proc is not None:
-            stop_session(self._proc) if wait else self._proc.terminate()
+        stop_session(self._proc) if wait else self._proc.terminate()
 
     def _log_tail(self) -> str:
         try:
