@@ -19,7 +19,7 @@ from opbyop_storage.dataset import Store
 from opbyop_storage.location import StoreRoot, is_object_url
 from opbyop_storage.object_views import upload_file
 from opbyop_storage.readonly import QueryResult
-from opbyop_storage.exports.report import device_time, write_report_apart
+from opbyop_storage.exports.report import ReportApart, device_time
 
 
 def _cell(value: Any) -> str:
@@ -75,12 +75,16 @@ def publish(store_root: StoreRoot, run_id: str, report_path: Path,
     """Aggregate a finished run: regressions and the report's content as markdown artifacts, the HTML
     report file; refresh the .duckdb catalog (its views list the store's files, so BI tools see it).
     With the store on object storage the report is uploaded beside it (reports/<run_id>.html), since
-    the flow's host may be gone when someone reads it; its URL is returned."""
-    build_catalog(store_root)
-    summary = nightly_for(store_root, run_id)
-    create_markdown_artifact(markdown=regressions_markdown(summary), key="regressions",
-                             description=f"regressions and progressions of run {run_id}")
-    path = write_report_apart(store_root, run_id, report_path)
+    the flow's host may be gone when someone reads it; its URL is returned. The HTML report is written
+    by a process of its own while this one aggregates."""
+    report = ReportApart(store_root, run_id, report_path)
+    try:
+        build_catalog(store_root)
+        summary = nightly_for(store_root, run_id)
+        create_markdown_artifact(markdown=regressions_markdown(summary), key="regressions",
+                                 description=f"regressions and progressions of run {run_id}")
+    finally:  # never leave the report's process behind
+        path = report.finish()
     where: Path | str = (upload_file(str(store_root), path, f"reports/{run_id}.html") if is_object_url(store_root)
                          else path.resolve())
     create_markdown_artifact(markdown=report_markdown(summary, where, phases or {}), key="report",

@@ -6,7 +6,7 @@ filters and sorting, so the file opens offline, from a mail attachment or a CI a
 
     python -m opbyop_storage.exports.report STORE RUN_ID OUT
 
-writes a report in a process of its own (write_report_apart: what a run's publish step does).
+writes a report in a process of its own (ReportApart: what a run's publish step starts first).
 """
 
 from __future__ import annotations
@@ -174,22 +174,37 @@ def write_report(root: Path | str | None, run_id: str, out: Path, expectations_p
 
 
 
+class ReportApart:
+    """write_report (expectations from their default file) in a process of its own, started at once:
+    the caller does its own work meanwhile and finish() waits for it. What a report reads and holds
+    (DuckDB's queries, the rows of every unique op, the page) is given back when the process ends, not
+    kept by the run's process (the CLI's, a served deployment's): 0.3 GB above a fresh process for a
+    run of 324 models."""
+
+    def __init__(self, root: StoreRoot, run_id: str, out: Path, timeout: float = APART_TIMEOUT_S):
+        self.run_id, self.out, self.timeout = run_id, out, timeout
+        self._proc = subprocess.Popen([sys.executable, "-m", __name__, str(root), run_id, str(out)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def finish(self) -> Path:
+        """The report's path once written; fails with the child's words and the command that rebuilds it."""
+        fix = f"rebuild it with `opbyop report --run {self.run_id} --out {self.out}`"
+        try:
+            _, stderr = self._proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.communicate()
+            raise OpbyopError(f"the report of run {self.run_id} was not written within {self.timeout:.0f} s",
+                              fix) from None
+        if self._proc.returncode != 0:
+            words = stderr.strip().splitlines()[-1:] or [f"exit code {self._proc.returncode}"]
+            raise OpbyopError(f"the report of run {self.run_id} could not be written: {words[0]}", fix)
+        return self.out
+
+
 def write_report_apart(root: StoreRoot, run_id: str, out: Path, timeout: float = APART_TIMEOUT_S) -> Path:
-    """write_report (expectations from their default file) in a process of its own. What a report
-    reads and holds (DuckDB's queries, the rows of every unique op, the page) is given back when the
-    process ends, not kept by the run's process (the CLI's, a served deployment's): 0.3 GB above a
-    fresh process for a run of 324 models. Fails with the child's words and the command that
-    rebuilds the report."""
-    fix = f"rebuild it with `opbyop report --run {run_id} --out {out}`"
-    try:
-        done = subprocess.run([sys.executable, "-m", __name__, str(root), run_id, str(out)], capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise OpbyopError(f"the report of run {run_id} was not written within {timeout:.0f} s", fix) from None
-    if done.returncode != 0:
-        words = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
-        raise OpbyopError(f"the report of run {run_id} could not be written: {words[0]}", fix)
-    return out
+    """write_report in a process of its own (ReportApart), waited for."""
+    return ReportApart(root, run_id, out, timeout).finish()
 
 
 if __name__ == "__main__":
