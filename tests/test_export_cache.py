@@ -193,6 +193,6 @@ def test_a_zoo_models_kept_export_has_the_same_key_from_any_working_directory(tm
     # changed with the working directory (the run's process and its Dask workers disagreed)
     script = ("from opbyop.config import load_zoo; from opbyop.frontends.export_cache import Request; "
               "print(Request(load_zoo().get('mlp'), 0, True).key)")
-    keys = {subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONPATH": ""}).stdout for cwd in (tmp_path, Path(__file__).parents[1])}
+    keys = {subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, check=True
+                           ).stdout for cwd in (tmp_path, Path(__file__).parents[1])}
     assert len(keys) == 1 and len(keys.pop().strip()) == 32
