@@ -30,14 +30,19 @@ from opbyop.errors import OpbyopError
 MAX_CLUSTER_RESTARTS = 3  # a cluster lost more often in one run has a cause a restart will not fix
 
 
+def run_process(config: ClusterConfig, process: ClusterProcess | None) -> tuple[str, ClusterProcess | None]:
+    """The address the configuration names ("" none), and the caller's cluster process if it is the
+    run's: the configuration names no address or one it had."""
+    address = config.address or environment().dask_address or ""
+    return address, process if process is not None and (not address or process.had(address)) else None
+
+
 def standing_address(config: ClusterConfig, process: ClusterProcess | None = None) -> str | None:
     """The address of the run's cluster when it runs apart from this process (the caller's cluster
     process, once it answers, or a user's scheduler), without connecting; None: the run starts a
     LocalCluster in this process."""
-    address = config.address or environment().dask_address
-    if process is not None and (not address or process.had(address)):
-        return process.wait()
-    return address or None
+    address, process = run_process(config, process)
+    return process.wait() if process is not None else address or None
 
 
 class RunCluster:
@@ -50,8 +55,7 @@ class RunCluster:
 
     def __init__(self, config: ClusterConfig, process: ClusterProcess | None = None):
         self.config = config
-        address = config.address or environment().dask_address
-        self.process = process if process is not None and (not address or process.had(address)) else None
+        address, self.process = run_process(config, process)
         self.ours = self.process is not None or not address
         self.restarts = 0  # how many times it was started again
         self._open = ExitStack()
