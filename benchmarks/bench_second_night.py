@@ -1,14 +1,17 @@
 """The second night: the same `opbyop analyze` of a user's own models, run again with nothing changed,
 then with one model's source file edited; this checkout beside another one (the baseline), in one run.
 
-    PYTHONPATH=benchmarks .venv/bin/python benchmarks/bench_second_night.py [--count 19]
+    PYTHONPATH=benchmarks .venv/bin/python benchmarks/bench_second_night.py [--count 19 | --all]
         [--baseline-ref REF] [--no-baseline] [--workers 2] [--build jax-tt-plugin==0.1.2]
+        [--no-whole] [--export-memory GB] [--capacity]
 
 The models are user factories, one file each (`night_<type>.py`, written in a scratch folder: each
 builds a tiny transformers architecture from benchmarks/breadth_models.py), the first --count of the
-architectures that run eagerly. Each checkout gets a fresh OPBYOP_HOME and machine cache, and runs
-three nights in it: `first` (cold), `second` (nothing changed), `edited` (one model's file edited),
-and with --build a fourth, `build`: the same models under another compiler build (`--compiler`).
+architectures that run eagerly; --all: every one of them (the breadth benchmark's set, whose nights
+are run with --no-whole as bench_breadth.py runs it). --capacity: after the first night, its capacity
+plan (`opbyop capacity`: 2, 8, 32 and 128 workers, checked against its own wall).
+Each checkout gets a fresh OPBYOP_HOME and machine cache, and runs three nights in it: `first`
+(cold), `second` (nothing changed), `edited` (one model's file edited), and with --build a fourth, `build`: the same models under another compiler build (`--compiler`).
 The baseline is `git worktree` of --baseline-ref (default: the commit before the export cache) run
 from its own tree (PYTHONPATH). Printed per night: wall, unique ops analysed and reused, models
 exported (not taken from the cache), whole models reused, the run's time line, and the CPU seconds and
@@ -16,6 +19,7 @@ peak memory (RSS, polled every 0.5 s) of the command's own process (where the fl
 of every process of the run (its server, cluster, workers and their children).
 Goals (2 cores): second <= 15 s; edited <= that model's export time + 15 s, with only it exported;
 build: no export, split or upstream value made again, only the build's own compiles and device runs.
+With --all: second <= 3 min, build <= 15 min, first no slower than bench_breadth.py's run.
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ def model():
 NIGHTS = ("first", "second", "edited")
 
 
-def user_models(folder: Path, count: int) -> list[str]:
-    """`count` user factories, one file each, of architectures that run eagerly."""
+def user_models(folder: Path, count: int | None) -> list[str]:
+    """`count` user factories (None: all), one file each, of architectures that run eagerly."""
     specs = []
     for kind in breadth_models.architectures():
         if len(specs) == count:
@@ -69,15 +73,20 @@ def baseline_tree(ref: str, folder: Path) -> Path:
     return tree
 
 
+def environment(code: Path, models: Path, home: Path, cache: Path) -> dict[str, str]:
+    """A night's environment: `code`'s opbyop, the user's models, its own home and machine cache."""
+    return {**os.environ, "OPBYOP_HOME": str(home), "OPBYOP_CACHE_DIR": str(cache), "COLUMNS": "300",
+            "PYTHONPATH": os.pathsep.join([str(code), str(models), str(ROOT / "benchmarks")])}
+
+
 def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, workers: int,
-          compiler: str | None = None) -> dict:
+          compiler: str | None = None, extra: tuple[str, ...] = ()) -> dict:
     """One `opbyop analyze` of `specs` with `code`'s opbyop; its figures from its own store."""
-    env = {**os.environ, "OPBYOP_HOME": str(home), "OPBYOP_CACHE_DIR": str(cache), "COLUMNS": "300",
-           "PYTHONPATH": os.pathsep.join([str(code), str(models), str(ROOT / "benchmarks")])}
+    env = environment(code, models, home, cache)
     start = time.monotonic()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen([sys.executable, "-m", "opbyop.cli.main", "analyze", *specs, "--workers", str(workers),
-                                 *(["--compiler", compiler] if compiler else [])],
+                                 *(["--compiler", compiler] if compiler else []), *extra],
                                 env=env, cwd=home, stdout=out, stderr=err, text=True)
         usage = watch(proc)
         wall = time.monotonic() - start
@@ -86,7 +95,8 @@ def night(code: Path, specs: list[str], models: Path, home: Path, cache: Path, w
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("time: ")), "time: ?")
     if done.returncode not in (0, 1):
         print(done.stdout[-3000:], done.stderr[-3000:])
-    query = ("SELECT count(*) AS models, count(*) FILTER (WHERE coalesce(export_reused, false)) AS exports_kept, "
+    query = ("SELECT any_value(run_id) AS run_id, count(*) AS models, "
+             "count(*) FILTER (WHERE coalesce(export_reused, false)) AS exports_kept, "
              "count(*) FILTER (WHERE whole_reused_from IS NOT NULL) AS wholes_kept FROM models "
              "WHERE run_id = (SELECT run_id FROM runs ORDER BY started_at DESC LIMIT 1)")
     stored = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "sql", query, "--format", "json"], env=env,
@@ -126,8 +136,15 @@ def watch(proc: subprocess.Popen) -> dict[str, float]:
             "rss_all": peak_all / 1e9}
 
 
+def capacity_plan(code: Path, models: Path, home: Path, cache: Path, run_id: str) -> str:
+    """`opbyop capacity` of a stored run, as printed."""
+    done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "capacity", "--run", run_id],
+                          env=environment(code, models, home, cache), cwd=home, capture_output=True, text=True)
+    return done.stdout + done.stderr
+
+
 def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path, workers: int,
-           build: str | None) -> dict[str, dict]:
+           build: str | None, extra: tuple[str, ...] = (), capacity: bool = False) -> dict[str, dict]:
     home, cache = scratch / f"{label}-home", scratch / f"{label}-cache"
     home.mkdir()
     compilers = Path.home() / ".cache" / "opbyop" / "compilers"  # a build already fetched is not fetched again
@@ -139,7 +156,7 @@ def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path
         if name == "edited":  # one model's own source file edited
             edited = models / f"{specs[0].partition(':')[0]}.py"
             edited.write_text(edited.read_text() + "\n# edited: one more line\n")
-        out[name] = night(code, specs, models, home, cache, workers, build if name == "build" else None)
+        out[name] = night(code, specs, models, home, cache, workers, build if name == "build" else None, extra)
         print(f"{label:9} {name:7} {out[name]['wall']:7.1f} s  exit {out[name]['exit']}  "
               f"exports kept {out[name].get('exports_kept', '?')}/{out[name].get('models', '?')}  "
               f"wholes kept {out[name].get('wholes_kept', '?')}  {out[name]['ops']}\n"
@@ -147,17 +164,25 @@ def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path
               f"({100 * out[name]['cpu_own'] / max(out[name]['cpu_all'], 1e-9):.0f}%); peak RSS: command "
               f"{out[name]['rss_own']:.2f} GB, all {out[name]['rss_all']:.2f} GB\n"
               f"          {out[name]['time']}", flush=True)
+        if name == "first" and capacity and out[name].get("run_id"):
+            print(capacity_plan(code, models, home, cache, out[name]["run_id"]), flush=True)
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=19)
+    parser.add_argument("--all", action="store_true", help="every architecture that runs eagerly (not --count)")
+    parser.add_argument("--no-whole", action="store_true", help="ops only, no whole-model compile and run")
+    parser.add_argument("--export-memory", type=float, default=None, help="GB per model's export")
+    parser.add_argument("--capacity", action="store_true", help="the first night's capacity plan")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--baseline-ref", default="bb75754")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--build", default=None, help="a fourth night under this compiler build (--compiler)")
     args = parser.parse_args()
+    extra = (*(["--no-whole"] if args.no_whole else []),
+             *(["--export-memory", str(args.export_memory)] if args.export_memory is not None else []))
     scratch = Path(tempfile.mkdtemp(prefix="bench-second-night-"))
     trees = {"this": ROOT}
     try:
@@ -166,8 +191,9 @@ def main() -> None:
         for label, code in trees.items():
             models = scratch / f"{label}-models"
             models.mkdir()
-            specs = user_models(models, args.count)
-            nights(label, code, specs, models, scratch, args.workers, args.build)
+            specs = user_models(models, None if args.all else args.count)
+            print(f"{label}: {len(specs)} models", flush=True)
+            nights(label, code, specs, models, scratch, args.workers, args.build, extra, args.capacity)
     finally:
         if "baseline" in trees:
             subprocess.run(["git", "worktree", "remove", "--force", str(trees["baseline"])], cwd=ROOT,
