@@ -29,6 +29,12 @@ async def main(c, name, parameters, env):
 """
 
 
+def hosts_logs(folder: Path, lines: int = 40) -> str:
+    """The last lines of the worker hosts' Dask and op worker logs under `folder` (why a run failed there)."""
+    logs = sorted(folder.glob("w*.log")) + sorted(folder.glob("w*/home/logs/*.log"))
+    return "\n".join(f"--- {log}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:]) for log in logs)
+
+
 def test_the_nightly_deployment_on_postgresql_worker_hosts_and_s3_stores_the_rows_of_one_host(
         deployed, postgres, network, s3_server, tmp_path):  # noqa: F811  (fixtures imported above)
     config = tmp_path / "nightly.yaml"
@@ -45,7 +51,7 @@ def test_the_nightly_deployment_on_postgresql_worker_hosts_and_s3_stores_the_row
         parameters = {"config_file": str(config), "cluster": cluster}
         run = wait_final(deployed, api(deployed, RUN_WITH_ENV, "nightly/nightly", json.dumps(parameters),
                                        json.dumps(env)))
-        assert run["state"] == "COMPLETED", run
+        assert run["state"] == "COMPLETED", f"{run['state']}: {run['message']}\n{hosts_logs(tmp_path)}"
         tables = postgres["server"].psql("SELECT count(*) FROM flow_run WHERE id = '%s';" % run["id"])
         assert re.search(r"^\s*1\s*$", tables, re.M), tables  # kept in PostgreSQL
         (target_run,) = _target_run_ids(api(deployed, ARTIFACTS, run["id"])["nightly-summary"])
