@@ -26,7 +26,7 @@ from opbyop.config import load_thresholds  # noqa: E402
 from opbyop.frontends.loader import load_stablehlo_file  # noqa: E402
 from opbyop.ir.dedupe import dedupe  # noqa: E402
 from opbyop.ir.split import split_module  # noqa: E402
-from opbyop.shrink import Shrinker  # noqa: E402
+from opbyop.shrink.search import Shrinker  # noqa: E402
 from opbyop.worker.process import OpWorker  # noqa: E402
 from opbyop.config import AnalysisSettings  # noqa: E402
 from opbyop.workspace import Workspace  # noqa: E402

@@ -19,7 +19,7 @@ from opbyop.artifacts import ArtifactStore
 from opbyop.compiler.targets import Target
 from opbyop.config import ExportBudget, Zoo, load_zoo
 from opbyop.errors import OpbyopError
-from opbyop.frontends.dumps import spec_name
+from opbyop.frontends.specs import spec_name
 from opbyop.frontends.failures import failure_records
 from opbyop.graph import ArgumentKind, ModelGraph
 from opbyop.frontends.export_cache import ExportCache

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from opbyop.errors import StoreError
-from opbyop.frontends.loader import recorded_name
+from opbyop.frontends.specs import recorded_name
 from opbyop.run.capacity import EXPORT, SPLIT, PlannedRun, RunWork, Task, plan_run
 from opbyop_storage.location import StoreRoot
 from opbyop_storage.readonly import StoreConnection

@@ -407,7 +407,7 @@ def model_from_row(row: dict[str, Any]) -> StoredModel:
 
 
 def shrink_rows(run_id: str, result: ShrinkResult) -> list[dict[str, Any]]:
-    """One row per variant of a shrink (opbyop.shrink.ShrinkResult), boundaries marked."""
+    """One row per variant of a shrink (opbyop.shrink.result.ShrinkResult), boundaries marked."""
     marks: dict[tuple[str, str, int | None], str] = {}
     for b in result.boundaries:
         if b.largest_passing is not None:

@@ -22,7 +22,7 @@ from filelock import FileLock, Timeout
 import pyarrow.compute as pc
 
 from opbyop.errors import StoreError
-from opbyop.frontends.loader import recorded_name
+from opbyop.frontends.specs import recorded_name
 from opbyop.records import ModelSummary, OpRecord, OpResult, RunInfo, RunStatus, Stage, Status, utcnow
 from opbyop.shrink.result import ShrinkResult
 from opbyop_storage import convert
@@ -256,7 +256,7 @@ class Store:
 
     def model_named(self, run_id: str, typed: str) -> str:
         """The model of `run_id` a user means by `typed`: its recorded name, or any form that records
-        as it (a factory's package.module:name, a file's path: opbyop.frontends.loader.recorded_name)."""
+        as it (a factory's package.module:name, a file's path: opbyop.frontends.specs.recorded_name)."""
         recorded = sorted({m.summary.model for m in self.models(run_id)})
         for candidate in (typed, recorded_name(typed)):
             if candidate in recorded:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from opbyop.frontends import dumps
+from opbyop.frontends.specs import split_spec
 
 COMPILE_SCRIPT = textwrap.dedent("""
     import json, sys
@@ -177,7 +178,7 @@ def test_a_runs_split_thread_splits_each_module_of_a_dump_folder_on_its_own(tree
     from opbyop.run.models import Splits
 
     arrived = list(Splits().ask([str(tree / "jax")], 0).arriving(idle=lambda: None))
-    assert len(arrived) == 2 and all(dumps.split_spec(model.spec) for model in arrived)
+    assert len(arrived) == 2 and all(split_spec(model.spec) for model in arrived)
     prepared = Prepared()
     for model in arrived:
         prepared.add(model.spec, model.graph, model.split, model.error)

@@ -14,7 +14,8 @@ import pytest
 
 from core_fixtures import DATA, file_ops
 from opbyop.ir.split import split_module
-from opbyop.shrink import Outcome, Shrinker
+from opbyop.shrink.result import Outcome
+from opbyop.shrink.search import Shrinker
 from opbyop.shrink.variants import OpModule, Rejected
 
 DOT_UI8 = textwrap.dedent("""

@@ -22,7 +22,7 @@ from typing import Callable
 
 from distributed import Client
 
-from opbyop.frontends.loader import recorded_name
+from opbyop.frontends.specs import recorded_name
 from opbyop.run.models import ModelAsk, PlaceRefused, SplitOutcome
 from opbyop.worker.dask import EXPORT_RESOURCE
 from opbyop.run.worker_exports import prepare_on_worker

@@ -34,7 +34,8 @@ from opbyop.compiler.targets import BOARDS, target_for
 from opbyop.config import AnalysisConfig, DeviceOptions, Zoo, load_zoo
 from opbyop.device.placement import Policy
 from opbyop.errors import OpbyopError
-from opbyop.frontends.loader import factory_entry, factory_name
+from opbyop.frontends.loader import factory_entry
+from opbyop.frontends.specs import factory_name
 from opbyop.jaxenv import prepare_jax
 from opbyop.messages import message_pattern
 from opbyop.pipeline import blocking_ops, depth_histogram, write_manifest

@@ -27,6 +27,7 @@ from pathlib import Path
 from opbyop.errors import ModuleError, OpbyopError
 from opbyop.ir.context import make_context
 from opbyop.ir.parse import check_nesting
+from opbyop.frontends.specs import SPEC_SEPARATOR
 
 # Dump stages in the order the plugin writes them (file prefixes; longest match wins).
 STAGE_ORDER = ("vhlo", "shlo", "shlo_frontend", "shlo_compiler", "shlo_set_mesh_attr", "shlo_compiler_cleaned",
@@ -38,7 +39,6 @@ STABLEHLO_STAGES = frozenset(READ_ORDER)
 _RANK = {stage: i for i, stage in enumerate(STAGE_ORDER)}
 _BY_LENGTH = sorted(STAGE_ORDER, key=len, reverse=True)
 _STAMP = re.compile(r"_(\d{10,})$")
-SPEC_SEPARATOR = "#"  # `<dump file>#<model name>`: one dumped module as a model spec
 
 NOT_SUPPORTED = "not supported"
 
@@ -165,20 +165,6 @@ def expand(spec: str) -> list[str] | None:
         return None
     modules = scan(path)
     return [m.spec for m in modules] or None
-
-
-def split_spec(spec: str) -> tuple[Path, str] | None:
-    """(dump file, model name) of a `<file>#<name>` spec whose file exists; None otherwise."""
-    path, sep, name = spec.rpartition(SPEC_SEPARATOR)
-    if not sep or not name or not Path(path).is_file():
-        return None
-    return Path(path), name
-
-
-def spec_name(spec: str) -> str:
-    """The model name a spec is recorded under when it cannot be loaded."""
-    found = split_spec(spec)
-    return found[1] if found is not None else spec
 
 
 def read_dump(path: Path) -> tuple[str, str]:

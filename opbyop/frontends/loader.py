@@ -29,6 +29,7 @@ from opbyop.frontends.isolation import (BudgetExceeded, ChildDied, forkserver, r
 from opbyop.graph import Argument, ArgumentKind, ModelGraph
 from opbyop.frontends.jax_export import export_jax
 from opbyop.frontends.reads import ExportReads, Recorder
+from opbyop.frontends.specs import MLIR_SUFFIXES, factory_name, split_spec
 from opbyop.sharding_plan import apply_plan
 from opbyop.ir.context import make_context
 from opbyop.jaxenv import prepare_jax
@@ -36,7 +37,6 @@ from opbyop.ir.parse import bytecode_to_text, check_nesting, parse_module, read_
 from opbyop.ir.rewrite import rewritten_text
 from opbyop.ir.split import tensor_desc
 
-MLIR_SUFFIXES = (".mlir", ".mlirbc")
 _FORMS = ("a factory returning a torch.nn.Module, (module, example_inputs) or a JAX function; "
           "or a JAX function taking the inputs")
 
@@ -94,7 +94,7 @@ def load_model(spec: str, zoo: Zoo | None = None, inputs: Sequence[InputSpec] | 
     zoo = zoo or load_zoo()
     if spec in zoo.names():
         return load_entry(zoo.get(spec), seed=seed, budget=budget, weights=weights, exports=exports)
-    dumped = dumps.split_spec(spec)
+    dumped = split_spec(spec)
     if dumped is not None:
         return load_dumped(*dumped, seed=seed)
     path = Path(spec)
@@ -139,7 +139,7 @@ def _exported_entry(spec: str, zoo: Zoo) -> ZooEntry | None:
         entry = zoo.get(spec)
         return entry if entry.frontend != "stablehlo" else None
     path = Path(spec)
-    if ":" in spec and dumps.split_spec(spec) is None and not path.exists() and path.suffix not in MLIR_SUFFIXES:
+    if ":" in spec and split_spec(spec) is None and not path.exists() and path.suffix not in MLIR_SUFFIXES:
         return factory_entry(spec, [])
     return None
 
@@ -147,21 +147,6 @@ def _exported_entry(spec: str, zoo: Zoo) -> ZooEntry | None:
 def factory_entry(spec: str, inputs: Sequence[InputSpec]) -> ZooEntry:
     """A zoo entry for a user's `package.module:name` (its frontend follows from what it returns)."""
     return ZooEntry(name=factory_name(spec), frontend="torch", factory=spec, inputs=list(inputs))
-
-
-def factory_name(spec: str) -> str:
-    """The model name a `package.module:name` is recorded under (a valid zoo name)."""
-    name = re.sub(r"[^a-z0-9_.-]", ".", spec.replace(":", ".").lower()).lstrip("._-")
-    return name or "model"
-
-
-def recorded_name(spec: str) -> str:
-    """The one name a model given as `spec` is recorded under, whichever way a user types it: a zoo
-    name as it is, a factory's `package.module:name` as factory_name, a StableHLO file as its stem."""
-    if ":" in spec and dumps.split_spec(spec) is None and Path(spec).suffix not in MLIR_SUFFIXES:
-        return factory_name(spec)
-    path = Path(spec)
-    return path.stem if path.suffix in MLIR_SUFFIXES else spec
 
 
 def load_entry(entry: ZooEntry, seed: int = 0, infer_frontend: bool = True,
