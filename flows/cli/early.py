@@ -2,8 +2,8 @@
 is built (its imports take seconds on 2 cores), so that they start while this process imports.
 
 `opbyop`'s main calls `prepare(argv)` before anything else and hands what it returns to the command as
-typer's context object; the arguments are read loosely here (only --workers, --address and --chip; the
-command line parses them properly later). The command's Launch (flows/cli/launching.py) adopts what
+typer's context object; the arguments are read loosely here (only --workers, --address, --chip and the
+first --compiler, whose op workers the cluster warms; the command line parses them properly later). The command's Launch (flows/cli/launching.py) adopts what
 was started when it asks for the same, and stops it otherwise;
 either way it is tied to this process (flows/hosting/tied.py). Nothing starts early when a Prefect
 API is configured (nothing to start), when the workspace has a `opbyop serve` record (the service may
@@ -22,6 +22,7 @@ from opbyop_flows.hosting.server import PrefectApi, configured_api_url
 from opbyop_flows.hosting.service_record import record_path
 from opbyop_flows.hosting.settings import apply_defaults
 from opbyop.boards import DEFAULT_CHIP
+from opbyop.compiler_spec import INSTALLED
 from opbyop.environment import environment, workspace_root
 
 
@@ -35,6 +36,7 @@ class Services:
     address: str | None  # --address, or the environment's scheduler
     chip: str
     log_dir: Path
+    compiler: str  # the spec of the build the cluster's op workers warm for
     api: PrefectApi
     cluster: ClusterProcess | None
 
@@ -58,26 +60,27 @@ def prepare(argv: list[str]) -> Services | None:
         return None
     defaults_for_laptop()  # in the server's and the cluster's environment too, as analyze would set them
     return start(options.workers, options.address or environment().dask_address, options.chip,
-                 workspace_root() / "logs")
+                 workspace_root() / "logs", (options.compiler or [INSTALLED])[0])
 
 
-def start(workers: int | None, address: str | None, chip: str, log_dir: Path) -> Services:
+def start(workers: int | None, address: str | None, chip: str, log_dir: Path, compiler: str = INSTALLED) -> Services:
     """A Prefect server (none when an API is configured) and a LocalCluster (none when `address` names a
-    scheduler), both starting in the background."""
+    scheduler) whose op workers warm for the build `compiler` names, both starting in the background."""
     api = PrefectApi(log_dir)
     if api.started_here:  # before Prefect is imported, which reads it once
         os.environ["PREFECT_API_URL"] = api.url or ""
-    cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir)
-    return Services(workers, address, chip, log_dir, api, cluster)
+    cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir, compiler)
+    return Services(workers, address, chip, log_dir, compiler, api, cluster)
 
 
 def adopt(started: Services | None, workers: int | None, address: str | None, chip: str,
-          log_dir: Path) -> Services | None:
+          log_dir: Path, compiler: str = INSTALLED) -> Services | None:
     """What `prepare` started, if it was for these options (the caller owns it from now on); anything
     else it started is stopped."""
     if started is None:
         return None
-    if (started.workers, started.address, started.chip, started.log_dir) != (workers, address, chip, log_dir):
+    if (started.workers, started.address, started.chip, started.log_dir, started.compiler) != \
+            (workers, address, chip, log_dir, compiler):
         started.close()
         return None
     return started
@@ -89,14 +92,15 @@ def started_early(prepared: object) -> Services | None:
 
 
 def _analyze_options(argv: list[str]) -> argparse.Namespace | None:
-    """analyze's --workers, --address and --chip (None: not an analyze command, its help, or options
-    this loose reading cannot tell: the command line then starts everything itself)."""
+    """analyze's --workers, --address, --chip and --compiler (None: not an analyze command, its help, or
+    options this loose reading cannot tell: the command line then starts everything itself)."""
     if not argv or argv[0] != "analyze" or {"--help", "-h"} & set(argv):
         return None
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--workers", type=int)
     parser.add_argument("--address")
     parser.add_argument("--chip", default=DEFAULT_CHIP)
+    parser.add_argument("--compiler", action="append")
     try:
         options, _ = parser.parse_known_args(argv[1:])
     except (argparse.ArgumentError, SystemExit):

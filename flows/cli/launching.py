@@ -24,6 +24,7 @@ from opbyop_flows.cli.progress import say
 from opbyop.compiler.assets import Notices
 from opbyop.compiler.builds import prepare
 from opbyop.compiler.system_desc import resolve
+from opbyop.compiler_spec import INSTALLED
 from opbyop.errors import OpbyopError
 from opbyop.run.models import ExportPlace
 
@@ -38,8 +39,11 @@ class Launch:
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
                  started: Services | None = None, compilers: list[str] | None = None):
-        # what main started before the command line's imports, if it was for this run; else started now
-        started = adopt(started, workers, address, chip, log_dir) or start(workers, address, chip, log_dir)
+        # what main started before the command line's imports, if it was for this run; else started now;
+        # its cluster's op workers warm for the run's first build
+        first = (compilers or [INSTALLED])[0]
+        started = (adopt(started, workers, address, chip, log_dir, first)
+                   or start(workers, address, chip, log_dir, first))
         self.api, self.cluster = started.api, started.cluster
         self.address = address  # a user's scheduler (None: the cluster started for the run)
         self._exports: ExportPlace | None = None

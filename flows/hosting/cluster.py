@@ -26,9 +26,10 @@ from typing import Iterator
 import dask
 from distributed import Client, LocalCluster
 
-from opbyop.compiler.builds import installed
+from opbyop.compiler.builds import prepare
 from opbyop.compiler.system_desc import resolve
 from opbyop.compiler.targets import target_for
+from opbyop.compiler_spec import INSTALLED
 from opbyop.config import ClusterConfig
 from opbyop.environment import environment
 from opbyop.errors import OpbyopError
@@ -92,12 +93,14 @@ def dask_client(config: ClusterConfig) -> Iterator[Client]:
         yield client
 
 
-def serve(workers: int, chip: str) -> None:
-    """Run a LocalCluster until terminated; print its address; warm its op workers for `chip`."""
+def serve(workers: int, chip: str, compiler_spec: str | None = None) -> None:
+    """Run a LocalCluster until terminated; print its address; warm its op workers for `chip` and the
+    build `compiler_spec` names (None: the installed plugin), the build the run that started it asks for."""
     with local_cluster(workers) as cluster, Client(cluster) as client:
         print(json.dumps({"address": cluster.scheduler_address}), flush=True)
         try:
-            compiler = installed()  # the default run's: a run of another build warms its own workers
+            # the run's first build: a run of another build warms its own workers
+            compiler = prepare(compiler_spec or INSTALLED)
             desc = resolve(chip, compiler=compiler)
             plugin = on_dask.OpWorkerPlugin.for_home(Workspace.default().root, {desc.chip: desc.path.read_bytes()},
                                                      host_devices=target_for(chip).chips,
@@ -113,10 +116,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="a LocalCluster for one CLI run (see flows/hosting/cluster_process.py)")
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--chip", required=True)
+    parser.add_argument("--compiler", help="the spec of the build whose op workers it warms (default: installed)")
     args = parser.parse_args(argv)
 
     prepare_jax()
-    serve(args.workers, args.chip)
+    serve(args.workers, args.chip, args.compiler)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,12 @@ class ClusterProcess:
     tied to the CLI (flows/hosting/tied.py): it dies with it, even on kill -9, and its Dask workers with it
     (they exit when their parent does)."""
 
-    def __init__(self, workers: int, chip: str, log_dir: Path):
+    def __init__(self, workers: int, chip: str, log_dir: Path, compiler: str | None = None):
+        """`compiler`: the spec of the build whose op workers it warms (None: the installed plugin)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / "dask-cluster.log"
         self._command = [sys.executable, "-m", "opbyop_flows.hosting.cluster", "--workers", str(workers),
-                         "--chip", chip]
+                         "--chip", chip, *(["--compiler", compiler] if compiler else [])]
         self._proc = self._spawn("wb")
         self.address: str | None = None
         self._addresses: set[str] = set()  # every address it had: a run given an old one still means this cluster
