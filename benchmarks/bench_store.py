@@ -406,9 +406,9 @@ def main() -> None:
     }
     # what a flow asks at its start: which of its ops were analysed before with the same settings
     duck["lookup_cached (1,000 ops)"] = lambda: lookup_cached(store, sigs, "0.1.3", "p150", "0123456789abcdef",
-                                                                    exclude_run=run_id)
+                                                                    "", exclude_run=run_id)
     duck[f"lookup_cached ({len(all_sigs):,} ops)"] = lambda: lookup_cached(store, 
-        all_sigs, "0.1.3", "p150", "0123456789abcdef", exclude_run=run_id)
+        all_sigs, "0.1.3", "p150", "0123456789abcdef", "", exclude_run=run_id)
     baseline = {} if args.no_pandas else pandas_queries(args.root, run_id, prev, args.n)
 
     table = Table("query", "rows", "DuckDB first (s)", f"DuckDB median of {args.repeat} (s)", "pandas (s)",

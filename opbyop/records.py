@@ -629,6 +629,9 @@ class RunInfo(BaseModel):
     opbyop_version: str = ""
     git_sha: str = ""
     options_key: str = ""
+    # the digest of opbyop's code that made its verdicts (opbyop.run.verdict_code): results are reused
+    # only from runs made by the same code ("" before it was recorded: never reused by a run that records it)
+    verdict_code: str = ""
     config: dict[str, Any] = Field(default_factory=dict)  # the AnalysisConfig, as JSON
     phases: dict[str, float] = Field(default_factory=dict)  # phase (export, split, cluster ...) -> seconds
     mesh: str = "1x1"  # the target's mesh of chips, ROWSxCOLS

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 RUNS_SQL = """
 SELECT run_id FROM runs
 WHERE compiler_key = $compiler AND chip = $chip AND options_key = $options_key AND run_id <> $exclude_run
+  AND coalesce(verdict_code, '') = $verdict_code
 ORDER BY started_at DESC, run_id DESC
 """
 
@@ -80,12 +81,15 @@ def _latest(con: duckdb.DuckDBPyConnection, runs: list[str], wanted: list[str]) 
 
 
 class CachedResults:
-    """The reusable results of earlier runs of one compiler build, chip and options, looked up op by op
-    (a run asks model by model): the store is scanned and its matching runs found once, when opened."""
+    """The reusable results of earlier runs of one compiler build, chip and options, made by the same
+    opbyop code (`verdict_code`: opbyop.run.verdict_code), looked up op by op (a run asks model by
+    model): the store is scanned and its matching runs found once, when opened."""
 
-    def __init__(self, store: Store, compiler: str, chip: str, options_key: str, exclude_run: str | None = None):
+    def __init__(self, store: Store, compiler: str, chip: str, options_key: str, verdict_code: str,
+                 exclude_run: str | None = None):
         self.store, self.exclude_run = store, exclude_run or ""
-        self.key = {"compiler": compiler, "chip": chip, "options_key": options_key, "exclude_run": self.exclude_run}
+        self.key = {"compiler": compiler, "chip": chip, "options_key": options_key, "verdict_code": verdict_code,
+                    "exclude_run": self.exclude_run}
         self.con: duckdb.DuckDBPyConnection | None = None
         self.runs: list[str] = []
         if compiler:
@@ -155,9 +159,9 @@ class CachedResults:
 
 
 def lookup_cached(store: Store, signatures: Iterable[str], compiler: str, chip: str, options_key: str,
-                  exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
+                  verdict_code: str, exclude_run: str | None = None) -> dict[str, tuple[str, OpResult]]:
     """CachedResults.lookup, once."""
-    cache = CachedResults(store, compiler, chip, options_key, exclude_run)
+    cache = CachedResults(store, compiler, chip, options_key, verdict_code, exclude_run)
     try:
         return cache.lookup(signatures)
     finally:

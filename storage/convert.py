@@ -56,7 +56,7 @@ def run_row(run: RunInfo) -> dict[str, Any]:
         "phases": [{"phase": k, "seconds": v} for k, v in run.phases.items()],
         "mesh": run.mesh, "topology": run.topology,
         **{f"compiler_{name}": getattr(run.compiler, name) for name in S.COMPILER_FIELDS},
-        "group_id": run.group_id,
+        "group_id": run.group_id, "verdict_code": run.verdict_code,
     }
 
 
@@ -286,7 +286,7 @@ def run_from_row(row: dict[str, Any]) -> RunInfo:
         mesh=row.get("mesh") or "1x1", topology=row.get("topology") or "single",
         compiler=CompilerIdentity(**{name: row.get(f"compiler_{name}") or "" for name in S.COMPILER_FIELDS
                                      if name != "key"}),
-        group_id=row.get("group_id") or "",
+        group_id=row.get("group_id") or "", verdict_code=row.get("verdict_code") or "",
     )
 
 

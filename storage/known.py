@@ -1,6 +1,6 @@
 """What a run already knows of an op before it is handed out: results this run id stored before (an
 interrupted run resumed) and results reused from earlier runs of the same compiler build, chip and
-options. Asked model by model, as the run's models arrive."""
+options, made by the same opbyop code. Asked model by model, as the run's models arrive."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ class KnownResults:
         self.stored = {s: r for s, r in stored.items() if r.status not in RETRYABLE}
         self.unique = self.todo = self.resumed = self.reused = self.wholes_reused = 0
         # earlier runs' results: the store scanned once for the run, not once per model
-        self.cache = CachedResults(store, run.compiler.key, run.chip, run.options_key, exclude_run=run.run_id) \
-            if reuse else None
+        self.cache = CachedResults(store, run.compiler.key, run.chip, run.options_key, run.verdict_code,
+                                   exclude_run=run.run_id) if reuse else None
 
     def of(self, ops: list[UniqueOp]) -> dict[str, OpResult]:
         """signature -> result, for the ops of `ops` that need no analysis."""

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from opbyop.records import Status
 
-SCHEMA_VERSION = 11  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
+SCHEMA_VERSION = 12  # 2: fault, narrowing, golden_method, run phases, a status column per status; 3: shrinks;
 #                     4: meshes (runs/results: mesh, topology; ops: mesh, operand/result shardings)
 #                     models.module_artifact
 #                     device_mesh_shape, device_topology, per-chip peaks, collectives
@@ -37,9 +37,10 @@ SCHEMA_VERSION = 11  # 2: fault, narrowing, golden_method, run phases, a status 
 #                10: how far the model's outputs are from ttsim's against their scale, and what kind of
 #                    difference (ttsim_max_error, ttsim_difference)
 #                11: what a run took from earlier ones (models: export_reused, whole_key, whole_reused_from)
+#                12: the code that made a run's verdicts (runs: verdict_code)
 # The tables' columns at SCHEMA_VERSION (schema_fingerprint()): a test fails when the columns change and the
 # version does not; bump the version, then record the new fingerprint here.
-SCHEMA_FINGERPRINT = "35bdbd2b7f452583"
+SCHEMA_FINGERPRINT = "66ec7d7402d80c95"
 VERSION_KEY = b"opbyop.schema_version"
 TABLE_KEY = b"opbyop.table"
 
@@ -266,6 +267,7 @@ RUNS = pa.schema([
     # the compiler under test (records.CompilerIdentity): one run, one compiler
     *[pa.field(f"compiler_{name}", pa.string()) for name in COMPILER_FIELDS],
     pa.field("group_id", pa.string()),  # runs started together to be compared ("" alone)
+    pa.field("verdict_code", pa.string()),  # the digest of opbyop's code that made its verdicts
 ])
 
 OPS = pa.schema([

@@ -175,7 +175,7 @@ def run_info(run_id: str, started_at: datetime, models: list[str], chip: str = "
     return RunInfo(run_id=run_id, started_at=started_at, ended_at=started_at + timedelta(minutes=30),
                    status=RunStatus.COMPLETED, models=models, chip=chip, system_desc_sha256=sha(chip),
                    plugin_version=plugin_version, compiler=compiler(plugin_version), opbyop_version="0.1.0", git_sha="abc1234", options_key=options_key,
-                   config={"chip": chip, "seed": 0, "compiler": {"optimization_level": 0}})
+                   verdict_code=CODE, config={"chip": chip, "seed": 0, "compiler": {"optimization_level": 0}})
 
 
 def summary(model: str, ops: list[OpRecord], frontend: str = "torch", whole: WholeModelResult | None = None) -> ModelSummary:
@@ -202,6 +202,8 @@ def results_for(ops_by_key: dict[str, OpSpec], outcomes: dict[str, tuple[Status,
 
 
 # ----------------------------------------------------------------------------- a small history
+CODE = "verdict-code-a"  # the opbyop code the sample runs were made by (opbyop.run.verdict_code)
+
 ADD = OpSpec("add", "stablehlo.add", ("4x32xf32", "4x32xf32"), ("4x32xf32",), "torch.add")
 DOT = OpSpec("dot", "stablehlo.dot_general", ("4x32xf32", "32x32xf32"), ("4x32xf32",), "torch.matmul")
 TANH = OpSpec("tanh", "stablehlo.tanh", ("4x32xf32",), ("4x32xf32",), "torch.tanh")

@@ -17,6 +17,8 @@ from opbyop_storage.dataset import Store
 from opbyop_storage.message_pattern import macro_sql, message_pattern
 from opbyop_storage.readonly import StoreConnection, check_read_only, run_sql
 
+CODE = samples.CODE  # the opbyop code the sample runs were made by
+
 
 @pytest.mark.parametrize("statement", [
     "INSERT INTO runs SELECT * FROM runs",
@@ -108,14 +110,14 @@ def test_a_shape_whose_dims_end_in_zero_is_a_shape_not_an_address() -> None:
 def test_a_build_that_says_the_same_version_is_never_served_anothers_results(history_store: Store) -> None:
     sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
     local = samples.compiler("0.1.3").model_copy(update={"library_sha256": samples.sha("my own build of 0.1.3")})
-    assert lookup_cached(history_store, sigs, samples.compiler("0.1.3").key, "p150", "opts-a")
-    assert lookup_cached(history_store, sigs, local.key, "p150", "opts-a") == {}
+    assert lookup_cached(history_store, sigs, samples.compiler("0.1.3").key, "p150", "opts-a", CODE)
+    assert lookup_cached(history_store, sigs, local.key, "p150", "opts-a", CODE) == {}
 
 
 def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -> None:
     sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
     hits = lookup_cached(history_store, sigs + ["f" * 64], compiler=samples.compiler("0.1.3").key, chip="p150",
-                         options_key="opts-a")
+                         options_key="opts-a", verdict_code=CODE)
     assert hits[samples.DOT.signature][0] == "n2" and hits[samples.DOT.signature][1].status is Status.SUCCESS
     assert hits[samples.ADD.signature][0] == "n1"  # n2 reused it: the origin is named
     assert hits[samples.CONV.signature][0] == "n1"  # n2 timed out: never reused
@@ -126,19 +128,29 @@ def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -
     expected = next(r for r in samples.history()[2].results if r.signature == samples.DOT.signature)
     assert got == expected  # the full record, rebuilt from DuckDB's rows
     release = samples.compiler("0.1.3").key
-    assert lookup_cached(history_store, sigs, samples.compiler("0.1.4").key, "p150", "opts-a") == {}
-    assert lookup_cached(history_store, sigs, release, "p150", "opts-b") == {}
-    n150 = lookup_cached(history_store, sigs, release, "n150", "opts-a")
+    assert lookup_cached(history_store, sigs, samples.compiler("0.1.4").key, "p150", "opts-a", CODE) == {}
+    assert lookup_cached(history_store, sigs, release, "p150", "opts-b", CODE) == {}
+    n150 = lookup_cached(history_store, sigs, release, "n150", "opts-a", CODE)
     assert {run for run, _ in n150.values()} == {"n0"}
-    excluded = lookup_cached(history_store, sigs, release, "p150", "opts-a", exclude_run="n2")
+    excluded = lookup_cached(history_store, sigs, release, "p150", "opts-a", CODE, exclude_run="n2")
     assert excluded[samples.DOT.signature][1].status is Status.COMPILE_FAILED
+
+
+def test_results_made_by_other_opbyop_code_are_never_reused(history_store: Store) -> None:
+    """A changed device model or comparison makes other verdicts: an earlier run's results are kept
+    for the code that made them (opbyop.run.verdict_code), as whole models are."""
+    sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
+    release = samples.compiler("0.1.3").key
+    assert lookup_cached(history_store, sigs, release, "p150", "opts-a", CODE)
+    assert lookup_cached(history_store, sigs, release, "p150", "opts-a", "another code") == {}
+    assert lookup_cached(history_store, sigs, release, "p150", "opts-a", "") == {}  # nor by a run that records none
 
 
 def test_outcomes_without_a_verdict_are_never_reused(history_store: Store) -> None:
     gap = samples.night("n3", 4, {**samples.NIGHT2, "dot": (Status.NOT_SIMULATED, Stage.DEVICE_RUN, "not simulated")},
                         zoo_night=2)
     history_store.write_run(gap.run, gap.ops, gap.results, gap.models)
-    hits = lookup_cached(history_store, [samples.DOT.signature], samples.compiler("0.1.3").key, "p150", "opts-a")
+    hits = lookup_cached(history_store, [samples.DOT.signature], samples.compiler("0.1.3").key, "p150", "opts-a", CODE)
     assert hits[samples.DOT.signature][0] == "n2"  # n3's not_simulated is skipped: n2's success is reused
 
 

@@ -18,6 +18,7 @@ from opbyop.compiler.targets import Target, target_for
 from opbyop.config import AnalysisConfig, AnalysisSettings, load_thresholds
 from opbyop.device.ttsim.install import check_target
 from opbyop.records import RunInfo
+from opbyop.run.verdict_code import verdict_code
 from opbyop.worker.process import OpWorker
 
 
@@ -72,6 +73,7 @@ class RunPlan(BaseModel):
         return RunInfo(run_id=run_id, models=config.models, chip=self.desc.chip, compiler=identity, group_id=group_id,
                        system_desc_sha256=self.desc.sha256, plugin_version=identity.version,
                        opbyop_version=__version__, git_sha=git_sha(), options_key=config.options_key(),
+                       verdict_code=verdict_code(),
                        config=config.model_dump(mode="json"), mesh=self.target.mesh_text,
                        topology=self.target.topology.value)
 

@@ -8,22 +8,11 @@ options, as it does for ops' results)."""
 from __future__ import annotations
 
 import json
-from functools import cache
-from pathlib import Path
 
-import opbyop
-from opbyop.digests import arrays_digest, source_digest, text_digest
+from opbyop.digests import arrays_digest, text_digest
 from opbyop.graph import ModelGraph
 from opbyop.run.plan import RunPlan
-
-
-PACKAGE = Path(opbyop.__file__).parent
-VERDICT_CODE = ("analysis", "compiler", "device", "golden", "worker")  # what a whole-model verdict is made by
-
-
-@cache  # once per process: the code it runs is the code it loaded
-def verdict_code() -> str:
-    return text_digest(*(source_digest(PACKAGE / name) for name in VERDICT_CODE))
+from opbyop.run.verdict_code import verdict_code
 
 
 def whole_key(graph: ModelGraph, plan: RunPlan) -> str:
