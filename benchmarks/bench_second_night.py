@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -58,7 +59,7 @@ def user_models(folder: Path, count: int | None) -> list[str]:
             break
         if breadth_models.runs_eagerly(kind) is not None:
             continue
-        name = "night_" + kind.replace("-", "_")
+        name = "night_" + re.sub(r"\W", "_", kind)  # a module name: kosmos-2.5 -> night_kosmos_2_5
         (folder / f"{name}.py").write_text(FACTORY.format(kind=kind))
         specs.append(f"{name}:model")
     return specs
