@@ -2,7 +2,9 @@
 
 Views name the data files explicitly (the ones whose footer reads; corrupt ones are reported and
 left out) rather than a glob: one corrupt file must not break every query. A catalog file is
-therefore a snapshot of the file list: the nightly flow rebuilds it after each run.
+therefore a snapshot of the file list: the nightly flow rebuilds it after each run. Each view has
+every column of the current schema: one that no file has yet (a store written before it was added)
+reads as null.
 Tables: runs, ops, results, models (+ the Hive column `date`); helpers: stages (stage, rank),
 statuses (status, fault, verdict: whether pass rates count it, no_program, description),
 model_verdicts (models with ops_judged / ops_not_judged: its status columns summed by verdict),
@@ -81,6 +83,19 @@ def _empty_with_date(table: str) -> pa.Table:
     return schema.empty_table()
 
 
+def _conformed(con: duckdb.DuckDBPyConnection, table: str, columns: str, source: str) -> str:
+    """SELECT `columns` FROM `source`, with every column of the current schema that no file has (a
+    store written before it was added) as a typed null: queries of today's columns run on any store."""
+    select = f"SELECT {columns} FROM {source}"
+    present = {row[0] for row in con.execute(f"DESCRIBE {select}").fetchall()}
+    missing = [f for f in schema_of(table) if f.name not in present]
+    if not missing:
+        return select
+    types = con.from_arrow(pa.schema(missing).empty_table()).types  # DuckDB's names of the Arrow types
+    nulls = ", ".join(f'CAST(NULL AS {kind}) AS "{f.name}"' for f, kind in zip(missing, types))
+    return f"SELECT *, {nulls} FROM ({select})"
+
+
 def _fault_sql(status_sql: str) -> str:
     cases = " ".join(f"WHEN {_sql_str(s.value)} THEN {_sql_str(s.fault.value)}" for s in Status)
     return f"CASE {status_sql} {cases} END"
@@ -133,14 +148,14 @@ def create_views(con: duckdb.DuckDBPyConnection, scan: DatasetScan, materialize:
         if files and scan.filesystem is not None:
             source = register_objects(con, table, files, scan.filesystem)
             kind = "TABLE" if materialize else "VIEW"
-            con.execute(f"CREATE {kind} {table} AS SELECT {_columns(table, scan)} FROM {source}")
+            con.execute(f"CREATE {kind} {table} AS {_conformed(con, table, _columns(table, scan), source)}")
         elif files:
             listing = ", ".join(_sql_str(str(Path(f).resolve())) for f in files)
             # union_by_name reads every file's footer on every query (60 ms per table at a year of
             # nights): only worth it when the files hold different schema versions
             union = "true" if scan.versions.get(table, set()) != {SCHEMA_VERSION} else "false"
             source = f"read_parquet([{listing}], hive_partitioning = true, union_by_name = {union})"
-            con.execute(f"CREATE VIEW {table} AS SELECT {_columns(table, scan)} FROM {source}")
+            con.execute(f"CREATE VIEW {table} AS {_conformed(con, table, _columns(table, scan), source)}")
         else:  # read_parquet of no files is an error; an empty typed table keeps queries valid
             empty = _empty_with_date(table)  # noqa: F841 (read by DuckDB's replacement scan)
             con.execute(f"CREATE TABLE {table} AS SELECT * FROM empty")

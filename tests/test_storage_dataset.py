@@ -18,6 +18,7 @@ import store_samples as samples
 from opbyop.errors import StoreError
 from opbyop.records import OpResult, Stage, Status, TtsimOutcome, TtsimRun
 from opbyop_storage import files, schema
+from opbyop_storage.cache import lookup_cached
 from opbyop_storage.dataset import Store, of_signatures
 from opbyop_storage.files import data_files, run_dirs
 from opbyop_storage.readonly import run_sql
@@ -374,3 +375,22 @@ def test_models_written_before_the_trace_on_ttsim_was_stored_still_read(history_
     assert whole.ttsim.pcc == 0.999 and whole.ttsim.accuracy_trace is None and whole.accuracy_trace is not None
     assert run_sql(traces, history_store.root).rows == [
         ("n0", "model", 6), ("n1", "model", 6), ("n2", "model", 6), ("n3", "model", 6)]
+
+
+def _downgrade_runs_to_version_11(root: Path) -> None:
+    """Rewrite every run's runs file as schema version 11 wrote it: no verdict_code."""
+    for run_id in ("n0", "n1", "n2"):
+        for path in _files(root, "runs", run_id):
+            table = pq.read_table(path, partitioning=None).drop_columns(["verdict_code"])
+            pq.write_table(table.replace_schema_metadata({**(table.schema.metadata or {}), schema.VERSION_KEY: b"11"}),
+                           path)
+
+
+def test_a_store_written_before_a_column_was_added_reads_it_as_null_and_its_runs_are_not_reused(
+        history_store: Store) -> None:
+    _downgrade_runs_to_version_11(history_store.root)
+    assert run_sql("SELECT count(*), count(verdict_code) FROM runs", history_store.root).rows == [(3, 0)]
+    sigs = [samples.DOT.signature]
+    release = samples.compiler("0.1.3").key
+    assert lookup_cached(history_store, sigs, release, "p150", "opts-a", samples.CODE) == {}  # made by unknown code
+    assert lookup_cached(history_store, sigs, release, "p150", "opts-a", "")  # the query itself runs
