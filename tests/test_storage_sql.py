@@ -11,6 +11,7 @@ import store_samples as samples
 from opbyop.errors import StoreError
 from opbyop.records import Stage, Status
 from opbyop_storage.aggregate import previous_run_id, run_query
+from opbyop_storage import cache
 from opbyop_storage.cache import lookup_cached
 from opbyop_storage.catalog import build_catalog
 from opbyop_storage.dataset import Store
@@ -114,7 +115,10 @@ def test_a_build_that_says_the_same_version_is_never_served_anothers_results(his
     assert lookup_cached(history_store, sigs, local.key, "p150", "opts-a", CODE) == {}
 
 
-def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store) -> None:
+@pytest.mark.parametrize("run_rows_bytes", [cache.RUN_ROWS_BYTES, 0], ids=["runs read whole", "rows fetched per ask"])
+def test_cache_lookup_returns_the_latest_reusable_result(history_store: Store, run_rows_bytes: int,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "RUN_ROWS_BYTES", run_rows_bytes)
     sigs = [o.signature for o in (samples.ADD, samples.DOT, samples.CONV, samples.SORT, samples.GATHER)]
     hits = lookup_cached(history_store, sigs + ["f" * 64], compiler=samples.compiler("0.1.3").key, chip="p150",
                          options_key="opts-a", verdict_code=CODE)
