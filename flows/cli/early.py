@@ -3,11 +3,11 @@ is built (its imports take seconds on 2 cores), so that they start while this pr
 
 `opbyop`'s main calls `prepare(argv)` before anything else and hands what it returns to the command as
 typer's context object; the arguments are read loosely here (only --workers, --address, --chip and the
-first --compiler, whose op workers the cluster warms; the command line parses them properly later). The command's Launch (flows/cli/launching.py) adopts what
-was started when it asks for the same, and stops it otherwise;
-either way it is tied to this process (flows/hosting/tied.py). Nothing starts early when a Prefect
-API is configured (nothing to start), when the workspace has a `opbyop serve` record (the service may
-take the run) or when the command is asked for its help.
+first --compiler, whose op workers the cluster warms; the command line parses them properly later).
+The command's Launch (flows/cli/launching.py) adopts what was started when it asks for the same, and
+stops it otherwise; either way it is tied to this process (flows/hosting/tied.py). Nothing starts early
+when a Prefect API is configured (nothing to start), when the workspace has a `opbyop serve` record
+(the service may take the run) or when the command is asked for its help.
 """
 
 from __future__ import annotations
