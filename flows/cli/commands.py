@@ -27,6 +27,7 @@ from typing import Optional
 
 import typer
 
+from opbyop_flows.cli.cluster_need import ClusterNeed
 from opbyop_flows.cli.early import Services, defaults_for_laptop, started_early
 from opbyop_flows.cli.launching import FlowThread, Launch, stop_and_wait, wait_while
 from opbyop_flows.cli.progress import console, copy_manifest, print_summary, progress_from_store, say
@@ -231,7 +232,8 @@ def _here(request: AnalyzeRequest | NightlyRequest, where: Where, resume: str) -
     """The run in this process, on a server and a cluster started (or named) for it, the models split
     while they start."""
     compilers = request.config.compilers if isinstance(request, AnalyzeRequest) else None
-    launch = Launch(where.workers, where.address, where.chip, where.root / "logs", where.early, compilers)
+    need = ClusterNeed(request.config, Workspace(where.root).store) if isinstance(request, AnalyzeRequest) else None
+    launch = Launch(where.workers, where.address, where.chip, where.root / "logs", where.early, compilers, need)
     flow_thread: FlowThread | None = None
     try:
         if isinstance(request, AnalyzeRequest):

@@ -1,5 +1,7 @@
-"""`opbyop analyze`'s Prefect server and Dask cluster, started first thing: before the command line
-is built (its imports take seconds on 2 cores), so that they start while this process imports.
+"""`opbyop analyze`'s Prefect server, started first thing: before the command line is built (its
+imports take seconds on 2 cores), so that it starts while this process imports; and its Dask cluster,
+made but not started: the command's Launch starts it at once when the run will want it soon, else on
+the run's first need (flows/cli/cluster_need.py).
 
 `opbyop`'s main calls `prepare(argv)` before anything else and hands what it returns to the command as
 typer's context object; the arguments are read loosely here (only --workers, --address, --chip and the
@@ -64,12 +66,13 @@ def prepare(argv: list[str]) -> Services | None:
 
 
 def start(workers: int | None, address: str | None, chip: str, log_dir: Path, compiler: str = INSTALLED) -> Services:
-    """A Prefect server (none when an API is configured) and a LocalCluster (none when `address` names a
-    scheduler) whose op workers warm for the build `compiler` names, both starting in the background."""
+    """A Prefect server (none when an API is configured), starting in the background, and a LocalCluster
+    (none when `address` names a scheduler) whose op workers warm for the build `compiler` names, not
+    started yet: the command's Launch starts it at once or when the run first needs it."""
     api = PrefectApi(log_dir)
     if api.started_here:  # before Prefect is imported, which reads it once
         os.environ["PREFECT_API_URL"] = api.url or ""
-    cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir, compiler)
+    cluster = None if address else ClusterProcess(workers or os.cpu_count() or 1, chip, log_dir, compiler, start=False)
     return Services(workers, address, chip, log_dir, compiler, api, cluster)
 
 

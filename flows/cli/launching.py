@@ -16,14 +16,15 @@ from typing import Any, Callable, NoReturn
 import psutil
 import typer
 
+from opbyop_flows.cli.cluster_need import ClusterNeed
 from opbyop_flows.cli.early import Services, adopt, start
 from opbyop_flows.engine.phases import BESIDE, OTHER
 from opbyop_flows.hosting.handoff import Handoff, handing_off
 from opbyop_flows.hosting.server import drain_prefect, without_heartbeats
 from opbyop_flows.cli.progress import say
 from opbyop.compiler.assets import Notices
-from opbyop.compiler.builds import prepare
-from opbyop.compiler.system_desc import resolve
+from opbyop.compiler.builds import Compiler, prepare
+from opbyop.compiler.system_desc import SystemDesc, resolve
 from opbyop.compiler_spec import INSTALLED
 from opbyop.errors import OpbyopError
 from opbyop.run.models import ExportPlace
@@ -33,30 +34,51 @@ STOP_GRACE_SECONDS = 20.0  # how long Ctrl-C waits for the flow to store what it
 
 class Launch:
     """What one CLI run starts, all at once from this (the main) thread, and stops together: the
-    Prefect server and the Dask cluster (adopted when flows/cli/early.py started them for this run
+    Prefect server and the Dask cluster (adopted when flows/cli/early.py made them for this run
     before the command line's imports); beside them each compiler build is prepared and the chip's
-    system descriptor made for it if this is their first use (said on screen, with why)."""
+    system descriptor made for it if this is their first use (said on screen, with why).
+
+    The cluster starts at once, unless `analysis` is the run's and flows/cli/cluster_need.py finds
+    that the run will likely not want it (every export kept, its store holding the same run): then
+    on the run's first need."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
-                 started: Services | None = None, compilers: list[str] | None = None):
-        # what main started before the command line's imports, if it was for this run; else started now;
+                 started: Services | None = None, compilers: list[str] | None = None,
+                 analysis: ClusterNeed | None = None):
+        # what main started before the command line's imports, if it was for this run; else made now;
         # its cluster's op workers warm for the run's first build
         first = (compilers or [INSTALLED])[0]
         started = (adopt(started, workers, address, chip, log_dir, first)
                    or start(workers, address, chip, log_dir, first))
         self.api, self.cluster = started.api, started.cluster
+        if self.cluster is not None and analysis is None:
+            self.cluster.start()
         self.address = address  # a user's scheduler (None: the cluster started for the run)
         self._exports: ExportPlace | None = None
         self.handoff = Handoff(started=_process_started(), cluster=self.cluster)  # a run that loses it restarts it
         self._waits = {"server": _Started.watch(self.api.wait, self.handoff.started)}
-        if self.cluster is not None:
+        if self.cluster is not None and self.cluster.started:
             self._waits["cluster"] = _Started.watch(self.cluster.wait, self.handoff.started)
         self.notices = Notices(say=lambda text: say(text))
-        # each compiler build prepared (its first use on a machine fetches and starts it) and its descriptor
-        self._waits["descriptor"] = _Started.watch(lambda: [resolve(chip, notices=self.notices,
-                                                                    compiler=prepare(spec, self.notices))
-                                                            for spec in compilers or ["installed"]],
+        self._waits["descriptor"] = _Started.watch(lambda: self._descriptors(chip, compilers or [INSTALLED], analysis),
                                                    self.handoff.started)
+
+    def _descriptors(self, chip: str, compilers: list[str], analysis: ClusterNeed | None) -> list[SystemDesc]:
+        """Each compiler build prepared (its first use on a machine fetches and starts it) and its
+        descriptor; once the run's first build is known, its cluster started if the run wants it soon."""
+        prepared = [prepare(spec, self.notices) for spec in compilers]
+        if analysis is not None and self.cluster is not None:
+            threading.Thread(target=self._start_if_wanted, args=(analysis, prepared[0]), name="cluster-need",
+                             daemon=True).start()
+        return [resolve(chip, notices=self.notices, compiler=compiler) for compiler in prepared]
+
+    def _start_if_wanted(self, analysis: ClusterNeed, compiler: Compiler) -> None:
+        try:
+            wanted = analysis.why(compiler) is not None
+        except Exception:  # noqa: BLE001  (a store or a kept export that cannot be read: the run will tell)
+            wanted = True
+        if wanted:
+            self.cluster.start()
 
     def wait(self, busy_until: float) -> str | None:
         """Wait for the server, the cluster and the descriptor; put the start-up on the run's time line

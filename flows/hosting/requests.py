@@ -34,12 +34,14 @@ def run_flow(request: AnalyzeRequest, handoff: Handoff, address: str) -> Analyze
     """The analyze flow for one request, on the cluster at `address`; never raises."""
     from opbyop_flows.analyze import analyze  # prefect, pyarrow: loaded only when used
     from opbyop_flows.hosting.cluster_exports import ClusterExports  # distributed: loaded only when used
+    from opbyop_flows.hosting.run_cluster import standing_address  # distributed: loaded only when used
 
     config = request.config.model_copy(update={"cluster": request.config.cluster.model_copy(
         update={"address": address})})
 
     def flow() -> State:
-        exports = ClusterExports(lambda: address)  # the models export on the cluster while the flow starts
+        # the models export on the cluster while the flow starts (a cluster not started yet starts then)
+        exports = ClusterExports(lambda: address or standing_address(config.cluster, handoff.cluster) or "")
         try:
             handoff.splits.prefetch(config.models, config.seed, config.export, host_devices(config),
                                     weights=config.keeps_weights, reuse=config.reuse_cached, place=exports)
