@@ -20,7 +20,7 @@ from opbyop.pipeline import prepare_model, summarize
 from opbyop.records import Stage, Status
 from opbyop.run.engine import execute
 from opbyop.run.local import LocalExecutor
-from opbyop.run.models import Arrivals, SplitOutcome, Splits
+from opbyop.run.models import HANDED_BACK, Arrivals, ModelAsk, PlaceRefused, SplitOutcome, Splits
 from opbyop.run.plan import RunPlan
 from opbyop.workspace import Workspace
 
@@ -109,6 +109,54 @@ def test_a_model_taken_by_a_run_is_not_held_by_its_arrivals_while_the_next_one_i
     del first  # the run is done with it
     assert seen[0]() is None  # nothing else holds the weights, while model b is awaited
     assert next(arriving).spec == "b"
+
+
+MODULES = [str(DATA / f"{name}.mlir") for name in ("arith_constant", "cholesky", "const_eval_weight",
+                                                    "constant_fed_chain", "f64_scale", "gather_middle_dim")]
+
+
+def eventually(condition, seconds: float = 60.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_run_slower_than_its_splits_has_at_most_read_ahead_models_split_and_waiting():
+    splits = Splits(read_ahead=2)
+    arriving = splits.ask(MODULES, 0).arriving(idle=lambda: None)
+    taken = [next(arriving)]
+    assert eventually(lambda: splits.waiting() == 2)  # the two after the one taken, split
+    time.sleep(1.0)  # time enough to split every other model, were it not for the bound
+    assert splits.waiting() == 2
+    taken += list(arriving)  # taking them makes room for the rest
+    assert [o.spec for o in taken] == MODULES and all(o.error is None for o in taken)
+    splits.close()
+
+
+class Refusing:
+    """A place that takes no export (a cluster whose workers offer no export resource, in small)."""
+
+    def prepare(self, ask: ModelAsk) -> Future:
+        refused: Future = Future()
+        threading.Timer(0.5, refused.set_exception, [PlaceRefused("no worker offers the export resource")]).start()
+        return refused
+
+
+def test_a_model_handed_back_is_prepared_before_the_models_waiting_for_room(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPBYOP_CACHE_DIR", str(tmp_path / "cache"))  # nothing kept: jax-mlp must be exported
+    splits = Splits(read_ahead=1)
+    models = ["jax-mlp", *MODULES[:3]]
+    arrivals = splits.ask(models, 0, zoo=load_zoo(), place=Refusing())
+    taken: list[SplitOutcome] = []
+    run = threading.Thread(target=lambda: taken.extend(arrivals.arriving(idle=lambda: None)), daemon=True)
+    run.start()
+    run.join(300)
+    splits.close()
+    assert not run.is_alive(), "the run waits for the model handed back, behind models waiting for room"
+    outcomes = taken
+    assert [o.spec for o in outcomes] == models and all(o.error is None for o in outcomes)
+    assert any(note.startswith(HANDED_BACK) for note in outcomes[0].graph.notes)
 
 
 class Timed(LocalExecutor):

@@ -37,6 +37,10 @@ from opbyop.jaxenv import prepare_jax
 from opbyop.pipeline import prepare_model
 
 POLL_SECONDS = 0.5  # how often a run waiting for a model looks at its ops' results
+# Models split and waiting for the runs that asked for them, at most: each holds its graph and its ops'
+# modules, and kept splits are read faster than a run stores their ops (a second night's 318 models
+# would all be held at once).
+READ_AHEAD = 8
 STOPPED = "not split: the run was stopped before this model"
 HANDED_BACK = "exported in the run's own process: "  # how a model's notes begin why its place handed it back
 
@@ -94,6 +98,7 @@ class _Work:
     handed_back: str | None = None  # why its place handed it back (it is prepared here)
 
 
+_WAKE = object()  # on the split thread's queue: a model was handed back (the thread looks at those first)
 Arriving = Generator[SplitOutcome, None, None]  # a feed's models; close() lets go of those not taken
 SplitKey = tuple[str, int, bool, bool]  # (spec, seed, weights, reuse): one split of a model
 
@@ -190,15 +195,21 @@ class Splits:
     A model's outcome is kept until every run that asked for it has taken it (ask's claims), then let
     go of, so that a run of many models holds few of them; `prefetch` splits without a claim (a caller
     that starts the run later, which asks then), and within `kept()` nothing is let go of (the runs of
-    a group or a nightly that ask, one after another, for the same models)."""
+    a group or a nightly that ask, one after another, for the same models). The thread starts the next
+    model only while fewer than `read_ahead` split models wait for runs that asked for them; a model
+    handed back by its place goes first (a run may be waiting for it)."""
 
-    def __init__(self, stop: threading.Event | None = None):
+    def __init__(self, stop: threading.Event | None = None, read_ahead: int = READ_AHEAD):
         """`stop`: once set, the models not yet started are not split (the run's own stop request)."""
         self.futures: dict[SplitKey, Future] = {}
-        self._work: queue.Queue[_Work | None] = queue.Queue()
+        self._work: queue.Queue[object] = queue.Queue()  # _Work as asked; None: closed; _WAKE: one handed back
+        self._handed: deque[_Work] = deque()  # handed back by their place: prepared before any new work
+        self._held: _Work | None = None  # the next model asked, waiting for room ahead of the runs
+        self._read_ahead = read_ahead
         self._thread: threading.Thread | None = None
         self._host_devices: int | None = None
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when a model is taken, asked or handed back
         self._cache_lock = threading.Lock()  # _kept() is called under _lock and from the split thread
         self._stopped = stop or threading.Event()
         self._closed = False
@@ -221,6 +232,7 @@ class Splits:
             keys = self._queue(specs, seed, budget, host_devices, zoo, weights, reuse, place)
             for key in keys:
                 self._claims[key] = self._claims.get(key, 0) + 1
+            self._room.notify_all()
             return Arrivals([(key[0], key, self.futures[key]) for key in keys], self)
 
     def prefetch(self, specs: Sequence[str], seed: int, budget: ExportBudget | None = None,
@@ -237,6 +249,7 @@ class Splits:
             if self._claims[key] <= 0 and not self._keeping:
                 self._claims.pop(key)
                 self.futures.pop(key, None)
+            self._room.notify_all()
 
     @contextmanager
     def kept(self) -> Iterator[None]:
@@ -281,27 +294,77 @@ class Splits:
         """No more splits: models not yet started are not split, and the thread ends (a service makes
         one Splits per request)."""
         self._closed = True  # not the caller's stop request: its other runs (a nightly's corpus) go on
+        with self._room:
+            self._room.notify_all()
         self._work.put(None)
+
+    def waiting(self) -> int:
+        """Split models that runs asked for and have not taken yet."""
+        with self._lock:
+            return self._waiting()
+
+    def _waiting(self) -> int:
+        return sum(1 for key, future in self.futures.items() if future.done() and self._claims.get(key, 0) > 0)
 
     def _split(self) -> None:
         prepare_jax(host_devices=self._host_devices)  # before anything in this process imports JAX
-        while (work := self._work.get()) is not None:
-            (spec, seed, weights, reuse), future = work.key, work.future
-            if work.handed_back is None and not future.set_running_or_notify_cancel():
-                continue
-            if self._stopped.is_set() or self._closed:
-                future.set_result(SplitOutcome(spec, None, None, STOPPED))
-                continue
-            if work.place is not None and needs_export(spec, work.zoo, seed, self._kept(reuse).exports, weights):
-                self._elsewhere(work)
-                continue
-            try:
-                outcome = split_outcome(spec, work.zoo, seed, work.budget, weights, self._kept(reuse))
-                if work.handed_back and outcome.graph is not None:
-                    outcome.graph.notes.append(HANDED_BACK + work.handed_back)
-                future.set_result(outcome)
-            except BaseException as e:  # noqa: BLE001  (the run that waits for it reports it)
-                future.set_exception(e)
+        while (work := self._next()) is not None:
+            self._prepare(work)
+
+    def _next(self) -> _Work | None:
+        """The next model to prepare (None: closed): one handed back first; else the next one asked:
+        at once if it goes to its place (the cluster's exports bound those), else once fewer than
+        `read_ahead` split models wait for their runs (or the run stops: it is then let go of at once)."""
+        while True:
+            with self._room:
+                if self._handed:
+                    return self._handed.popleft()
+                held = self._held
+                if held is not None and (self._waiting() < self._read_ahead or self._stopped.is_set()
+                                         or self._closed):
+                    self._held = None
+                    return held
+                if held is not None:
+                    self._room.wait(POLL_SECONDS)
+                    continue
+            work = self._work.get()
+            if work is None:
+                return None
+            if isinstance(work, _Work):
+                if self._goes_elsewhere(work):
+                    return work
+                self._held = work
+
+    def _goes_elsewhere(self, work: _Work) -> bool:
+        """Whether the model is exported at its place (it has one, and no fresh kept export)."""
+        spec, seed, weights, reuse = work.key
+        return work.place is not None and needs_export(spec, work.zoo, seed, self._kept(reuse).exports, weights)
+
+    def _hand_back(self, work: _Work) -> None:
+        """A model its place handed back, prepared here before any model not started yet."""
+        with self._room:
+            self._handed.append(work)
+            self._room.notify_all()
+        self._work.put(_WAKE)  # a thread waiting for new work looks at the handed-back ones
+
+    def _prepare(self, work: _Work) -> None:
+        """One model split here, or sent to its place; its future set."""
+        (spec, seed, weights, reuse), future = work.key, work.future
+        if work.handed_back is None and not future.set_running_or_notify_cancel():
+            return
+        if self._stopped.is_set() or self._closed:
+            future.set_result(SplitOutcome(spec, None, None, STOPPED))
+            return
+        if self._goes_elsewhere(work):
+            self._elsewhere(work)
+            return
+        try:
+            outcome = split_outcome(spec, work.zoo, seed, work.budget, weights, self._kept(reuse))
+            if work.handed_back and outcome.graph is not None:
+                outcome.graph.notes.append(HANDED_BACK + work.handed_back)
+            future.set_result(outcome)
+        except BaseException as e:  # noqa: BLE001  (the run that waits for it reports it)
+            future.set_exception(e)
 
     def _elsewhere(self, work: _Work) -> None:
         """The model exported and split at its place; handed back to this thread if the place cannot."""
@@ -316,9 +379,9 @@ class Splits:
                 if self._closed:  # no thread left to take it
                     work.future.set_result(SplitOutcome(spec, None, None, STOPPED))
                 else:
-                    self._work.put(_Work(work.key, work.budget, work.future, work.zoo, None, why))
+                    self._hand_back(_Work(work.key, work.budget, work.future, work.zoo, None, why))
 
         try:
             work.place.prepare(ask).add_done_callback(landed)
         except Exception as e:  # noqa: BLE001  (a place that cannot even take it: prepared here)
-            self._work.put(_Work(work.key, work.budget, work.future, work.zoo, None, f"{type(e).__name__}: {e}"))
+            self._hand_back(_Work(work.key, work.budget, work.future, work.zoo, None, f"{type(e).__name__}: {e}"))
