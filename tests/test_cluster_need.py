@@ -16,7 +16,8 @@ from opbyop.compiler_spec import INSTALLED
 from opbyop.config import AnalysisConfig
 from opbyop.records import RunInfo, RunStatus
 from opbyop.run.verdict_code import verdict_code
-from opbyop_flows.cli.cluster_need import ClusterNeed
+from opbyop_flows.cli import early
+from opbyop_flows.cli.cluster_need import ClusterNeed, exported
 from opbyop_flows.hosting.cluster_process import ClusterProcess
 from opbyop_storage.dataset import Store
 
@@ -107,3 +108,14 @@ def test_a_second_analyze_with_nothing_to_analyse_never_starts_its_cluster(tmp_p
     assert not {"cluster", "cluster (beside)", "warm-up", "fan-out"} & set(second), second
     results = store.read_table("results", "second").to_pylist()
     assert results and all(r["reused_from"] == "first" for r in results)
+
+
+def test_the_early_start_finds_a_model_to_export_among_the_command_s_words(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPBYOP_CACHE_DIR", str(tmp_path / "cache"))  # nothing kept on this machine
+    argv = ["analyze", MODULE, "--export-memory", "4", "--compiler", "jax-tt-plugin==0.1.2", "--no-whole"]
+    options = early._analyze_options(argv)
+    words = [word for word in argv[1:] if not word.startswith("-")]
+    assert (options.whole, options.reuse) == (False, True)
+    assert exported(words, 0, options.whole) is None  # a file and the options' values: nothing to export
+    assert exported([*words, "mlp"], 0, options.whole) == "mlp is exported"  # a zoo model with no kept export
+    assert exported(words, 0, options.whole, reuse=False) is not None

@@ -13,6 +13,7 @@ by its own key (opbyop_storage.cache).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from opbyop.compiler.builds import Compiler
 from opbyop.config import AnalysisConfig, load_zoo
@@ -36,16 +37,25 @@ class ClusterNeed:
         are kept, and the store holds a completed run of the same models by the same build `compiler`,
         chip, options and code)."""
         config = self.config
-        if not config.reuse_cached:
-            return "nothing kept is reused (--no-reuse)"
-        zoo = load_zoo()
-        exports = ExportCache()
-        for spec in config.models:
-            if needs_export(spec, zoo, config.seed, exports, config.keeps_weights):
-                return f"{spec} is exported"
+        exporting = exported(config.models, config.seed, config.keeps_weights, config.reuse_cached)
+        if exporting is not None:
+            return exporting
         if not any(_same_ask(run, config, compiler) for run in Store(self.store).runs()):
             return "no completed run of these models by this build, chip, options and code in the store"
         return None
+
+
+def exported(specs: Sequence[str], seed: int, weights: bool, reuse: bool = True) -> str | None:
+    """Why a model of `specs` will be exported (the first one found: no fresh kept export, or
+    nothing kept is used), or None. A spec that names no exported model (a file, an option's value
+    read as one) is none."""
+    if not reuse:
+        return "nothing kept is reused (--no-reuse)"
+    zoo, exports = load_zoo(), ExportCache()
+    for spec in specs:
+        if needs_export(spec, zoo, seed, exports, weights):
+            return f"{spec} is exported"
+    return None
 
 
 def _same_ask(run: RunInfo, config: AnalysisConfig, compiler: Compiler) -> bool:

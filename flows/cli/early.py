@@ -1,11 +1,13 @@
 """`opbyop analyze`'s Prefect server, started first thing: before the command line is built (its
 imports take seconds on 2 cores), so that it starts while this process imports; and its Dask cluster,
-made but not started: the command's Launch starts it at once when the run will want it soon, else on
-the run's first need (flows/cli/cluster_need.py).
+started as soon as a thread of its own finds a model of the command that will be exported, else left
+to the command's Launch: at once when the run will want it soon, or on the run's first need
+(flows/cli/cluster_need.py).
 
 `opbyop`'s main calls `prepare(argv)` before anything else and hands what it returns to the command as
-typer's context object; the arguments are read loosely here (only --workers, --address, --chip and the
-first --compiler, whose op workers the cluster warms; the command line parses them properly later).
+typer's context object; the arguments are read loosely here (only --workers, --address, --chip, the
+first --compiler, whose op workers the cluster warms, --whole and --reuse, and the words that may name
+models; the command line parses them properly later).
 The command's Launch (flows/cli/launching.py) adopts what was started when it asks for the same, and
 stops it otherwise; either way it is tied to this process (flows/hosting/tied.py). Nothing starts early
 when a Prefect API is configured (nothing to start), when the workspace has a `opbyop serve` record
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,13 +59,34 @@ def defaults_for_laptop() -> None:
 
 
 def prepare(argv: list[str]) -> Services | None:
-    """Start analyze's server and cluster now if `argv` is an analyze command that will want them."""
+    """Start analyze's server now if `argv` is an analyze command that will want it, and its cluster
+    too as soon as a model of it is found to be exported (flows/cli/cluster_need.py; the command's
+    Launch tells the rest of the cluster's need)."""
     options = _analyze_options(argv)
     if options is None or configured_api_url() or record_path(workspace_root()).exists():
         return None
     defaults_for_laptop()  # in the server's and the cluster's environment too, as analyze would set them
-    return start(options.workers, options.address or environment().dask_address, options.chip,
-                 workspace_root() / "logs", (options.compiler or [INSTALLED])[0])
+    services = start(options.workers, options.address or environment().dask_address, options.chip,
+                     workspace_root() / "logs", (options.compiler or [INSTALLED])[0])
+    if services.cluster is not None:
+        words = [word for word in argv[1:] if not word.startswith("-")]  # the models, and options' values
+        threading.Thread(target=_start_if_exporting, args=(services.cluster, words, options.whole, options.reuse),
+                         name="early-exports", daemon=True).start()
+    return services
+
+
+def _start_if_exporting(cluster: ClusterProcess, specs: list[str], weights: bool, reuse: bool) -> None:
+    """Start the cluster if one of `specs` will be exported (beside this process's imports)."""
+    # deferred: the frontends, MLIR and the store load in this thread while the command line imports
+    from opbyop_flows.cli.cluster_need import exported
+    from opbyop.config import AnalysisConfig
+
+    try:
+        wanted = exported(specs, AnalysisConfig.model_fields["seed"].default, weights, reuse) is not None
+    except Exception:  # noqa: BLE001  (a guess only: the command's Launch tells the cluster's need again)
+        wanted = False
+    if wanted:
+        cluster.start()
 
 
 def start(workers: int | None, address: str | None, chip: str, log_dir: Path, compiler: str = INSTALLED) -> Services:
@@ -104,6 +128,8 @@ def _analyze_options(argv: list[str]) -> argparse.Namespace | None:
     parser.add_argument("--address")
     parser.add_argument("--chip", default=DEFAULT_CHIP)
     parser.add_argument("--compiler", action="append")
+    parser.add_argument("--whole", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--reuse", action=argparse.BooleanOptionalAction, default=True)
     try:
         options, _ = parser.parse_known_args(argv[1:])
     except (argparse.ArgumentError, SystemExit):
