@@ -34,12 +34,22 @@ def slow_small():
     """A model whose factory takes a few seconds (a large model's export, in small)."""
     time.sleep(6)
     return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh()), [torch.ones(2, 4)]
+
+
+def after_the_first_model():
+    """A model whose factory takes until the run has analysed the model before it (two minutes at
+    most): a large model's export, however loaded the machine."""
+    deadline = time.monotonic() + 120
+    while not os.path.exists(FIRST_MODEL_ANALYSED) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return slow_small()
 '''
 
 
 @pytest.fixture
 def slow_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "slow_factories.py").write_text(SLOW_FACTORY)
+    marker = tmp_path / "first-model-analysed"
+    (tmp_path / "slow_factories.py").write_text(f"import os\nFIRST_MODEL_ANALYSED = {str(marker)!r}\n{SLOW_FACTORY}")
     monkeypatch.syspath_prepend(str(tmp_path))
     return "slow_factories:slow_small"
 
@@ -160,32 +170,40 @@ def test_a_model_handed_back_is_prepared_before_the_models_waiting_for_room(tmp_
 
 
 class Timed(LocalExecutor):
-    """The local executor, noting when each batch of ops it was handed was done."""
+    """The local executor, noting when each batch of ops it was handed was done (the first: in the
+    file `marker` too)."""
 
-    def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003
+    def __init__(self, marker: Path, *args, **kwargs):  # noqa: ANN002, ANN003
         super().__init__(*args, **kwargs)
+        self.marker = marker
         self.done: list[float] = []
 
     def submit(self, ops, wholes) -> None:  # noqa: ANN001
         super().submit(ops, wholes)
         self.done.append(time.monotonic())
+        self.marker.touch()
 
 
 @pytest.mark.slow
 def test_the_first_models_ops_are_analysed_while_the_next_model_exports(slow_factory, tmp_path):
     workspace = Workspace(tmp_path / "home")
-    config = AnalysisConfig(models=[str(DATA / "tanh_matmul_chain.mlir"), slow_factory], chip="p150",
+    # the second model's factory waits for the first model's ops to be analysed: a run that analysed
+    # nothing before every model is split would wait two minutes for it, and fail below
+    waiting = slow_factory.replace("slow_small", "after_the_first_model")
+    config = AnalysisConfig(models=[str(DATA / "tanh_matmul_chain.mlir"), waiting], chip="p150",
                             whole_model=False, reuse_cached=False)
     plan = RunPlan.from_config(config)
     models = Splits().ask(config.models, 0)
     split_finished: list[float] = []
     models.futures[1][2].add_done_callback(lambda _: split_finished.append(time.monotonic()))
-    executor = Timed(workspace, "pipelined")
+    executor = Timed(tmp_path / "first-model-analysed", workspace, "pipelined")
     outcome = execute(plan, models, executor, workspace=workspace)
-    assert outcome.error is None and set(outcome.prepared.splits) == {"tanh_matmul_chain", "slow_factories.slow_small"}
+    assert outcome.error is None
+    assert set(outcome.prepared.splits) == {"tanh_matmul_chain", "slow_factories.after_the_first_model"}
     assert len(executor.done) == 2 and all(r.status is Status.SUCCESS for r in outcome.results.values())
     # the first model's ops were all analysed before the second model's split had finished
     assert executor.done[0] < split_finished[0] < executor.done[1]
+    assert split_finished[0] - executor.done[0] < 100  # its factory saw the first model analysed
 
 
 class StopsAfterFirst(LocalExecutor):
