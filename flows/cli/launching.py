@@ -39,8 +39,8 @@ class Launch:
     system descriptor made for it if this is their first use (said on screen, with why).
 
     The cluster starts at once, unless `analysis` is the run's and flows/cli/cluster_need.py finds
-    that the run will likely not want it (every export kept, its store holding the same run): then
-    on the run's first need."""
+    that the run will likely not want it (its store holding the same run): then on the run's first
+    need (the first export placed on it, the first op handed out)."""
 
     def __init__(self, workers: int | None, address: str | None, chip: str, log_dir: Path,
                  started: Services | None = None, compilers: list[str] | None = None,
@@ -65,9 +65,10 @@ class Launch:
 
     def _descriptors(self, chip: str, compilers: list[str], analysis: ClusterNeed | None) -> list[SystemDesc]:
         """Each compiler build prepared (its first use on a machine fetches and starts it) and its
-        descriptor; once the run's first build is known, its cluster started if the run wants it soon."""
+        descriptor; once the run's first build is known, its cluster started if the run wants it soon
+        (unless the early start's look at the command's models started it already)."""
         prepared = [prepare(spec, self.notices) for spec in compilers]
-        if analysis is not None and self.cluster is not None:
+        if analysis is not None and self.cluster is not None and not self.cluster.started:
             threading.Thread(target=self._start_if_wanted, args=(analysis, prepared[0]), name="cluster-need",
                              daemon=True).start()
         return [resolve(chip, notices=self.notices, compiler=compiler) for compiler in prepared]

@@ -308,22 +308,23 @@ class Splits:
 
     def _split(self) -> None:
         prepare_jax(host_devices=self._host_devices)  # before anything in this process imports JAX
-        while (work := self._next()) is not None:
-            self._prepare(work)
+        while (next_work := self._next()) is not None:
+            self._prepare(*next_work)
 
-    def _next(self) -> _Work | None:
-        """The next model to prepare (None: closed): one handed back first; else the next one asked:
-        at once if it goes to its place (the cluster's exports bound those), else once fewer than
-        `read_ahead` split models wait for their runs (or the run stops: it is then let go of at once)."""
+    def _next(self) -> tuple[_Work, bool] | None:
+        """The next model to prepare, and whether it goes to its place (None: closed): one handed back
+        first (prepared here); else the next one asked: at once if it goes to its place (the cluster's
+        exports bound those), else once fewer than `read_ahead` split models wait for their runs (or
+        the run stops: it is then let go of at once)."""
         while True:
             with self._room:
                 if self._handed:
-                    return self._handed.popleft()
+                    return self._handed.popleft(), False
                 held = self._held
                 if held is not None and (self._waiting() < self._read_ahead or self._stopped.is_set()
                                          or self._closed):
                     self._held = None
-                    return held
+                    return held, False
                 if held is not None:
                     self._room.wait(POLL_SECONDS)
                     continue
@@ -332,7 +333,7 @@ class Splits:
                 return None
             if isinstance(work, _Work):
                 if self._goes_elsewhere(work):
-                    return work
+                    return work, True
                 self._held = work
 
     def _goes_elsewhere(self, work: _Work) -> bool:
@@ -347,15 +348,15 @@ class Splits:
             self._room.notify_all()
         self._work.put(_WAKE)  # a thread waiting for new work looks at the handed-back ones
 
-    def _prepare(self, work: _Work) -> None:
-        """One model split here, or sent to its place; its future set."""
+    def _prepare(self, work: _Work, elsewhere: bool) -> None:
+        """One model split here, or sent to its place (`elsewhere`); its future set."""
         (spec, seed, weights, reuse), future = work.key, work.future
         if work.handed_back is None and not future.set_running_or_notify_cancel():
             return
         if self._stopped.is_set() or self._closed:
             future.set_result(SplitOutcome(spec, None, None, STOPPED))
             return
-        if self._goes_elsewhere(work):
+        if elsewhere:
             self._elsewhere(work)
             return
         try:
