@@ -1,12 +1,10 @@
 """When the CLI starts a run's Dask cluster: at once when the run will want it soon (a model to export,
 ops its store does not hold), else on the run's first need. Told from the kept exports and the store's
-runs, with the real installed build and a real store."""
+runs, with the real installed build and a real store (a real second `opbyop analyze` that starts no
+cluster: tests/test_time_line.py)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -90,24 +88,6 @@ def test_a_cluster_made_not_started_starts_on_its_first_wait_and_never_after_clo
     closed.close()
     closed.start()
     assert not closed.started
-
-
-@pytest.mark.slow
-def test_a_second_analyze_with_nothing_to_analyse_never_starts_its_cluster(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "OPBYOP_", "JAX_"))}
-    env.update({"PREFECT_HOME": str(tmp_path / "prefect"), "OPBYOP_HOME": str(tmp_path / "home"),
-                "PYTHONPATH": str(ROOT), "COLUMNS": "300", "NO_COLOR": "1"})
-    for run_id in ("first", "second"):
-        done = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", MODULE, "--workers", "1",
-                               "--run-id", run_id], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    store = Store(tmp_path / "home" / "store")
-    first, second = store.run("first").phases, store.run("second").phases
-    assert "warm-up" in first and "fan-out" in first, first
-    # all reused: no cluster was started, neither at the start-up (beside it) nor on the run's first need
-    assert not {"cluster", "cluster (beside)", "warm-up", "fan-out"} & set(second), second
-    results = store.read_table("results", "second").to_pylist()
-    assert results and all(r["reused_from"] == "first" for r in results)
 
 
 def test_the_early_start_finds_a_model_to_export_among_the_command_s_words(tmp_path, monkeypatch):

@@ -1,5 +1,6 @@
 """A run's time line: every second of it on one step, the steps adding up to its wall time, what ran
-beside kept apart; checked on the clock itself and on a real `opbyop analyze mlp`."""
+beside kept apart; checked on the clock itself and on a real `opbyop analyze mlp` (and the same command
+again, which has nothing to analyse and starts no cluster)."""
 
 from __future__ import annotations
 
@@ -71,3 +72,15 @@ def test_an_analyze_run_puts_every_second_of_its_wall_time_on_its_time_line(tmp_
     assert {"server" + BESIDE, "export mlp" + BESIDE, "ops" + BESIDE} <= set(phases), phases
     shown = re.search(r"^time: (.*)$", done.stdout, re.M)
     assert shown and "descriptor" in shown.group(1) and "beside: " in shown.group(1), done.stdout[-2000:]
+
+    # the same command again: everything reused, so its cluster is never started (flows/cli/cluster_need.py)
+    again = subprocess.run([sys.executable, "-m", "opbyop.cli.main", "analyze", "mlp", "--workers", "1",
+                            "--run-id", "again", "--export-memory", "8", "--export-timeout", "600"], env=env,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    store = Store(tmp_path / "home" / "store")
+    second = store.run("again").phases
+    # neither at the start-up (beside it) nor on the run's first need
+    assert not {"cluster", "cluster (beside)", "warm-up", "fan-out"} & set(second), second
+    results = store.read_table("results", "again").to_pylist()
+    assert results and all(r["reused_from"] == "line" for r in results)
