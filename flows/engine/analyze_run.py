@@ -33,6 +33,7 @@ from distributed import Client
 from prefect.artifacts import create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.futures import PrefectFuture
 from prefect.states import Cancelled, Completed, Failed, State
+from prefect.utilities.annotations import quote
 
 from opbyop_flows.engine.phases import PhaseClock, format_phases
 from opbyop_flows.engine.summary import RunFailed, RunSummary
@@ -213,22 +214,29 @@ class AnalyzeRun:
         if self.out.error:  # the cluster was lost while this model exported: the run stops
             return
         for name, graph in wholes.items():
-            self._hand_whole(name, stage_whole_model.submit(graph, self.workspace.scratch), parameter_indices(graph))
+            self._hand_whole(name, stage_whole_model.submit(quote(graph), self.workspace.scratch),
+                             parameter_indices(graph))
         for op in ops:
             self._hand_op(op)
         self.fan.handed += len(ops)
 
+    # A task's arguments are quoted where they hold no future: Prefect would otherwise walk every field of
+    # each (an op, its settings, the gate, the artifact store) several times per task run, looking for
+    # futures to wait on; that walk was the largest part of the flow's own CPU per op.
+
     def _hand_op(self, op: UniqueOp) -> None:
         fan = self.fan  # the flow's artifacts: the op's inputs come from them, its result's land there
-        future = analyze_op.submit(op, _label(op), self.desc.chip, self.settings, self.config.op_timeout_s,
-                                   fan.plugin.name, fan.gate, self.workspace.artifacts)
+        future = analyze_op.submit(quote(op), _label(op), self.desc.chip, quote(self.settings),
+                                   self.config.op_timeout_s, fan.plugin.name, quote(fan.gate),
+                                   quote(self.workspace.artifacts))
         fan.ops[future] = (op.signature, op.op_name, fan.gate)
         future.add_done_callback(fan.done.put)
 
     def _hand_whole(self, name: str, staged: PrefectFuture, parameters: list[int]) -> None:
         fan = self.fan
-        future = whole_model.submit(name, staged, parameters, self.desc.chip, self.settings, self.plan.whole_timeout,
-                                    fan.plugin.name, fan.gate, self.workspace.artifacts)
+        future = whole_model.submit(name, staged, parameters, self.desc.chip, quote(self.settings),
+                                    self.plan.whole_timeout, fan.plugin.name, quote(fan.gate),
+                                    quote(self.workspace.artifacts))  # `staged` is a future: not quoted
         fan.wholes[future] = (name, staged, parameters, fan.gate)
         future.add_done_callback(fan.done.put)
 

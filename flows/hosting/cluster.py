@@ -39,7 +39,10 @@ from opbyop.workspace import Workspace
 
 SCHEDULER_SETTINGS = {"distributed.scheduler.allowed-failures": 0,
                       "distributed.scheduler.worker-saturation": 1.0}
-WORKER_SETTINGS = {"distributed.worker.daemon": False}  # an export's child is a child of the Dask worker
+WORKER_SETTINGS = {"distributed.worker.daemon": False,  # an export's child is a child of the Dask worker
+                   # Dask's statistical profiler samples each worker's threads every 10 ms, for a
+                   # dashboard opbyop does not open; on 2 cores that is CPU taken from the ops
+                   "distributed.worker.profile.enabled": False}
 _ATTRIBUTES = {"distributed.scheduler.allowed-failures": "allowed_failures",
                "distributed.scheduler.worker-saturation": "WORKER_SATURATION"}
 
