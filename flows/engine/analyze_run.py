@@ -222,7 +222,7 @@ class AnalyzeRun:
 
     # A task's arguments are quoted where they hold no future: Prefect would otherwise walk every field of
     # each (an op, its settings, the gate, the artifact store) several times per task run, looking for
-    # futures to wait on; that walk was the largest part of the flow's own CPU per op.
+    # futures to wait on: about a quarter of the flow's own CPU per op, before they were quoted.
 
     def _hand_op(self, op: UniqueOp) -> None:
         fan = self.fan  # the flow's artifacts: the op's inputs come from them, its result's land there
