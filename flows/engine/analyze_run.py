@@ -220,11 +220,10 @@ class AnalyzeRun:
             self._hand_op(op)
         self.fan.handed += len(ops)
 
-    # A task's arguments are quoted where they hold no future: Prefect would otherwise walk every field of
-    # each (an op, its settings, the gate, the artifact store) several times per task run, looking for
-    # futures to wait on: about a quarter of the flow's own CPU per op, before they were quoted.
-
     def _hand_op(self, op: UniqueOp) -> None:
+        """The op as a Prefect task on the cluster. Its arguments that hold no future are quoted: Prefect
+        would otherwise walk every field of each (the op, the settings, the gate, the artifact store)
+        several times per task run looking for futures, about a quarter of the flow's own CPU per op."""
         fan = self.fan  # the flow's artifacts: the op's inputs come from them, its result's land there
         future = analyze_op.submit(quote(op), _label(op), self.desc.chip, quote(self.settings),
                                    self.config.op_timeout_s, fan.plugin.name, quote(fan.gate),
