@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+from jaxlib.mlir import ir
 
 from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import Executor, NotSimulatedError, SimulationError, run_stats, unsupported_ops
@@ -50,8 +51,9 @@ class Binary:
     flatbuffer: bytes | None = None
 
     @classmethod
-    def load(cls, ttnn_runtime_mlir: str, flatbuffer: bytes | None = None) -> Binary:
-        return cls(load_program(ttnn_runtime_mlir), flatbuffer)
+    def load(cls, ttnn_runtime_mlir: str, flatbuffer: bytes | None = None, ctx: ir.Context | None = None) -> Binary:
+        """The program parsed (in `ctx`, else a context of its own)."""
+        return cls(load_program(ttnn_runtime_mlir, ctx), flatbuffer)
 
     @property
     def program_names(self) -> list[str]:

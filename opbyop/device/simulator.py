@@ -14,6 +14,7 @@ from opbyop.device.mesh_runtime import MeshSimulator
 from opbyop.device.placement import Policy
 from opbyop.device.runtime import (Binary, Device, as_host_type, get_layout, input_shape, open_device, run_of, submit,
                                    to_device, to_host)
+from opbyop.ir.context import ReusedContext
 from opbyop.records import DeviceRun
 
 __all__ = ["DeviceSimulator", "NotSimulatedError", "SimulationError", "SimulatorBugError"]
@@ -28,6 +29,7 @@ class DeviceSimulator:
         self.policy = policy
         self.topology = topology  # how the target's chips are linked, for mesh programs
         self._devices: dict[DeviceSpec, Device] = {}
+        self._contexts = ReusedContext(allow_unregistered=True)  # programs are parsed one after another
         self._mesh: MeshSimulator | None = None  # made when the first mesh program runs
 
     def configure(self, harvesting_mask: int, policy: Policy, topology: Topology | None = None) -> None:
@@ -50,7 +52,7 @@ class DeviceSimulator:
         return self._devices[spec]
 
     def load(self, program_text: str) -> Binary:
-        return Binary.load(program_text)
+        return Binary.load(program_text, ctx=self._contexts.get())
 
     def run(self, program_text: str, inputs: Sequence[np.ndarray]) -> tuple[list[np.ndarray], DeviceRun]:
         """Outputs of the program's entry on `inputs`, and what the run cost; SimulationError on failure."""
