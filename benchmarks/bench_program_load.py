@@ -1,5 +1,5 @@
 """Loading an op's TTNN program on the device model: an MLIR context made for each program (the
-baseline) against one context reused across programs (opbyop.ir.context.ReusedContext, what the
+baseline) against one context reused across programs (opbyop.device.program.ReusedContext, what the
 op worker's simulator does), on the same programs in the same run.
 
     PYTHONPATH=benchmarks .venv/bin/python benchmarks/bench_program_load.py [--workspace HOME] [--limit N] [--rounds R]
@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 from common import ROOT, Figures
 
-from opbyop.device.program import load_program
-from opbyop.ir.context import ReusedContext, make_context
+from opbyop.device.program import ReusedContext, load_program
+from opbyop.ir.context import make_context
 
 
 def programs(workspace: Path | None, limit: int) -> list[Path]:
@@ -44,7 +44,7 @@ def programs(workspace: Path | None, limit: int) -> list[Path]:
 def measure(paths: list[str], reused: bool, rounds: int) -> dict[str, float]:
     """Load every program `rounds` times, one way; ms per load and the RSS grown."""
     texts = [Path(p).read_text() for p in paths]
-    contexts = ReusedContext(allow_unregistered=True) if reused else None
+    contexts = ReusedContext() if reused else None
     load_program(texts[0], make_context(allow_unregistered=True))  # jax's MLIR set up, outside the figures
     gc.collect()
     before = psutil.Process().memory_info().rss

@@ -12,9 +12,9 @@ from opbyop.device.arch import DeviceSpec
 from opbyop.device.executor import NotSimulatedError, SimulationError, SimulatorBugError
 from opbyop.device.mesh_runtime import MeshSimulator
 from opbyop.device.placement import Policy
+from opbyop.device.program import ReusedContext
 from opbyop.device.runtime import (Binary, Device, as_host_type, get_layout, input_shape, open_device, run_of, submit,
                                    to_device, to_host)
-from opbyop.ir.context import ReusedContext
 from opbyop.records import DeviceRun
 
 __all__ = ["DeviceSimulator", "NotSimulatedError", "SimulationError", "SimulatorBugError"]
@@ -29,7 +29,7 @@ class DeviceSimulator:
         self.policy = policy
         self.topology = topology  # how the target's chips are linked, for mesh programs
         self._devices: dict[DeviceSpec, Device] = {}
-        self._contexts = ReusedContext(allow_unregistered=True)  # programs are parsed one after another
+        self._contexts = ReusedContext()  # programs are parsed one after another
         self._mesh: MeshSimulator | None = None  # made when the first mesh program runs
 
     def configure(self, harvesting_mask: int, policy: Policy, topology: Topology | None = None) -> None:
