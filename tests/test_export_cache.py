@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -196,3 +197,32 @@ def test_a_zoo_models_kept_export_has_the_same_key_from_any_working_directory(tm
     keys = {subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, check=True
                            ).stdout for cwd in (tmp_path, Path(__file__).parents[1])}
     assert len(keys) == 1 and len(keys.pop().strip()) == 32
+
+
+NEEDS_EXPORT = ("import sys; from pathlib import Path; import opbyop; from opbyop.config import load_zoo; "
+                "from opbyop.frontends.export_cache import ExportCache; from opbyop.frontends.loader import needs_export; "
+                "print(Path(opbyop.__file__).parent, needs_export('models_b:make', load_zoo(), 0, "
+                "ExportCache(Path(sys.argv[1]))))")
+
+
+def test_opbyops_own_sources_are_recorded_by_their_place_in_its_package(user_models):
+    """Another checkout with the same files uses the export; a file of opbyop's that differs exports again."""
+    import opbyop
+
+    _prepare(user_models, "models_b:make")
+    (manifest,) = (user_models / "exports").glob("models_b.make-*.json")
+    kept = json.loads(manifest.read_text())
+    package = Path(opbyop.__file__).resolve().parent
+    assert "opbyop:frontends/loader.py" in kept["reads"]["files"]
+    assert not any(name.startswith(str(package)) for name in kept["reads"]["files"])
+    checkout = user_models / "checkout"  # a copy of this opbyop, found first on the path
+    shutil.copytree(package, checkout / "opbyop", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(package.parent / "configs", checkout / "configs")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(checkout), *sys.path])}
+    found, needs = subprocess.run([sys.executable, "-c", NEEDS_EXPORT, str(user_models / "exports")], env=env,
+                                  cwd=user_models, capture_output=True, text=True, check=True).stdout.split()
+    assert Path(found) == checkout / "opbyop" and needs == "False"
+    kept["reads"]["files"]["opbyop:frontends/loader.py"] = "0" * 64  # read from a loader other than this one
+    manifest.write_text(json.dumps(kept))
+    graph, _ = _prepare(user_models, "models_b:make")
+    assert not graph.reused and "opbyop/frontends/loader.py changed" in _again(graph)[0]

@@ -25,7 +25,7 @@ from opbyop.atomic import write_text
 from opbyop.config import ZooEntry
 from opbyop.digests import FileDigests, text_digest
 from opbyop.environment import environment
-from opbyop.frontends.reads import ExportReads, installed_versions, python_version
+from opbyop.frontends.reads import OWN, ExportReads, installed_versions, python_version
 from opbyop.graph import ModelGraph
 from opbyop.kept import read_pickle, write_pickle
 
@@ -51,10 +51,13 @@ def found_at(factory: str) -> str:
     """Where the top-level package of `package.module:factory` is found now, as an import would find it
     (sys.path and the import hooks: an editable install's finder too; a top-level name imports nothing):
     the same name found in another folder is another model, whatever its files say. Every process
-    finds it alike (the run's, a Dask worker's), whatever its working directory."""
+    finds it alike (the run's, a Dask worker's), whatever its working directory. opbyop's own models
+    (the zoo's) are found in whichever opbyop runs: their sources are recorded by their place in it."""
     top = factory.partition(":")[0].partition(".")[0]
     if not top:
         return ""
+    if top == "opbyop":
+        return OWN
     try:
         spec = importlib.util.find_spec(top)
     except (ImportError, ValueError):

@@ -12,6 +12,10 @@ versions stand for them), files opened to be written, pseudo-files (/proc, /sys,
 caches (the source beside them is recorded), and the folders a caller names (the export's own
 result folder, the cache that keeps exports). A C or Rust extension that reads a file without
 Python's `open` is not seen: a package's data read that way is covered by its version only.
+
+opbyop's own sources are recorded by their place in its package (`opbyop:frontends/loader.py`), not
+by their absolute path: another checkout or installation of opbyop whose files are the same uses the
+export, and one whose files differ exports again.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import opbyop
 from opbyop.digests import ABSENT, FileDigests
 
 _PSEUDO = ("/proc/", "/sys/", "/dev/")
+OWN = "opbyop:"  # how a record names a source of opbyop's own package
+_PACKAGE = os.path.join(os.path.realpath(os.path.dirname(opbyop.__file__)), "")
 
 
 @dataclass(frozen=True)
@@ -34,7 +41,7 @@ class ExportReads:
     """Everything an export read: files by content digest, installed packages by version."""
 
     python: str  # the interpreter's version: bytecode, pickles and the frontends follow it
-    files: dict[str, str] = field(default_factory=dict)  # absolute path -> sha256 (ABSENT: was not there)
+    files: dict[str, str] = field(default_factory=dict)  # recorded_name(path) -> sha256 (ABSENT: was not there)
     packages: dict[str, str] = field(default_factory=dict)  # distribution -> version
 
     def changed(self, digests: FileDigests, installed: dict[str, str]) -> str | None:
@@ -46,12 +53,23 @@ class ExportReads:
             now = installed.get(name)
             if now != version:
                 return f"package {name} is {now or 'not installed'} (the export used {version})"
-        for path, digest in sorted(self.files.items()):
-            now = digests.of(path)
+        for name, digest in sorted(self.files.items()):
+            now = digests.of(file_path(name))
             if now != digest:
                 how = "appeared" if digest == ABSENT else "is gone" if now == ABSENT else "changed"
-                return f"{path} {how} since the export read it"
+                shown = "opbyop/" + name.removeprefix(OWN) if name.startswith(OWN) else name
+                return f"{shown} {how} since the export read it"
         return None
+
+
+def recorded_name(real: str) -> str:
+    """How a record names the file at `real` (a resolved path): opbyop's own by its place in the package."""
+    return OWN + real[len(_PACKAGE):] if real.startswith(_PACKAGE) else real
+
+
+def file_path(name: str) -> str:
+    """The file a recorded name stands for in this process: opbyop's own in the opbyop it imported."""
+    return _PACKAGE + name[len(OWN):] if name.startswith(OWN) else name
 
 
 def python_version() -> str:
@@ -117,18 +135,18 @@ class Recorder:
         the installed packages imported (by version)."""
         self.recording = False
         digests = FileDigests()
-        paths = {p for p in map(self._absolute, self.opened | set(module_files(sys.modules.values()))) if p}
-        return ExportReads(python=python_version(), files={p: digests.of(p) for p in sorted(paths)},
+        names = {n for n in map(self._recorded, self.opened | set(module_files(sys.modules.values()))) if n}
+        return ExportReads(python=python_version(), files={n: digests.of(file_path(n)) for n in sorted(names)},
                            packages=imported_packages(sys.modules))
 
-    def _absolute(self, path: str) -> str | None:
-        """The path as recorded, or None when it is not the export's input."""
+    def _recorded(self, path: str) -> str | None:
+        """The file's name as recorded, or None when it is not the export's input."""
         real = os.path.realpath(path)
         if real.startswith(self.skipped) or real.startswith(_PSEUDO) or "__pycache__" in real:
             return None
         if os.path.isdir(real):
             return None
-        return real
+        return recorded_name(real)
 
 
 def module_files(modules: Iterable[Any]) -> list[str]:
