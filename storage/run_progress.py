@@ -17,14 +17,20 @@ class RunSignatures:
     def __init__(self, store: Store, table: str, run_id: str):
         self.store, self.table, self.run_id = store, table, run_id
         self.parts: dict[DataFile, set[str]] = {}
+        self._all: set[str] = set()  # the parts' union, grown part by part (made again only when one goes)
 
     def __call__(self) -> set[str]:
+        """The signatures stored so far: a set this object keeps up to date (read it, never change it)."""
         files = self.store.files.data_files(self.table, self.run_id)
-        for gone in set(self.parts) - set(files):  # a part a writer replaced: its rows are in the new one
-            del self.parts[gone]
+        gone = set(self.parts) - set(files)
+        for part in gone:  # a part a writer replaced: its rows are in the new one
+            del self.parts[part]
+        if gone:
+            self._all = set().union(*self.parts.values())
         for path in files:
             if path not in self.parts:
                 got = self.store.files.read_part(path, self.table, columns=["signature"])
                 if not isinstance(got, (Vanished, SkippedFile)):  # replaced meanwhile: read at the next call
                     self.parts[path] = set(got.column("signature").to_pylist()) - {None, ""}
-        return set().union(*self.parts.values())
+                    self._all |= self.parts[path]
+        return self._all
