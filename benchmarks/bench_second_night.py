@@ -3,7 +3,7 @@ then with one model's source file edited; this checkout beside another one (the 
 
     PYTHONPATH=benchmarks .venv/bin/python benchmarks/bench_second_night.py [--count 19 | --all]
         [--baseline-ref REF] [--no-baseline] [--workers 2] [--build jax-tt-plugin==0.1.2]
-        [--no-whole] [--export-memory GB] [--capacity]
+        [--no-whole] [--export-memory GB] [--capacity] [--again SCRATCH --nights build ...]
 
 The models are user factories, one file each (`night_<type>.py`, written in a scratch folder: each
 builds a tiny transformers architecture from benchmarks/breadth_models.py), the first --count of the
@@ -17,6 +17,9 @@ from its own tree (PYTHONPATH). Printed per night: wall, unique ops analysed and
 exported (not taken from the cache), whole models reused, the run's time line, and the CPU seconds and
 peak memory (RSS, polled every 0.5 s) of the command's own process (where the flow runs) beside those
 of every process of the run (its server, cluster, workers and their children).
+--again: the nights named by --nights in the scratch folder an earlier run printed (its models, home and
+machine cache, as it left them), with this checkout: two trees' build nights from one workspace, copied
+back between them, are a side-by-side figure without the hours of the nights before.
 Goals (2 cores): second <= 15 s; edited <= that model's export time + 15 s, with only it exported;
 build: no export, split or upstream value made again, only the build's own compiles and device runs.
 With --all: second <= 3 min, build <= 15 min, first no slower than bench_breadth.py's run.
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 import psutil
 
@@ -59,10 +63,21 @@ def user_models(folder: Path, count: int | None) -> list[str]:
             break
         if breadth_models.runs_eagerly(kind) is not None:
             continue
-        name = "night_" + re.sub(r"\W", "_", kind)  # a module name: kosmos-2.5 -> night_kosmos_2_5
+        name = module_name(kind)
         (folder / f"{name}.py").write_text(FACTORY.format(kind=kind))
         specs.append(f"{name}:model")
     return specs
+
+
+def module_name(kind: str) -> str:
+    """The user factory's module of an architecture: kosmos-2.5 -> night_kosmos_2_5."""
+    return "night_" + re.sub(r"\W", "_", kind)
+
+
+def earlier_models(folder: Path) -> list[str]:
+    """The user factories an earlier run wrote in `folder`, in the order user_models gave them."""
+    names = (module_name(kind) for kind in breadth_models.architectures())
+    return [f"{name}:model" for name in names if (folder / f"{name}.py").exists()]
 
 
 def baseline_tree(ref: str, folder: Path) -> Path:
@@ -145,15 +160,18 @@ def capacity_plan(code: Path, models: Path, home: Path, cache: Path, run_id: str
 
 
 def nights(label: str, code: Path, specs: list[str], models: Path, scratch: Path, workers: int,
-           build: str | None, extra: tuple[str, ...] = (), capacity: bool = False) -> dict[str, dict]:
+           build: str | None, extra: tuple[str, ...] = (), capacity: bool = False,
+           only: Sequence[str] | None = None) -> dict[str, dict]:
     home, cache = scratch / f"{label}-home", scratch / f"{label}-cache"
-    home.mkdir()
+    home.mkdir(exist_ok=True)
     compilers = Path.home() / ".cache" / "opbyop" / "compilers"  # a build already fetched is not fetched again
-    if compilers.is_dir():
-        cache.mkdir()
+    if compilers.is_dir() and not (cache / "compilers").exists():
+        cache.mkdir(exist_ok=True)
         (cache / "compilers").symlink_to(compilers)
     out = {}
     for name in NIGHTS + (("build",) if build else ()):
+        if only is not None and name not in only:
+            continue
         if name == "edited":  # one model's own source file edited
             edited = models / f"{specs[0].partition(':')[0]}.py"
             edited.write_text(edited.read_text() + "\n# edited: one more line\n")
@@ -181,9 +199,17 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default="bb75754")
     parser.add_argument("--no-baseline", action="store_true")
     parser.add_argument("--build", default=None, help="a fourth night under this compiler build (--compiler)")
+    parser.add_argument("--again", type=Path, default=None, help="an earlier run's scratch folder: its nights again")
+    parser.add_argument("--nights", nargs="+", choices=(*NIGHTS, "build"), default=None, help="with --again")
     args = parser.parse_args()
     extra = (*(["--no-whole"] if args.no_whole else []),
              *(["--export-memory", str(args.export_memory)] if args.export_memory is not None else []))
+    if args.again is not None:
+        models = args.again / "this-models"
+        specs = earlier_models(models)
+        print(f"this: {len(specs)} models, in {args.again}", flush=True)
+        nights("this", ROOT, specs, models, args.again, args.workers, args.build, extra, only=args.nights)
+        return
     scratch = Path(tempfile.mkdtemp(prefix="bench-second-night-"))
     trees = {"this": ROOT}
     try:
