@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import opbyop
 from opbyop.config import load_zoo
 from opbyop.frontends.export_cache import AGAIN, ExportCache
 from opbyop.ir.split_cache import SplitCache
@@ -200,15 +201,14 @@ def test_a_zoo_models_kept_export_has_the_same_key_from_any_working_directory(tm
 
 
 NEEDS_EXPORT = ("import sys; from pathlib import Path; import opbyop; from opbyop.config import load_zoo; "
-                "from opbyop.frontends.export_cache import ExportCache; from opbyop.frontends.loader import needs_export; "
+                "from opbyop.frontends.export_cache import ExportCache; "
+                "from opbyop.frontends.loader import needs_export; "
                 "print(Path(opbyop.__file__).parent, needs_export('models_b:make', load_zoo(), 0, "
                 "ExportCache(Path(sys.argv[1]))))")
 
 
 def test_opbyops_own_sources_are_recorded_by_their_place_in_its_package(user_models):
     """Another checkout with the same files uses the export; a file of opbyop's that differs exports again."""
-    import opbyop
-
     _prepare(user_models, "models_b:make")
     (manifest,) = (user_models / "exports").glob("models_b.make-*.json")
     kept = json.loads(manifest.read_text())
