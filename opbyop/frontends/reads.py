@@ -57,8 +57,7 @@ class ExportReads:
             now = digests.of(file_path(name))
             if now != digest:
                 how = "appeared" if digest == ABSENT else "is gone" if now == ABSENT else "changed"
-                shown = "opbyop/" + name.removeprefix(OWN) if name.startswith(OWN) else name
-                return f"{shown} {how} since the export read it"
+                return f"{shown_name(name)} {how} since the export read it"
         return None
 
 
@@ -70,6 +69,11 @@ def recorded_name(real: str) -> str:
 def file_path(name: str) -> str:
     """The file a recorded name stands for in this process: opbyop's own in the opbyop it imported."""
     return _PACKAGE + name[len(OWN):] if name.startswith(OWN) else name
+
+
+def shown_name(name: str) -> str:
+    """A recorded name as a message shows it: opbyop's own as a path inside the package."""
+    return "opbyop/" + name[len(OWN):] if name.startswith(OWN) else name
 
 
 def python_version() -> str:
